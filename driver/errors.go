@@ -1,0 +1,146 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors returned by the driver and by Store implementations.
+var (
+	// ErrNotFound means no mission has the given ID.
+	ErrNotFound = errors.New("mission not found")
+	// ErrConflict means a save was made against a stale version: another
+	// writer advanced the mission first (optimistic locking).
+	ErrConflict = errors.New("version conflict")
+	// ErrIllegalTransition means the state machine has no edge for the
+	// requested input in the mission's current state.
+	ErrIllegalTransition = errors.New("illegal transition")
+	// ErrTerminal means the mission has already finished.
+	ErrTerminal = errors.New("mission is terminal")
+	// ErrClosed means the driver or store has been stopped.
+	ErrClosed = errors.New("closed")
+	// ErrUnknownKind means no handler is registered for a step's kind.
+	ErrUnknownKind = errors.New("unknown step kind")
+	// ErrInvalid means a submitted mission or argument is malformed.
+	ErrInvalid = errors.New("invalid mission")
+	// ErrStepTimeout is the cause of a step context cancelled because the
+	// step ran past its timeout.
+	ErrStepTimeout = errors.New("step timed out")
+	// ErrDeadline means the mission cannot finish before its deadline.
+	ErrDeadline = errors.New("mission deadline exceeded")
+	// ErrNotReady is wrapped by errors that mean "the target cannot take
+	// this step yet" (a device is offline): the step waits without
+	// spending an attempt.
+	ErrNotReady = errors.New("not ready")
+	// ErrPermanent is wrapped by errors that no retry can fix.
+	ErrPermanent = errors.New("permanent failure")
+	// ErrAckTimeout is wrapped by handlers when a device did not
+	// acknowledge a command in time. It is retryable.
+	ErrAckTimeout = errors.New("ack timeout")
+)
+
+// Class says what the driver does with a failed step attempt.
+type Class int
+
+const (
+	// Retryable failures are retried under the step's RetryPolicy.
+	Retryable Class = iota
+	// Permanent failures fail the step at once.
+	Permanent
+	// NotReady failures wait and try again without spending an attempt.
+	NotReady
+)
+
+func (c Class) String() string {
+	switch c {
+	case Permanent:
+		return "permanent"
+	case NotReady:
+		return "not_ready"
+	default:
+		return "retryable"
+	}
+}
+
+// StepError is an error returned by a Handler with its class made
+// explicit, an optional machine-readable code (such as "busy" or
+// "invalid_param") and, for NotReady, a hint of when to try again.
+type StepError struct {
+	Class Class
+	// Code is a short machine-readable reason, e.g. "device_offline".
+	Code string
+	// RetryAfter overrides the backoff for this failure when positive.
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *StepError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("%s: %v", e.Code, e.Err)
+	}
+	return e.Err.Error()
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Is lets errors.Is(err, ErrPermanent) and errors.Is(err, ErrNotReady)
+// answer from the class.
+func (e *StepError) Is(target error) bool {
+	switch target {
+	case ErrPermanent:
+		return e.Class == Permanent
+	case ErrNotReady:
+		return e.Class == NotReady
+	}
+	return false
+}
+
+// PermanentError marks err as permanent: the step fails without retry.
+func PermanentError(code string, err error) error {
+	return &StepError{Class: Permanent, Code: code, Err: err}
+}
+
+// RetryableError marks err as retryable under the step's policy.
+func RetryableError(code string, err error) error {
+	return &StepError{Class: Retryable, Code: code, Err: err}
+}
+
+// NotReadyError marks err as "not ready": the step is tried again after
+// retryAfter (or when the driver is woken) without spending an attempt.
+func NotReadyError(code string, retryAfter time.Duration, err error) error {
+	return &StepError{Class: NotReady, Code: code, RetryAfter: retryAfter, Err: err}
+}
+
+// Classify returns the class and code of a handler error. Unclassified
+// errors are retryable: a transient fault is the common case at the
+// edge, and the retry policy bounds the cost of being wrong.
+func Classify(err error) (Class, string) {
+	var se *StepError
+	if errors.As(err, &se) {
+		return se.Class, se.Code
+	}
+	switch {
+	case errors.Is(err, ErrPermanent), errors.Is(err, ErrUnknownKind), errors.Is(err, ErrInvalid):
+		return Permanent, ""
+	case errors.Is(err, ErrNotReady):
+		return NotReady, ""
+	case errors.Is(err, ErrStepTimeout):
+		return Retryable, "timeout"
+	case errors.Is(err, ErrAckTimeout):
+		return Retryable, "ack_timeout"
+	}
+	return Retryable, ""
+}
+
+// TransitionError reports an input the state machine rejects.
+type TransitionError struct {
+	From  State
+	Input Input
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("illegal transition: %s on %s", e.Input, e.From)
+}
+
+func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
