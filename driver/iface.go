@@ -114,6 +114,10 @@ type StepRequest struct {
 	// holds the outputs of the step being undone (e.g. its prior state).
 	Compensating bool
 	Forward      map[string]any
+	// Started is when the step's first attempt (or first not-ready wait)
+	// began; handlers that wait (delays, wait-for-state) measure from it so
+	// they stay stateless.
+	Started time.Time
 	// Deadline is when the attempt's context expires.
 	Deadline time.Time
 }
