@@ -1,0 +1,369 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// Create stores a new mission with its first events, as driver.Writer
+// documents. A known m.Meta.RequestKey returns the mission it belongs to
+// and created false, writing nothing; an ID already stored fails with an
+// error wrapping driver.ErrConflict.
+func (db *DB) Create(ctx context.Context, m *driver.Mission, events []driver.Event) (*driver.Mission, bool, error) {
+	w, err := newWrite(true, m, events)
+	if err != nil {
+		return nil, false, fmt.Errorf("create mission: %w", err)
+	}
+	if err := db.commit(ctx, w); err != nil {
+		return nil, false, err
+	}
+	if w.existing == nil {
+		return nil, true, nil
+	}
+	existing, err := decodeMission(w.existing)
+	if err != nil {
+		return nil, false, fmt.Errorf("create mission %q: request key %q: %w", m.ID, w.reqKey, err)
+	}
+	return existing, false, nil
+}
+
+// Save stores m if the stored version is m.Version-1 and appends events
+// to its timeline, in one transaction. A stale version fails with an
+// error wrapping driver.ErrConflict, an unknown mission with one wrapping
+// driver.ErrNotFound. A terminal state leaves the active index; a retried
+// mission rejoins it.
+func (db *DB) Save(ctx context.Context, m *driver.Mission, events []driver.Event) error {
+	w, err := newWrite(false, m, events)
+	if err != nil {
+		return fmt.Errorf("save mission: %w", err)
+	}
+	return db.commit(ctx, w)
+}
+
+// write is one Create or Save, encoded before it joins a commit so the
+// shared transaction does no JSON work.
+type write struct {
+	create   bool
+	id       string
+	reqKey   string
+	version  uint64
+	finished uint64
+	body     []byte
+	events   []eventRec
+
+	// Set by the leader before done is closed.
+	existing []byte // Create: the record that owns reqKey
+	err      error
+
+	done     chan struct{} // closed once the write is committed or failed
+	lead     chan struct{} // closed when the write's caller is promoted to leader
+	promoted bool          // guarded by DB.mu
+}
+
+type eventRec struct {
+	seq  uint64
+	data []byte
+}
+
+func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: nil mission", driver.ErrInvalid)
+	}
+	if err := driver.ValidateID("mission id", m.ID); err != nil {
+		return nil, err
+	}
+	if create && m.Meta.RequestKey != "" {
+		if err := driver.ValidateID("request key", m.Meta.RequestKey); err != nil {
+			return nil, err
+		}
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode mission %q: %w", m.ID, err)
+	}
+	w := &write{
+		create:   create,
+		id:       m.ID,
+		version:  m.Version,
+		finished: finishedAt(m),
+		body:     body,
+		events:   make([]eventRec, 0, len(events)),
+		done:     make(chan struct{}),
+		lead:     make(chan struct{}),
+	}
+	if create {
+		w.reqKey = m.Meta.RequestKey
+	}
+	seen := make(map[uint64]bool, len(events))
+	for _, ev := range events {
+		switch {
+		case ev.MissionID != "" && ev.MissionID != m.ID:
+			return nil, fmt.Errorf("%w: event %d of mission %q names mission %q", driver.ErrInvalid, ev.Seq, m.ID, ev.MissionID)
+		case ev.Seq == 0:
+			return nil, fmt.Errorf("%w: event of mission %q has seq 0", driver.ErrInvalid, m.ID)
+		case seen[ev.Seq]:
+			return nil, fmt.Errorf("%w: mission %q has two events with seq %d", driver.ErrInvalid, m.ID, ev.Seq)
+		}
+		seen[ev.Seq] = true
+		ev.MissionID = m.ID
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("encode event %d of mission %q: %w", ev.Seq, m.ID, err)
+		}
+		w.events = append(w.events, eventRec{ev.Seq, data})
+	}
+	return w, nil
+}
+
+// commit queues w and waits until a leader has committed it. The first
+// caller to find no leader becomes one and commits everything queued in
+// one transaction; a caller arriving during that commit waits to be
+// committed by the next leader, which is the first of them in the queue.
+// A lone caller therefore commits at once.
+func (db *DB) commit(ctx context.Context, w *write) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.leave()
+
+	db.mu.Lock()
+	db.queue = append(db.queue, w)
+	if db.leading {
+		db.mu.Unlock()
+		select {
+		case <-w.done:
+			return w.err
+		case <-w.lead:
+		case <-ctx.Done():
+			db.mu.Lock()
+			if i := slices.Index(db.queue, w); i >= 0 {
+				db.queue = slices.Delete(db.queue, i, i+1)
+				if w.promoted {
+					db.promoteLocked()
+				}
+				db.mu.Unlock()
+				return ctx.Err()
+			}
+			db.mu.Unlock()
+			// A leader has taken w: once it commits, w is durable, and
+			// reporting a failure then would be a lie.
+			<-w.done
+			return w.err
+		}
+		db.mu.Lock()
+	}
+	db.leading = true
+	batch := db.queue
+	db.queue = nil
+	db.mu.Unlock()
+
+	db.commitBatch(batch)
+
+	db.mu.Lock()
+	db.promoteLocked()
+	db.mu.Unlock()
+	<-w.done
+	return w.err
+}
+
+// promoteLocked hands leadership to the oldest queued write, or gives it
+// up when none is waiting. db.mu must be held.
+func (db *DB) promoteLocked() {
+	if len(db.queue) == 0 {
+		db.leading = false
+		return
+	}
+	next := db.queue[0]
+	next.promoted = true
+	close(next.lead)
+}
+
+// commitBatch applies every write in one transaction. A write that fails
+// its own checks records its error and writes nothing; the others commit.
+func (db *DB) commitBatch(batch []*write) {
+	finished := false
+	defer func() {
+		if !finished {
+			// A panic: release the waiters before it propagates.
+			for _, w := range batch {
+				w.err = fmt.Errorf("commit: aborted by panic")
+				close(w.done)
+			}
+		}
+	}()
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		b := bucketsOf(tx)
+		for _, w := range batch {
+			if err := w.apply(b); err != nil {
+				return fmt.Errorf("mission %q: %w", w.id, err)
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		db.commits.Add(1)
+		db.writes.Add(uint64(len(batch)))
+	}
+	for _, w := range batch {
+		if err != nil {
+			// Nothing was committed, not even the writes that passed.
+			w.err, w.existing = fmt.Errorf("commit: %w", err), nil
+		}
+		close(w.done)
+	}
+	finished = true
+}
+
+type txBuckets struct {
+	missions, order, active, requests, finished, timeline *bolt.Bucket
+}
+
+func bucketsOf(tx *bolt.Tx) *txBuckets {
+	return &txBuckets{
+		missions: tx.Bucket(bMissions),
+		order:    tx.Bucket(bOrder),
+		active:   tx.Bucket(bActive),
+		requests: tx.Bucket(bRequests),
+		finished: tx.Bucket(bFinished),
+		timeline: tx.Bucket(bTimeline),
+	}
+}
+
+// apply checks w against the transaction's view, which includes earlier
+// writes of the same batch, and writes it if the checks pass. A failed
+// check sets w.err; the returned error is a storage failure that aborts
+// the whole transaction.
+func (w *write) apply(b *txBuckets) error {
+	if w.create {
+		return w.applyCreate(b)
+	}
+	return w.applySave(b)
+}
+
+func (w *write) applyCreate(b *txBuckets) error {
+	if w.reqKey != "" {
+		if id := b.requests.Get([]byte(w.reqKey)); id != nil {
+			rec := b.missions.Get(id)
+			if rec == nil {
+				w.err = fmt.Errorf("create mission %q: %w: request key %q names missing mission %q", w.id, ErrCorrupt, w.reqKey, id)
+				return nil
+			}
+			w.existing = bytes.Clone(rec)
+			return nil
+		}
+	}
+	if b.missions.Get([]byte(w.id)) != nil {
+		w.err = fmt.Errorf("create mission %q: %w: id exists", w.id, driver.ErrConflict)
+		return nil
+	}
+	if w.err = w.checkEvents(b); w.err != nil {
+		return nil
+	}
+	order, err := b.order.NextSequence()
+	if err != nil {
+		return err
+	}
+	return w.insert(b, order)
+}
+
+// insert writes a new mission and its index entries and events.
+func (w *write) insert(b *txBuckets, order uint64) error {
+	id := []byte(w.id)
+	rec := envelope{schema: driver.SchemaVersion, order: order, version: w.version, finished: w.finished, body: w.body}
+	if err := b.missions.Put(id, rec.encode()); err != nil {
+		return err
+	}
+	if err := b.order.Put(be64(order), id); err != nil {
+		return err
+	}
+	if w.reqKey != "" {
+		if err := b.requests.Put([]byte(w.reqKey), id); err != nil {
+			return err
+		}
+	}
+	if err := w.index(b); err != nil {
+		return err
+	}
+	return w.putEvents(b)
+}
+
+func (w *write) applySave(b *txBuckets) error {
+	id := []byte(w.id)
+	old := b.missions.Get(id)
+	if old == nil {
+		w.err = fmt.Errorf("save mission %q: %w", w.id, driver.ErrNotFound)
+		return nil
+	}
+	h, err := parseEnvelope(old)
+	if err != nil {
+		w.err = fmt.Errorf("save mission %q: %w", w.id, err)
+		return nil
+	}
+	if w.version == 0 || h.version != w.version-1 {
+		w.err = fmt.Errorf("save mission %q at version %d: stored version is %d: %w", w.id, w.version, h.version, driver.ErrConflict)
+		return nil
+	}
+	if w.err = w.checkEvents(b); w.err != nil {
+		return nil
+	}
+	rec := envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, body: w.body}
+	if err := b.missions.Put(id, rec.encode()); err != nil {
+		return err
+	}
+	if h.finished != w.finished {
+		if err := w.unindex(b, h.finished); err != nil {
+			return err
+		}
+		if err := w.index(b); err != nil {
+			return err
+		}
+	}
+	return w.putEvents(b)
+}
+
+// index adds the mission to the active index while it is live and to the
+// finished index once it is terminal.
+func (w *write) index(b *txBuckets) error {
+	if w.finished != 0 {
+		return b.finished.Put(finishedKey(w.finished, w.id), []byte{})
+	}
+	return b.active.Put([]byte(w.id), []byte{})
+}
+
+// unindex removes the entry the mission had when its finish time was was.
+func (w *write) unindex(b *txBuckets, was uint64) error {
+	if was != 0 {
+		return b.finished.Delete(finishedKey(was, w.id))
+	}
+	return b.active.Delete([]byte(w.id))
+}
+
+// checkEvents refuses to overwrite history: a seq already recorded means
+// the caller numbered events wrongly.
+func (w *write) checkEvents(b *txBuckets) error {
+	for _, ev := range w.events {
+		if b.timeline.Get(timelineKey(w.id, ev.seq)) != nil {
+			return fmt.Errorf("%w: mission %q event %d is already recorded", driver.ErrInvalid, w.id, ev.seq)
+		}
+	}
+	return nil
+}
+
+func (w *write) putEvents(b *txBuckets) error {
+	for _, ev := range w.events {
+		if err := b.timeline.Put(timelineKey(w.id, ev.seq), ev.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}

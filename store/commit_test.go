@@ -1,0 +1,277 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// waitUntil spins until cond holds; it stands in for hooks in the commit
+// queue, whose states are otherwise invisible.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting until %s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+func (db *DB) queueState() (leading bool, queued int) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.leading, len(db.queue)
+}
+
+// holdWriter takes bbolt's writer lock until the returned func is called,
+// so that writes pile up behind a leader deterministically.
+func holdWriter(tb testing.TB, db *DB) (release func()) {
+	tb.Helper()
+	held, done := make(chan struct{}), make(chan struct{})
+	finished := make(chan error, 1)
+	go func() {
+		finished <- db.bolt.Update(func(*bolt.Tx) error {
+			close(held)
+			<-done
+			return nil
+		})
+	}()
+	<-held
+	return func() {
+		close(done)
+		if err := <-finished; err != nil {
+			tb.Errorf("held writer: %v", err)
+		}
+	}
+}
+
+func TestGroupCommitBatches(t *testing.T) {
+	db := openTest(t)
+	a, b, c := newMission("a"), newMission("b"), newMission("c")
+	for _, m := range []*driver.Mission{a, b, c} {
+		mustCreate(t, db, m)
+	}
+	before, _ := db.Stats()
+
+	a2, a2ev := advance(a, driver.StateRunning)
+	a3, a3ev := advance(a2, driver.StateStepRunning)
+	b2, b2ev := advance(b, driver.StateRunning)
+	b3, b3ev := advance(b2, driver.StateStepRunning)
+	b3stale, b3staleEv := advance(b2, driver.StatePaused)
+	c2, c2ev := advance(c, driver.StateRunning)
+
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, 6)
+	submit := func(name string, ctx context.Context, m *driver.Mission, evs []driver.Event) {
+		go func() { results <- result{name, db.Save(ctx, m, evs)} }()
+	}
+	queued := func(n int) func() bool {
+		return func() bool { _, q := db.queueState(); return q == n }
+	}
+
+	release := holdWriter(t, db)
+	// The leader takes its batch of one and blocks on the writer lock.
+	submit("a2", context.Background(), a2, a2ev)
+	waitUntil(t, "a leader took a2", func() bool { l, q := db.queueState(); return l && q == 0 })
+	// Followers queue in a known order for the next leader.
+	cctx, cancel := context.WithCancel(context.Background())
+	for i, w := range []struct {
+		name string
+		ctx  context.Context
+		m    *driver.Mission
+		evs  []driver.Event
+	}{
+		{"b2", context.Background(), b2, b2ev},
+		{"b3", context.Background(), b3, b3ev}, // sees b2 in the same batch
+		{"b3stale", context.Background(), b3stale, b3staleEv},
+		{"c2", cctx, c2, c2ev},
+		{"a3", context.Background(), a3, a3ev}, // sees the leader's commit
+	} {
+		submit(w.name, w.ctx, w.m, w.evs)
+		waitUntil(t, w.name+" queued", queued(i+1))
+	}
+	cancel()
+	if r := <-results; r.name != "c2" || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("first result = %s %v, want c2 cancelled", r.name, r.err)
+	}
+	waitUntil(t, "c2 left the queue", queued(4))
+	release()
+
+	got := map[string]error{}
+	for range 5 {
+		r := <-results
+		got[r.name] = r.err
+	}
+	for name, err := range got {
+		if want := name == "b3stale"; errors.Is(err, driver.ErrConflict) != want || (!want && err != nil) {
+			t.Errorf("%s: %v (conflict expected: %v)", name, err, want)
+		}
+	}
+	sameJSON(t, mustGet(t, db, "a"), a3)
+	sameJSON(t, mustGet(t, db, "b"), b3)
+	sameJSON(t, mustGet(t, db, "c"), c)
+
+	after, _ := db.Stats()
+	if commits, writes := after.Commits-before.Commits, after.Writes-before.Writes; commits != 2 || writes != 5 {
+		t.Errorf("%d commits carried %d writes, want 2 carrying 5 (a2 alone, then the four queued)", commits, writes)
+	}
+	if l, q := db.queueState(); l || q != 0 {
+		t.Errorf("after the commits: leading %v, %d queued", l, q)
+	}
+}
+
+func TestGroupCommitConcurrent(t *testing.T) {
+	db := openTest(t)
+	const distinct, hot = 48, 16
+	var missions []*driver.Mission
+	for i := range distinct + 1 {
+		m := newMission(mid(i))
+		mustCreate(t, db, m)
+		missions = append(missions, m)
+	}
+	hotM := missions[distinct]
+	before, _ := db.Stats()
+
+	start := make(chan struct{})
+	errs := make([]error, distinct+hot)
+	saved := make([]*driver.Mission, distinct+hot)
+	var wg sync.WaitGroup
+	for i := range distinct + hot {
+		m := missions[min(i, distinct)]
+		// The hot writers all save version 2 of one mission, each to a
+		// different step attempt, so the winner is recognisable.
+		n, evs := advance(m, driver.StateRunning)
+		n.Progress.Attempt = i
+		evs = append(evs, event(n, n.Seq+1, driver.StateStepRunning), event(n, n.Seq+2, driver.StateStepSucceeded))
+		n.Seq += 2
+		saved[i] = n
+		wg.Go(func() {
+			<-start
+			errs[i] = db.Save(context.Background(), n, evs)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case i < distinct && err != nil:
+			t.Errorf("save of distinct mission %d: %v", i, err)
+		case i >= distinct && err == nil:
+			if winner >= 0 {
+				t.Errorf("hot saves %d and %d both succeeded", winner, i)
+			}
+			winner = i
+		case i >= distinct && !errors.Is(err, driver.ErrConflict):
+			t.Errorf("hot save %d: %v, want ErrConflict", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no hot save succeeded")
+	}
+	for i := range distinct {
+		sameJSON(t, mustGet(t, db, mid(i)), saved[i])
+		if tl, _ := db.Timeline(context.Background(), mid(i)); len(tl) != 4 {
+			t.Errorf("mission %d has %d events, want 4", i, len(tl))
+		}
+	}
+	sameJSON(t, mustGet(t, db, hotM.ID), saved[winner])
+	if tl, _ := db.Timeline(context.Background(), hotM.ID); len(tl) != 4 {
+		t.Errorf("hot mission has %d events, want 4", len(tl))
+	}
+	after, _ := db.Stats()
+	commits, writes := after.Commits-before.Commits, after.Writes-before.Writes
+	if writes != distinct+hot {
+		t.Errorf("%d writes committed, want %d", writes, distinct+hot)
+	}
+	t.Logf("%d writes in %d commits", writes, commits)
+}
+
+// TestGroupCommitCancel cancels writes at random moments: a write that
+// reports cancellation is never stored, one that reports success is.
+func TestGroupCommitCancel(t *testing.T) {
+	db := openTest(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		delay := time.Duration(rng.IntN(3000)) * time.Microsecond
+		if rng.IntN(4) == 0 {
+			cancel()
+		} else {
+			stop := time.AfterFunc(delay, cancel)
+			defer stop.Stop()
+		}
+		wg.Go(func() {
+			defer cancel()
+			_, _, errs[i] = db.Create(ctx, newMission(mid(i)), nil)
+		})
+	}
+	wg.Wait()
+	cancelled := 0
+	for i, err := range errs {
+		_, gerr := db.Get(context.Background(), mid(i))
+		switch {
+		case err == nil && gerr != nil:
+			t.Errorf("create %d succeeded but Get = %v", i, gerr)
+		case errors.Is(err, context.Canceled):
+			cancelled++
+			if !errors.Is(gerr, driver.ErrNotFound) {
+				t.Errorf("create %d was cancelled but Get = %v", i, gerr)
+			}
+		case err != nil:
+			t.Errorf("create %d: %v", i, err)
+		}
+	}
+	t.Logf("%d of %d cancelled", cancelled, n)
+	if l, q := db.queueState(); l || q != 0 {
+		t.Errorf("after the writes: leading %v, %d queued", l, q)
+	}
+}
+
+func TestCloseWaitsForQueuedWrites(t *testing.T) {
+	db := openTest(t)
+	a, b := newMission("a"), newMission("b")
+	mustCreate(t, db, a)
+	mustCreate(t, db, b)
+	release := holdWriter(t, db)
+	errs := make(chan error, 2)
+	for _, m := range []*driver.Mission{a, b} {
+		n, evs := advance(m, driver.StateRunning)
+		go func() { errs <- db.Save(context.Background(), n, evs) }()
+	}
+	waitUntil(t, "one write leads and one waits", func() bool { l, q := db.queueState(); return l && q == 1 })
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	waitUntil(t, "Close started", func() bool { db.mu.Lock(); defer db.mu.Unlock(); return db.closed })
+	if err := db.Save(context.Background(), a, nil); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Save during Close = %v, want ErrClosed", err)
+	}
+	release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("queued save: %v", err)
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}

@@ -1,0 +1,174 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// pruneBatch bounds the missions one prune transaction deletes, so that
+// pruning a large backlog never holds the write lock for long.
+const pruneBatch = 64
+
+// Prune deletes terminal missions that finished before olderThan, with
+// their timelines and index entries, but always keeps the keep most
+// recently finished ones. It works in small transactions, checking ctx
+// between them, and returns how many missions it deleted (including
+// those deleted before an error). A pruned mission's request key is free
+// again.
+func (db *DB) Prune(ctx context.Context, olderThan time.Time, keep int) (int, error) {
+	if olderThan.IsZero() || olderThan.UnixNano() <= 0 {
+		return 0, nil
+	}
+	cutoff := be64(uint64(olderThan.UnixNano()))
+	keep = max(keep, 0)
+	deleted := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		n, err := db.pruneOnce(cutoff, keep)
+		deleted += n
+		if err != nil {
+			return deleted, fmt.Errorf("prune: %w", err)
+		}
+		if n < pruneBatch {
+			if deleted > 0 {
+				db.log.Info("pruned missions", "deleted", deleted, "older_than", olderThan, "keep", keep)
+			}
+			return deleted, nil
+		}
+	}
+}
+
+func (db *DB) pruneOnce(cutoff []byte, keep int) (int, error) {
+	if err := db.enter(); err != nil {
+		return 0, err
+	}
+	defer db.leave()
+	n := 0
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		b := bucketsOf(tx)
+		c := b.finished.Cursor()
+		// Entries at or after the keep-th newest are kept whatever their age.
+		var bound []byte
+		if keep > 0 {
+			k, _ := c.Last()
+			for i := 1; i < keep && k != nil; i++ {
+				k, _ = c.Prev()
+			}
+			if k == nil {
+				return nil
+			}
+			bound = bytes.Clone(k)
+		}
+		var victims [][]byte
+		for k, _ := c.First(); k != nil && len(victims) < pruneBatch; k, _ = c.Next() {
+			if bound != nil && bytes.Compare(k, bound) >= 0 || len(k) < 8 || bytes.Compare(k[:8], cutoff) >= 0 {
+				break
+			}
+			victims = append(victims, bytes.Clone(k))
+		}
+		for _, k := range victims {
+			if err := deleteMission(b, k); err != nil {
+				return err
+			}
+		}
+		n = len(victims)
+		return nil
+	})
+	return n, err
+}
+
+// deleteMission removes a finished mission, named by its finished-index
+// key, from every bucket. Index entries whose mission is already gone are
+// removed too, so a damaged index shrinks rather than blocking pruning.
+func deleteMission(b *txBuckets, fkey []byte) error {
+	id := fkey[8:]
+	if rec := b.missions.Get(id); rec != nil {
+		if h, err := parseEnvelope(rec); err == nil {
+			if err := b.order.Delete(be64(h.order)); err != nil {
+				return err
+			}
+			var m struct {
+				Meta struct {
+					RequestKey string `json:"request_key"`
+				} `json:"meta"`
+			}
+			if json.Unmarshal(h.body, &m) == nil && m.Meta.RequestKey != "" {
+				rk := []byte(m.Meta.RequestKey)
+				if bytes.Equal(b.requests.Get(rk), id) {
+					if err := b.requests.Delete(rk); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := b.missions.Delete(id); err != nil {
+			return err
+		}
+	}
+	if err := b.active.Delete(id); err != nil {
+		return err
+	}
+	// Collect before deleting: a bbolt cursor skips entries when the
+	// bucket changes under it.
+	prefix := append(bytes.Clone(id), 0)
+	var events [][]byte
+	c := b.timeline.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		events = append(events, bytes.Clone(k))
+	}
+	for _, k := range events {
+		if err := b.timeline.Delete(k); err != nil {
+			return err
+		}
+	}
+	return b.finished.Delete(fkey)
+}
+
+// Stats is a snapshot of the store's size.
+type Stats struct {
+	Missions int   // stored missions
+	Active   int   // missions that are not terminal
+	Finished int   // terminal missions (Prune candidates)
+	Events   int   // timeline entries
+	Requests int   // request keys remembered for idempotent Create
+	FileSize int64 // bytes on disk
+	Schema   int   // layout version
+	// Commits and Writes count, since Open, the group-commit transactions
+	// and the Create and Save calls they carried; Writes/Commits is the
+	// mean batch size.
+	Commits uint64
+	Writes  uint64
+}
+
+// Stats counts the store's records. It walks every bucket's pages (not
+// its records' JSON), so it is cheap enough for a metrics scrape.
+func (db *DB) Stats() (Stats, error) {
+	var s Stats
+	err := db.view(func(tx *bolt.Tx) error {
+		s.Missions = tx.Bucket(bMissions).Stats().KeyN
+		s.Active = tx.Bucket(bActive).Stats().KeyN
+		s.Finished = tx.Bucket(bFinished).Stats().KeyN
+		s.Events = tx.Bucket(bTimeline).Stats().KeyN
+		s.Requests = tx.Bucket(bRequests).Stats().KeyN
+		s.Schema = Schema
+		return nil
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("store stats: %w", err)
+	}
+	fi, err := os.Stat(db.path)
+	if err != nil {
+		return Stats{}, fmt.Errorf("store stats: %w", err)
+	}
+	s.FileSize = fi.Size()
+	s.Commits, s.Writes = db.commits.Load(), db.writes.Load()
+	return s, nil
+}

@@ -1,0 +1,282 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// Schema is the layout version this build writes. Open migrates older
+// files through the migrations table and rejects newer ones.
+const Schema = 1
+
+// DefaultTimeout is how long Open waits for the file lock by default.
+const DefaultTimeout = time.Second
+
+// Sentinel errors returned by Open and by reads of damaged records. Missing
+// missions and stale saves are reported with driver.ErrNotFound and
+// driver.ErrConflict so callers need only the driver's vocabulary.
+var (
+	// ErrLocked means another DB, in this process or another, holds the
+	// file and did not release it within Options.Timeout.
+	ErrLocked = errors.New("store file is locked")
+	// ErrCorrupt means the file or one of its records cannot be read.
+	ErrCorrupt = errors.New("store file is corrupt")
+	// ErrSchema means the file was written by a newer build, or is not a
+	// Sortie store at all.
+	ErrSchema = errors.New("unsupported store schema")
+	// ErrCursor means a List cursor was not one List returned.
+	ErrCursor = errors.New("invalid list cursor")
+)
+
+// Options configures Open. The zero value is usable.
+type Options struct {
+	// Timeout bounds the wait for the file lock held by another DB.
+	// Zero or negative means DefaultTimeout: waiting forever would turn a
+	// second agent on the same file into a silent hang.
+	Timeout time.Duration
+	// Logger receives migration and prune reports; nil discards them.
+	Logger *slog.Logger
+	// Mode is the permission of a newly created file; zero means 0600.
+	Mode os.FileMode
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Mode == 0 {
+		o.Mode = 0o600
+	}
+	return o
+}
+
+// Bucket names; see the package documentation for their contents.
+var (
+	bMeta     = []byte("meta")
+	bMissions = []byte("missions")
+	bOrder    = []byte("order")
+	bActive   = []byte("active")
+	bRequests = []byte("requests")
+	bFinished = []byte("finished")
+	bTimeline = []byte("timeline")
+
+	allBuckets = [][]byte{bMeta, bMissions, bOrder, bActive, bRequests, bFinished, bTimeline}
+
+	kSchema = []byte("schema")
+)
+
+// DB is a mission store in one bbolt file. It implements driver.Store.
+type DB struct {
+	bolt *bolt.DB
+	path string
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	queue    []*write // writes waiting for the next commit
+	leading  bool     // a leader is committing or has been promoted
+	closed   bool
+	inflight sync.WaitGroup // calls that Close must wait for
+
+	commits atomic.Uint64 // write transactions of commitBatch
+	writes  atomic.Uint64 // Create and Save calls they carried
+}
+
+var _ driver.Store = (*DB)(nil)
+
+// Open opens or creates the store at path, creating its buckets and
+// migrating an older layout. It fails with ErrLocked if another DB holds
+// the file for longer than opts.Timeout, with ErrCorrupt if the file is
+// not a readable bbolt file, and with ErrSchema if a newer build wrote it.
+func Open(path string, opts Options) (*DB, error) {
+	opts = opts.withDefaults()
+	bdb, err := openBolt(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{bolt: bdb, path: path, log: opts.Logger.With("store", path)}
+	if err := db.init(); err != nil {
+		_ = bdb.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// openBolt turns bbolt's failures, including panics on damaged files,
+// into errors that name the file.
+func openBolt(path string, opts Options) (bdb *bolt.DB, err error) {
+	var file *os.File
+	defer func() {
+		if r := recover(); r != nil {
+			if file != nil {
+				_ = file.Close() // releases the lock bbolt took
+			}
+			bdb, err = nil, fmt.Errorf("open store %s: %w: %v", path, ErrCorrupt, r)
+		}
+	}()
+	bdb, err = bolt.Open(path, opts.Mode, &bolt.Options{
+		Timeout:      opts.Timeout,
+		FreelistType: bolt.FreelistMapType,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, mode)
+			file = f
+			return f, err
+		},
+	})
+	switch {
+	case err == nil:
+		return bdb, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("open store %s: %w: another process or DB held it for %s", path, ErrLocked, opts.Timeout)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, fmt.Errorf("open store %s: %w: %w", path, ErrCorrupt, err)
+	default:
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+}
+
+// init checks the layout version, runs migrations and creates buckets, in
+// one transaction so a failed migration leaves the file as it was.
+func (db *DB) init() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrCorrupt, r)
+		}
+	}()
+	return db.bolt.Update(func(tx *bolt.Tx) error {
+		from, err := schemaOf(tx)
+		if err != nil {
+			return err
+		}
+		if from > Schema {
+			return fmt.Errorf("%w: file has schema %d, newer than this build's %d; run a newer sortie or move the file aside", ErrSchema, from, Schema)
+		}
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		for v := from; v < Schema; v++ {
+			mig := migrations[v]
+			db.log.Info("migrating store", "from", v, "to", v+1, "step", mig.name)
+			if err := mig.apply(tx); err != nil {
+				return fmt.Errorf("migrate schema %d to %d (%s): %w", v, v+1, mig.name, err)
+			}
+		}
+		return tx.Bucket(bMeta).Put(kSchema, be64(Schema))
+	})
+}
+
+// schemaOf reports the layout version of the file. A file without a meta
+// bucket is either new (no buckets: the current schema) or from before
+// schema tracking (a missions bucket: schema 0).
+func schemaOf(tx *bolt.Tx) (int, error) {
+	if meta := tx.Bucket(bMeta); meta != nil {
+		v := meta.Get(kSchema)
+		if len(v) != 8 {
+			return 0, fmt.Errorf("%w: meta schema is %d bytes, want 8", ErrCorrupt, len(v))
+		}
+		n := binary.BigEndian.Uint64(v)
+		if n > 1<<20 {
+			return 0, fmt.Errorf("%w: file has schema %d, newer than this build's %d", ErrSchema, n, Schema)
+		}
+		return int(n), nil
+	}
+	if tx.Bucket(bMissions) != nil {
+		return 0, nil
+	}
+	var other []byte
+	_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		if other == nil {
+			other = bytes.Clone(name)
+		}
+		return nil
+	})
+	if other != nil {
+		return 0, fmt.Errorf("%w: not a sortie store (it has bucket %q and no meta)", ErrSchema, other)
+	}
+	return Schema, nil
+}
+
+// Path returns the file the DB was opened on.
+func (db *DB) Path() string { return db.path }
+
+// Close waits for queued writes to commit, then closes the file and
+// releases its lock. Closing twice is harmless.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return nil
+	}
+	db.closed = true
+	db.mu.Unlock()
+	db.inflight.Wait()
+	if err := db.bolt.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// enter registers a call that Close must wait for; leave ends it.
+func (db *DB) enter() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.closed {
+		return fmt.Errorf("store %s: %w", db.path, driver.ErrClosed)
+	}
+	db.inflight.Add(1)
+	return nil
+}
+
+func (db *DB) leave() { db.inflight.Done() }
+
+// view runs fn in a read transaction, unless the DB is closed.
+func (db *DB) view(fn func(tx *bolt.Tx) error) error {
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.leave()
+	return db.bolt.View(fn)
+}
+
+func be64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// timelineKey is the mission ID, a zero byte (which driver.ValidateID
+// keeps out of IDs, so one ID's events never run into another's whose ID
+// it prefixes) and the event seq.
+func timelineKey(id string, seq uint64) []byte {
+	k := make([]byte, 0, len(id)+9)
+	k = append(k, id...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func timelinePrefix(id string) []byte {
+	return append([]byte(id), 0)
+}
+
+// finishedKey orders terminal missions by finish time for Prune.
+func finishedKey(finished uint64, id string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), finished)
+	return append(k, id...)
+}
