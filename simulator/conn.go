@@ -1,0 +1,412 @@
+package simulator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/devices"
+)
+
+// Timeouts of the device's MQTT connection. A token that does not
+// complete in time is logged and abandoned, never waited for forever.
+const (
+	connectTimeout = 5 * time.Second
+	tokenTimeout   = 5 * time.Second
+	minBackoff     = 100 * time.Millisecond
+	maxBackoff     = 5 * time.Second
+)
+
+// session is one MQTT connection of a device. A device never reuses a
+// paho client: each connection gets a fresh session, as paho requires
+// after a disconnect.
+type session struct {
+	client paho.Client
+
+	mu sync.Mutex
+	nc net.Conn // the raw connection, kept to drop it without a DISCONNECT
+
+	lost     chan struct{} // closed once paho reports the connection lost
+	lostOnce sync.Once
+	lostErr  error
+
+	// ended is set, under the device's mu, once the device is done with
+	// the session; a late OnConnect must not revive it.
+	ended bool
+}
+
+// abort closes the network connection under paho's feet. The broker sees
+// the connection end without a DISCONNECT packet and publishes the
+// device's last will, which is exactly what a power cut looks like.
+func (s *session) abort() {
+	s.mu.Lock()
+	nc := s.nc
+	s.mu.Unlock()
+	if nc != nil {
+		_ = nc.Close()
+	}
+}
+
+func (s *session) markLost(err error) {
+	s.lostOnce.Do(func() {
+		s.lostErr = err
+		close(s.lost)
+	})
+}
+
+// dial is paho's connection function; it is ours so that we hold the
+// net.Conn and can cut it.
+func (s *session) dial(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: o.ConnectTimeout}
+	var nc net.Conn
+	var err error
+	switch uri.Scheme {
+	case "tcp", "mqtt":
+		nc, err = nd.Dial("tcp", uri.Host)
+	case "ssl", "tls", "mqtts", "tcps":
+		nc, err = tls.DialWithDialer(nd, "tcp", uri.Host, o.TLSConfig)
+	default:
+		return nil, fmt.Errorf("unsupported broker scheme %q", uri.Scheme)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.nc = nc
+	s.mu.Unlock()
+	return nc, nil
+}
+
+func waitToken(t paho.Token, what string) error {
+	if !t.WaitTimeout(tokenTimeout) {
+		return fmt.Errorf("%s: timed out after %v", what, tokenTimeout)
+	}
+	if err := t.Error(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// connect opens a new session to the broker, with the device's last will
+// set to a retained "offline".
+func (d *Device) connect() (*session, error) {
+	s := &session{lost: make(chan struct{})}
+	opts := paho.NewClientOptions().
+		AddBroker(d.broker).
+		SetClientID(d.clientID).
+		SetCleanSession(true).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(connectTimeout).
+		SetWriteTimeout(tokenTimeout).
+		SetKeepAlive(15*time.Second).
+		SetPingTimeout(5*time.Second).
+		SetBinaryWill(d.topics.Availability(d.id), []byte(devices.Offline), 1, true).
+		SetCustomOpenConnectionFn(s.dial).
+		// paho runs OnConnect in its own goroutine, so waiting on
+		// tokens there does not stall the connection.
+		SetOnConnectHandler(func(c paho.Client) { d.onConnect(c, s) }).
+		SetConnectionLostHandler(func(_ paho.Client, err error) { s.markLost(err) })
+	s.client = paho.NewClient(opts)
+	if err := waitToken(s.client.Connect(), "connect to "+d.broker); err != nil {
+		s.abort()
+		return nil, err
+	}
+	return s, nil
+}
+
+// onConnect subscribes to the command topic, then announces the device:
+// "online" only once it can hear commands, and its current state.
+func (d *Device) onConnect(c paho.Client, s *session) {
+	tok := c.Subscribe(d.topics.Command(d.id), 1, func(_ paho.Client, m paho.Message) {
+		select {
+		case d.inbox <- m.Payload():
+		default:
+			d.log.Warn("command dropped: inbox full")
+		}
+	})
+	if err := waitToken(tok, "subscribe"); err != nil {
+		d.log.Warn("cannot listen for commands; dropping connection", "err", err)
+		s.abort()
+		return
+	}
+	if err := waitToken(c.Publish(d.topics.Availability(d.id), 1, true, devices.Online), "announce online"); err != nil {
+		d.log.Warn("cannot announce; dropping connection", "err", err)
+		s.abort()
+		return
+	}
+	d.mu.Lock()
+	st := d.stateOutput(time.Now())
+	d.mu.Unlock()
+	if err := waitToken(c.Publish(st.topic, 1, true, st.payload), "report state"); err != nil {
+		d.log.Warn("cannot report state", "err", err)
+	}
+	d.mu.Lock()
+	if s.ended {
+		d.mu.Unlock()
+		return
+	}
+	d.conn = s
+	close(d.onlineWait)
+	d.mu.Unlock()
+	d.log.Info("online")
+}
+
+// detach forgets s as the device's connection.
+func (d *Device) detach(s *session) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s.ended = true
+	if d.conn == s {
+		d.conn = nil
+		d.onlineWait = make(chan struct{})
+	}
+}
+
+// Online reports whether the device is connected, listening for commands
+// and announced online.
+func (d *Device) Online() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conn != nil
+}
+
+// WaitOnline waits until the device is online or ctx ends.
+func (d *Device) WaitOnline(ctx context.Context) error {
+	d.mu.Lock()
+	ch := d.onlineWait
+	d.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("device %s online: %w", d.id, context.Cause(ctx))
+	}
+}
+
+// SetOnline takes the device offline (on false) until SetOnline(true). It
+// drops the connection without a DISCONNECT so the broker fires the last
+// will, and reconnects on true, announcing "online" again.
+func (d *Device) SetOnline(on bool) {
+	d.mu.Lock()
+	d.forcedOff = !on
+	if on {
+		d.offlineUntil = time.Time{}
+	}
+	d.mu.Unlock()
+	d.poke()
+	d.log.Info("online set", "online", on)
+}
+
+// GoOffline takes the device offline for a period, as a power cut would.
+func (d *Device) GoOffline(period time.Duration) {
+	d.mu.Lock()
+	d.offlineUntil = time.Now().Add(period)
+	d.mu.Unlock()
+	d.poke()
+	d.log.Info("outage", "for", period)
+}
+
+// offline says whether the device should stay away now, and for how long
+// at most (0 means until poked).
+func (d *Device) offline(now time.Time) (bool, time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.forcedOff {
+		return true, 0
+	}
+	if now.Before(d.offlineUntil) {
+		return true, d.offlineUntil.Sub(now)
+	}
+	return false, 0
+}
+
+// run keeps the device connected as long as it should be, until ctx ends.
+func (d *Device) run(ctx context.Context) {
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		if off, wait := d.offline(time.Now()); off {
+			d.pause(ctx, wait)
+			continue
+		}
+		s, err := d.connect()
+		if err != nil {
+			d.log.Warn("connect failed", "err", err, "retry_in", backoff)
+			d.pause(ctx, backoff)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		if d.serve(ctx, s) {
+			// The connection broke on its own: do not hammer the broker.
+			d.pause(ctx, minBackoff)
+		}
+	}
+}
+
+// pause waits for wait (forever if 0), a poke, or the end of ctx.
+func (d *Device) pause(ctx context.Context, wait time.Duration) {
+	var tc <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-d.wake:
+	case <-tc:
+	}
+}
+
+// serve watches a live session until it ends. It reports whether the
+// connection broke by itself, as opposed to being ended on purpose.
+func (d *Device) serve(ctx context.Context, s *session) (broke bool) {
+	defer d.detach(s)
+	var (
+		every  time.Duration
+		outage *time.Timer
+		tc     <-chan time.Time
+	)
+	schedule := func() {
+		d.mu.Lock()
+		f := d.faults
+		if f.OfflineEvery == every {
+			d.mu.Unlock()
+			return
+		}
+		every = f.OfflineEvery
+		wait := every/2 + time.Duration(d.dice.offline.Float64()*float64(every))
+		d.mu.Unlock()
+		if outage != nil {
+			outage.Stop()
+			tc = nil
+		}
+		if every > 0 {
+			outage = time.NewTimer(wait)
+			tc = outage.C
+		}
+	}
+	schedule()
+	defer func() {
+		if outage != nil {
+			outage.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			d.goodbye(s)
+			return false
+		case <-s.lost:
+			d.log.Warn("connection lost", "err", s.lostErr)
+			return true
+		case <-d.wake:
+			if off, _ := d.offline(time.Now()); off {
+				d.cut(s, "taken offline")
+				return false
+			}
+			schedule()
+		case <-tc:
+			d.mu.Lock()
+			d.offlineUntil = time.Now().Add(d.faults.OfflineFor)
+			period := d.faults.OfflineFor
+			d.mu.Unlock()
+			d.cut(s, fmt.Sprintf("scheduled outage for %v", period))
+			return false
+		}
+	}
+}
+
+// cut drops the connection abruptly and waits until paho has noticed, so
+// the next session starts from a clean slate.
+func (d *Device) cut(s *session, why string) {
+	d.detach(s)
+	s.abort()
+	select {
+	case <-s.lost:
+	case <-time.After(tokenTimeout):
+		d.log.Warn("connection did not report loss after abort")
+	}
+	d.log.Info("offline: connection dropped without DISCONNECT", "why", why)
+}
+
+// goodbye ends a session at shutdown. A clean DISCONNECT suppresses the
+// last will, so the device first says "offline" itself: retained
+// availability must not claim a device that is gone.
+func (d *Device) goodbye(s *session) {
+	d.detach(s)
+	if err := waitToken(s.client.Publish(d.topics.Availability(d.id), 1, true, devices.Offline), "announce offline"); err != nil {
+		d.log.Warn("shutdown", "err", err)
+	}
+	s.client.Disconnect(250)
+	d.log.Info("offline: shut down")
+}
+
+// work is the device's firmware loop: it handles commands in arrival
+// order and ends curtain travel on time.
+func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		if due, ok := d.travelDue(); ok {
+			t.Reset(time.Until(due))
+		} else {
+			t.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-d.inbox:
+			d.emit(ctx, wg, d.handle(p, time.Now()))
+		case now := <-t.C:
+			d.emit(ctx, wg, d.finishTravel(now))
+		}
+	}
+}
+
+// emit publishes outputs, the delayed ones from their own goroutine so a
+// slow ack does not hold up the next command.
+func (d *Device) emit(ctx context.Context, wg *sync.WaitGroup, outs []output) {
+	for _, o := range outs {
+		if o.delay <= 0 {
+			d.publish(o)
+			continue
+		}
+		wg.Go(func() {
+			t := time.NewTimer(o.delay)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				d.publish(o)
+			}
+		})
+	}
+}
+
+var errOffline = errors.New("offline")
+
+func (d *Device) publish(o output) {
+	d.mu.Lock()
+	s := d.conn
+	d.mu.Unlock()
+	err := errOffline
+	if s != nil {
+		err = waitToken(s.client.Publish(o.topic, 1, o.retained, o.payload), "publish")
+	}
+	if err != nil {
+		d.log.Warn("message lost", "topic", o.topic, "err", err)
+		return
+	}
+	if o.ack {
+		d.log.Debug("ack sent", "payload", string(o.payload))
+	}
+}

@@ -1,0 +1,338 @@
+package simulator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sortie-edge/sortie/devices"
+)
+
+// HomeConfig describes a simulated home. Its TOML form is documented in
+// configs/home.toml.
+type HomeConfig struct {
+	// Broker is the MQTT broker URL (tcp://host:port). It may be empty in
+	// a file when the caller supplies it, as cmd/sim does.
+	Broker string `toml:"broker"`
+	// Prefix is the topic prefix; default devices.DefaultPrefix.
+	Prefix string `toml:"prefix"`
+	// Seed makes every fault reproducible: each device draws from sources
+	// derived from Seed and its ID.
+	Seed uint64 `toml:"seed"`
+	// Devices are the home's devices.
+	Devices []DeviceConfig `toml:"device"`
+
+	// Logger receives one line per command and connection event; nil
+	// discards them.
+	Logger *slog.Logger `toml:"-"`
+}
+
+// DeviceConfig describes one device of a home.
+type DeviceConfig struct {
+	// ID names the device in topics; see devices.ValidateDeviceID.
+	ID string `toml:"id"`
+	// Type is one of Types().
+	Type string `toml:"type"`
+	// Travel is a curtain's full travel time (0 to 100); zero moves
+	// instantly. Only curtains travel.
+	Travel time.Duration `toml:"travel"`
+	// State overrides the type's initial state; only settable keys (the
+	// params of the type's "set" action) are allowed.
+	State map[string]any `toml:"state"`
+	// Faults are the device's faults at start.
+	Faults Faults `toml:"faults"`
+}
+
+// check validates the device and returns its initial state in the form
+// the device keeps it.
+func (c DeviceConfig) check() (map[string]any, error) {
+	bad := func(field string, err error) error {
+		return &ConfigError{Device: c.ID, Field: field, Err: err}
+	}
+	if err := devices.ValidateDeviceID(c.ID); err != nil {
+		return nil, bad("id", err)
+	}
+	m, ok := catalogue[c.Type]
+	if !ok {
+		return nil, bad("type", fmt.Errorf("unknown type %q (want one of %s)", c.Type, strings.Join(Types(), ", ")))
+	}
+	if c.Travel < 0 {
+		return nil, bad("travel", fmt.Errorf("must not be negative, got %v", c.Travel))
+	}
+	if c.Travel > 0 && !m.travels {
+		return nil, bad("travel", fmt.Errorf("only a curtain travels, this is a %s", c.Type))
+	}
+	if err := c.Faults.Validate(c.Type); err != nil {
+		err.(*ConfigError).Device = c.ID
+		return nil, err
+	}
+	// State arrives as TOML values; give it the JSON shape of command
+	// params so the same checks apply (25.0 is an integer, "25" is not).
+	raw, err := json.Marshal(c.State)
+	if err != nil {
+		return nil, bad("state", err)
+	}
+	var st map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&st); err != nil {
+		return nil, bad("state", err)
+	}
+	st, err = m.checkState(st)
+	if err != nil {
+		return nil, bad("state", err)
+	}
+	return st, nil
+}
+
+// Validate checks the whole config and returns a *ConfigError naming the
+// first bad field.
+func (c *HomeConfig) Validate() error {
+	if c.Broker != "" {
+		if err := checkBrokerURL(c.Broker); err != nil {
+			return &ConfigError{Field: "broker", Err: err}
+		}
+	}
+	if err := checkPrefix(c.Prefix); err != nil {
+		return &ConfigError{Field: "prefix", Err: err}
+	}
+	if len(c.Devices) == 0 {
+		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]]")}
+	}
+	seen := make(map[string]bool, len(c.Devices))
+	for i, d := range c.Devices {
+		if _, err := d.check(); err != nil {
+			var ce *ConfigError
+			if errors.As(err, &ce) && ce.Device == "" {
+				ce.Field = fmt.Sprintf("device[%d].%s", i, ce.Field)
+			}
+			return err
+		}
+		if seen[d.ID] {
+			return &ConfigError{Device: d.ID, Field: "id", Err: errors.New("duplicate device id")}
+		}
+		seen[d.ID] = true
+	}
+	return nil
+}
+
+func checkBrokerURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "tcp", "mqtt", "ssl", "tls", "mqtts", "tcps":
+	default:
+		return fmt.Errorf("scheme of %q must be tcp, mqtt, ssl, tls, mqtts or tcps", s)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q has no host:port", s)
+	}
+	return nil
+}
+
+func checkPrefix(p string) error {
+	if p == "" {
+		return nil
+	}
+	if strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.Contains(p, "//") {
+		return fmt.Errorf("%q has an empty topic level", p)
+	}
+	for _, r := range p {
+		if r == '+' || r == '#' || unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return fmt.Errorf("%q contains %q", p, r)
+		}
+	}
+	return nil
+}
+
+// ParseHome decodes and validates a home config. name is used in errors,
+// typically the file's path. Unknown keys are rejected: a misspelt fault
+// would otherwise silently leave a device healthy.
+func ParseHome(name string, data []byte) (HomeConfig, error) {
+	var cfg HomeConfig
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&cfg)
+	if err != nil {
+		return HomeConfig{}, &ConfigError{File: name, Err: err}
+	}
+	if undec := md.Undecoded(); len(undec) > 0 {
+		var raw map[string]any
+		_, _ = toml.Decode(string(data), &raw)
+		return HomeConfig{}, &ConfigError{File: name, Device: deviceWithKey(raw, undec[0]), Field: undec[0].String(),
+			Err: errors.New("unknown key")}
+	}
+	if err := cfg.Validate(); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.File = name
+		}
+		return HomeConfig{}, err
+	}
+	return cfg, nil
+}
+
+// deviceWithKey finds the ID of the [[device]] table holding an unknown
+// key, which the TOML decoder reports without an index.
+func deviceWithKey(raw map[string]any, key toml.Key) string {
+	if len(key) < 2 || key[0] != "device" {
+		return ""
+	}
+	tables, _ := raw["device"].([]map[string]any)
+	for _, t := range tables {
+		var v any = t
+		for _, k := range key[1:] {
+			m, ok := v.(map[string]any)
+			if !ok {
+				v = nil
+				break
+			}
+			v, ok = m[k]
+			if !ok {
+				break
+			}
+		}
+		if v != nil {
+			id, _ := t["id"].(string)
+			return id
+		}
+	}
+	return ""
+}
+
+// LoadHome reads and parses a home config file.
+func LoadHome(path string) (HomeConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return HomeConfig{}, fmt.Errorf("load home: %w", err)
+	}
+	return ParseHome(path, data)
+}
+
+// Home is a running simulated home: a set of devices, each with its own
+// MQTT connection. Its methods are safe for concurrent use.
+type Home struct {
+	cfg  HomeConfig
+	devs []*Device
+	byID map[string]*Device
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// NewHome builds a home from a config; it connects nothing until Start.
+func NewHome(cfg HomeConfig) (*Home, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Broker == "" {
+		return nil, &ConfigError{Field: "broker", Err: errors.New("no broker URL")}
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = devices.DefaultPrefix
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	h := &Home{cfg: cfg, byID: make(map[string]*Device, len(cfg.Devices)), log: log}
+	topics := devices.Topics{Prefix: cfg.Prefix}
+	for _, dc := range cfg.Devices {
+		st, err := dc.check()
+		if err != nil {
+			return nil, err
+		}
+		d := newDevice(dc, st, cfg.Seed, topics, cfg.Broker, cfg.Prefix+"-sim-"+dc.ID, log)
+		h.devs = append(h.devs, d)
+		h.byID[d.id] = d
+	}
+	return h, nil
+}
+
+// Start connects every device and returns once all are online, or with
+// an error when ctx ends first; the devices keep trying in the background
+// until Close either way. ctx bounds only the wait, not the home's life.
+func (h *Home) Start(ctx context.Context) error {
+	h.mu.Lock()
+	switch {
+	case h.closed:
+		h.mu.Unlock()
+		return ErrClosed
+	case h.started:
+		h.mu.Unlock()
+		return errors.New("home already started")
+	}
+	h.started = true
+	runCtx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	for _, d := range h.devs {
+		h.wg.Go(func() { d.run(runCtx) })
+		h.wg.Go(func() { d.work(runCtx, &h.wg) })
+	}
+	h.mu.Unlock()
+	h.log.Info("home starting", "broker", h.cfg.Broker, "prefix", h.cfg.Prefix, "devices", len(h.devs), "seed", h.cfg.Seed)
+	for _, d := range h.devs {
+		if err := d.WaitOnline(ctx); err != nil {
+			return fmt.Errorf("start home: %w", err)
+		}
+	}
+	h.log.Info("home online")
+	return nil
+}
+
+// Close takes every device offline (announcing "offline" and
+// disconnecting cleanly) and waits for the devices' goroutines. It is
+// safe to call more than once.
+func (h *Home) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	cancel := h.cancel
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	h.wg.Wait()
+	return nil
+}
+
+// Device returns the device with the given ID, or nil.
+func (h *Home) Device(id string) *Device { return h.byID[id] }
+
+// Devices returns the home's devices in config order.
+func (h *Home) Devices() []*Device { return slices.Clone(h.devs) }
+
+// Prefix is the topic prefix the devices use.
+func (h *Home) Prefix() string { return h.cfg.Prefix }
+
+// Broker is the broker URL the devices connect to.
+func (h *Home) Broker() string { return h.cfg.Broker }
+
+// SetFaults sets the faults of the device with the given ID.
+func (h *Home) SetFaults(id string, f Faults) error {
+	d := h.byID[id]
+	if d == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownDevice, id)
+	}
+	return d.SetFaults(f)
+}
