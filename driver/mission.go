@@ -120,6 +120,10 @@ type Progress struct {
 	Undo int `json:"undo"`
 	// Cause is the state compensation ends in: FAILED or CANCELLED.
 	Cause State `json:"cause,omitempty"`
+	// Gen counts operator retries. It is part of every idempotency key, so
+	// a step redone after its compensation is applied again rather than
+	// deduplicated against its first run.
+	Gen int `json:"gen,omitempty"`
 }
 
 // Metadata is bookkeeping about the mission.

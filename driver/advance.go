@@ -1,0 +1,623 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime/debug"
+	"time"
+)
+
+// txn accumulates the transitions of one commit on a private copy of a
+// mission.
+type txn struct {
+	m      *Mission
+	events []Event
+	now    time.Time
+	dirty  bool // changed without an event (a control flag)
+	// woken means Wake was called for this mission: a not-ready wait ends
+	// early.
+	woken bool
+}
+
+// fire applies one state-machine input and records its event.
+func (t *txn) fire(in Input, step int, detail string) error {
+	to, err := Next(t.m.State, in)
+	if err != nil {
+		return err
+	}
+	t.m.Seq++
+	ev := Event{
+		MissionID: t.m.ID, Seq: t.m.Seq, Type: t.m.Type, TraceID: t.m.Meta.TraceID,
+		Input: in, From: t.m.State, To: to, Step: step, Time: t.now, Detail: detail,
+	}
+	if step >= 0 && step < len(t.m.Steps) {
+		ev.StepID = t.m.Steps[step].ID
+		ev.Attempt = t.m.Progress.Attempt
+	}
+	t.m.State = to
+	t.events = append(t.events, ev)
+	return nil
+}
+
+// fail records an error on the last event.
+func (t *txn) annotate(err, code string) {
+	if len(t.events) > 0 {
+		t.events[len(t.events)-1].Error = err
+		t.events[len(t.events)-1].Code = code
+	}
+}
+
+// action is what a worker does after a commit.
+type action int
+
+const (
+	actRest    action = iota // nothing to execute now
+	actExec                  // execute the current step
+	actCompExc               // execute the current compensation
+)
+
+// advance takes a mission one step forward: it settles it (start,
+// deadline, pause, cancel, begin the next step) and commits that
+// write-ahead, executes at most one step or compensation, then commits
+// the outcome together with the next step's begin.
+func (d *Driver) advance(e *entry) {
+	e.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			e.mu.Unlock()
+		}
+	}()
+	t := d.begin(e)
+	act, err := d.settle(t)
+	if err != nil {
+		d.log.Error("settle mission", "mission", t.m.ID, "err", err)
+		return
+	}
+	if act != actRest {
+		// A step already begun and committed (by an earlier commit or a
+		// previous process) needs no new commit, unless its lease is
+		// someone else's: then record the recovery first.
+		if t.m.Lease.Owner != d.opts.Owner {
+			detail := "lease of " + t.m.Lease.Owner + " taken over"
+			if t.m.Lease.Owner == "" {
+				detail = "unleased step recovered"
+			}
+			t.m.Lease = d.lease(t.m, t.now)
+			if err := t.fire(InRecover, d.current(t.m), detail); err != nil {
+				d.log.Error("recover mission", "mission", t.m.ID, "err", err)
+				return
+			}
+		}
+	}
+	if len(t.events) > 0 {
+		if !d.commit(e, t) {
+			return
+		}
+	}
+	if act == actRest {
+		return
+	}
+	e.mu.Unlock()
+	locked = false
+	d.execute(e, act)
+}
+
+// begin opens a transaction on a copy of e's latest committed mission.
+func (d *Driver) begin(e *entry) *txn {
+	d.mu.Lock()
+	m := e.m.Clone()
+	woken := e.woken
+	e.woken = false
+	d.mu.Unlock()
+	return &txn{m: m, now: d.clock.Now(), woken: woken && m.Control.Wait}
+}
+
+// current is the step index an in-flight execution concerns.
+func (d *Driver) current(m *Mission) int {
+	if m.State == StateCompensating {
+		return m.Progress.Undo
+	}
+	return m.Progress.Step
+}
+
+func (d *Driver) lease(m *Mission, now time.Time) Lease {
+	return Lease{Owner: d.opts.Owner, Expires: now.Add(d.timeoutOf(m) + d.opts.LeaseGrace)}
+}
+
+func (d *Driver) timeoutOf(m *Mission) time.Duration {
+	var to Duration
+	if m.State == StateCompensating {
+		if c := m.Steps[m.Progress.Undo].Compensate; c != nil {
+			to = c.Timeout
+		}
+	} else if m.Progress.Step < len(m.Steps) {
+		to = m.Steps[m.Progress.Step].Timeout
+	}
+	if to <= 0 {
+		return d.opts.StepTimeout
+	}
+	return to.D()
+}
+
+// settle moves t.m to a resting state or to the begin of a step,
+// honouring cancel, deadline and pause at step boundaries.
+func (d *Driver) settle(t *txn) (action, error) {
+	m := t.m
+	for range 64 { // each pass fires one input; the bound guards against a table bug
+		dl := m.Meta.Deadline
+		late := !dl.IsZero() && !t.now.Before(dl)
+		switch m.State {
+		case StatePending:
+			switch {
+			case m.Control.Cancel:
+				return actRest, d.stop(t, StateCancelled, "cancelled", "cancelled before start")
+			case late:
+				return actRest, d.stop(t, StateFailed, "deadline", ErrDeadline.Error()+" before start")
+			case m.Control.Pause:
+				m.Control.Pause = false
+				return actRest, t.fire(InPause, -1, "paused before start")
+			}
+			m.Meta.Started = t.now
+			if err := t.fire(InStart, -1, ""); err != nil {
+				return actRest, err
+			}
+		case StateStepSucceeded:
+			k := m.Progress.Step
+			m.Progress.Step++
+			if err := t.fire(InNext, k, ""); err != nil {
+				return actRest, err
+			}
+		case StateRunning, StateStepFailed:
+			retrying := m.State == StateStepFailed
+			switch {
+			case m.Control.Cancel:
+				return actRest, d.stop(t, StateCancelled, "cancelled", "cancelled by request")
+			case late:
+				return actRest, d.stop(t, StateFailed, "deadline", fmt.Sprintf("%v at %s", ErrDeadline, dl.UTC().Format(time.RFC3339)))
+			case m.Control.Pause:
+				m.Control.Pause = false
+				return actRest, t.fire(InPause, m.Progress.Step, "paused at step boundary")
+			case retrying && t.now.Before(m.Due) && !t.woken:
+				return actRest, nil
+			case !retrying && m.Progress.Step >= len(m.Steps):
+				d.finish(t)
+				if failed := d.failedSteps(m); failed > 0 {
+					m.Reason = "completed_with_errors"
+					m.Error = fmt.Sprintf("%d step(s) failed and were skipped (continue_on_error)", failed)
+				}
+				return actRest, t.fire(InComplete, -1, "")
+			}
+			d.beginStep(t)
+			return actExec, t.fire(InBeginStep, m.Progress.Step, "")
+		case StatePaused:
+			switch {
+			case m.Control.Cancel:
+				return actRest, d.stop(t, StateCancelled, "cancelled", "cancelled while paused")
+			case late:
+				return actRest, d.stop(t, StateFailed, "deadline", ErrDeadline.Error()+" while paused")
+			}
+			return actRest, nil
+		case StateStepRunning:
+			return actExec, nil
+		case StateCompensating:
+			j := m.Progress.Undo
+			if j >= 0 && j < len(m.Undo) && m.Undo[j].Status == StepRunning {
+				return actCompExc, nil
+			}
+			if t.now.Before(m.Due) && !t.woken {
+				return actRest, nil
+			}
+			j = nextUndo(m, j)
+			if j < 0 {
+				d.finish(t)
+				in := InFail
+				if m.Progress.Cause == StateCancelled {
+					in = InCancel
+				}
+				return actRest, t.fire(in, -1, "compensation finished")
+			}
+			m.Progress.Undo = j
+			u := &m.Undo[j]
+			if u.Started.IsZero() {
+				u.Started = t.now
+			}
+			u.Attempts++
+			u.Status = StepRunning
+			m.Progress.Attempt = u.Attempts
+			m.Control.Wait = false
+			m.Lease = d.lease(m, t.now)
+			return actCompExc, t.fire(InCompBegin, j, "compensating "+m.Steps[j].ID)
+		default:
+			return actRest, nil
+		}
+	}
+	return actRest, errors.New("settle did not converge")
+}
+
+// nextUndo finds the highest step index at or below from that succeeded
+// and can be compensated, or -1.
+func nextUndo(m *Mission, from int) int {
+	for j := min(from, len(m.Steps)-1); j >= 0; j-- {
+		if m.Results[j].Status == StepSucceeded && m.Steps[j].Compensate != nil {
+			return j
+		}
+	}
+	return -1
+}
+
+func (d *Driver) failedSteps(m *Mission) int {
+	n := 0
+	for _, r := range m.Results {
+		if r.Status == StepFailed {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *Driver) beginStep(t *txn) {
+	m := t.m
+	r := &m.Results[m.Progress.Step]
+	if r.Started.IsZero() {
+		r.Started = t.now
+	}
+	r.Attempts++
+	r.Status = StepRunning
+	m.Progress.Attempt = r.Attempts
+	m.Control.Wait = false
+	m.Due = time.Time{}
+	m.Lease = d.lease(m, t.now)
+}
+
+// finish stamps a mission that is about to become terminal.
+func (d *Driver) finish(t *txn) {
+	m := t.m
+	m.Meta.Finished = t.now
+	m.Lease = Lease{}
+	m.Due = time.Time{}
+	m.Control = Control{}
+	for i := range m.Results {
+		if m.Results[i].Status == StepPending || m.Results[i].Status == StepWaiting {
+			m.Results[i].Status = StepSkipped
+		}
+	}
+}
+
+// stop ends a mission as cause (FAILED or CANCELLED), compensating first
+// if any completed step can be undone.
+func (d *Driver) stop(t *txn, cause State, reason, msg string) error {
+	m := t.m
+	m.Reason, m.Error = reason, msg
+	if m.compensable() {
+		m.Progress.Cause = cause
+		m.Progress.Undo = len(m.Steps) - 1
+		m.Undo = make([]StepResult, len(m.Steps))
+		m.Due = time.Time{}
+		m.Lease = Lease{}
+		m.Control.Wait = false
+		if err := t.fire(InCompensate, m.Progress.Step, msg); err != nil {
+			return err
+		}
+		t.annotate(msg, reason)
+		return nil
+	}
+	d.finish(t)
+	in := InFail
+	if cause == StateCancelled {
+		in = InCancel
+	}
+	if err := t.fire(in, m.Progress.Step, msg); err != nil {
+		return err
+	}
+	t.annotate(msg, reason)
+	return nil
+}
+
+// commit saves t and publishes its events. On failure the entry keeps
+// its last committed copy and the mission is retried later.
+func (d *Driver) commit(e *entry, t *txn) bool {
+	t.m.Version++
+	t.m.Meta.Updated = t.now
+	err := d.store.Save(context.Background(), t.m, t.events)
+	if err != nil {
+		d.log.Error("save mission", "mission", t.m.ID, "trace", t.m.Meta.TraceID, "version", t.m.Version, "err", err)
+		if errors.Is(err, ErrConflict) {
+			if fresh, gerr := d.store.Get(context.Background(), t.m.ID); gerr == nil {
+				d.mu.Lock()
+				e.m = fresh
+				d.mu.Unlock()
+			}
+		}
+		d.mu.Lock()
+		// Try again after a pause rather than spinning on a broken disk.
+		e.backoff = t.now.Add(time.Second)
+		d.mu.Unlock()
+		return false
+	}
+	snap := t.m.Clone()
+	d.mu.Lock()
+	e.m = snap
+	obs := d.observers
+	d.mu.Unlock()
+	for _, ev := range t.events {
+		for _, o := range obs {
+			o.Observe(ev, snap)
+		}
+	}
+	return true
+}
+
+// execute runs the begun step (or compensation), then commits its
+// outcome together with whatever settle decides next.
+func (d *Driver) execute(e *entry, act action) {
+	d.mu.Lock()
+	m := e.m.Clone()
+	d.mu.Unlock()
+	comp := act == actCompExc
+	idx := m.Progress.Step
+	if comp {
+		idx = m.Progress.Undo
+	}
+	step := m.Steps[idx]
+	kind, params, policy := step.Kind, step.Params, step.Retry
+	key := fmt.Sprintf("%s-%d-%d", m.ID, m.Progress.Gen, idx)
+	var forward map[string]any
+	started := m.Results[idx].Started
+	if comp {
+		kind, params, policy = step.Compensate.Kind, step.Compensate.Params, step.Compensate.Retry
+		key += "-undo"
+		forward = cloneValues(m.Results[idx].Outputs)
+		started = m.Undo[idx].Started
+	}
+	timeout := d.timeoutOf(m)
+	now := d.clock.Now()
+	if dl := m.Meta.Deadline; !comp && !dl.IsZero() && dl.Sub(now) < timeout {
+		timeout = max(dl.Sub(now), 0)
+	}
+	req := StepRequest{
+		MissionID: m.ID, MissionType: m.Type, StepID: step.ID, StepIndex: idx, Kind: kind,
+		Attempt: m.Progress.Attempt, Params: params, Context: cloneValues(m.Context.Values),
+		IdempotencyKey: key, TraceID: m.Meta.TraceID, Compensating: comp, Forward: forward,
+		Started: started, Deadline: now.Add(timeout),
+	}
+	d.mu.Lock()
+	h := d.handlers[kind]
+	d.mu.Unlock()
+	log := d.log.With("mission", m.ID, "trace", m.Meta.TraceID, "step", step.ID, "kind", kind, "attempt", req.Attempt)
+
+	out, err := d.run(h, req, timeout)
+	if d.runCtx.Err() != nil {
+		// Stop ran out of grace and cancelled us: the outcome is unknown, so
+		// leave the step leased and STEP_RUNNING for the next start.
+		log.Warn("step interrupted by shutdown; it will be re-executed on restart")
+		return
+	}
+	elapsed := d.clock.Now().Sub(now)
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := d.begin(e)
+	m = t.m
+	if m.State != StateStepRunning && m.State != StateCompensating {
+		log.Warn("mission changed under a running step; outcome dropped", "state", m.State)
+		return
+	}
+	if comp {
+		d.compOutcome(t, idx, policy, out, err, elapsed, log)
+	} else {
+		d.stepOutcome(t, idx, policy, out, err, elapsed, log)
+	}
+	if _, serr := d.settle(t); serr != nil {
+		log.Error("settle after step", "err", serr)
+		return
+	}
+	d.commit(e, t)
+}
+
+// run calls the handler with a timeout driven by the injected clock, and
+// turns panics into errors so one bad handler cannot kill the agent.
+func (d *Driver) run(h Handler, req StepRequest, timeout time.Duration) (out map[string]any, err error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownKind, req.Kind)
+	}
+	if timeout <= 0 {
+		return nil, ErrDeadline
+	}
+	ctx, cancel := context.WithCancelCause(d.runCtx)
+	defer cancel(nil)
+	stopTimer := d.clock.AfterFunc(timeout, func() { cancel(ErrStepTimeout) })
+	defer stopTimer()
+	// A real deadline as well, so handlers that read ctx.Deadline() (to
+	// bound a network wait) see one.
+	ctx, cancelDL := context.WithDeadlineCause(ctx, time.Now().Add(timeout), ErrStepTimeout)
+	defer cancelDL()
+	defer func() {
+		if r := recover(); r != nil {
+			err = PermanentError("panic", fmt.Errorf("handler %q panicked: %v\n%s", req.Kind, r, debug.Stack()))
+		}
+	}()
+	out, err = h.Execute(ctx, req)
+	if err != nil && errors.Is(context.Cause(ctx), ErrStepTimeout) {
+		err = RetryableError("timeout", fmt.Errorf("%w after %s: %w", ErrStepTimeout, timeout, err))
+	}
+	return out, err
+}
+
+// stepOutcome applies a forward step's result and decides retry.
+func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) {
+	m := t.m
+	r := &m.Results[k]
+	r.Duration += Duration(elapsed)
+	m.Lease = Lease{}
+	if err == nil {
+		r.Status = StepSucceeded
+		r.Outputs = out
+		r.Error, r.Code = "", ""
+		r.Finished = t.now
+		if len(out) > 0 {
+			if m.Context.Values == nil {
+				m.Context.Values = make(map[string]any, len(out))
+			}
+			maps.Copy(m.Context.Values, cloneValues(out))
+		}
+		_ = t.fire(InStepOK, k, "")
+		return
+	}
+	class, code := Classify(err)
+	r.Error, r.Code = err.Error(), code
+	_ = t.fire(InStepError, k, class.String())
+	t.annotate(r.Error, code)
+	p := policy.WithDefaults()
+	retryAfter := time.Duration(0)
+	var se *StepError
+	if errors.As(err, &se) {
+		retryAfter = se.RetryAfter
+	}
+	limit := d.waitLimit(m, r.Started, p)
+	switch {
+	case class == NotReady:
+		r.Attempts-- // not-ready waits spend no attempt
+		r.Waits++
+		if retryAfter <= 0 {
+			retryAfter = d.opts.NotReadyRetry
+		}
+		if !limit.IsZero() && !t.now.Before(limit) {
+			d.stepFailed(t, k, fmt.Sprintf("not ready until %s: %v", limit.UTC().Format(time.RFC3339), err), "not_ready_timeout")
+			return
+		}
+		due := t.now.Add(retryAfter)
+		if !limit.IsZero() && due.After(limit) {
+			due = limit
+		}
+		r.Status = StepWaiting
+		m.Due = due
+		m.Control.Wait = true
+		log.Info("step not ready; waiting", "err", err, "until", due)
+	case class == Permanent:
+		d.stepFailed(t, k, err.Error(), code)
+	case r.Attempts >= p.MaxAttempts:
+		d.stepFailed(t, k, fmt.Sprintf("gave up after %d attempts: %v", r.Attempts, err), code)
+	default:
+		backoff := retryAfter
+		if backoff <= 0 {
+			backoff = d.jitter(p, r.Attempts+1)
+		}
+		due := t.now.Add(backoff)
+		if !limit.IsZero() && due.After(limit) {
+			reason := "retry would pass max_elapsed"
+			if dl := m.Meta.Deadline; !dl.IsZero() && !due.Before(dl) {
+				reason = "retry would pass the mission deadline"
+			}
+			d.stepFailed(t, k, fmt.Sprintf("%s: %v", reason, err), code)
+			return
+		}
+		r.Status = StepWaiting
+		m.Due = due
+		t.events[len(t.events)-1].Detail = "retry in " + backoff.Round(time.Millisecond).String()
+		log.Info("step failed; retrying", "err", err, "backoff", backoff)
+	}
+}
+
+// waitLimit is the latest time the step may still be retried or waited
+// for: the earliest of its max_elapsed, the mission deadline and MaxWait.
+func (d *Driver) waitLimit(m *Mission, started time.Time, p RetryPolicy) time.Time {
+	var limit time.Time
+	if p.MaxElapsed > 0 {
+		limit = started.Add(p.MaxElapsed.D())
+	}
+	if dl := m.Meta.Deadline; !dl.IsZero() && (limit.IsZero() || dl.Before(limit)) {
+		limit = dl
+	}
+	if limit.IsZero() {
+		limit = started.Add(d.opts.MaxWait)
+	}
+	return limit
+}
+
+// stepFailed gives up on step k: skip it (continue_on_error) or stop
+// the mission.
+func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
+	m := t.m
+	r := &m.Results[k]
+	r.Status = StepFailed
+	r.Finished = t.now
+	r.Error, r.Code = msg, code
+	m.Due = time.Time{}
+	m.Control.Wait = false
+	if m.Steps[k].ContinueOnError {
+		m.Progress.Step++
+		_ = t.fire(InNext, k, "continue_on_error: "+msg)
+		return
+	}
+	_ = d.stop(t, StateFailed, "step_failed", fmt.Sprintf("step %s failed: %s", m.Steps[k].ID, msg))
+}
+
+// compOutcome applies a compensation's result.
+func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) {
+	m := t.m
+	u := &m.Undo[j]
+	u.Duration += Duration(elapsed)
+	m.Lease = Lease{}
+	if err == nil {
+		u.Status = StepSucceeded
+		u.Outputs = out
+		u.Error, u.Code = "", ""
+		u.Finished = t.now
+		m.Results[j].Status = StepCompensated
+		m.Progress.Undo = j - 1
+		_ = t.fire(InCompResult, j, "compensated")
+		return
+	}
+	class, code := Classify(err)
+	u.Error, u.Code = err.Error(), code
+	p := policy.WithDefaults()
+	limit := d.waitLimit(&Mission{}, u.Started, p) // compensation ignores the mission deadline
+	giveUp := func(msg string) {
+		u.Status = StepFailed
+		u.Finished = t.now
+		u.Error = msg
+		m.Progress.Undo = j - 1
+		m.Due = time.Time{}
+		m.Control.Wait = false
+		m.Error += fmt.Sprintf("; compensation of %s failed: %s", m.Steps[j].ID, msg)
+		_ = t.fire(InCompResult, j, "compensation failed")
+		t.annotate(msg, code)
+		log.Warn("compensation failed", "err", msg)
+	}
+	switch {
+	case class == NotReady:
+		u.Attempts--
+		u.Waits++
+		if !t.now.Before(limit) {
+			giveUp(fmt.Sprintf("not ready until %s: %v", limit.UTC().Format(time.RFC3339), err))
+			return
+		}
+		u.Status = StepWaiting
+		m.Due = t.now.Add(d.opts.NotReadyRetry)
+		if m.Due.After(limit) {
+			m.Due = limit
+		}
+		m.Control.Wait = true
+		_ = t.fire(InCompResult, j, "not_ready")
+		t.annotate(u.Error, code)
+	case class == Permanent:
+		giveUp(err.Error())
+	case u.Attempts >= p.MaxAttempts:
+		giveUp(fmt.Sprintf("gave up after %d attempts: %v", u.Attempts, err))
+	default:
+		backoff := d.jitter(p, u.Attempts+1)
+		u.Status = StepWaiting
+		m.Due = t.now.Add(backoff)
+		_ = t.fire(InCompResult, j, "retry in "+backoff.Round(time.Millisecond).String())
+		t.annotate(u.Error, code)
+	}
+}

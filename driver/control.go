@@ -1,0 +1,316 @@
+package driver
+
+import (
+	"context"
+
+	"fmt"
+	"maps"
+	"time"
+)
+
+// InSubmit labels a mission's first event. Creation is not a transition,
+// so it is not in the state table: its From is empty.
+const InSubmit Input = "submit"
+
+// Priority bounds. Higher runs first.
+const (
+	MinPriority = 0
+	MaxPriority = 100
+)
+
+// Spec is what a caller submits.
+type Spec struct {
+	Type     string
+	Priority int
+	Steps    []Step
+	// Values seed the mission context (e.g. trigger parameters).
+	Values map[string]any
+	// RequestKey makes Submit idempotent: the same key returns the same
+	// mission, whatever else the second request says.
+	RequestKey string
+	TraceID    string
+	Source     string
+	// Deadline, if set, is when the mission must have finished; Timeout
+	// is the same relative to submission. Deadline wins if both are set.
+	Deadline time.Time
+	Timeout  time.Duration
+	Labels   map[string]string
+}
+
+// Submit creates a mission from spec and queues it. If spec.RequestKey
+// was seen before, it returns that mission and created false.
+func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created bool, err error) {
+	if err := d.load(ctx); err != nil {
+		return nil, false, err
+	}
+	if spec.Priority < MinPriority || spec.Priority > MaxPriority {
+		return nil, false, fmt.Errorf("%w: priority %d is outside %d..%d", ErrInvalid, spec.Priority, MinPriority, MaxPriority)
+	}
+	now := d.clock.Now()
+	m = &Mission{
+		ID:       d.newID(now),
+		Type:     spec.Type,
+		Priority: spec.Priority,
+		Context:  Context{Schema: ContextSchema, Values: cloneValues(spec.Values)},
+		Steps:    append([]Step(nil), spec.Steps...),
+		State:    StatePending,
+		Results:  make([]StepResult, len(spec.Steps)),
+		Meta: Metadata{
+			Created: now, Updated: now, TraceID: spec.TraceID, RequestKey: spec.RequestKey,
+			Source: spec.Source, Deadline: spec.Deadline, Labels: maps.Clone(spec.Labels),
+		},
+		Version: 1,
+		Seq:     1,
+	}
+	if m.Meta.TraceID == "" {
+		m.Meta.TraceID = randomHex(16)
+	}
+	if m.Meta.Deadline.IsZero() && spec.Timeout > 0 {
+		m.Meta.Deadline = now.Add(spec.Timeout)
+	}
+	if !m.Meta.Deadline.IsZero() {
+		m.Meta.Budget = Duration(m.Meta.Deadline.Sub(now))
+	}
+	for i := range m.Results {
+		m.Results[i].Status = StepPending
+	}
+	if err := m.Validate(); err != nil {
+		return nil, false, err
+	}
+	d.mu.Lock()
+	for _, s := range m.Steps {
+		if d.handlers[s.Kind] == nil {
+			d.mu.Unlock()
+			return nil, false, fmt.Errorf("%w: step %q has kind %q", ErrUnknownKind, s.ID, s.Kind)
+		}
+		if s.Compensate != nil && d.handlers[s.Compensate.Kind] == nil {
+			d.mu.Unlock()
+			return nil, false, fmt.Errorf("%w: step %q compensation has kind %q", ErrUnknownKind, s.ID, s.Compensate.Kind)
+		}
+	}
+	stopping := d.stopping
+	d.mu.Unlock()
+	if stopping {
+		return nil, false, ErrClosed
+	}
+	ev := Event{
+		MissionID: m.ID, Seq: 1, Type: m.Type, TraceID: m.Meta.TraceID, Input: InSubmit,
+		To: StatePending, Step: -1, Time: now, Detail: spec.Source,
+	}
+	existing, created, err := d.store.Create(ctx, m, []Event{ev})
+	if err != nil {
+		return nil, false, fmt.Errorf("submit %s: %w", spec.Type, err)
+	}
+	if !created {
+		return existing, false, nil
+	}
+	snap := m.Clone()
+	d.mu.Lock()
+	e := &entry{m: snap, ready: -1, timer: -1}
+	d.entries[m.ID] = e
+	d.placeLocked(e, now)
+	obs := d.observers
+	d.mu.Unlock()
+	for _, o := range obs {
+		o.Observe(ev, snap)
+	}
+	d.signal()
+	return m, true, nil
+}
+
+// control runs fn on a fresh transaction of the mission and commits what
+// it changed. Control operations serialise with the mission's worker
+// through the entry's lock; a step in flight is not interrupted.
+func (d *Driver) control(ctx context.Context, id string, fn func(t *txn, running bool) error) (*Mission, error) {
+	if err := d.load(ctx); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	e := d.entries[id]
+	d.mu.Unlock()
+	if e == nil {
+		m, err := d.store.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if m.State.Terminal() && m.State != StateFailed {
+			return m, fmt.Errorf("%w: %s is %s", ErrTerminal, id, m.State)
+		}
+		d.mu.Lock()
+		if e = d.entries[id]; e == nil {
+			e = &entry{m: m, ready: -1, timer: -1}
+			d.entries[id] = e
+		}
+		d.mu.Unlock()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d.mu.Lock()
+	running := e.running
+	d.mu.Unlock()
+	t := d.begin(e)
+	before := t.m.Version
+	if err := fn(t, running); err != nil {
+		d.forgetIfTerminal(e)
+		return t.m, err
+	}
+	if len(t.events) == 0 && !t.dirty {
+		d.forgetIfTerminal(e)
+		return t.m, nil
+	}
+	if !d.commit(e, t) {
+		return nil, fmt.Errorf("save %s after version %d failed", id, before)
+	}
+	d.mu.Lock()
+	d.placeLocked(e, d.clock.Now())
+	m := e.m
+	d.mu.Unlock()
+	d.signal()
+	return m.Clone(), nil
+}
+
+// forgetIfTerminal drops an entry that control loaded for a terminal
+// mission it did not change.
+func (d *Driver) forgetIfTerminal(e *entry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.m.State.Terminal() && !e.running {
+		d.sched.remove(e)
+		delete(d.entries, e.m.ID)
+	}
+}
+
+// Pause holds a mission at its next step boundary. A mission with a
+// step in flight stays STEP_RUNNING until that step ends.
+func (d *Driver) Pause(ctx context.Context, id string) (*Mission, error) {
+	return d.control(ctx, id, func(t *txn, running bool) error {
+		m := t.m
+		switch {
+		case m.State == StatePaused:
+			return nil
+		case m.State.Terminal():
+			return fmt.Errorf("%w: %s is %s", ErrTerminal, id, m.State)
+		case m.State == StateCompensating:
+			return &TransitionError{From: m.State, Input: InPause}
+		}
+		m.Control.Pause = true
+		t.dirty = true
+		if running || m.State == StateStepRunning {
+			return nil
+		}
+		_, err := d.settle(t)
+		return err
+	})
+}
+
+// Resume lets a paused mission go on from where it stopped.
+func (d *Driver) Resume(ctx context.Context, id string) (*Mission, error) {
+	return d.control(ctx, id, func(t *txn, running bool) error {
+		m := t.m
+		if m.State != StatePaused {
+			if m.Control.Pause {
+				m.Control.Pause = false // withdraw a pause not yet taken
+				t.dirty = true
+				return nil
+			}
+			return &TransitionError{From: m.State, Input: InResume}
+		}
+		m.Due = time.Time{}
+		return t.fire(InResume, m.Progress.Step, "resumed")
+	})
+}
+
+// Cancel stops a mission: a step in flight finishes (or times out),
+// then completed steps are compensated in reverse order.
+func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
+	return d.control(ctx, id, func(t *txn, running bool) error {
+		m := t.m
+		switch {
+		case m.State.Terminal():
+			return fmt.Errorf("%w: %s is %s", ErrTerminal, id, m.State)
+		case m.State == StateCompensating:
+			return &TransitionError{From: m.State, Input: InCancel}
+		}
+		m.Control.Cancel = true
+		t.dirty = true
+		if running || m.State == StateStepRunning {
+			return nil
+		}
+		_, err := d.settle(t)
+		return err
+	})
+}
+
+// Retry restarts a FAILED mission. It resumes from the failed step, or
+// from the earliest compensated step if compensation undid earlier
+// work, so the mission's goal is reached again as a whole. A mission
+// with a deadline gets the same time budget again from now.
+func (d *Driver) Retry(ctx context.Context, id string) (*Mission, error) {
+	return d.control(ctx, id, func(t *txn, running bool) error {
+		m := t.m
+		if m.State != StateFailed {
+			return &TransitionError{From: m.State, Input: InRetry}
+		}
+		from := min(m.Progress.Step, len(m.Steps)-1)
+		for i, r := range m.Results {
+			if r.Status == StepCompensated || r.Status == StepFailed {
+				from = min(from, i)
+			}
+		}
+		for i := from; i < len(m.Results); i++ {
+			m.Results[i] = StepResult{Status: StepPending}
+		}
+		m.Undo = nil
+		m.Progress = Progress{Step: from, Undo: 0, Gen: m.Progress.Gen + 1}
+		m.Error, m.Reason = "", ""
+		m.Meta.Finished = time.Time{}
+		m.Control = Control{}
+		m.Due = time.Time{}
+		if m.Meta.Budget > 0 {
+			m.Meta.Deadline = t.now.Add(m.Meta.Budget.D())
+		}
+		return t.fire(InRetry, from, fmt.Sprintf("retry from step %s", m.Steps[from].ID))
+	})
+}
+
+// SetPriority changes a live mission's priority; it takes effect the
+// next time the loop picks.
+func (d *Driver) SetPriority(ctx context.Context, id string, p int) (*Mission, error) {
+	if p < MinPriority || p > MaxPriority {
+		return nil, fmt.Errorf("%w: priority %d is outside %d..%d", ErrInvalid, p, MinPriority, MaxPriority)
+	}
+	return d.control(ctx, id, func(t *txn, running bool) error {
+		if t.m.State.Terminal() {
+			return fmt.Errorf("%w: %s is %s", ErrTerminal, id, t.m.State)
+		}
+		if t.m.Priority == p {
+			return nil
+		}
+		old := t.m.Priority
+		t.m.Priority = p
+		return t.fire(InReprioritise, -1, fmt.Sprintf("priority %d -> %d", old, p))
+	})
+}
+
+// Get returns a mission's latest committed state.
+func (d *Driver) Get(ctx context.Context, id string) (*Mission, error) {
+	return d.store.Get(ctx, id)
+}
+
+// List returns missions matching f, newest first, and the next cursor.
+func (d *Driver) List(ctx context.Context, f Filter) ([]*Mission, string, error) {
+	return d.store.List(ctx, f)
+}
+
+// Timeline returns a mission's events in order.
+func (d *Driver) Timeline(ctx context.Context, id string) ([]Event, error) {
+	return d.store.Timeline(ctx, id)
+}
+
+// Active reports how many missions the driver is tracking and how many
+// of them are due now; a gauge for metrics.
+func (d *Driver) Active() (active, due int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.entries), len(d.sched.ready)
+}

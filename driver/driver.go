@@ -1,0 +1,443 @@
+package driver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a Driver. Zero fields take the documented defaults.
+type Options struct {
+	// Store persists missions. Required.
+	Store Store
+	// Handlers maps step kinds to handlers. More can be added with
+	// Register before Start.
+	Handlers map[string]Handler
+	// Observers receive every committed event.
+	Observers []Observer
+	// Clock tells time; default SystemClock.
+	Clock Clock
+	// Logger; default discards.
+	Logger *slog.Logger
+	// Workers bounds how many steps execute at once; default 16.
+	Workers int
+	// StepTimeout bounds a step attempt whose step sets no timeout;
+	// default 10s.
+	StepTimeout time.Duration
+	// LeaseGrace is added to a step's timeout to form its lease; default 5s.
+	LeaseGrace time.Duration
+	// StopGrace is how long Stop waits for in-flight steps before
+	// cancelling them; default 10s.
+	StopGrace time.Duration
+	// NotReadyRetry is how long a not-ready step waits when its error
+	// gives no RetryAfter and nothing wakes it; default 5s.
+	NotReadyRetry time.Duration
+	// MaxWait bounds not-ready waiting when neither the step's
+	// MaxElapsed nor the mission's deadline does; default 10m.
+	MaxWait time.Duration
+	// Owner names this driver in leases; default a random ID.
+	Owner string
+	// Seed seeds backoff jitter; zero seeds from the clock.
+	Seed uint64
+}
+
+func (o *Options) setDefaults() {
+	if o.Clock == nil {
+		o.Clock = SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Workers <= 0 {
+		o.Workers = 16
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 10 * time.Second
+	}
+	if o.LeaseGrace <= 0 {
+		o.LeaseGrace = 5 * time.Second
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 10 * time.Second
+	}
+	if o.NotReadyRetry <= 0 {
+		o.NotReadyRetry = 5 * time.Second
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 10 * time.Minute
+	}
+	if o.Owner == "" {
+		o.Owner = "driver-" + randomHex(6)
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(o.Clock.Now().UnixNano())
+	}
+}
+
+// Driver advances missions. It is safe for concurrent use. Create one with
+// New, register handlers, then either Start it (and Stop it) or call Step
+// to advance what is due synchronously (for tests).
+type Driver struct {
+	opts  Options
+	store Store
+	clock Clock
+	log   *slog.Logger
+
+	mu        sync.Mutex
+	handlers  map[string]Handler
+	observers []Observer
+	entries   map[string]*entry
+	sched     scheduler
+	running   int  // workers in flight
+	started   bool // Start has run
+	stopping  bool // Stop has begun: take no new steps
+	randMu    sync.Mutex
+	rand      *mrand.Rand
+
+	kick      chan struct{} // wakes the loop; buffered, one pending kick is enough
+	timerStop func() bool
+	timerAt   time.Time
+
+	runCtx    context.Context // parent of step contexts; cancelled when Stop's grace runs out
+	runCancel context.CancelFunc
+	loopDone  chan struct{}
+	workers   sync.WaitGroup
+
+	idSeq atomic.Uint32
+}
+
+// New returns a driver. It does not touch the store until Start or Step.
+func New(opts Options) (*Driver, error) {
+	if opts.Store == nil {
+		return nil, errors.New("driver: Options.Store is required")
+	}
+	opts.setDefaults()
+	d := &Driver{
+		opts:      opts,
+		store:     opts.Store,
+		clock:     opts.Clock,
+		log:       opts.Logger,
+		handlers:  make(map[string]Handler, len(opts.Handlers)),
+		observers: append([]Observer(nil), opts.Observers...),
+		entries:   make(map[string]*entry),
+		kick:      make(chan struct{}, 1),
+		rand:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+	}
+	for k, h := range opts.Handlers {
+		d.handlers[k] = h
+	}
+	d.runCtx, d.runCancel = context.WithCancel(context.Background())
+	return d, nil
+}
+
+// Register adds a handler for a step kind. It replaces any earlier one.
+func (d *Driver) Register(kind string, h Handler) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.handlers[kind] = h
+}
+
+// Observe adds an observer of committed events.
+func (d *Driver) Observe(o Observer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.observers = append(d.observers, o)
+}
+
+// Owner is the name this driver writes into leases.
+func (d *Driver) Owner() string { return d.opts.Owner }
+
+// load reads active missions from the store into the scheduler once.
+func (d *Driver) load(ctx context.Context) error {
+	d.mu.Lock()
+	if d.started {
+		d.mu.Unlock()
+		return nil
+	}
+	d.started = true
+	d.mu.Unlock()
+	ms, err := d.store.Active(ctx)
+	if err != nil {
+		return fmt.Errorf("load active missions: %w", err)
+	}
+	now := d.clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, m := range ms {
+		if _, ok := d.entries[m.ID]; ok || m.State.Terminal() {
+			continue
+		}
+		e := &entry{m: m, ready: -1, timer: -1}
+		d.entries[m.ID] = e
+		d.placeLocked(e, now)
+	}
+	if len(ms) > 0 {
+		d.log.Info("loaded active missions", "count", len(ms))
+	}
+	return nil
+}
+
+// Start loads the active missions and starts the loop. Missions left
+// STEP_RUNNING under another owner's lease are recovered at once: the
+// store's file lock guarantees that owner is gone.
+func (d *Driver) Start(ctx context.Context) error {
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.loopDone != nil || d.stopping {
+		d.mu.Unlock()
+		return errors.New("driver: already started")
+	}
+	d.loopDone = make(chan struct{})
+	d.mu.Unlock()
+	go d.loop()
+	return nil
+}
+
+// Run starts the driver and stops it when ctx is done, for use in an
+// errgroup. It returns nil after a clean stop.
+func (d *Driver) Run(ctx context.Context) error {
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), d.opts.StopGrace)
+	defer cancel()
+	return d.Stop(stopCtx)
+}
+
+// Stop stops taking steps and waits for in-flight steps to finish and
+// be saved, up to Options.StopGrace or ctx, whichever ends first. Steps
+// still running then are cancelled; their missions stay STEP_RUNNING
+// under this driver's lease and are recovered by the next Start.
+func (d *Driver) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		return nil
+	}
+	d.stopping = true
+	loopDone := d.loopDone
+	if d.timerStop != nil {
+		d.timerStop()
+	}
+	d.mu.Unlock()
+	d.signal()
+	if loopDone != nil {
+		<-loopDone
+	}
+	done := make(chan struct{})
+	go func() { d.workers.Wait(); close(done) }()
+	grace := time.NewTimer(d.opts.StopGrace)
+	defer grace.Stop()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("stop: in-flight steps cancelled: %w", ctx.Err())
+	case <-grace.C:
+		err = errors.New("stop: in-flight steps cancelled after grace period")
+	}
+	d.runCancel()
+	// Handlers get one more moment to notice the cancellation; one that
+	// ignores its context is abandoned rather than hanging shutdown.
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		err = errors.Join(err, errors.New("stop: a step handler ignored cancellation"))
+	}
+	return err
+}
+
+// signal wakes the loop without blocking.
+func (d *Driver) signal() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop dispatches due missions to workers and sleeps until the earliest
+// wake time or a kick. It never polls.
+func (d *Driver) loop() {
+	defer close(d.loopDone)
+	for {
+		d.mu.Lock()
+		if d.stopping {
+			d.mu.Unlock()
+			return
+		}
+		now := d.clock.Now()
+		d.sched.promote(now)
+		for d.running < d.opts.Workers {
+			e := d.sched.popReady()
+			if e == nil {
+				break
+			}
+			e.running = true
+			d.running++
+			d.workers.Add(1)
+			go d.work(e)
+		}
+		d.armLocked(d.sched.next(), now)
+		d.mu.Unlock()
+		<-d.kick
+	}
+}
+
+// armLocked sets the wake-up timer to at, replacing a later one.
+func (d *Driver) armLocked(at, now time.Time) {
+	if at.IsZero() || (d.timerStop != nil && d.timerAt.Equal(at)) {
+		return
+	}
+	if d.timerStop != nil {
+		d.timerStop()
+	}
+	d.timerAt = at
+	d.timerStop = d.clock.AfterFunc(at.Sub(now), d.signal)
+}
+
+// work advances one mission by one step in a worker goroutine.
+func (d *Driver) work(e *entry) {
+	defer d.workers.Done()
+	d.advance(e)
+	d.mu.Lock()
+	e.running = false
+	d.running--
+	d.placeLocked(e, d.clock.Now())
+	d.mu.Unlock()
+	d.signal()
+}
+
+// Step advances, one step each, every mission that is due now, in
+// priority order, in the calling goroutine, and returns how many it
+// advanced. It is the deterministic alternative to Start for tests; do
+// not mix the two.
+func (d *Driver) Step(ctx context.Context) (int, error) {
+	if err := d.load(ctx); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	now := d.clock.Now()
+	d.sched.promote(now)
+	var batch []*entry
+	for e := d.sched.popReady(); e != nil; e = d.sched.popReady() {
+		e.running = true
+		batch = append(batch, e)
+	}
+	d.mu.Unlock()
+	for _, e := range batch {
+		d.advance(e)
+		d.mu.Lock()
+		e.running = false
+		d.placeLocked(e, d.clock.Now())
+		d.mu.Unlock()
+	}
+	return len(batch), ctx.Err()
+}
+
+// NextWake is the earliest time a waiting mission becomes due, or zero.
+// Tests with a fake clock advance to it.
+func (d *Driver) NextWake() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sched.next()
+}
+
+// placeLocked files e by its mission's state: terminal missions leave
+// the scheduler; running ones stay out until their worker returns.
+func (d *Driver) placeLocked(e *entry, now time.Time) {
+	m := e.m
+	if m.State.Terminal() {
+		d.sched.remove(e)
+		delete(d.entries, m.ID)
+		return
+	}
+	if e.running {
+		d.sched.remove(e)
+		return
+	}
+	wake, sleeping := wakeTime(m, now)
+	if e.backoff.After(now) {
+		wake, sleeping = e.backoff, false
+	}
+	e.wake = wake
+	d.sched.place(e, now, sleeping)
+}
+
+// wakeTime says when the loop must look at m next; sleeping means only an
+// explicit operation (Resume) can make it due.
+func wakeTime(m *Mission, now time.Time) (time.Time, bool) {
+	dl := m.Meta.Deadline
+	switch m.State {
+	case StatePaused:
+		if dl.IsZero() {
+			return time.Time{}, true
+		}
+		return dl, false
+	case StateStepFailed, StateCompensating:
+		w := m.Due
+		if m.State == StateStepFailed && !dl.IsZero() && dl.Before(w) {
+			w = dl
+		}
+		return w, false
+	default:
+		return time.Time{}, false
+	}
+}
+
+// Wake makes every mission waiting on a not-ready step due now, e.g.
+// because a device came back online.
+func (d *Driver) Wake() {
+	d.mu.Lock()
+	now := d.clock.Now()
+	n := 0
+	for _, e := range d.entries {
+		if e.running || !e.m.Control.Wait {
+			continue
+		}
+		if e.timer >= 0 {
+			d.sched.remove(e)
+			e.woken = true
+			e.wake = now
+			d.sched.place(e, now, false)
+			n++
+		}
+	}
+	d.mu.Unlock()
+	if n > 0 {
+		d.signal()
+	}
+}
+
+// newID returns a 24-hex-digit ID that sorts by creation time: 48 bits
+// of milliseconds, 16 bits of counter, 32 random bits.
+func (d *Driver) newID(now time.Time) string {
+	var b [12]byte
+	ms := uint64(now.UnixMilli())
+	binary.BigEndian.PutUint64(b[0:8], ms<<16|uint64(d.idSeq.Add(1)&0xffff))
+	_, _ = rand.Read(b[8:])
+	return hex.EncodeToString(b[:])
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (d *Driver) jitter(p RetryPolicy, next int) time.Duration {
+	d.randMu.Lock()
+	defer d.randMu.Unlock()
+	return p.Backoff(next, d.rand)
+}
