@@ -325,7 +325,9 @@ func TestNotReadyUntilDeadline(t *testing.T) {
 
 func TestCompensationReverseOrderOnFailure(t *testing.T) {
 	d, clk, _, sc := fixture(t, Options{})
-	sc.do["c"] = func(StepRequest) (map[string]any, error) { return nil, PermanentError("jammed", errors.New("lock jammed")) }
+	sc.do["c"] = func(StepRequest) (map[string]any, error) {
+		return nil, PermanentError("jammed", errors.New("lock jammed"))
+	}
 	var fwd map[string]any
 	sc.do["a/undo"] = func(req StepRequest) (map[string]any, error) { fwd = req.Forward; return nil, nil }
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a!", "x", "b!", "c!", "d!")})
@@ -602,7 +604,9 @@ func TestRetryFailedMission(t *testing.T) {
 
 func TestContinueOnError(t *testing.T) {
 	d, clk, _, sc := fixture(t, Options{})
-	sc.do["music"] = func(StepRequest) (map[string]any, error) { return nil, PermanentError("x", errors.New("speaker broken")) }
+	sc.do["music"] = func(StepRequest) (map[string]any, error) {
+		return nil, PermanentError("x", errors.New("speaker broken"))
+	}
 	st := steps("light", "music", "ac")
 	st[1].ContinueOnError = true
 	m := submit(t, d, Spec{Type: "t", Steps: st})
