@@ -260,6 +260,9 @@ func (d *Driver) failedSteps(m *Mission) int {
 
 func (d *Driver) beginStep(t *txn) {
 	m := t.m
+	if m.Meta.Started.IsZero() {
+		m.Meta.Started = t.now // a held mission skips PENDING
+	}
 	r := &m.Results[m.Progress.Step]
 	if r.Started.IsZero() {
 		r.Started = t.now

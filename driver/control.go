@@ -35,6 +35,9 @@ type Spec struct {
 	Deadline time.Time
 	Timeout  time.Duration
 	Labels   map[string]string
+	// Hold submits the mission PAUSED, to be started later by Resume (how
+	// a scene's queued mode waits for the run before it).
+	Hold bool
 }
 
 // Submit creates a mission from spec and queues it. If spec.RequestKey
@@ -74,6 +77,9 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 	for i := range m.Results {
 		m.Results[i].Status = StepPending
 	}
+	if spec.Hold {
+		m.State = StatePaused
+	}
 	if err := m.Validate(); err != nil {
 		return nil, false, err
 	}
@@ -95,7 +101,7 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 	}
 	ev := Event{
 		MissionID: m.ID, Seq: 1, Type: m.Type, TraceID: m.Meta.TraceID, Input: InSubmit,
-		To: StatePending, Step: -1, Time: now, Detail: spec.Source,
+		To: m.State, Step: -1, Time: now, Detail: spec.Source,
 	}
 	existing, created, err := d.store.Create(ctx, m, []Event{ev})
 	if err != nil {

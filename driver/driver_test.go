@@ -682,3 +682,20 @@ func TestMissionJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n%s\n%s", b, b2)
 	}
 }
+
+func TestHoldThenResume(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	m := submit(t, d, Spec{Type: "t", Steps: steps("a"), Hold: true})
+	eq(t, "held", m.State, StatePaused)
+	drain(t, d, clk)
+	eq(t, "nothing ran", len(sc.trace()), 0)
+	if _, err := d.Resume(context.Background(), m.ID); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	eq(t, "state", got.State, StateSucceeded)
+	if got.Meta.Started.IsZero() {
+		t.Error("started time not set")
+	}
+}
