@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -31,7 +32,7 @@ type session struct {
 	client paho.Client
 
 	mu sync.Mutex
-	nc net.Conn // the raw connection, kept to drop it without a DISCONNECT
+	nc *cutConn // the connection, kept to drop it without a DISCONNECT
 
 	lost     chan struct{} // closed once paho reports the connection lost
 	lostOnce sync.Once
@@ -50,8 +51,33 @@ func (s *session) abort() {
 	nc := s.nc
 	s.mu.Unlock()
 	if nc != nil {
-		_ = nc.Close()
+		nc.cut()
 	}
+}
+
+var errCut = errors.New("connection cut by the simulator")
+
+// cutConn is a connection that can be cut. paho ignores read errors
+// that say the connection was closed locally (it assumes it did so
+// itself), and would only notice the loss at the next keepalive; reads
+// on a cut connection say it was cut instead, so paho reports the loss
+// at once.
+type cutConn struct {
+	net.Conn
+	isCut atomic.Bool
+}
+
+func (c *cutConn) cut() {
+	c.isCut.Store(true)
+	_ = c.Conn.Close()
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.isCut.Load() {
+		err = errCut
+	}
+	return n, err
 }
 
 func (s *session) markLost(err error) {
@@ -78,10 +104,11 @@ func (s *session) dial(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	cc := &cutConn{Conn: nc}
 	s.mu.Lock()
-	s.nc = nc
+	s.nc = cc
 	s.mu.Unlock()
-	return nc, nil
+	return cc, nil
 }
 
 func waitToken(t paho.Token, what string) error {
