@@ -55,6 +55,7 @@ type write struct {
 	reqKey   string
 	version  uint64
 	finished uint64
+	seq      uint64 // highest of m.Seq and the events' seqs
 	body     []byte
 	events   []eventRec
 
@@ -93,6 +94,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 		id:       m.ID,
 		version:  m.Version,
 		finished: finishedAt(m),
+		seq:      m.Seq,
 		body:     body,
 		events:   make([]eventRec, 0, len(events)),
 		done:     make(chan struct{}),
@@ -118,6 +120,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 			return nil, fmt.Errorf("encode event %d of mission %q: %w", ev.Seq, m.ID, err)
 		}
 		w.events = append(w.events, eventRec{ev.Seq, data})
+		w.seq = max(w.seq, ev.Seq)
 	}
 	return w, nil
 }
@@ -266,9 +269,6 @@ func (w *write) applyCreate(b *txBuckets) error {
 		w.err = fmt.Errorf("create mission %q: %w: id exists", w.id, driver.ErrConflict)
 		return nil
 	}
-	if w.err = w.checkEvents(b); w.err != nil {
-		return nil
-	}
 	order, err := b.order.NextSequence()
 	if err != nil {
 		return err
@@ -279,7 +279,7 @@ func (w *write) applyCreate(b *txBuckets) error {
 // insert writes a new mission and its index entries and events.
 func (w *write) insert(b *txBuckets, order uint64) error {
 	id := []byte(w.id)
-	rec := envelope{schema: driver.SchemaVersion, order: order, version: w.version, finished: w.finished, body: w.body}
+	rec := envelope{schema: driver.SchemaVersion, order: order, version: w.version, finished: w.finished, seq: w.seq, body: w.body}
 	if err := b.missions.Put(id, rec.encode()); err != nil {
 		return err
 	}
@@ -313,10 +313,10 @@ func (w *write) applySave(b *txBuckets) error {
 		w.err = fmt.Errorf("save mission %q at version %d: stored version is %d: %w", w.id, w.version, h.version, driver.ErrConflict)
 		return nil
 	}
-	if w.err = w.checkEvents(b); w.err != nil {
+	if w.err = w.checkEvents(h.seq); w.err != nil {
 		return nil
 	}
-	rec := envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, body: w.body}
+	rec := envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, seq: max(w.seq, h.seq), body: w.body}
 	if err := b.missions.Put(id, rec.encode()); err != nil {
 		return err
 	}
@@ -348,12 +348,12 @@ func (w *write) unindex(b *txBuckets, was uint64) error {
 	return b.active.Delete([]byte(w.id))
 }
 
-// checkEvents refuses to overwrite history: a seq already recorded means
-// the caller numbered events wrongly.
-func (w *write) checkEvents(b *txBuckets) error {
+// checkEvents refuses to rewrite history: every event must come after
+// the highest seq already recorded, which the header keeps.
+func (w *write) checkEvents(recorded uint64) error {
 	for _, ev := range w.events {
-		if b.timeline.Get(timelineKey(w.id, ev.seq)) != nil {
-			return fmt.Errorf("%w: mission %q event %d is already recorded", driver.ErrInvalid, w.id, ev.seq)
+		if ev.seq <= recorded {
+			return fmt.Errorf("%w: mission %q event %d: events up to %d are already recorded", driver.ErrInvalid, w.id, ev.seq, recorded)
 		}
 	}
 	return nil

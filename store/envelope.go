@@ -14,17 +14,20 @@ import (
 //	[1:9]    creation sequence, big-endian
 //	[9:17]   mission version, big-endian
 //	[17:25]  finish time in Unix ns, big-endian; 0 while the mission is live
-//	[25:]    the mission as JSON
+//	[25:33]  highest event seq recorded, big-endian
+//	[33:]    the mission as JSON
 //
-// A binary header lets a save check versions and move index entries
-// without decoding JSON inside the shared write transaction.
-const headerLen = 25
+// A binary header lets a save check versions, refuse to rewrite history
+// and move index entries without decoding JSON or reading the timeline
+// inside the shared write transaction.
+const headerLen = 33
 
 type envelope struct {
 	schema   byte
 	order    uint64
 	version  uint64
 	finished uint64
+	seq      uint64
 	body     []byte
 }
 
@@ -34,6 +37,7 @@ func (e envelope) encode() []byte {
 	binary.BigEndian.PutUint64(b[1:9], e.order)
 	binary.BigEndian.PutUint64(b[9:17], e.version)
 	binary.BigEndian.PutUint64(b[17:25], e.finished)
+	binary.BigEndian.PutUint64(b[25:33], e.seq)
 	copy(b[headerLen:], e.body)
 	return b
 }
@@ -48,6 +52,7 @@ func parseEnvelope(b []byte) (envelope, error) {
 		order:    binary.BigEndian.Uint64(b[1:9]),
 		version:  binary.BigEndian.Uint64(b[9:17]),
 		finished: binary.BigEndian.Uint64(b[17:25]),
+		seq:      binary.BigEndian.Uint64(b[25:33]),
 		body:     b[headerLen:],
 	}
 	switch {

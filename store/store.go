@@ -122,8 +122,10 @@ func openBolt(path string, opts Options) (bdb *bolt.DB, err error) {
 	var file *os.File
 	defer func() {
 		if r := recover(); r != nil {
+			// bbolt's mapping of the file leaks: it has no handle to unmap.
 			if file != nil {
-				_ = file.Close() // releases the lock bbolt took
+				unlockFile(file)
+				_ = file.Close()
 			}
 			bdb, err = nil, fmt.Errorf("open store %s: %w: %v", path, ErrCorrupt, r)
 		}
@@ -131,6 +133,9 @@ func openBolt(path string, opts Options) (bdb *bolt.DB, err error) {
 	bdb, err = bolt.Open(path, opts.Mode, &bolt.Options{
 		Timeout:      opts.Timeout,
 		FreelistType: bolt.FreelistMapType,
+		// NoFreelistSync would save a page per commit, but then Open rebuilds
+		// the freelist in a goroutine of bbolt's whose panic on a damaged
+		// file no recover can catch.
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 			f, err := os.OpenFile(name, flag, mode)
 			file = f
