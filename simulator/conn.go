@@ -121,6 +121,26 @@ func waitToken(t paho.Token, what string) error {
 	return nil
 }
 
+// subscribed waits for a subscribe token and checks the broker's return
+// codes: paho reports a refused MQTT 3.1.1 subscription (return code
+// 0x80) as a success. mochi refuses, for one, a SUBSCRIBE whose packet ID
+// equals one of its own in-flight QoS 1 deliveries to the client.
+func subscribed(t paho.Token, what string) error {
+	if err := waitToken(t, what); err != nil {
+		return err
+	}
+	st, ok := t.(*paho.SubscribeToken)
+	if !ok {
+		return nil
+	}
+	for filter, code := range st.Result() {
+		if code > 2 {
+			return fmt.Errorf("%s: broker refused %q (code %#x)", what, filter, code)
+		}
+	}
+	return nil
+}
+
 // connect opens a new session to the broker, with the device's last will
 // set to a retained "offline".
 func (d *Device) connect() (*session, error) {
@@ -159,7 +179,7 @@ func (d *Device) onConnect(c paho.Client, s *session) {
 			d.log.Warn("command dropped: inbox full")
 		}
 	})
-	if err := waitToken(tok, "subscribe"); err != nil {
+	if err := subscribed(tok, "subscribe"); err != nil {
 		d.log.Warn("cannot listen for commands; dropping connection", "err", err)
 		s.abort()
 		return

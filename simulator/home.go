@@ -30,8 +30,9 @@ type HomeConfig struct {
 	// Prefix is the topic prefix; default devices.DefaultPrefix.
 	Prefix string `toml:"prefix"`
 	// Seed makes every fault reproducible: each device draws from sources
-	// derived from Seed and its ID.
-	Seed uint64 `toml:"seed"`
+	// derived from Seed and its ID. Any value is fine (TOML integers are
+	// signed, hence int64).
+	Seed int64 `toml:"seed"`
 	// Devices are the home's devices.
 	Devices []DeviceConfig `toml:"device"`
 
@@ -259,7 +260,7 @@ func NewHome(cfg HomeConfig) (*Home, error) {
 		if err != nil {
 			return nil, err
 		}
-		d := newDevice(dc, st, cfg.Seed, topics, cfg.Broker, cfg.Prefix+"-sim-"+dc.ID, log)
+		d := newDevice(dc, st, uint64(cfg.Seed), topics, cfg.Broker, cfg.Prefix+"-sim-"+dc.ID, log)
 		h.devs = append(h.devs, d)
 		h.byID[d.id] = d
 	}
