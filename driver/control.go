@@ -308,6 +308,11 @@ func (d *Driver) List(ctx context.Context, f Filter) ([]*Mission, string, error)
 	return d.store.List(ctx, f)
 }
 
+// Lookup returns the mission a request key created.
+func (d *Driver) Lookup(ctx context.Context, requestKey string) (*Mission, error) {
+	return d.store.Lookup(ctx, requestKey)
+}
+
 // Timeline returns a mission's events in order.
 func (d *Driver) Timeline(ctx context.Context, id string) ([]Event, error) {
 	return d.store.Timeline(ctx, id)
@@ -319,4 +324,34 @@ func (d *Driver) Active() (active, due int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.entries), len(d.sched.ready)
+}
+
+// QueueStats is a snapshot of the loop's work, for metrics.
+type QueueStats struct {
+	ByState map[State]int // active missions by state
+	Due     int           // due now and waiting for a worker
+	Running int           // steps executing
+	// OldestDue is the earliest wake time among due missions (zero when
+	// none is due): how long the oldest runnable mission has waited.
+	OldestDue time.Time
+}
+
+// Queue reports the loop's current work.
+func (d *Driver) Queue() QueueStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	q := QueueStats{ByState: make(map[State]int), Due: len(d.sched.ready), Running: d.running}
+	for _, e := range d.entries {
+		q.ByState[e.m.State]++
+	}
+	for _, e := range d.sched.ready {
+		w := e.wake
+		if w.IsZero() {
+			w = e.m.Meta.Updated
+		}
+		if q.OldestDue.IsZero() || w.Before(q.OldestDue) {
+			q.OldestDue = w
+		}
+	}
+	return q
 }

@@ -57,6 +57,9 @@ type Reader interface {
 	List(ctx context.Context, f Filter) ([]*Mission, string, error)
 	// Timeline returns a mission's events in order, or ErrNotFound.
 	Timeline(ctx context.Context, id string) ([]Event, error)
+	// Lookup returns the mission created with a request key, or
+	// ErrNotFound.
+	Lookup(ctx context.Context, requestKey string) (*Mission, error)
 }
 
 // Filter selects missions for List. Zero fields match everything.

@@ -153,3 +153,13 @@ func (s *memStore) Timeline(_ context.Context, id string) ([]Event, error) {
 	}
 	return append([]Event(nil), s.events[id]...), nil
 }
+
+func (s *memStore) Lookup(_ context.Context, key string) (*Mission, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.keys[key]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return dec(s.missions[id]), nil
+}
