@@ -1,0 +1,197 @@
+package scenes
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// commandOf decodes a device.command step's params.
+func commandOf(t *testing.T, raw json.RawMessage) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("params %s: %v", raw, err)
+	}
+	return m
+}
+
+func TestBuildGoHome(t *testing.T) {
+	c := shipped(t)
+	tests := []struct {
+		name    string
+		trigger map[string]any
+		target  float64
+	}{
+		{"default", nil, 24},
+		{"override", map[string]any{"temperature": 22}, 22},
+		{"override float integral", map[string]any{"temperature": 21.0}, 21},
+		{"override json.Number", map[string]any{"temperature": json.Number("27")}, 27},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := c.Build("go_home", tc.trigger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spec.Type != "go_home" || spec.Priority != 60 || spec.Timeout != 2*time.Minute || len(spec.Steps) != 3 {
+				t.Fatalf("spec = %+v", spec)
+			}
+			ac := spec.Steps[1]
+			if ac.ID != "2-living-ac" || ac.Kind != CommandKind {
+				t.Fatalf("step = %+v", ac)
+			}
+			cmd := commandOf(t, ac.Params)
+			params := cmd["params"].(map[string]any)
+			if cmd["device"] != "living-ac" || cmd["action"] != "set" || params["target"] != tc.target || params["mode"] != "cool" {
+				t.Errorf("ac command = %v", cmd)
+			}
+			if _, ok := cmd["verify"]; ok {
+				t.Errorf("unset verify is present: %s", ac.Params)
+			}
+			if ac.Compensate == nil || ac.Compensate.Kind != RestoreKind || string(ac.Compensate.Params) != `{"device":"living-ac"}` {
+				t.Errorf("compensation = %+v", ac.Compensate)
+			}
+			if tc.trigger != nil && spec.Values["temperature"] == nil {
+				t.Errorf("trigger params not in Values: %v", spec.Values)
+			}
+		})
+	}
+}
+
+func TestBuildStepShapes(t *testing.T) {
+	c := shipped(t)
+	spec, err := c.Build("go_home", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	light := spec.Steps[0]
+	if got, want := string(light.Params), `{"device":"living-light","action":"turn_on","params":{"brightness":80},"verify":true,"verify_timeout":"5s","ack_timeout":"2s"}`; got != want {
+		t.Errorf("light params\ngot  %s\nwant %s", got, want)
+	}
+	wantRetry := driver.RetryPolicy{MaxAttempts: 4, InitialBackoff: driver.Duration(250 * time.Millisecond), Multiplier: 2,
+		MaxBackoff: driver.Duration(2 * time.Second), Jitter: 0.2, MaxElapsed: driver.Duration(20 * time.Second)}
+	if light.Retry != wantRetry || light.Timeout != driver.Duration(10*time.Second) || light.ContinueOnError {
+		t.Errorf("light step = %+v", light)
+	}
+	if light.Compensate.Retry != wantRetry || light.Compensate.Timeout != light.Timeout {
+		t.Errorf("compensation = %+v", light.Compensate)
+	}
+	if !spec.Steps[2].ContinueOnError {
+		t.Error("speaker step: on_error = continue not mapped")
+	}
+
+	movie, err := c.Build("movie_night", map[string]any{"volume": 25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]driver.Step{}
+	for _, s := range movie.Steps {
+		byID[s.ID] = s
+	}
+	curtain := byID["3-bedroom-curtain"]
+	if curtain.Compensate == nil || curtain.Compensate.Kind != CommandKind ||
+		string(curtain.Compensate.Params) != `{"device":"bedroom-curtain","action":"open"}` {
+		t.Errorf("explicit compensation = %+v", curtain.Compensate)
+	}
+	if d := byID["curtain-settles"]; d.Kind != DelayKind || string(d.Params) != `{"duration":"2s"}` || d.Compensate != nil {
+		t.Errorf("delay step = %+v", d)
+	}
+	if sp := commandOf(t, byID["5-living-speaker"].Params)["params"].(map[string]any); sp["volume"] != 25.0 {
+		t.Errorf("speaker params = %v", sp)
+	}
+
+	leave, err := c.Build("leave_home", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := leave.Steps[len(leave.Steps)-1]
+	if wait.ID != "door-locked" || wait.Kind != WaitKind ||
+		string(wait.Params) != `{"device":"front-door","state":{"locked":true},"timeout":"30s"}` {
+		t.Errorf("wait step = %+v (%s)", wait, wait.Params)
+	}
+}
+
+func TestBuildRejects(t *testing.T) {
+	c := shipped(t)
+	req, err := Parse([]byte(`
+[[scene]]
+name = "heat"
+[[scene.step]]
+device = "living-ac"
+action = "set"
+params = { target = { from = "temperature" } }
+`), "heat.toml", registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		cat     *Catalog
+		scene   string
+		trigger map[string]any
+		reason  string
+		msg     string
+	}{
+		{"unknown scene", c, "party", nil, ReasonUnknownScene, `no scene "party"`},
+		{"wrong type", c, "go_home", map[string]any{"temperature": "warm"}, ReasonInvalidParam, `param "temperature": "warm" is not a number`},
+		{"out of range", c, "go_home", map[string]any{"temperature": 40}, ReasonInvalidParam, `param "temperature": 40 is above max 30`},
+		{"not an integer", c, "go_home", map[string]any{"temperature": 22.5}, ReasonInvalidParam, "not an integer"},
+		{"unknown param", c, "go_home", map[string]any{"temprature": 22}, ReasonInvalidParam, `param "temprature": scene go_home takes temperature`},
+		{"param of a scene without params", c, "good_night", map[string]any{"x": 1}, ReasonInvalidParam, "takes no params"},
+		{"nested value", c, "go_home", map[string]any{"temperature": map[string]any{}}, ReasonInvalidParam, "not a string, number or bool"},
+		{"missing without default", req, "heat", nil, ReasonInvalidParam, `param "temperature": missing (no default)`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.cat.Build(tc.scene, tc.trigger)
+			var te *TriggerError
+			if !errors.As(err, &te) || !errors.Is(err, ErrTrigger) {
+				t.Fatalf("got %v, want a *TriggerError", err)
+			}
+			if te.Reason != tc.reason || !strings.Contains(te.Msg, tc.msg) {
+				t.Errorf("got %s: %s\nwant %s: ...%s...", te.Reason, te.Msg, tc.reason, tc.msg)
+			}
+		})
+	}
+	if _, err := req.Build("heat", map[string]any{"temperature": 20}); err != nil {
+		t.Errorf("required param given: %v", err)
+	}
+	info, _ := req.Scene("heat")
+	if len(info.Params) != 1 || !info.Params[0].Required || info.Params[0].Name != "temperature" {
+		t.Errorf("params = %+v", info.Params)
+	}
+}
+
+// TestBuildDoesNotShare checks that specs are independent: the agent may
+// keep or change one without changing the next.
+func TestBuildDoesNotShare(t *testing.T) {
+	c := shipped(t)
+	trig := map[string]any{"temperature": 22}
+	a, err := c.Build("go_home", trig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Values["temperature"] = 99
+	a.Steps[0].ID = "changed"
+	b, _ := c.Build("go_home", trig)
+	if b.Values["temperature"] != int64(22) || b.Steps[0].ID == "changed" || trig["temperature"] != 22 {
+		t.Errorf("specs share state: %v %q %v", b.Values, b.Steps[0].ID, trig)
+	}
+}
+
+func TestNamesIsACopy(t *testing.T) {
+	c := shipped(t)
+	n := c.Names()
+	n[0] = "x"
+	if c.Names()[0] == "x" {
+		t.Error("Names returns the catalog's slice")
+	}
+	if _, ok := c.Scene("x"); ok {
+		t.Error("Scene of an unknown name")
+	}
+}
