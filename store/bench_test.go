@@ -74,7 +74,10 @@ func BenchmarkRawPut(b *testing.B) {
 // three events, by 1 and 64 concurrent writers (each advancing its own
 // mission), against the raw single-put commit rate. The two alternate in
 // rounds within the run, so that both see the same disk: a virtual disk's
-// fsync latency drifts by several times within seconds.
+// fsync latency drifts by several times within seconds. The lone writer
+// is also compared with the same saves committed straight through
+// bbolt, bypassing the group-commit queue ("x-direct" ≈ 1: no added
+// delay).
 func BenchmarkSave(b *testing.B) {
 	const rounds = 10
 	for _, writers := range []int{1, 64} {
@@ -86,7 +89,7 @@ func BenchmarkSave(b *testing.B) {
 			defer db.Close()
 			raw := openRaw(b)
 			ctx := context.Background()
-			ms := make([]*driver.Mission, writers)
+			ms := make([]*driver.Mission, writers+1) // the last for direct commits
 			for w := range ms {
 				ms[w] = newMission(mid(w))
 				if _, _, err := db.Create(ctx, ms[w], nil); err != nil {
@@ -123,7 +126,7 @@ func BenchmarkSave(b *testing.B) {
 			}
 
 			b.ResetTimer()
-			var saveTime, rawTime time.Duration
+			var saveTime, rawTime, directTime time.Duration
 			rawN, done := 0, 0
 			for r := range rounds {
 				b.StopTimer()
@@ -152,11 +155,28 @@ func BenchmarkSave(b *testing.B) {
 				}
 				wg.Wait()
 				saveTime += time.Since(start)
+				b.StopTimer()
 				// The baseline gets as many commits, within bounds that
 				// keep a large b.N from spending minutes on it.
 				n := min(max(chunk, 20), 200)
 				rawTime += raw.puts(b, n)
 				rawN += n
+				if writers == 1 {
+					direct := plan(writers, chunk)
+					start := time.Now()
+					for _, s := range direct {
+						w, err := newWrite(false, s.m, s.evs)
+						if err == nil {
+							db.commitBatch([]*write{w})
+							err = w.err
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					directTime += time.Since(start)
+				}
+				b.StartTimer()
 			}
 			b.StopTimer()
 
@@ -166,7 +186,11 @@ func BenchmarkSave(b *testing.B) {
 			b.ReportMetric(saves, "saves/s")
 			b.ReportMetric(rawRate, "raw-commits/s")
 			b.ReportMetric(saves/rawRate, "x-raw")
-			b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Commits-before.Commits), "saves/commit")
+			if writers == 1 {
+				b.ReportMetric(directTime.Seconds()/saveTime.Seconds(), "x-direct")
+			} else {
+				b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Commits-before.Commits), "saves/commit")
+			}
 		})
 	}
 }
