@@ -184,6 +184,13 @@ wait_for = { device = "front-door", state = { locked = true } }
 	if err != nil {
 		t.Fatal(err)
 	}
+	short, err := Parse([]byte("[[scene]]\nname = \"t\"\ndeadline = \"10s\"\n[[scene.step]]\nwait_for = { device = \"front-door\", state = { locked = true } }\n"), "t.toml", registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec, _ := short.Build("t", nil); string(spec.Steps[0].Params) != `{"device":"front-door","state":{"locked":true},"timeout":"10s"}` {
+		t.Errorf("default wait timeout not cut to the deadline: %s", spec.Steps[0].Params)
+	}
 	wantIDs := []string{"1-front-door", "2-delay", "3-wait-front-door"}
 	for i, st := range spec.Steps {
 		if st.ID != wantIDs[i] {
@@ -281,6 +288,12 @@ func TestParseErrors(t *testing.T) {
 			[]FieldError{{Step: 1, Field: "wait_for.state", Msg: "missing"}}},
 		{"wait_for unknown device", head + "[[scene.step]]\nwait_for = { device = \"gate\", state = { locked = true } }\n",
 			[]FieldError{{Step: 1, Field: "wait_for.device", Msg: "unknown device"}}},
+		{"ack_timeout beyond timeout", head + "[[scene.step]]\ndevice = \"front-door\"\naction = \"lock\"\ntimeout = \"1s\"\nack_timeout = \"2s\"\n",
+			[]FieldError{{Step: 1, Field: "ack_timeout", Msg: "longer than the step's timeout 1s"}}},
+		{"verify_timeout beyond timeout", head + "[[scene.step]]\ndevice = \"front-door\"\naction = \"lock\"\ntimeout = \"1s\"\nverify = true\nverify_timeout = \"2s\"\n",
+			[]FieldError{{Step: 1, Field: "verify_timeout", Msg: "longer than the step's timeout 1s"}}},
+		{"wait_for timeout beyond deadline", head + "deadline = \"10s\"\n[[scene.step]]\nwait_for = { device = \"front-door\", state = { locked = true }, timeout = \"1m\" }\n",
+			[]FieldError{{Step: 1, StepName: "wait_for front-door", Field: "wait_for.timeout", Msg: "longer than the scene's deadline 10s"}}},
 		{"duplicate scene in file", head + "[[scene.step]]\ndelay = \"1s\"\n" + head + "[[scene.step]]\ndelay = \"1s\"\n",
 			[]FieldError{{Scene: "s", Field: "name", Msg: "duplicate scene name"}}},
 		{"every error reported", head + "mode = \"x\"\n[[scene.step]]\ndevice = \"garage\"\naction = \"a\"\n[[scene.step]]\ndelay = \"x\"\n[[scene.step]]\ndevice = \"living-ac\"\naction = \"set\"\nparams = { target = 99, fan = \"max\" }\n",

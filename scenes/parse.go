@@ -157,6 +157,16 @@ func (p *parser) checkSteps(t *table, sc *scene) {
 		}
 		ids[st.id] = j + 1
 		delays += st.delay
+		if st.kind == kindWait && st.waitTimeout > sc.deadline {
+			if !st.waitTimeoutSet {
+				sc.steps[j].waitTimeout = sc.deadline // the default, cut to fit
+				continue
+			}
+			loc := t.loc
+			loc.Step, loc.StepName, loc.Field = j+1, st.name, "wait_for.timeout"
+			loc.Msg = fmt.Sprintf("%s is longer than the scene's deadline %s", st.waitTimeout, sc.deadline)
+			p.errs = append(p.errs, loc)
+		}
 	}
 	if delays > sc.deadline {
 		t.fail("deadline", "%s is shorter than the scene's delays (%s in all)", sc.deadline, delays)
@@ -306,6 +316,18 @@ func (p *parser) command(t *table, st *step) {
 	}
 	if d, ok := t.duration("ack_timeout"); ok {
 		st.ackTimeout = d
+	}
+	// timeout bounds the whole attempt; a longer wait inside it could
+	// never run out.
+	if st.timeout > 0 {
+		for _, w := range []struct {
+			key string
+			d   time.Duration
+		}{{"ack_timeout", st.ackTimeout}, {"verify_timeout", st.verifyTimeout}} {
+			if w.d > st.timeout {
+				t.fail(w.key, "%s is longer than the step's timeout %s", w.d, st.timeout)
+			}
+		}
 	}
 	if v, ok := t.get("compensate"); ok {
 		switch c := v.(type) {
@@ -471,7 +493,7 @@ func (p *parser) waitFor(t *table, st *step) {
 	dev, devOK := p.device(w, "device")
 	st.device = dev
 	if d, ok := w.duration("timeout"); ok {
-		st.waitTimeout = d
+		st.waitTimeout, st.waitTimeoutSet = d, true
 	}
 	if !w.has("state") {
 		w.get("state")

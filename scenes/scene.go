@@ -124,8 +124,9 @@ type step struct {
 
 	delay time.Duration
 
-	state       map[string]any // wait_for
-	waitTimeout time.Duration
+	state          map[string]any // wait_for
+	waitTimeout    time.Duration
+	waitTimeoutSet bool
 }
 
 // scene is a validated scene.
