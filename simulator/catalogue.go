@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -182,22 +183,29 @@ func exactInt(s string, lo, hi int) (int, error) {
 	if digits == "" || strings.Trim(digits, "0123456789") != "" {
 		return 0, fmt.Errorf("not a number")
 	}
-	e := -len(frac)
-	if exp != "" {
-		// Exponents beyond a few digits are either zero-valued mantissas
-		// or far out of range; bound them so the arithmetic stays small.
-		x, err := strconv.Atoi(strings.TrimPrefix(exp, "+"))
-		if err != nil || x > 1000 || x < -1000 {
-			return 0, fmt.Errorf("out of range")
-		}
-		e += x
-	}
 	digits = strings.TrimLeft(digits, "0")
 	if digits == "" {
 		if lo > 0 || hi < 0 {
 			return 0, fmt.Errorf("out of range")
 		}
 		return 0, nil
+	}
+	e := -len(frac)
+	if exp != "" {
+		x, err := strconv.Atoi(exp)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("not a number")
+		}
+		// Beyond ±2^20 every exponent acts the same on a mantissa of at
+		// most MaxPayload digits; clamping keeps the arithmetic small.
+		const clampExp = 1 << 20
+		if err != nil || x > clampExp || x < -clampExp {
+			x = clampExp
+			if strings.HasPrefix(exp, "-") {
+				x = -clampExp
+			}
+		}
+		e += x
 	}
 	if e < 0 {
 		if -e > len(digits) || strings.Trim(digits[len(digits)+e:], "0") != "" {

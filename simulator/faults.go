@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sortie-edge/sortie/devices"
@@ -45,6 +46,30 @@ type Faults struct {
 	// stays away for OfflineFor. Zero disables outages.
 	OfflineEvery time.Duration `toml:"offline_every"`
 	OfflineFor   time.Duration `toml:"offline_for"`
+}
+
+// String lists the faults that are on, in TOML terms, for logs.
+func (f Faults) String() string {
+	var parts []string
+	add := func(on bool, k string, v any) {
+		if on {
+			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	add(f.AckLoss > 0, "ack_loss", f.AckLoss)
+	add(f.AckDelay > 0, "ack_delay", f.AckDelay)
+	add(f.AckJitter > 0, "ack_jitter", f.AckJitter)
+	add(f.DuplicateAck > 0, "duplicate_ack", f.DuplicateAck)
+	add(f.Busy > 0, "busy", f.Busy)
+	add(f.Reject != "", "reject", f.Reject)
+	add(f.WrongState > 0, "wrong_state", f.WrongState)
+	add(f.Jammed, "jammed", f.Jammed)
+	add(f.OfflineEvery > 0, "offline_every", f.OfflineEvery)
+	add(f.OfflineFor > 0, "offline_for", f.OfflineFor)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
 }
 
 // Validate checks the faults for a device of type typ. The error is a

@@ -290,6 +290,11 @@ func (h *Home) Start(ctx context.Context) error {
 	h.mu.Unlock()
 	h.log.Info("home starting", "broker", h.cfg.Broker, "prefix", h.cfg.Prefix, "devices", len(h.devs), "seed", h.cfg.Seed)
 	for _, d := range h.devs {
+		if f := d.Faults(); f != (Faults{}) {
+			d.log.Info("faults", "faults", f)
+		}
+	}
+	for _, d := range h.devs {
 		if err := d.WaitOnline(ctx); err != nil {
 			return fmt.Errorf("start home: %w", err)
 		}
