@@ -81,6 +81,13 @@ func TestCreateIdempotentByRequestKey(t *testing.T) {
 	if _, err := db.Timeline(ctx, again.ID); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("second mission's events were stored: Timeline = %v", err)
 	}
+	got, err := db.Lookup(ctx, "req-42")
+	if err != nil || got.ID != first.ID {
+		t.Errorf("Lookup(req-42) = %v, %v; want %s", got, err, first.ID)
+	}
+	if _, err := db.Lookup(ctx, "req-unknown"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("Lookup(unknown) = %v, want ErrNotFound", err)
+	}
 	// A key's owner is returned as it is now, not as it was created.
 	saved := mustSave(t, db, first, driver.StateRunning)
 	existing, _, _ = db.Create(ctx, again, nil)
