@@ -14,9 +14,10 @@
 //	timeline  mission ID + 0x00 + event seq (big-endian) → event JSON
 //
 // The envelope header carries the record schema (driver.SchemaVersion),
-// the creation sequence, the mission version and its finish time, so a
-// save checks its version and moves index entries without decoding the
-// stored JSON.
+// the creation sequence, the mission version, its finish time and the
+// highest event seq recorded, so a save checks its version, refuses to
+// rewrite history and moves index entries without decoding the stored
+// JSON or reading the timeline.
 //
 // # Group commit
 //
