@@ -1,0 +1,280 @@
+package uplink
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// DefaultPrefix is the root of the hub topics.
+const DefaultPrefix = "sortie"
+
+// MaxMessage bounds every hub message we decode.
+const MaxMessage = 1 << 20
+
+// Topics builds the hub topic names for gateway gw under a prefix:
+//
+//	{prefix}/hub/gateways/{gw}/status           gateway -> hub, retained, last will "offline"
+//	{prefix}/hub/gateways/{gw}/heartbeat        gateway -> hub, periodic
+//	{prefix}/hub/gateways/{gw}/events           gateway -> hub, QoS 1, batches of outbox entries
+//	{prefix}/hub/gateways/{gw}/ack              hub -> gateway, QoS 1, outbox entries stored
+//	{prefix}/hub/gateways/{gw}/control          hub -> gateway, QoS 1, control requests
+//	{prefix}/hub/gateways/{gw}/control/result   gateway -> hub, QoS 1, control results
+type Topics struct{ Prefix string }
+
+func (t Topics) base(gw string) string {
+	p := t.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	return p + "/hub/gateways/" + gw
+}
+
+// Status is the retained presence topic of a gateway.
+func (t Topics) Status(gw string) string { return t.base(gw) + "/status" }
+
+// Heartbeat carries periodic gateway health.
+func (t Topics) Heartbeat(gw string) string { return t.base(gw) + "/heartbeat" }
+
+// Events carries batches of mission events.
+func (t Topics) Events(gw string) string { return t.base(gw) + "/events" }
+
+// Ack carries the hub's acknowledgement of stored events.
+func (t Topics) Ack(gw string) string { return t.base(gw) + "/ack" }
+
+// Control carries control requests from the hub.
+func (t Topics) Control(gw string) string { return t.base(gw) + "/control" }
+
+// ControlResult carries the answers to control requests.
+func (t Topics) ControlResult(gw string) string { return t.base(gw) + "/control/result" }
+
+// Wildcard is the filter for one topic kind across gateways ("status",
+// "heartbeat", "events", "control/result").
+func (t Topics) Wildcard(kind string) string { return t.base("+") + "/" + kind }
+
+// Status payloads.
+const (
+	StateOnline  = "online"
+	StateOffline = "offline"
+)
+
+// Status is a gateway's presence, published retained; its last will is
+// the same message with State "offline".
+type Status struct {
+	Gateway string    `json:"gateway"`
+	State   string    `json:"state"`
+	Version string    `json:"version,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	Time    time.Time `json:"time,omitzero"`
+}
+
+// Heartbeat is a gateway's periodic health report.
+type Heartbeat struct {
+	Gateway string        `json:"gateway"`
+	Version string        `json:"version"`
+	Uptime  float64       `json:"uptime_seconds"`
+	Backlog int           `json:"backlog"` // outbox entries not yet acknowledged
+	Active  int           `json:"active_missions"`
+	Devices []DeviceState `json:"devices"`
+	Time    time.Time     `json:"time"`
+}
+
+// DeviceState is one device in a heartbeat's inventory.
+type DeviceState struct {
+	ID     string         `json:"id"`
+	Type   string         `json:"type"`
+	Name   string         `json:"name,omitempty"`
+	Room   string         `json:"room,omitempty"`
+	Online bool           `json:"online"`
+	State  map[string]any `json:"state,omitempty"`
+}
+
+// Summary is the state of a mission after an event: enough for the hub to
+// show the mission without replaying its timeline.
+type Summary struct {
+	Scene    string       `json:"scene"`
+	State    driver.State `json:"state"`
+	Priority int          `json:"priority"`
+	Step     int          `json:"step"`  // current step index
+	Steps    int          `json:"steps"` // number of steps
+	Error    string       `json:"error,omitempty"`
+	Reason   string       `json:"reason,omitempty"`
+	Created  time.Time    `json:"created"`
+	Updated  time.Time    `json:"updated"`
+	Finished time.Time    `json:"finished,omitzero"`
+	TraceID  string       `json:"trace_id,omitempty"`
+	Source   string       `json:"source,omitempty"`
+	// StepIDs names the steps, so the hub can label a timeline.
+	StepIDs []string `json:"step_ids,omitempty"`
+}
+
+// Entry is one outbox entry: a mission event and the mission's summary
+// after it. Seq is the gateway's outbox sequence (global, increasing),
+// distinct from Event.Seq (per mission, without gaps unless Compacted).
+type Entry struct {
+	Seq     uint64       `json:"seq"`
+	Event   driver.Event `json:"event"`
+	Mission Summary      `json:"mission"`
+	// Compacted is set when the outbox overflowed and earlier events of
+	// this mission were dropped in favour of this latest one; the hub
+	// then records the gap as expected rather than as a fault.
+	Compacted bool `json:"compacted,omitempty"`
+}
+
+// Batch is what the gateway publishes on its events topic.
+type Batch struct {
+	Gateway string  `json:"gateway"`
+	Entries []Entry `json:"entries"`
+}
+
+// Ack tells a gateway that every outbox entry up to and including Upto
+// is stored by the hub and may be deleted.
+type Ack struct {
+	Upto uint64 `json:"upto"`
+}
+
+// Control actions the hub may send.
+const (
+	ActionTrigger = "trigger"
+	ActionPause   = "pause"
+	ActionResume  = "resume"
+	ActionCancel  = "cancel"
+	ActionRetry   = "retry"
+)
+
+// Control is a request from the hub to a gateway.
+type Control struct {
+	ID        string         `json:"id"` // echoed in the result
+	Action    string         `json:"action"`
+	MissionID string         `json:"mission_id,omitempty"` // pause, resume, cancel, retry
+	Scene     string         `json:"scene,omitempty"`      // trigger
+	Params    map[string]any `json:"params,omitempty"`     // trigger
+	RequestID string         `json:"request_id,omitempty"` // trigger; idempotency key
+}
+
+// ControlResult answers a Control.
+type ControlResult struct {
+	ID        string       `json:"id"`
+	OK        bool         `json:"ok"`
+	MissionID string       `json:"mission_id,omitempty"`
+	State     driver.State `json:"state,omitempty"`
+	Error     string       `json:"error,omitempty"`
+	Code      string       `json:"code,omitempty"`
+}
+
+// ErrMessage is wrapped by every decoding error.
+var ErrMessage = errors.New("invalid hub message")
+
+func decode(b []byte, v any) error {
+	if len(b) > MaxMessage {
+		return fmt.Errorf("%w: %d bytes (max %d)", ErrMessage, len(b), MaxMessage)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %w", ErrMessage, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data", ErrMessage)
+	}
+	return nil
+}
+
+// DecodeBatch parses and checks an events batch.
+func DecodeBatch(b []byte) (Batch, error) {
+	var v Batch
+	if err := decode(b, &v); err != nil {
+		return Batch{}, err
+	}
+	if err := driver.ValidateID("gateway", v.Gateway); err != nil {
+		return Batch{}, fmt.Errorf("%w: %w", ErrMessage, err)
+	}
+	for i, e := range v.Entries {
+		if e.Seq == 0 || e.Event.Seq == 0 {
+			return Batch{}, fmt.Errorf("%w: entry %d has no sequence number", ErrMessage, i)
+		}
+		if err := driver.ValidateID("mission id", e.Event.MissionID); err != nil {
+			return Batch{}, fmt.Errorf("%w: entry %d: %w", ErrMessage, i, err)
+		}
+	}
+	return v, nil
+}
+
+// DecodeControl parses and checks a control request.
+func DecodeControl(b []byte) (Control, error) {
+	var c Control
+	if err := decode(b, &c); err != nil {
+		return Control{}, err
+	}
+	if err := driver.ValidateID("control id", c.ID); err != nil {
+		return Control{}, fmt.Errorf("%w: %w", ErrMessage, err)
+	}
+	switch c.Action {
+	case ActionTrigger:
+		if err := driver.ValidateID("scene", c.Scene); err != nil {
+			return Control{}, fmt.Errorf("%w: %w", ErrMessage, err)
+		}
+	case ActionPause, ActionResume, ActionCancel, ActionRetry:
+		if err := driver.ValidateID("mission id", c.MissionID); err != nil {
+			return Control{}, fmt.Errorf("%w: %w", ErrMessage, err)
+		}
+	default:
+		return Control{}, fmt.Errorf("%w: unknown action %q", ErrMessage, c.Action)
+	}
+	return c, nil
+}
+
+// DecodeAck parses an ack.
+func DecodeAck(b []byte) (Ack, error) {
+	var a Ack
+	err := decode(b, &a)
+	return a, err
+}
+
+// DecodeStatus, DecodeHeartbeat and DecodeControlResult parse the
+// gateway's other messages for the hub.
+func DecodeStatus(b []byte) (Status, error) {
+	var s Status
+	if err := decode(b, &s); err != nil {
+		return Status{}, err
+	}
+	if s.State != StateOnline && s.State != StateOffline {
+		return Status{}, fmt.Errorf("%w: status state %q", ErrMessage, s.State)
+	}
+	return s, nil
+}
+
+// DecodeHeartbeat parses a heartbeat.
+func DecodeHeartbeat(b []byte) (Heartbeat, error) {
+	var h Heartbeat
+	err := decode(b, &h)
+	return h, err
+}
+
+// DecodeControlResult parses a control result.
+func DecodeControlResult(b []byte) (ControlResult, error) {
+	var r ControlResult
+	if err := decode(b, &r); err != nil {
+		return ControlResult{}, err
+	}
+	if r.ID == "" {
+		return ControlResult{}, fmt.Errorf("%w: control result has no id", ErrMessage)
+	}
+	return r, nil
+}
+
+// SummaryOf summarises a mission for an outbox entry.
+func SummaryOf(m *driver.Mission) Summary {
+	s := Summary{
+		Scene: m.Type, State: m.State, Priority: m.Priority, Step: m.Progress.Step, Steps: len(m.Steps),
+		Error: m.Error, Reason: m.Reason, Created: m.Meta.Created, Updated: m.Meta.Updated,
+		Finished: m.Meta.Finished, TraceID: m.Meta.TraceID, Source: m.Meta.Source,
+	}
+	for _, st := range m.Steps {
+		s.StepIDs = append(s.StepIDs, st.ID)
+	}
+	return s
+}
