@@ -309,3 +309,35 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	*d = Duration(v)
 	return nil
 }
+
+// Summary is the state of a mission after an event: enough to show the
+// mission elsewhere (the hub, an outbox) without replaying its timeline.
+type Summary struct {
+	Scene    string    `json:"scene"`
+	State    State     `json:"state"`
+	Priority int       `json:"priority"`
+	Step     int       `json:"step"`  // current step index
+	Steps    int       `json:"steps"` // number of steps
+	Error    string    `json:"error,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+	Finished time.Time `json:"finished,omitzero"`
+	TraceID  string    `json:"trace_id,omitempty"`
+	Source   string    `json:"source,omitempty"`
+	// StepIDs names the steps, so a timeline can be labelled.
+	StepIDs []string `json:"step_ids,omitempty"`
+}
+
+// Summarize returns m's summary.
+func (m *Mission) Summarize() Summary {
+	s := Summary{
+		Scene: m.Type, State: m.State, Priority: m.Priority, Step: m.Progress.Step, Steps: len(m.Steps),
+		Error: m.Error, Reason: m.Reason, Created: m.Meta.Created, Updated: m.Meta.Updated,
+		Finished: m.Meta.Finished, TraceID: m.Meta.TraceID, Source: m.Meta.Source,
+	}
+	for _, st := range m.Steps {
+		s.StepIDs = append(s.StepIDs, st.ID)
+	}
+	return s
+}

@@ -93,32 +93,13 @@ type DeviceState struct {
 	State  map[string]any `json:"state,omitempty"`
 }
 
-// Summary is the state of a mission after an event: enough for the hub to
-// show the mission without replaying its timeline.
-type Summary struct {
-	Scene    string       `json:"scene"`
-	State    driver.State `json:"state"`
-	Priority int          `json:"priority"`
-	Step     int          `json:"step"`  // current step index
-	Steps    int          `json:"steps"` // number of steps
-	Error    string       `json:"error,omitempty"`
-	Reason   string       `json:"reason,omitempty"`
-	Created  time.Time    `json:"created"`
-	Updated  time.Time    `json:"updated"`
-	Finished time.Time    `json:"finished,omitzero"`
-	TraceID  string       `json:"trace_id,omitempty"`
-	Source   string       `json:"source,omitempty"`
-	// StepIDs names the steps, so the hub can label a timeline.
-	StepIDs []string `json:"step_ids,omitempty"`
-}
-
 // Entry is one outbox entry: a mission event and the mission's summary
 // after it. Seq is the gateway's outbox sequence (global, increasing),
 // distinct from Event.Seq (per mission, without gaps unless Compacted).
 type Entry struct {
-	Seq     uint64       `json:"seq"`
-	Event   driver.Event `json:"event"`
-	Mission Summary      `json:"mission"`
+	Seq     uint64         `json:"seq"`
+	Event   driver.Event   `json:"event"`
+	Mission driver.Summary `json:"mission"`
 	// Compacted is set when the outbox overflowed and earlier events of
 	// this mission were dropped in favour of this latest one; the hub
 	// then records the gap as expected rather than as a fault.
@@ -264,17 +245,4 @@ func DecodeControlResult(b []byte) (ControlResult, error) {
 		return ControlResult{}, fmt.Errorf("%w: control result has no id", ErrMessage)
 	}
 	return r, nil
-}
-
-// SummaryOf summarises a mission for an outbox entry.
-func SummaryOf(m *driver.Mission) Summary {
-	s := Summary{
-		Scene: m.Type, State: m.State, Priority: m.Priority, Step: m.Progress.Step, Steps: len(m.Steps),
-		Error: m.Error, Reason: m.Reason, Created: m.Meta.Created, Updated: m.Meta.Updated,
-		Finished: m.Meta.Finished, TraceID: m.Meta.TraceID, Source: m.Meta.Source,
-	}
-	for _, st := range m.Steps {
-		s.StepIDs = append(s.StepIDs, st.ID)
-	}
-	return s
 }
