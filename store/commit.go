@@ -21,6 +21,11 @@ func (db *DB) Create(ctx context.Context, m *driver.Mission, events []driver.Eve
 	if err != nil {
 		return nil, false, fmt.Errorf("create mission: %w", err)
 	}
+	if db.ob.enabled {
+		if err := w.encodeOutbox(m); err != nil {
+			return nil, false, fmt.Errorf("create mission: %w", err)
+		}
+	}
 	if err := db.commit(ctx, w); err != nil {
 		return nil, false, err
 	}
@@ -44,6 +49,11 @@ func (db *DB) Save(ctx context.Context, m *driver.Mission, events []driver.Event
 	if err != nil {
 		return fmt.Errorf("save mission: %w", err)
 	}
+	if db.ob.enabled {
+		if err := w.encodeOutbox(m); err != nil {
+			return fmt.Errorf("save mission: %w", err)
+		}
+	}
 	return db.commit(ctx, w)
 }
 
@@ -58,6 +68,8 @@ type write struct {
 	seq      uint64 // highest of m.Seq and the events' seqs
 	body     []byte
 	events   []eventRec
+	outbox   [][]byte // outbox values, one per event; nil when the outbox is off
+	obPut    int      // outbox entries apply wrote
 
 	// Set by the leader before done is closed.
 	existing []byte // Create: the record that owns reqKey
@@ -216,6 +228,9 @@ func (db *DB) commitBatch(batch []*write) {
 	if err == nil {
 		db.commits.Add(1)
 		db.writes.Add(uint64(len(batch)))
+		if db.ob.enabled {
+			db.outboxAdded(batch)
+		}
 	}
 	for _, w := range batch {
 		if err != nil {
@@ -228,7 +243,7 @@ func (db *DB) commitBatch(batch []*write) {
 }
 
 type txBuckets struct {
-	missions, order, active, requests, finished, timeline *bolt.Bucket
+	missions, order, active, requests, finished, timeline, outbox *bolt.Bucket
 }
 
 func bucketsOf(tx *bolt.Tx) *txBuckets {
@@ -239,6 +254,7 @@ func bucketsOf(tx *bolt.Tx) *txBuckets {
 		requests: tx.Bucket(bRequests),
 		finished: tx.Bucket(bFinished),
 		timeline: tx.Bucket(bTimeline),
+		outbox:   tx.Bucket(bOutbox),
 	}
 }
 
@@ -365,5 +381,5 @@ func (w *write) putEvents(b *txBuckets) error {
 			return err
 		}
 	}
-	return nil
+	return w.putOutbox(b)
 }

@@ -50,6 +50,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Mode is the permission of a newly created file; zero means 0600.
 	Mode os.FileMode
+	// Outbox makes every committed event also an entry of the outbox
+	// bucket, in the same transaction, for the hub sync to forward (see
+	// (*DB).Outbox). Off, it costs nothing.
+	Outbox bool
+	// OutboxMax bounds the outbox: past it, entries are compacted to the
+	// latest per mission. Zero means DefaultOutboxMax; negative, unbounded.
+	OutboxMax int
 }
 
 func (o Options) withDefaults() Options {
@@ -61,6 +68,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Mode == 0 {
 		o.Mode = 0o600
+	}
+	if o.OutboxMax == 0 {
+		o.OutboxMax = DefaultOutboxMax
 	}
 	return o
 }
@@ -74,8 +84,9 @@ var (
 	bRequests = []byte("requests")
 	bFinished = []byte("finished")
 	bTimeline = []byte("timeline")
+	bOutbox   = []byte("outbox")
 
-	allBuckets = [][]byte{bMeta, bMissions, bOrder, bActive, bRequests, bFinished, bTimeline}
+	allBuckets = [][]byte{bMeta, bMissions, bOrder, bActive, bRequests, bFinished, bTimeline, bOutbox}
 
 	kSchema = []byte("schema")
 )
@@ -94,6 +105,8 @@ type DB struct {
 
 	commits atomic.Uint64 // write transactions of commitBatch
 	writes  atomic.Uint64 // Create and Save calls they carried
+
+	ob outbox
 }
 
 var _ driver.Store = (*DB)(nil)
@@ -113,6 +126,7 @@ func Open(path string, opts Options) (*DB, error) {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	db.openOutbox(opts)
 	return db, nil
 }
 
@@ -232,6 +246,7 @@ func (db *DB) Close() error {
 	db.closed = true
 	db.mu.Unlock()
 	db.inflight.Wait()
+	db.ob.bg.Wait() // a compaction stops at its next transaction
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("close store %s: %w", db.path, err)
 	}
