@@ -167,28 +167,6 @@ func (st *step) eachValue(f func(v value)) {
 	}
 }
 
-// commandParams is the Params of a "device.command" step.
-type commandParams struct {
-	Device        string          `json:"device"`
-	Action        string          `json:"action"`
-	Params        map[string]any  `json:"params,omitempty"`
-	Verify        bool            `json:"verify,omitempty"`
-	VerifyTimeout driver.Duration `json:"verify_timeout,omitempty"`
-	AckTimeout    driver.Duration `json:"ack_timeout,omitempty"`
-}
-
-// restoreParams is the Params of a "device.restore" compensation.
-type restoreParams struct {
-	Device string `json:"device"`
-}
-
-// waitParams is the Params of a "device.wait_state" step.
-type waitParams struct {
-	Device  string          `json:"device"`
-	State   map[string]any  `json:"state"`
-	Timeout driver.Duration `json:"timeout"`
-}
-
 // delayParams is the Params of a "delay" step.
 type delayParams struct {
 	Duration driver.Duration `json:"duration"`
@@ -258,7 +236,7 @@ func (c *Catalog) buildStep(st *step, trig map[string]any) (driver.Step, error) 
 		params = delayParams{Duration: driver.Duration(st.delay)}
 	case kindWait:
 		ds.Kind, ds.Name = WaitKind, "wait for "+st.device
-		params = waitParams{Device: st.device, State: st.state, Timeout: driver.Duration(st.waitTimeout)}
+		params = devices.WaitParams{Device: st.device, State: st.state, Timeout: driver.Duration(st.waitTimeout)}
 	default:
 		ds.Kind, ds.Name = CommandKind, st.action+" "+st.device
 		ds.Timeout, ds.Retry = driver.Duration(st.timeout), st.retry
@@ -266,7 +244,7 @@ func (c *Catalog) buildStep(st *step, trig map[string]any) (driver.Step, error) 
 		if err != nil {
 			return ds, err
 		}
-		params = commandParams{
+		params = devices.CommandParams{
 			Device: st.device, Action: st.action, Params: resolved, Verify: st.verify,
 			VerifyTimeout: driver.Duration(st.verifyTimeout), AckTimeout: driver.Duration(st.ackTimeout),
 		}
@@ -285,16 +263,19 @@ func (c *Catalog) buildStep(st *step, trig map[string]any) (driver.Step, error) 
 }
 
 func (c *Catalog) compensation(st *step, trig map[string]any) (*driver.Compensation, error) {
+	// The undo is checked and waited for like the step it undoes.
+	verify, verifyTimeout, ackTimeout := st.verify, driver.Duration(st.verifyTimeout), driver.Duration(st.ackTimeout)
 	var params any
 	switch {
 	case st.restore:
-		params = restoreParams{Device: st.device}
+		params = devices.RestoreParams{Device: st.device, Verify: verify, VerifyTimeout: verifyTimeout, AckTimeout: ackTimeout}
 	case st.compensate != nil:
 		resolved, err := c.resolve(st.device, *st.compensate, trig)
 		if err != nil {
 			return nil, err
 		}
-		params = commandParams{Device: st.device, Action: st.compensate.action, Params: resolved}
+		params = devices.CommandParams{Device: st.device, Action: st.compensate.action, Params: resolved,
+			Verify: verify, VerifyTimeout: verifyTimeout, AckTimeout: ackTimeout}
 	default:
 		return nil, nil
 	}

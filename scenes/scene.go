@@ -3,6 +3,7 @@ package scenes
 import (
 	"time"
 
+	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -49,11 +50,11 @@ const (
 )
 
 // Step kinds a scene produces. DelayKind is handled by DelayHandler; the
-// others by the devices package.
+// others are the devices package's, whose handlers they name.
 const (
-	CommandKind = "device.command"
-	RestoreKind = "device.restore"
-	WaitKind    = "device.wait_state"
+	CommandKind = devices.KindCommand
+	RestoreKind = devices.KindRestore
+	WaitKind    = devices.KindWaitState
 	DelayKind   = "delay"
 )
 
