@@ -1,0 +1,357 @@
+package hub
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+//go:embed web
+var webFS embed.FS
+
+// MaxBody bounds API request bodies.
+const MaxBody = 64 << 10
+
+// APIOptions configures NewAPI.
+type APIOptions struct {
+	// Token is the bearer token every /api/ request must carry. Empty
+	// denies every API request.
+	Token string
+	// KeepAlive is the interval of SSE keep-alive comments; default 15s.
+	KeepAlive time.Duration
+	// Logger receives request errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// API is the hub's HTTP handler: the JSON API under /api/, /healthz and
+// the dashboard at /.
+type API struct {
+	svc  *Service
+	st   *Store
+	opts APIOptions
+	log  *slog.Logger
+	mux  *http.ServeMux
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// NewAPI returns the handler for svc.
+func NewAPI(svc *Service, opts APIOptions) *API {
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 15 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &API{svc: svc, st: svc.Store(), opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{})}
+	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.healthz))
+	a.mux.HandleFunc("/api/gateways", a.auth(a.method(http.MethodGet, a.gateways)))
+	a.mux.HandleFunc("/api/missions", a.auth(a.method(http.MethodGet, a.missions)))
+	a.mux.HandleFunc("/api/gateways/{gw}/missions/{id}", a.auth(a.method(http.MethodGet, a.mission)))
+	a.mux.HandleFunc("/api/gateways/{gw}/control", a.auth(a.method(http.MethodPost, a.control)))
+	a.mux.HandleFunc("/api/stream", a.auth(a.method(http.MethodGet, a.stream)))
+	a.mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+	}))
+	static, _ := fs.Sub(webFS, "web")
+	files := http.FileServerFS(static)
+	a.mux.HandleFunc("/", a.method(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		// Everything the dashboard loads comes from the hub itself.
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+		w.Header().Set("Referrer-Policy", "no-referrer") // the first URL may carry ?token=
+		files.ServeHTTP(w, r)
+	}))
+	return a
+}
+
+// ServeHTTP serves the API and the dashboard.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	a.mux.ServeHTTP(w, r)
+}
+
+// Close ends open event streams, which would otherwise hold
+// http.Server.Shutdown until its timeout; register it with
+// RegisterOnShutdown.
+func (a *API) Close() { a.closeOnce.Do(func() { close(a.closed) }) }
+
+// apiError is the body of every error response.
+type apiError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var e apiError
+	e.Error.Code, e.Error.Message = code, msg
+	writeJSON(w, status, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// fail maps an error to a status and code.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	switch {
+	case errors.Is(err, ErrUnknownGateway):
+		status, code = http.StatusNotFound, "unknown_gateway"
+	case errors.Is(err, ErrNotFound):
+		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, ErrInvalid):
+		status, code = http.StatusBadRequest, "invalid_request"
+	case errors.Is(err, ErrOffline):
+		status, code = http.StatusServiceUnavailable, "gateway_offline"
+	case errors.Is(err, ErrNotConnected):
+		status, code = http.StatusServiceUnavailable, "broker_unavailable"
+	case errors.Is(err, ErrTimeout):
+		status, code = http.StatusGatewayTimeout, "control_timeout"
+	}
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		a.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error"
+	}
+	writeError(w, status, code, msg)
+}
+
+func (a *API) method(m string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", m)
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" not allowed; use "+m)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// auth checks the bearer token. EventSource cannot set headers, so the
+// stream alone also takes the token as ?token=.
+func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok && r.URL.Path == "/api/stream" {
+			got, ok = r.URL.Query().Get("token"), true
+		}
+		if !ok || a.opts.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sortie-hub"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
+	status, code := "ok", http.StatusOK
+	if !a.svc.Connected() {
+		status, code = "broker_unavailable", http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{"status": status, "broker": a.svc.Connected()})
+}
+
+func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
+	gws, err := a.st.Gateways()
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if gws == nil {
+		gws = []Gateway{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"gateways": gws})
+}
+
+// parseQuery reads the filters of GET /api/missions.
+func parseQuery(r *http.Request) (Query, error) {
+	v := r.URL.Query()
+	q := Query{Gateway: v.Get("gateway"), Scene: v.Get("scene"), Cursor: v.Get("cursor")}
+	if s := v.Get("state"); s != "" {
+		for st := range strings.SplitSeq(s, ",") {
+			st := driver.State(strings.ToUpper(strings.TrimSpace(st)))
+			if !st.Valid() {
+				return q, fmt.Errorf("%w: unknown state %q", ErrInvalid, st)
+			}
+			q.States = append(q.States, st)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &q.Since}, {"until", &q.Until}} {
+		if s := v.Get(p.name); s != "" {
+			t, err := time.Parse(time.RFC3339, s)
+			if err != nil {
+				return q, fmt.Errorf("%w: %s must be RFC 3339, e.g. 2025-06-01T12:00:00Z", ErrInvalid, p.name)
+			}
+			*p.dst = t
+		}
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxLimit {
+			return q, fmt.Errorf("%w: limit must be 1..%d", ErrInvalid, MaxLimit)
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+func (a *API) missions(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ms, next, err := a.st.Missions(q)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if ms == nil {
+		ms = []Mission{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"missions": ms, "next_cursor": next})
+}
+
+func (a *API) mission(w http.ResponseWriter, r *http.Request) {
+	gw, id := r.PathValue("gw"), r.PathValue("id")
+	if _, err := a.st.Gateway(gw); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	d, err := a.st.Mission(gw, id)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// ControlRequest is the body of POST /api/gateways/{gw}/control.
+type ControlRequest struct {
+	Action    string         `json:"action"`
+	MissionID string         `json:"mission_id,omitempty"`
+	Scene     string         `json:"scene,omitempty"`
+	Params    map[string]any `json:"params,omitempty"`
+	RequestID string         `json:"request_id,omitempty"`
+}
+
+func (a *API) control(w http.ResponseWriter, r *http.Request) {
+	gw := r.PathValue("gw")
+	if _, err := a.st.Gateway(gw); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var req ControlRequest
+	if status, code, err := decodeBody(w, r, &req); err != nil {
+		writeError(w, status, code, err.Error())
+		return
+	}
+	switch req.Action {
+	case uplink.ActionTrigger, uplink.ActionPause, uplink.ActionResume, uplink.ActionCancel, uplink.ActionRetry:
+	default:
+		writeError(w, http.StatusBadRequest, "invalid_action", fmt.Sprintf("action %q: want trigger, pause, resume, cancel or retry", req.Action))
+		return
+	}
+	res, err := a.svc.Control(r.Context(), gw, uplink.Control{
+		Action: req.Action, MissionID: req.MissionID, Scene: req.Scene, Params: req.Params, RequestID: req.RequestID,
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// decodeBody reads one JSON object of at most MaxBody bytes with no
+// unknown fields.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, string, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Errorf("content type %q: want application/json", ct)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return http.StatusRequestEntityTooLarge, "body_too_large", fmt.Errorf("body exceeds %d bytes", MaxBody)
+		}
+		return http.StatusBadRequest, "invalid_json", fmt.Errorf("read body: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return http.StatusBadRequest, "invalid_json", fmt.Errorf("decode body: %w", err)
+	}
+	if dec.More() {
+		return http.StatusBadRequest, "invalid_json", errors.New("decode body: trailing data after the JSON object")
+	}
+	return 0, "", nil
+}
+
+// stream is the SSE feed: a "hello" event once subscribed (the client
+// then loads the lists, so nothing falls between load and watch), then
+// "gateway" and "mission" events as they are committed.
+func (a *API) stream(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "internal", "streaming unsupported")
+		return
+	}
+	updates, stop := a.svc.Watch(256)
+	defer stop()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 2000\nevent: hello\ndata: {}\n\n")
+	fl.Flush()
+	keep := time.NewTicker(a.opts.KeepAlive)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-a.closed:
+			return
+		case <-keep.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+		case u, ok := <-updates:
+			if !ok {
+				return // fell behind or stopping; the browser reconnects
+			}
+			var data []byte
+			if u.Gateway != nil {
+				data, _ = json.Marshal(u.Gateway)
+			} else {
+				data, _ = json.Marshal(u.Mission)
+			}
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", u.Type, data)
+		}
+		fl.Flush()
+	}
+}

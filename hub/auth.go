@@ -1,0 +1,224 @@
+package hub
+
+import (
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// hashScheme names the password hash format:
+// "pbkdf2-sha256$<iterations>$<salt, base64>$<key, base64>".
+const hashScheme = "pbkdf2-sha256"
+
+// HashIterations is the PBKDF2 cost of HashPassword.
+const HashIterations = 210_000
+
+// HashPassword returns a salted PBKDF2-SHA256 hash of password for the
+// hub's gateway credentials, so the config file holds no passwords.
+func HashPassword(password string) (string, error) {
+	return hashPassword(password, HashIterations)
+}
+
+func hashPassword(password string, iter int) (string, error) {
+	if password == "" {
+		return "", fmt.Errorf("%w: empty password", ErrInvalid)
+	}
+	salt := make([]byte, 16)
+	if _, err := rand.Read(salt); err != nil {
+		return "", fmt.Errorf("hash password: %w", err)
+	}
+	key, err := pbkdf2.Key(sha256.New, password, salt, iter, 32)
+	if err != nil {
+		return "", fmt.Errorf("hash password: %w", err)
+	}
+	enc := base64.RawStdEncoding
+	return fmt.Sprintf("%s$%d$%s$%s", hashScheme, iter, enc.EncodeToString(salt), enc.EncodeToString(key)), nil
+}
+
+// credential is a parsed password hash.
+type credential struct {
+	iter      int
+	salt, key []byte
+}
+
+// ParseHash checks a hash made by HashPassword.
+func ParseHash(h string) error {
+	_, err := parseHash(h)
+	return err
+}
+
+func parseHash(h string) (credential, error) {
+	parts := strings.Split(h, "$")
+	if len(parts) != 4 || parts[0] != hashScheme {
+		return credential{}, fmt.Errorf("%w: password hash must look like %s$<iterations>$<salt>$<key> (see \"hub passwd\")", ErrInvalid, hashScheme)
+	}
+	iter, err := strconv.Atoi(parts[1])
+	if err != nil || iter < 1 {
+		return credential{}, fmt.Errorf("%w: password hash iterations %q", ErrInvalid, parts[1])
+	}
+	enc := base64.RawStdEncoding
+	salt, err1 := enc.DecodeString(parts[2])
+	key, err2 := enc.DecodeString(parts[3])
+	if err1 != nil || err2 != nil || len(salt) == 0 || len(key) == 0 {
+		return credential{}, fmt.Errorf("%w: password hash is not valid base64", ErrInvalid)
+	}
+	return credential{iter: iter, salt: salt, key: key}, nil
+}
+
+func (c credential) verify(password []byte) bool {
+	key, err := pbkdf2.Key(sha256.New, string(password), c.salt, c.iter, len(c.key))
+	return err == nil && subtle.ConstantTimeCompare(key, c.key) == 1
+}
+
+// AuthOptions configures an Auth hook.
+type AuthOptions struct {
+	// Prefix is the topic prefix (default uplink.DefaultPrefix).
+	Prefix string
+	// HubUser and HubPassword are the hub's own identity: it alone may
+	// publish acks and control requests and read every topic.
+	HubUser, HubPassword string
+	// HubClientID is the hub's MQTT client ID. No other client may use
+	// it: mochi would hand the hub's session to the newcomer.
+	HubClientID string
+	// Gateways maps gateway ID (the MQTT username) to a password hash
+	// from HashPassword.
+	Gateways map[string]string
+}
+
+// Auth is a mochi hook for the hub's embedded broker. It refuses
+// anonymous clients and wrong passwords, and confines each gateway G to
+// publishing on its own status, heartbeat, events and control/result
+// topics (and a last will on its status topic) and subscribing to its
+// own ack and control topics. Everything else is denied: mochi's own
+// auth ledger allows what no rule matches, so it is not used.
+type Auth struct {
+	mqtt.HookBase
+	topics  uplink.Topics
+	hubUser string
+	hubPass []byte
+	hubCID  string
+	creds   map[string]credential
+	// verified caches sha256(password) of successful logins so that a
+	// reconnect storm does not pay PBKDF2 again for each client.
+	mu       sync.Mutex
+	verified map[string][32]byte
+}
+
+// NewAuth checks the options and returns the hook; pass it to the
+// broker with a nil config.
+func NewAuth(opts AuthOptions) (*Auth, error) {
+	if opts.HubUser == "" || opts.HubPassword == "" {
+		return nil, fmt.Errorf("%w: hub identity needs a user and a password", ErrInvalid)
+	}
+	a := &Auth{
+		topics:   uplink.Topics{Prefix: opts.Prefix},
+		hubUser:  opts.HubUser,
+		hubPass:  []byte(opts.HubPassword),
+		hubCID:   opts.HubClientID,
+		creds:    map[string]credential{},
+		verified: map[string][32]byte{},
+	}
+	for gw, h := range opts.Gateways {
+		if err := driver.ValidateID("gateway", gw); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if gw == opts.HubUser {
+			return nil, fmt.Errorf("%w: gateway %q has the hub's user name", ErrInvalid, gw)
+		}
+		c, err := parseHash(h)
+		if err != nil {
+			return nil, fmt.Errorf("gateway %q: %w", gw, err)
+		}
+		a.creds[gw] = c
+	}
+	return a, nil
+}
+
+// ID names the hook in mochi's logs.
+func (a *Auth) ID() string { return "sortie-hub-auth" }
+
+// Provides says which hook methods Auth implements.
+func (a *Auth) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+}
+
+// OnConnectAuthenticate admits the hub identity and gateways with the
+// right password whose last will, if any, is their own status topic.
+func (a *Auth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	user, pass := string(pk.Connect.Username), pk.Connect.Password
+	if user == "" || len(pass) == 0 {
+		return false
+	}
+	if user == a.hubUser {
+		return subtle.ConstantTimeCompare(pass, a.hubPass) == 1
+	}
+	c, ok := a.creds[user]
+	if !ok || (a.hubCID != "" && pk.Connect.ClientIdentifier == a.hubCID) {
+		return false
+	}
+	if pk.Connect.WillFlag && pk.Connect.WillTopic != a.topics.Status(user) {
+		// Wills are not ACL-checked when sent, so check them here.
+		return false
+	}
+	sum := sha256.Sum256(pass)
+	a.mu.Lock()
+	prev, hit := a.verified[user]
+	a.mu.Unlock()
+	if hit && subtle.ConstantTimeCompare(prev[:], sum[:]) == 1 {
+		return true
+	}
+	if !c.verify(pass) {
+		return false
+	}
+	a.mu.Lock()
+	a.verified[user] = sum
+	a.mu.Unlock()
+	return true
+}
+
+// OnACLCheck allows the hub everything and a gateway only its own
+// topics; write is true for a publish, false for a subscription filter
+// or a delivery.
+func (a *Auth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	user := string(cl.Properties.Username)
+	if user == "" {
+		return false
+	}
+	if user == a.hubUser {
+		return true
+	}
+	if _, ok := a.creds[user]; !ok {
+		return false
+	}
+	t := a.topics
+	if write {
+		return topic == t.Status(user) || topic == t.Heartbeat(user) || topic == t.Events(user) || topic == t.ControlResult(user)
+	}
+	return topic == t.Ack(user) || topic == t.Control(user)
+}
+
+// gatewayOf returns the gateway ID of a hub topic and its kind
+// ("status", "events", "control/result", ...).
+func gatewayOf(t uplink.Topics, topic string) (gw, kind string, ok bool) {
+	rest, found := strings.CutPrefix(topic, strings.TrimSuffix(t.Status(""), "/status"))
+	if !found {
+		return "", "", false
+	}
+	gw, kind, ok = strings.Cut(rest, "/")
+	if !ok || driver.ValidateID("gateway", gw) != nil {
+		return "", "", false
+	}
+	return gw, kind, true
+}

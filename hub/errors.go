@@ -1,0 +1,23 @@
+package hub
+
+import "errors"
+
+// Errors returned by the hub. The API maps each to an HTTP status.
+var (
+	// ErrNotFound: no such mission.
+	ErrNotFound = errors.New("not found")
+	// ErrUnknownGateway: the gateway has never been seen nor configured.
+	ErrUnknownGateway = errors.New("unknown gateway")
+	// ErrOffline: the gateway is not connected, so a control request
+	// would only time out.
+	ErrOffline = errors.New("gateway offline")
+	// ErrInvalid: a request or message is malformed.
+	ErrInvalid = errors.New("invalid request")
+	// ErrTimeout: a control request got no result in time. The gateway
+	// may still act on it.
+	ErrTimeout = errors.New("control result timed out")
+	// ErrNotConnected: the hub has no MQTT connection right now.
+	ErrNotConnected = errors.New("hub not connected to broker")
+	// ErrClosed: the store is closed.
+	ErrClosed = errors.New("store closed")
+)

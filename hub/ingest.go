@@ -1,0 +1,340 @@
+package hub
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// Inbound is one decoded message from a gateway. Exactly one of Batch,
+// Status and Heartbeat is set. Gateway is the ID from the topic, which
+// the broker's ACL ties to the sender's credentials; a message naming
+// another gateway in its body is rejected.
+type Inbound struct {
+	Gateway   string
+	Batch     *uplink.Batch
+	Status    *uplink.Status
+	Heartbeat *uplink.Heartbeat
+	// Received is when the hub got the message (hub clock).
+	Received time.Time
+}
+
+// GapReport is a gap found while ingesting.
+type GapReport struct {
+	Gateway   string `json:"gateway"`
+	MissionID string `json:"mission_id"`
+	Gap
+}
+
+// Result says what Apply changed.
+type Result struct {
+	// Stored counts new events; Duplicates counts events already stored.
+	Stored, Duplicates int
+	// Late counts stored events that filled an earlier gap.
+	Late int
+	// Gaps are the gaps detected by this call.
+	Gaps []GapReport
+	// Acks maps each gateway that sent batches to the highest outbox seq
+	// of those batches: everything it sent up to there is now durable.
+	Acks map[string]uint64
+	// Gateways and Missions are the records changed, after the change.
+	Gateways []Gateway
+	Missions []Mission
+	// Rejected lists messages refused (with the reason), which change
+	// nothing and are not acknowledged.
+	Rejected []error
+}
+
+// Ingest stores one batch from gateway gw. It is Apply for a single
+// message.
+func (s *Store) Ingest(now time.Time, gw string, b uplink.Batch) (Result, error) {
+	return s.Apply([]Inbound{{Gateway: gw, Batch: &b, Received: now}})
+}
+
+// Apply folds messages into the store in one transaction, in order. A
+// message that fails validation is skipped and listed in
+// Result.Rejected; an error from the store fails the whole call and
+// changes nothing, so nothing is acknowledged.
+func (s *Store) Apply(in []Inbound) (Result, error) {
+	var res Result
+	err := s.update(func(tx *bolt.Tx) error {
+		a := applier{tx: tx, gws: map[string]*Gateway{}, missions: map[string]*Mission{}, finishedOld: map[string][]byte{}, dirty: map[string]bool{}, res: Result{Acks: map[string]uint64{}}}
+		for i := range in {
+			if err := a.apply(&in[i]); err != nil {
+				return err
+			}
+		}
+		if err := a.flush(); err != nil {
+			return err
+		}
+		res = a.res
+		return nil
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("ingest: %w", err)
+	}
+	return res, nil
+}
+
+// applier holds the records touched by one transaction so that each is
+// read and written once however many messages concern it.
+type applier struct {
+	tx       *bolt.Tx
+	gws      map[string]*Gateway
+	missions map[string]*Mission // by missionKey
+	// finishedOld remembers the finished-index key a mission had when the
+	// transaction first read it.
+	finishedOld map[string][]byte
+	// dirty marks missions with a new event; others are not rewritten.
+	dirty map[string]bool
+	res   Result
+}
+
+func (a *applier) reject(m *Inbound, format string, args ...any) {
+	a.res.Rejected = append(a.res.Rejected, fmt.Errorf("%w: gateway %q: %s", ErrInvalid, m.Gateway, fmt.Sprintf(format, args...)))
+}
+
+func (a *applier) apply(m *Inbound) error {
+	if err := driver.ValidateID("gateway", m.Gateway); err != nil {
+		a.reject(m, "%v", err)
+		return nil
+	}
+	switch {
+	case m.Batch != nil:
+		if m.Batch.Gateway != m.Gateway {
+			a.reject(m, "batch names gateway %q", m.Batch.Gateway)
+			return nil
+		}
+		return a.batch(m)
+	case m.Status != nil:
+		if m.Status.Gateway != "" && m.Status.Gateway != m.Gateway {
+			a.reject(m, "status names gateway %q", m.Status.Gateway)
+			return nil
+		}
+		g, err := a.gateway(m.Gateway, m.Received)
+		if err != nil {
+			return err
+		}
+		if g.State != m.Status.State {
+			g.State, g.Since = m.Status.State, m.Received
+		}
+		if m.Status.Version != "" {
+			g.Version = m.Status.Version
+		}
+		if !m.Status.Started.IsZero() {
+			g.Started = m.Status.Started
+		}
+		// A retained "offline" replayed to a restarted hub says nothing
+		// about when the gateway was last heard from.
+		if m.Status.State == StateOnline {
+			g.LastSeen = m.Received
+		}
+	case m.Heartbeat != nil:
+		if m.Heartbeat.Gateway != "" && m.Heartbeat.Gateway != m.Gateway {
+			a.reject(m, "heartbeat names gateway %q", m.Heartbeat.Gateway)
+			return nil
+		}
+		g, err := a.gateway(m.Gateway, m.Received)
+		if err != nil {
+			return err
+		}
+		hb := *m.Heartbeat
+		g.Heartbeat = &hb
+		g.LastHeartbeat, g.LastSeen = m.Received, m.Received
+		if hb.Version != "" {
+			g.Version = hb.Version
+		}
+		// A heartbeat proves the gateway is up even if its retained
+		// status was lost (an external broker restarted without state).
+		if g.State != StateOnline {
+			g.State, g.Since = StateOnline, m.Received
+		}
+	default:
+		a.reject(m, "empty message")
+	}
+	return nil
+}
+
+func (a *applier) batch(m *Inbound) error {
+	g, err := a.gateway(m.Gateway, m.Received)
+	if err != nil {
+		return err
+	}
+	g.LastSeen = m.Received
+	// Check every entry first: a bad batch changes nothing at all.
+	for i, e := range m.Batch.Entries {
+		if e.Seq == 0 || e.Event.Seq == 0 || driver.ValidateID("mission id", e.Event.MissionID) != nil {
+			a.reject(m, "entry %d: bad sequence or mission id", i)
+			return nil
+		}
+	}
+	timeline := a.tx.Bucket(bucketTimeline)
+	var upto uint64
+	for i := range m.Batch.Entries {
+		e := &m.Batch.Entries[i]
+		upto = max(upto, e.Seq)
+		ms, err := a.mission(m.Gateway, e.Event.MissionID, e.Mission, m.Received)
+		if err != nil {
+			return err
+		}
+		mk := missionKey(m.Gateway, e.Event.MissionID)
+		ek := eventKey(mk, e.Event.Seq)
+		if timeline.Get(ek) != nil {
+			a.res.Duplicates++
+			g.Duplicates++
+			continue
+		}
+		if err := putJSON(timeline, ek, &e.Event); err != nil {
+			return err
+		}
+		a.res.Stored++
+		a.dirty[string(mk)] = true
+		g.Events++
+		ms.Events++
+		ms.Updated = m.Received
+		seq := e.Event.Seq
+		switch {
+		case seq > ms.Seq:
+			if seq > ms.Seq+1 {
+				gap := Gap{From: ms.Seq + 1, To: seq - 1, Compacted: e.Compacted, Detected: m.Received}
+				ms.Gaps = append(ms.Gaps, gap)
+				a.res.Gaps = append(a.res.Gaps, GapReport{Gateway: m.Gateway, MissionID: ms.ID, Gap: gap})
+				g.Gaps++
+			}
+			ms.Seq = seq
+			ms.Summary = e.Mission
+		default:
+			// A late event fills (part of) a gap; the summary stays with
+			// the newest event.
+			ms.Gaps = fillGap(ms.Gaps, seq)
+			a.res.Late++
+		}
+	}
+	if upto > 0 {
+		a.res.Acks[m.Gateway] = max(a.res.Acks[m.Gateway], upto)
+		g.Acked = max(g.Acked, upto)
+	}
+	return nil
+}
+
+// fillGap removes seq from the gaps, splitting the one it falls in.
+func fillGap(gaps []Gap, seq uint64) []Gap {
+	out := gaps[:0:0]
+	for _, g := range gaps {
+		if seq < g.From || seq > g.To {
+			out = append(out, g)
+			continue
+		}
+		if g.From < seq {
+			l := g
+			l.To = seq - 1
+			out = append(out, l)
+		}
+		if seq < g.To {
+			r := g
+			r.From = seq + 1
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (a *applier) gateway(id string, now time.Time) (*Gateway, error) {
+	if g, ok := a.gws[id]; ok {
+		return g, nil
+	}
+	g := &Gateway{ID: id, State: StateUnknown, Since: now}
+	if v := a.tx.Bucket(bucketGateways).Get([]byte(id)); v != nil {
+		if err := json.Unmarshal(v, g); err != nil {
+			return nil, fmt.Errorf("decode gateway %q: %w", id, err)
+		}
+	}
+	a.gws[id] = g
+	return g, nil
+}
+
+func (a *applier) mission(gw, id string, sum driver.Summary, now time.Time) (*Mission, error) {
+	mk := missionKey(gw, id)
+	if m, ok := a.missions[string(mk)]; ok {
+		return m, nil
+	}
+	m := &Mission{Gateway: gw, ID: id}
+	if v := a.tx.Bucket(bucketMissions).Get(mk); v != nil {
+		if err := json.Unmarshal(v, m); err != nil {
+			return nil, fmt.Errorf("decode mission %s/%s: %w", gw, id, err)
+		}
+	} else {
+		m.Created, m.FirstSeen = sum.Created, now
+		if m.Created.IsZero() {
+			m.Created = now
+		}
+		if err := a.tx.Bucket(bucketOrder).Put(timeKey(m.Created, mk), nil); err != nil {
+			return nil, err
+		}
+	}
+	a.finishedOld[string(mk)] = finishedKey(m, mk)
+	a.missions[string(mk)] = m
+	return m, nil
+}
+
+// finishedKey is the mission's key in the finished index, or nil while
+// it is not terminal.
+func finishedKey(m *Mission, mk []byte) []byte {
+	if !m.Summary.State.Terminal() {
+		return nil
+	}
+	t := m.Summary.Finished
+	if t.IsZero() {
+		t = m.Updated
+	}
+	return timeKey(t, mk)
+}
+
+// flush writes every touched record and fills in the result.
+func (a *applier) flush() error {
+	gws := a.tx.Bucket(bucketGateways)
+	ids := make([]string, 0, len(a.gws))
+	for id := range a.gws {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if err := putJSON(gws, []byte(id), a.gws[id]); err != nil {
+			return err
+		}
+		a.res.Gateways = append(a.res.Gateways, *a.gws[id])
+	}
+	missions, finished := a.tx.Bucket(bucketMissions), a.tx.Bucket(bucketFinished)
+	keys := make([]string, 0, len(a.missions))
+	for k := range a.dirty {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		m := a.missions[k]
+		mk := []byte(k)
+		if err := putJSON(missions, mk, m); err != nil {
+			return err
+		}
+		if old, cur := a.finishedOld[k], finishedKey(m, mk); string(old) != string(cur) {
+			if old != nil {
+				if err := finished.Delete(old); err != nil {
+					return err
+				}
+			}
+			if cur != nil {
+				if err := finished.Put(cur, nil); err != nil {
+					return err
+				}
+			}
+		}
+		a.res.Missions = append(a.res.Missions, *m)
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package hub
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// Query selects missions for Missions. Zero fields match everything.
+type Query struct {
+	Gateway string
+	States  []driver.State
+	Scene   string
+	Since   time.Time // created at or after
+	Until   time.Time // created before
+	// Cursor is the value returned with the previous page.
+	Cursor string
+	// Limit caps the page: default 50, at most MaxLimit.
+	Limit int
+}
+
+// MaxLimit caps a page of missions.
+const MaxLimit = 500
+
+func (q Query) match(m *Mission) bool {
+	if q.Gateway != "" && m.Gateway != q.Gateway {
+		return false
+	}
+	if q.Scene != "" && m.Summary.Scene != q.Scene {
+		return false
+	}
+	return len(q.States) == 0 || slices.Contains(q.States, m.Summary.State)
+}
+
+// Missions returns missions matching q, newest first, and the cursor of
+// the next page ("" when there is none).
+func (s *Store) Missions(q Query) ([]Mission, string, error) {
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	q.Limit = min(q.Limit, MaxLimit)
+	var start []byte
+	if q.Cursor != "" {
+		c, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		if err != nil || len(c) < 9 {
+			return nil, "", fmt.Errorf("%w: bad cursor", ErrInvalid)
+		}
+		start = c
+	}
+	var out []Mission
+	var next string
+	err := s.view(func(tx *bolt.Tx) error {
+		missions := tx.Bucket(bucketMissions)
+		c := tx.Bucket(bucketOrder).Cursor()
+		var k []byte
+		switch {
+		case start != nil:
+			// Resume strictly after (older than) the cursor's key.
+			k, _ = c.Seek(start)
+			if k == nil {
+				k, _ = c.Last()
+			}
+			for k != nil && bytes.Compare(k, start) >= 0 {
+				k, _ = c.Prev()
+			}
+		case !q.Until.IsZero():
+			k, _ = c.Seek(timeKey(q.Until, nil))
+			if k == nil {
+				k, _ = c.Last()
+			} else {
+				k, _ = c.Prev()
+			}
+		default:
+			k, _ = c.Last()
+		}
+		var sinceKey []byte
+		if !q.Since.IsZero() {
+			sinceKey = timeKey(q.Since, nil)
+		}
+		for ; k != nil; k, _ = c.Prev() {
+			if sinceKey != nil && bytes.Compare(k, sinceKey) < 0 {
+				break
+			}
+			if !q.Until.IsZero() && bytes.Compare(k, timeKey(q.Until, nil)) >= 0 {
+				continue
+			}
+			v := missions.Get(k[8:])
+			if v == nil {
+				continue
+			}
+			var m Mission
+			if err := json.Unmarshal(v, &m); err != nil {
+				return fmt.Errorf("decode mission %q: %w", k[8:], err)
+			}
+			if !q.match(&m) {
+				continue
+			}
+			if len(out) == q.Limit {
+				next = base64.RawURLEncoding.EncodeToString(timeKey(out[len(out)-1].Created, missionKey(out[len(out)-1].Gateway, out[len(out)-1].ID)))
+				return nil
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// Detail is a mission with its timeline and per-step timings.
+type Detail struct {
+	Mission
+	Timeline []driver.Event `json:"timeline"`
+	Steps    []StepTiming   `json:"steps"`
+}
+
+// StepTiming is what the timeline says about one step.
+type StepTiming struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Status   driver.StepStatus `json:"status"`
+	Attempts int               `json:"attempts"`
+	Started  time.Time         `json:"started,omitzero"`
+	Finished time.Time         `json:"finished,omitzero"`
+	// Duration is Finished - Started, in milliseconds.
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+	Code       string `json:"code,omitempty"`
+}
+
+// Mission returns one mission with its timeline, or ErrNotFound.
+func (s *Store) Mission(gw, id string) (Detail, error) {
+	var d Detail
+	err := s.view(func(tx *bolt.Tx) error {
+		mk := missionKey(gw, id)
+		v := tx.Bucket(bucketMissions).Get(mk)
+		if v == nil {
+			return fmt.Errorf("%w: mission %s/%s", ErrNotFound, gw, id)
+		}
+		if err := json.Unmarshal(v, &d.Mission); err != nil {
+			return fmt.Errorf("decode mission: %w", err)
+		}
+		prefix := append(mk, 0)
+		c := tx.Bucket(bucketTimeline).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var ev driver.Event
+			if err := json.Unmarshal(v, &ev); err != nil {
+				return fmt.Errorf("decode event: %w", err)
+			}
+			d.Timeline = append(d.Timeline, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return Detail{}, err
+	}
+	d.Steps = Timings(d.Summary, d.Timeline)
+	return d, nil
+}
+
+// Timings derives per-step status and timing from a timeline: a step
+// starts at its first attempt and finishes at its last result.
+func Timings(sum driver.Summary, events []driver.Event) []StepTiming {
+	n := max(sum.Steps, len(sum.StepIDs))
+	for _, ev := range events {
+		n = max(n, ev.Step+1)
+	}
+	steps := make([]StepTiming, n)
+	for i := range steps {
+		steps[i] = StepTiming{Index: i, Status: driver.StepPending}
+		if i < len(sum.StepIDs) {
+			steps[i].ID = sum.StepIDs[i]
+		}
+	}
+	for _, ev := range events {
+		if ev.Step < 0 || ev.Step >= n {
+			continue
+		}
+		st := &steps[ev.Step]
+		if ev.StepID != "" {
+			st.ID = ev.StepID
+		}
+		st.Attempts = max(st.Attempts, ev.Attempt)
+		switch ev.Input {
+		case driver.InBeginStep, driver.InRecover:
+			if st.Started.IsZero() {
+				st.Started = ev.Time
+			}
+			st.Status = driver.StepRunning
+		case driver.InStepOK:
+			st.Status, st.Finished, st.Error, st.Code = driver.StepSucceeded, ev.Time, "", ""
+		case driver.InStepError:
+			// A later begin_step (a retry) sets it running again.
+			st.Status, st.Finished, st.Error, st.Code = driver.StepFailed, ev.Time, ev.Error, ev.Code
+		case driver.InCompResult:
+			if ev.Error == "" {
+				st.Status = driver.StepCompensated
+			}
+		}
+		if st.Started.IsZero() && ev.Input != driver.InNext {
+			st.Started = ev.Time
+		}
+	}
+	for i := range steps {
+		st := &steps[i]
+		if !st.Started.IsZero() && !st.Finished.IsZero() && st.Finished.After(st.Started) {
+			st.DurationMS = st.Finished.Sub(st.Started).Milliseconds()
+		}
+		if st.Status == driver.StepPending && sum.State.Terminal() && !st.Started.IsZero() {
+			st.Status = driver.StepSkipped
+		}
+	}
+	return steps
+}
+
+// Retention says which finished missions Prune removes: those finished
+// more than MaxAge ago, and the oldest beyond MaxCount. Zero disables a
+// limit. Missions still running are never removed.
+type Retention struct {
+	MaxAge   time.Duration
+	MaxCount int
+}
+
+// Prune removes finished missions and their timelines per r and returns
+// how many it removed. An event re-delivered for a pruned mission would
+// create it again with a gap; gateways drop entries once acknowledged,
+// so that takes a retention shorter than a gateway's outage.
+func (s *Store) Prune(now time.Time, r Retention) (int, error) {
+	removed := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		removed = 0
+		fin := tx.Bucket(bucketFinished)
+		total := fin.Stats().KeyN
+		var cutoff []byte
+		if r.MaxAge > 0 {
+			cutoff = timeKey(now.Add(-r.MaxAge), nil)
+		}
+		var doomed [][]byte
+		c := fin.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			old := cutoff != nil && bytes.Compare(k, cutoff) < 0
+			over := r.MaxCount > 0 && total-len(doomed) > r.MaxCount
+			if !old && !over {
+				break
+			}
+			doomed = append(doomed, bytes.Clone(k))
+		}
+		for _, fk := range doomed {
+			if err := deleteMission(tx, fk); err != nil {
+				return err
+			}
+			removed++
+		}
+		return nil
+	})
+	return removed, err
+}
+
+func deleteMission(tx *bolt.Tx, fk []byte) error {
+	mk := fk[8:]
+	missions := tx.Bucket(bucketMissions)
+	if v := missions.Get(mk); v != nil {
+		var m Mission
+		if err := json.Unmarshal(v, &m); err != nil {
+			return fmt.Errorf("decode mission %q: %w", mk, err)
+		}
+		if err := tx.Bucket(bucketOrder).Delete(timeKey(m.Created, mk)); err != nil {
+			return err
+		}
+	}
+	if err := missions.Delete(mk); err != nil {
+		return err
+	}
+	prefix := append(bytes.Clone(mk), 0)
+	tl := tx.Bucket(bucketTimeline)
+	c := tl.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		if err := tl.Delete(k); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(bucketFinished).Delete(fk)
+}

@@ -1,0 +1,515 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// ServiceOptions configures a Service.
+type ServiceOptions struct {
+	// Broker is the MQTT broker URL (tcp://, ssl://, tls://, mqtts://).
+	Broker string
+	// ClientID is the hub's MQTT client ID; default "sortie-hub".
+	ClientID string
+	// Username and Password are the hub's identity on the broker.
+	Username, Password string
+	// TLS configures ssl:// brokers.
+	TLS *tls.Config
+	// Prefix is the topic prefix; default uplink.DefaultPrefix.
+	Prefix string
+	// ControlTimeout bounds the wait for a control result; default 10s.
+	ControlTimeout time.Duration
+	// Queue is how many inbound messages may wait for the store; when it
+	// is full the MQTT client stops reading, pushing back on gateways.
+	// Default 4096.
+	Queue int
+	// Group caps the messages committed in one transaction; default 512.
+	Group int
+	// Retention, when set, is applied every PruneEvery (default 1h).
+	Retention  Retention
+	PruneEvery time.Duration
+	// Logger receives the service's logs; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Service is the hub's MQTT side: it ingests what gateways publish,
+// acknowledges it once durable, and relays control requests. Start it
+// with Run; Control and Watch may be called at any time from any
+// goroutine.
+type Service struct {
+	st     *Store
+	opts   ServiceOptions
+	log    *slog.Logger
+	topics uplink.Topics
+	queue  chan inboundRaw
+
+	client    atomic.Pointer[paho.Client]
+	connected atomic.Bool
+	readyOnce sync.Once
+	ready     chan struct{}
+
+	ackMu   sync.Mutex
+	acks    map[string]uint64 // gateway → upto, waiting to be published
+	ackWake chan struct{}
+
+	ctlMu   sync.Mutex
+	waiters map[string]chan uplink.ControlResult
+
+	watchMu  sync.Mutex
+	watchers map[*watcher]struct{}
+}
+
+type inboundRaw struct {
+	topic   string
+	payload []byte
+	at      time.Time
+}
+
+// NewService returns a Service over st. It does nothing until Run.
+func NewService(st *Store, opts ServiceOptions) *Service {
+	if opts.ClientID == "" {
+		opts.ClientID = "sortie-hub"
+	}
+	if opts.ControlTimeout <= 0 {
+		opts.ControlTimeout = 10 * time.Second
+	}
+	if opts.Queue <= 0 {
+		opts.Queue = 4096
+	}
+	if opts.Group <= 0 {
+		opts.Group = 512
+	}
+	if opts.PruneEvery <= 0 {
+		opts.PruneEvery = time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Service{
+		st: st, opts: opts, log: log,
+		topics:   uplink.Topics{Prefix: opts.Prefix},
+		queue:    make(chan inboundRaw, opts.Queue),
+		ready:    make(chan struct{}),
+		acks:     map[string]uint64{},
+		ackWake:  make(chan struct{}, 1),
+		waiters:  map[string]chan uplink.ControlResult{},
+		watchers: map[*watcher]struct{}{},
+	}
+}
+
+// Store returns the service's store.
+func (s *Service) Store() *Store { return s.st }
+
+// Ready is closed once the service is connected and subscribed for the
+// first time.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Connected reports whether the MQTT connection is up.
+func (s *Service) Connected() bool { return s.connected.Load() }
+
+const tokenWait = 10 * time.Second
+
+// Run connects to the broker and ingests until ctx is cancelled. It
+// returns nil after a clean stop, or the error that stopped it.
+func (s *Service) Run(ctx context.Context) error {
+	if s.opts.Broker == "" {
+		return fmt.Errorf("%w: no broker URL", ErrInvalid)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	filters := map[string]byte{
+		s.topics.Wildcard("status"):         1,
+		s.topics.Wildcard("heartbeat"):      1,
+		s.topics.Wildcard("events"):         1,
+		s.topics.Wildcard("control/result"): 1,
+	}
+	opts := paho.NewClientOptions().
+		AddBroker(s.opts.Broker).
+		SetClientID(s.opts.ClientID).
+		SetUsername(s.opts.Username).
+		SetPassword(s.opts.Password).
+		SetCleanSession(true).
+		SetAutoReconnect(true).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(500 * time.Millisecond).
+		SetMaxReconnectInterval(10 * time.Second).
+		SetKeepAlive(30 * time.Second).
+		SetConnectTimeout(5 * time.Second).
+		// Order matters: a gateway's batches must be committed in the
+		// order it sent them, or an ack could cover an earlier batch the
+		// hub has not stored yet. The handler only hands messages to the
+		// queue, so it blocks only when the store falls behind.
+		SetOrderMatters(true)
+	if s.opts.TLS != nil {
+		opts.SetTLSConfig(s.opts.TLS)
+	}
+	var wg sync.WaitGroup
+	opts.SetOnConnectHandler(func(c paho.Client) {
+		// Subscribing waits for the broker; do it off the paho callback.
+		wg.Go(func() {
+			tok := c.SubscribeMultiple(filters, func(_ paho.Client, m paho.Message) { s.receive(ctx, m) })
+			if !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
+				s.log.Error("subscribe to gateway topics", "err", tokenErr(tok))
+				return
+			}
+			s.connected.Store(true)
+			s.readyOnce.Do(func() { close(s.ready) })
+			s.log.Info("connected to broker", "broker", s.opts.Broker)
+		})
+	})
+	opts.SetConnectionLostHandler(func(_ paho.Client, err error) {
+		s.connected.Store(false)
+		s.log.Warn("broker connection lost; reconnecting", "err", err)
+	})
+	c := paho.NewClient(opts)
+	s.client.Store(&c)
+	tok := c.Connect()
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			return fmt.Errorf("connect %s: %w", s.opts.Broker, err)
+		}
+	case <-ctx.Done():
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.ingestLoop(gctx) })
+	g.Go(func() error { return s.ackLoop(gctx) })
+	if s.opts.Retention != (Retention{}) {
+		g.Go(func() error { return s.pruneLoop(gctx) })
+	}
+	err := g.Wait()
+	s.connected.Store(false)
+	c.Disconnect(250)
+	wg.Wait()
+	s.closeWatchers()
+	return err
+}
+
+func tokenErr(tok paho.Token) error {
+	if err := tok.Error(); err != nil {
+		return err
+	}
+	return errors.New("timed out")
+}
+
+// receive runs on paho's router. Control results go straight to their
+// waiter; everything else is queued for the store.
+func (s *Service) receive(ctx context.Context, m paho.Message) {
+	gw, kind, ok := gatewayOf(s.topics, m.Topic())
+	if !ok {
+		return
+	}
+	if kind == "control/result" {
+		r, err := uplink.DecodeControlResult(m.Payload())
+		if err != nil {
+			s.log.Warn("bad control result", "gateway", gw, "err", err)
+			return
+		}
+		s.ctlMu.Lock()
+		ch := s.waiters[r.ID]
+		s.ctlMu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- r:
+			default: // a duplicate; the first one counts
+			}
+		}
+		return
+	}
+	select {
+	case s.queue <- inboundRaw{topic: m.Topic(), payload: m.Payload(), at: s.opts.Now()}:
+	case <-ctx.Done():
+	}
+}
+
+// decode turns a queued message into an Inbound, or reports why not.
+func (s *Service) decode(r inboundRaw) (Inbound, error) {
+	gw, kind, _ := gatewayOf(s.topics, r.topic)
+	in := Inbound{Gateway: gw, Received: r.at}
+	switch kind {
+	case "events":
+		b, err := uplink.DecodeBatch(r.payload)
+		if err != nil {
+			return in, err
+		}
+		in.Batch = &b
+	case "status":
+		if len(r.payload) == 0 {
+			return in, fmt.Errorf("%w: empty status (retained message cleared)", uplink.ErrMessage)
+		}
+		st, err := uplink.DecodeStatus(r.payload)
+		if err != nil {
+			return in, err
+		}
+		in.Status = &st
+	case "heartbeat":
+		hb, err := uplink.DecodeHeartbeat(r.payload)
+		if err != nil {
+			return in, err
+		}
+		in.Heartbeat = &hb
+	default:
+		return in, fmt.Errorf("%w: unexpected topic kind %q", uplink.ErrMessage, kind)
+	}
+	return in, nil
+}
+
+func (s *Service) ingestLoop(ctx context.Context) error {
+	group := make([]inboundRaw, 0, s.opts.Group)
+	in := make([]Inbound, 0, s.opts.Group)
+	for {
+		group = group[:0]
+		select {
+		case <-ctx.Done():
+			return nil
+		case r := <-s.queue:
+			group = append(group, r)
+		}
+	drain:
+		for len(group) < s.opts.Group {
+			select {
+			case r := <-s.queue:
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		in = in[:0]
+		for _, r := range group {
+			m, err := s.decode(r)
+			if err != nil {
+				s.log.Warn("dropping bad message", "topic", r.topic, "err", err)
+				continue
+			}
+			in = append(in, m)
+		}
+		if len(in) == 0 {
+			continue
+		}
+		res, err := s.st.Apply(in)
+		if err != nil {
+			// Nothing is acknowledged, so gateways will send it again.
+			s.log.Error("store messages", "messages", len(in), "err", err)
+			continue
+		}
+		s.report(res)
+	}
+}
+
+// report acknowledges, logs and broadcasts what a commit changed.
+func (s *Service) report(res Result) {
+	if len(res.Acks) > 0 {
+		s.ackMu.Lock()
+		for gw, upto := range res.Acks {
+			s.acks[gw] = max(s.acks[gw], upto)
+		}
+		s.ackMu.Unlock()
+		select {
+		case s.ackWake <- struct{}{}:
+		default:
+		}
+	}
+	for _, err := range res.Rejected {
+		s.log.Warn("rejected message", "err", err)
+	}
+	for _, g := range res.Gaps {
+		if g.Compacted {
+			s.log.Info("events compacted by gateway", "gateway", g.Gateway, "mission", g.MissionID, "from", g.From, "to", g.To)
+		} else {
+			s.log.Warn("gap in mission events", "gateway", g.Gateway, "mission", g.MissionID, "from", g.From, "to", g.To)
+		}
+	}
+	for i := range res.Gateways {
+		s.broadcast(Update{Type: "gateway", Gateway: &res.Gateways[i]})
+	}
+	for i := range res.Missions {
+		s.broadcast(Update{Type: "mission", Mission: &res.Missions[i]})
+	}
+}
+
+// ackLoop publishes acks apart from the ingest loop: paho delivers the
+// broker's PUBACKs on the goroutine that a full queue may hold up, so
+// waiting for them while ingesting could stall both.
+func (s *Service) ackLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.ackWake:
+		}
+		s.ackMu.Lock()
+		acks := s.acks
+		s.acks = map[string]uint64{}
+		s.ackMu.Unlock()
+		c := *s.client.Load()
+		toks := make(map[string]paho.Token, len(acks))
+		for gw, upto := range acks {
+			b, _ := json.Marshal(uplink.Ack{Upto: upto})
+			toks[gw] = c.Publish(s.topics.Ack(gw), 1, false, b)
+		}
+		for gw, tok := range toks {
+			// A lost ack only costs a re-delivery, which is idempotent.
+			if !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
+				s.log.Warn("publish ack", "gateway", gw, "upto", acks[gw], "err", tokenErr(tok))
+			}
+		}
+	}
+}
+
+func (s *Service) pruneLoop(ctx context.Context) error {
+	t := time.NewTicker(s.opts.PruneEvery)
+	defer t.Stop()
+	for {
+		n, err := s.st.Prune(s.opts.Now(), s.opts.Retention)
+		switch {
+		case err != nil:
+			s.log.Error("prune finished missions", "err", err)
+		case n > 0:
+			s.log.Info("pruned finished missions", "removed", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Control sends a control request to gateway gw and waits for its
+// result, at most ControlTimeout. It fills in c.ID (and, for a
+// trigger without one, c.RequestID, so a re-delivered request runs the
+// scene once).
+func (s *Service) Control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error) {
+	g, err := s.st.Gateway(gw)
+	if err != nil {
+		return uplink.ControlResult{}, err
+	}
+	c.ID = newID()
+	if c.Action == uplink.ActionTrigger && c.RequestID == "" {
+		c.RequestID = "hub-" + c.ID
+	}
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return uplink.ControlResult{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if _, err := uplink.DecodeControl(payload); err != nil {
+		return uplink.ControlResult{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if g.State != StateOnline {
+		return uplink.ControlResult{}, fmt.Errorf("%w: %s is %s", ErrOffline, gw, g.State)
+	}
+	cp := s.client.Load()
+	if cp == nil || !s.connected.Load() {
+		return uplink.ControlResult{}, ErrNotConnected
+	}
+	ch := make(chan uplink.ControlResult, 1)
+	s.ctlMu.Lock()
+	s.waiters[c.ID] = ch
+	s.ctlMu.Unlock()
+	defer func() {
+		s.ctlMu.Lock()
+		delete(s.waiters, c.ID)
+		s.ctlMu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ControlTimeout)
+	defer cancel()
+	tok := (*cp).Publish(s.topics.Control(gw), 1, false, payload)
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			return uplink.ControlResult{}, fmt.Errorf("publish control: %w", err)
+		}
+	case <-ctx.Done():
+		return uplink.ControlResult{}, fmt.Errorf("publish control: %w", ErrTimeout)
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return uplink.ControlResult{}, fmt.Errorf("%w: %s %s (id %s)", ErrTimeout, gw, c.Action, c.ID)
+	}
+}
+
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
+
+// Update is a change pushed to watchers: a gateway or a mission record
+// after a commit.
+type Update struct {
+	Type    string   `json:"type"` // "gateway" or "mission"
+	Gateway *Gateway `json:"gateway,omitempty"`
+	Mission *Mission `json:"mission,omitempty"`
+}
+
+type watcher struct {
+	ch     chan Update
+	closed bool
+}
+
+// Watch returns a channel of updates with room for buf of them, and a
+// function to stop watching. A watcher that falls buf updates behind is
+// dropped: its channel is closed, and it should reload and watch again
+// (the dashboard's EventSource does so by itself).
+func (s *Service) Watch(buf int) (<-chan Update, func()) {
+	w := &watcher{ch: make(chan Update, max(buf, 1))}
+	s.watchMu.Lock()
+	s.watchers[w] = struct{}{}
+	s.watchMu.Unlock()
+	return w.ch, func() {
+		s.watchMu.Lock()
+		defer s.watchMu.Unlock()
+		s.dropLocked(w)
+	}
+}
+
+func (s *Service) dropLocked(w *watcher) {
+	delete(s.watchers, w)
+	if !w.closed {
+		w.closed = true
+		close(w.ch)
+	}
+}
+
+func (s *Service) broadcast(u Update) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	for w := range s.watchers {
+		select {
+		case w.ch <- u:
+		default:
+			s.dropLocked(w)
+		}
+	}
+}
+
+func (s *Service) closeWatchers() {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	for w := range s.watchers {
+		s.dropLocked(w)
+	}
+}

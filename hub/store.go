@@ -1,0 +1,259 @@
+package hub
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// schema is the bucket layout version recorded in meta.
+const schema = 1
+
+var (
+	bucketMeta     = []byte("meta")
+	bucketGateways = []byte("gateways")
+	bucketMissions = []byte("missions")
+	bucketTimeline = []byte("timeline")
+	bucketOrder    = []byte("order")
+	bucketFinished = []byte("finished")
+	keySchema      = []byte("schema")
+)
+
+// Presence states of a Gateway. StateUnknown is a configured gateway
+// that has never reported.
+const (
+	StateOnline  = uplink.StateOnline
+	StateOffline = uplink.StateOffline
+	StateUnknown = "unknown"
+)
+
+// Gateway is what the hub knows about one gateway.
+type Gateway struct {
+	ID      string    `json:"id"`
+	State   string    `json:"state"` // online, offline or unknown
+	Version string    `json:"version,omitempty"`
+	Started time.Time `json:"started,omitzero"` // as reported by the gateway
+	// Since is when State last changed, LastSeen when any message last
+	// arrived, LastHeartbeat when the last heartbeat arrived (hub clock).
+	Since         time.Time `json:"since,omitzero"`
+	LastSeen      time.Time `json:"last_seen,omitzero"`
+	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// Heartbeat is the last one received: backlog, active missions,
+	// uptime and the device inventory.
+	Heartbeat *uplink.Heartbeat `json:"heartbeat,omitempty"`
+	// Acked is the highest outbox seq the hub has acknowledged.
+	Acked uint64 `json:"acked"`
+	// Counters since the gateway was first seen.
+	Events     uint64 `json:"events"`
+	Duplicates uint64 `json:"duplicates"`
+	Gaps       uint64 `json:"gaps"`
+}
+
+// Mission is the hub's record of one mission of one gateway.
+type Mission struct {
+	Gateway string         `json:"gateway"`
+	ID      string         `json:"id"`
+	Summary driver.Summary `json:"summary"`
+	// Seq is the highest event seq stored; Summary belongs to it.
+	Seq uint64 `json:"seq"`
+	// Events counts the events stored.
+	Events int `json:"events"`
+	// Gaps are event seqs below Seq that the hub has not received.
+	Gaps []Gap `json:"gaps,omitempty"`
+	// Created orders missions: the summary's creation time, or the hub's
+	// clock when the summary has none. It never changes.
+	Created   time.Time `json:"created"`
+	FirstSeen time.Time `json:"first_seen"`
+	Updated   time.Time `json:"updated"` // hub clock of the last change
+}
+
+// Gap is a run of missing event seqs, From to To inclusive.
+type Gap struct {
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
+	// Compacted gaps were dropped on purpose by the gateway's outbox and
+	// will never arrive; the others may still.
+	Compacted bool      `json:"compacted,omitempty"`
+	Detected  time.Time `json:"detected"`
+}
+
+// Options configures Open.
+type Options struct {
+	// Timeout bounds the wait for the file lock; default 5s.
+	Timeout time.Duration
+	// NoSync skips fsync (tests and benchmarks of everything else only).
+	NoSync bool
+}
+
+// Store keeps gateways and their missions in a bbolt file.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens or creates the store at path, creating its directory and
+// buckets.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("open hub store: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("open hub store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keySchema); v != nil {
+			if len(v) != 8 || binary.BigEndian.Uint64(v) != schema {
+				return fmt.Errorf("%w: hub store schema %x, want %d", ErrInvalid, v, schema)
+			}
+			return nil
+		}
+		return meta.Put(keySchema, u64(schema))
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open hub store %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close releases the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Register makes configured gateways known before they first connect,
+// so the dashboard lists them (as "unknown") and control requests to
+// them fail as offline rather than as unknown.
+func (s *Store) Register(now time.Time, ids ...string) error {
+	for _, id := range ids {
+		if err := driver.ValidateID("gateway", id); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketGateways)
+		for _, id := range ids {
+			if b.Get([]byte(id)) != nil {
+				continue
+			}
+			if err := putJSON(b, []byte(id), &Gateway{ID: id, State: StateUnknown, Since: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Gateway returns one gateway or ErrUnknownGateway.
+func (s *Store) Gateway(id string) (Gateway, error) {
+	var g Gateway
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketGateways).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("%w: %q", ErrUnknownGateway, id)
+		}
+		return json.Unmarshal(v, &g)
+	})
+	return g, err
+}
+
+// Gateways returns every known gateway, by ID.
+func (s *Store) Gateways() ([]Gateway, error) {
+	var out []Gateway
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketGateways).ForEach(func(_, v []byte) error {
+			var g Gateway
+			if err := json.Unmarshal(v, &g); err != nil {
+				return fmt.Errorf("decode gateway: %w", err)
+			}
+			out = append(out, g)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	err := s.db.Update(fn)
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	err := s.db.View(fn)
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// missionKey is gateway + 0x00 + mission ID.
+func missionKey(gw, id string) []byte {
+	k := make([]byte, 0, len(gw)+1+len(id))
+	k = append(k, gw...)
+	k = append(k, 0)
+	return append(k, id...)
+}
+
+// splitMissionKey undoes missionKey.
+func splitMissionKey(k []byte) (gw, id string, ok bool) {
+	for i, c := range k {
+		if c == 0 {
+			return string(k[:i]), string(k[i+1:]), true
+		}
+	}
+	return "", "", false
+}
+
+// eventKey is missionKey + 0x00 + seq (big-endian), so a mission's
+// events sort by seq and share a prefix.
+func eventKey(mk []byte, seq uint64) []byte {
+	k := make([]byte, 0, len(mk)+9)
+	k = append(k, mk...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// timeKey prefixes a mission key with a big-endian timestamp so that
+// byte order is time order. Times before 1970 sort first.
+func timeKey(t time.Time, mk []byte) []byte {
+	ns := t.UnixNano()
+	if ns < 0 || t.IsZero() {
+		ns = 0
+	}
+	k := make([]byte, 0, 8+len(mk))
+	k = binary.BigEndian.AppendUint64(k, uint64(ns))
+	return append(k, mk...)
+}
+
+func putJSON(b *bolt.Bucket, k []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", k, err)
+	}
+	return b.Put(k, data)
+}
