@@ -119,6 +119,11 @@ type Ack struct {
 	Error *AckError `json:"error,omitempty"`
 	// State is the device's state after the command, if it reports it.
 	State map[string]any `json:"state,omitempty"`
+	// Prior is the device's state just before it first applied the
+	// command, if it reports it. A device re-acking a repeated ID sends
+	// the first Prior again, which lets the agent restore the true
+	// previous state even when the first ack was lost.
+	Prior map[string]any `json:"prior,omitempty"`
 }
 
 // AckError says why a command was not applied.

@@ -1,0 +1,724 @@
+package devices
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultAckTimeout     = 2 * time.Second
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultAckCache       = 256
+	DefaultMaxDevices     = 4096
+)
+
+// Sentinel errors of the client.
+var (
+	// ErrClosed means the client has been closed.
+	ErrClosed = errors.New("devices client closed")
+	// ErrNotConnected means the broker connection is down (or its
+	// subscriptions are not yet in place) and did not come back before the
+	// command's deadline. It is retryable.
+	ErrNotConnected = errors.New("not connected to broker")
+	// ErrInFlight means a command with the same ID is already waiting for
+	// its ack on this client. It is retryable: the first send decides.
+	ErrInFlight = errors.New("command already in flight")
+	// ErrInvalidCommand means a command is malformed and was not sent.
+	ErrInvalidCommand = errors.New("invalid command")
+)
+
+// RejectedError is returned by Send when the device answered with a
+// negative ack. Retryable reports whether the code may succeed later.
+type RejectedError struct {
+	Device  string
+	ID      string
+	Code    string
+	Message string
+}
+
+func (e *RejectedError) Error() string {
+	if e.Message != "" {
+		return fmt.Sprintf("device %s rejected command %s: %s: %s", e.Device, e.ID, e.Code, e.Message)
+	}
+	return fmt.Sprintf("device %s rejected command %s: %s", e.Device, e.ID, e.Code)
+}
+
+// Retryable reports whether the device's error code may succeed on a
+// later attempt (see RetryableCode).
+func (e *RejectedError) Retryable() bool { return RetryableCode(e.Code) }
+
+// Options configures a Client. Only Broker is required.
+type Options struct {
+	// Broker is the paho broker URL, e.g. "tcp://127.0.0.1:1883" or
+	// "ssl://hub.local:8883".
+	Broker string
+	// ClientID identifies the connection; empty picks "sortie-agent".
+	// Two clients with the same ID kick each other off the broker.
+	ClientID string
+	// Username and Password authenticate to the broker when set.
+	Username string
+	Password string
+	// TLS configures TLS for ssl:// and tls:// brokers.
+	TLS *tls.Config
+	// Prefix is the topic prefix; empty means DefaultPrefix.
+	Prefix string
+	// AckTimeout bounds how long Send waits for an ack when the caller's
+	// context has no earlier deadline. Zero means DefaultAckTimeout.
+	AckTimeout time.Duration
+	// ConnectTimeout bounds the first connection and each reconnection
+	// attempt. Zero means DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// MaxReconnectInterval caps paho's reconnect backoff; zero means 10s.
+	MaxReconnectInterval time.Duration
+	// AckCache is how many final acks are remembered by command ID, so
+	// that a late ack completes the retry of its command at once and a
+	// duplicate is recognised. Zero means DefaultAckCache.
+	AckCache int
+	// MaxDevices bounds how many devices' availability and state are
+	// tracked; reports from further device IDs are dropped (and logged),
+	// so a misbehaving publisher cannot grow memory without bound.
+	MaxDevices int
+	// Logger receives connection and protocol logs; nil discards them.
+	Logger *slog.Logger
+	// OnChange, if set, is called after a device's availability or
+	// reported state changes. It runs on the MQTT receive path, so it must
+	// not block; the agent points it at the driver's Wake.
+	OnChange func(deviceID string)
+	// OnStrayAck, if set, is called for every ack that completes no
+	// waiting Send: a late ack (its Send gave up) or a duplicate. It must
+	// not block. The agent uses it to count late acks per mission, since
+	// command IDs are step idempotency keys.
+	OnStrayAck func(deviceID string, ack Ack, duplicate bool)
+}
+
+func (o *Options) withDefaults() {
+	if o.ClientID == "" {
+		o.ClientID = "sortie-agent"
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = DefaultAckTimeout
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.MaxReconnectInterval <= 0 {
+		o.MaxReconnectInterval = 10 * time.Second
+	}
+	if o.AckCache <= 0 {
+		o.AckCache = DefaultAckCache
+	}
+	if o.MaxDevices <= 0 {
+		o.MaxDevices = DefaultMaxDevices
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Stats is a snapshot of a Client's counters since Dial.
+type Stats struct {
+	Sent       uint64 // commands published
+	Acked      uint64 // Sends completed by an ack (positive or negative)
+	Rejected   uint64 // of those, negative acks
+	Cached     uint64 // Sends completed from a remembered ack without publishing
+	Timeouts   uint64 // Sends that gave up waiting for an ack
+	Duplicates uint64 // acks for a command already completed
+	LateAcks   uint64 // acks that arrived after their Send gave up
+	Malformed  uint64 // device messages that failed to decode
+	Reconnects uint64 // connections after the first
+}
+
+type stats struct {
+	sent, acked, rejected, cached, timeouts, duplicates, late, malformed, reconnects atomic.Uint64
+}
+
+// deviceEntry is what the client knows of one device.
+type deviceEntry struct {
+	availKnown bool
+	online     bool
+	state      map[string]any // normalized; nil until reported
+	// changed is closed (and replaced) on every change, so any number of
+	// waiters can watch a device without a registration protocol.
+	changed chan struct{}
+}
+
+// ackKey correlates acks per device, so one device cannot complete
+// another's command by reusing its ID.
+type ackKey struct{ device, id string }
+
+// recentAck is a final ack remembered after its Send finished or gave up.
+type recentAck struct {
+	ack Ack
+	// reusable acks (ok, or a permanent failure) are what the device
+	// recorded for the ID and would re-send; retryable failures were not
+	// applied, so a retry must publish again.
+	reusable bool
+}
+
+// Client sends commands to devices over one MQTT connection and tracks
+// their availability and state. It is safe for concurrent use. Close it
+// to disconnect; a closed Client cannot be reopened (paho clients are
+// never reused after a disconnect).
+type Client struct {
+	opts   Options
+	topics Topics
+	log    *slog.Logger
+	paho   mqtt.Client
+
+	done chan struct{} // closed by Close
+
+	mu        sync.Mutex
+	closed    bool
+	ready     chan struct{} // closed while connected and subscribed
+	connected bool          // ready has been closed for this connection
+	conns     int
+	pending   map[ackKey]chan Ack
+	recent    map[ackKey]recentAck
+	recentQ   []ackKey // FIFO eviction order of recent (ring)
+	recentN   int      // next ring slot
+	devices   map[string]*deviceEntry
+	wg        sync.WaitGroup
+
+	stats stats
+}
+
+// Dial connects to the broker, subscribes to the device ack, state and
+// availability topics, and returns once both are done or ctx ends. The
+// connection then reconnects on its own and resubscribes every time.
+func Dial(ctx context.Context, opts Options) (*Client, error) {
+	if opts.Broker == "" {
+		return nil, errors.New("dial: no broker URL")
+	}
+	opts.withDefaults()
+	c := &Client{
+		opts:    opts,
+		topics:  Topics{Prefix: opts.Prefix},
+		log:     opts.Logger.With("component", "devices", "client_id", opts.ClientID),
+		ready:   make(chan struct{}),
+		done:    make(chan struct{}),
+		pending: make(map[ackKey]chan Ack),
+		recent:  make(map[ackKey]recentAck, opts.AckCache),
+		recentQ: make([]ackKey, opts.AckCache),
+		devices: make(map[string]*deviceEntry),
+	}
+	po := mqtt.NewClientOptions().
+		AddBroker(opts.Broker).
+		SetClientID(opts.ClientID).
+		SetCleanSession(true).
+		// Subscriptions are remade in onConnect; paho's own resubscription
+		// would race with it.
+		SetResumeSubs(false).
+		SetOrderMatters(false).
+		SetAutoReconnect(true).
+		SetConnectRetry(false).
+		SetConnectTimeout(opts.ConnectTimeout).
+		SetWriteTimeout(opts.ConnectTimeout).
+		SetMaxReconnectInterval(opts.MaxReconnectInterval).
+		SetKeepAlive(30 * time.Second).
+		SetOnConnectHandler(c.onConnect).
+		SetConnectionLostHandler(c.onConnectionLost)
+	if opts.Username != "" {
+		po.SetUsername(opts.Username)
+		po.SetPassword(opts.Password)
+	}
+	if opts.TLS != nil {
+		po.SetTLSConfig(opts.TLS)
+	}
+	c.paho = mqtt.NewClient(po)
+
+	tok := c.paho.Connect()
+	if err := waitToken(ctx, tok, opts.ConnectTimeout); err != nil {
+		c.shutdown()
+		return nil, fmt.Errorf("connect to %s: %w", opts.Broker, err)
+	}
+	c.mu.Lock()
+	ready := c.ready
+	c.mu.Unlock()
+	t := time.NewTimer(opts.ConnectTimeout)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		c.shutdown()
+		return nil, fmt.Errorf("subscribe: %w", ctx.Err())
+	case <-t.C:
+		c.shutdown()
+		return nil, fmt.Errorf("subscribe: %w", ErrNotConnected)
+	}
+	return c, nil
+}
+
+// waitToken waits for a paho token, bounded by ctx and d.
+func waitToken(ctx context.Context, tok mqtt.Token, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("no answer from broker after %v", d)
+	}
+}
+
+// onConnect runs in its own goroutine (paho starts it) after every
+// successful connection, first or re-. With a clean session the broker
+// has forgotten our subscriptions, so they are made again here; the
+// broker then replays retained state and availability.
+func (c *Client) onConnect(pc mqtt.Client) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.wg.Add(1)
+	c.conns++
+	if c.conns > 1 {
+		c.stats.reconnects.Add(1)
+	}
+	c.mu.Unlock()
+	defer c.wg.Done()
+
+	filters := map[string]byte{
+		c.topics.Wildcard("ack"):          1,
+		c.topics.Wildcard("state"):        1,
+		c.topics.Wildcard("availability"): 1,
+	}
+	// Without subscriptions we would be deaf, so keep trying while this
+	// connection lasts; a lost connection calls onConnect again later.
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		tok := pc.SubscribeMultiple(filters, c.onMessage)
+		if tok.WaitTimeout(c.opts.ConnectTimeout) && tok.Error() == nil {
+			break
+		}
+		c.log.Warn("subscribe failed", "err", tok.Error(), "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-c.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !pc.IsConnectionOpen() {
+			return
+		}
+	}
+	c.mu.Lock()
+	if !c.connected && !c.closed {
+		c.connected = true
+		close(c.ready)
+	}
+	c.mu.Unlock()
+	c.log.Info("connected", "broker", c.opts.Broker)
+}
+
+func (c *Client) onConnectionLost(_ mqtt.Client, err error) {
+	c.mu.Lock()
+	if c.connected {
+		c.connected = false
+		c.ready = make(chan struct{})
+	}
+	c.mu.Unlock()
+	c.log.Warn("connection lost", "err", err)
+}
+
+// Close disconnects and waits for the client's goroutines. Sends still
+// waiting return ErrClosed. It is safe to call more than once.
+func (c *Client) Close() error {
+	c.shutdown()
+	return nil
+}
+
+func (c *Client) shutdown() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	close(c.done)
+	pending := c.pending
+	c.pending = make(map[ackKey]chan Ack)
+	c.mu.Unlock()
+	for _, ch := range pending {
+		close(ch)
+	}
+	c.paho.Disconnect(250)
+	c.wg.Wait()
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Client) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Sent: s.sent.Load(), Acked: s.acked.Load(), Rejected: s.rejected.Load(),
+		Cached: s.cached.Load(), Timeouts: s.timeouts.Load(), Duplicates: s.duplicates.Load(),
+		LateAcks: s.late.Load(), Malformed: s.malformed.Load(), Reconnects: s.reconnects.Load(),
+	}
+}
+
+// Topics returns the topic layout the client uses.
+func (c *Client) Topics() Topics { return c.topics }
+
+// validateCommandID applies the driver's ID rules: command IDs are
+// idempotency keys built from mission and step IDs.
+func validateCommandID(id string) error {
+	if err := driver.ValidateID("command id", id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidCommand, err)
+	}
+	return nil
+}
+
+// Send publishes cmd to a device at QoS 1 and waits for its ack, at most
+// until the earlier of ctx's deadline and Options.AckTimeout.
+//
+// It returns the ack and nil when the device applied the command, the ack
+// and a *RejectedError when it refused, or an error wrapping
+// driver.ErrAckTimeout (retryable) when no ack came in time. Retrying
+// with the same cmd.ID is safe: a device applies an ID once and re-acks
+// the first result; and if the first ack arrived after its Send gave up,
+// the retry completes from it without publishing.
+//
+// cmd.Expires is set to when Send stops waiting unless the caller gave an
+// earlier time.
+func (c *Client) Send(ctx context.Context, deviceID string, cmd Command) (Ack, error) {
+	return c.SendTimeout(ctx, deviceID, cmd, 0)
+}
+
+// SendTimeout is Send with its own ack timeout instead of
+// Options.AckTimeout; zero or less means Options.AckTimeout.
+func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, ackTimeout time.Duration) (Ack, error) {
+	if ackTimeout <= 0 {
+		ackTimeout = c.opts.AckTimeout
+	}
+	if err := ValidateDeviceID(deviceID); err != nil {
+		return Ack{}, fmt.Errorf("send: %w", err)
+	}
+	if err := validateCommandID(cmd.ID); err != nil {
+		return Ack{}, fmt.Errorf("send: %w", err)
+	}
+	if cmd.Action == "" {
+		return Ack{}, fmt.Errorf("send: %w: no action", ErrInvalidCommand)
+	}
+	giveUp := time.Now().Add(ackTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(giveUp) {
+		giveUp = d
+	}
+	if cmd.Expires.IsZero() || cmd.Expires.After(giveUp) {
+		cmd.Expires = giveUp
+	}
+	payload, err := json.Marshal(cmd)
+	if err != nil {
+		return Ack{}, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
+	}
+
+	key := ackKey{deviceID, cmd.ID}
+	ch := make(chan Ack, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return Ack{}, ErrClosed
+	}
+	if r, ok := c.recent[key]; ok && r.reusable {
+		c.mu.Unlock()
+		c.stats.cached.Add(1)
+		return c.finish(deviceID, r.ack)
+	}
+	if _, busy := c.pending[key]; busy {
+		c.mu.Unlock()
+		return Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
+	}
+	c.pending[key] = ch
+	ready := c.ready
+	c.mu.Unlock()
+
+	timer := time.NewTimer(time.Until(giveUp))
+	defer timer.Stop()
+
+	// Publishing while paho reconnects would queue the command unseen and
+	// our ack subscription may not exist yet, so wait for readiness first.
+	select {
+	case <-ready:
+	case <-c.done:
+		return Ack{}, ErrClosed
+	case <-ctx.Done():
+		c.abandon(key, ch)
+		return Ack{}, fmt.Errorf("send %s to %s: %w: %w", cmd.ID, deviceID, ErrNotConnected, ctx.Err())
+	case <-timer.C:
+		c.abandon(key, ch)
+		return Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
+	}
+
+	tok := c.paho.Publish(c.topics.Command(deviceID), 1, false, payload)
+	c.stats.sent.Add(1)
+	pubDone := tok.Done()
+	for {
+		select {
+		case ack, ok := <-ch:
+			if !ok {
+				return Ack{}, ErrClosed
+			}
+			c.stats.acked.Add(1)
+			return c.finish(deviceID, ack)
+		case <-pubDone:
+			pubDone = nil // an ack may still come; keep waiting for it
+			if err := tok.Error(); err != nil {
+				if ack, ok := c.abandon(key, ch); ok {
+					c.stats.acked.Add(1)
+					return c.finish(deviceID, ack)
+				}
+				return Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
+			}
+		case <-ctx.Done():
+			return c.timeout(key, ch, deviceID, cmd.ID, ctx.Err())
+		case <-timer.C:
+			return c.timeout(key, ch, deviceID, cmd.ID, nil)
+		}
+	}
+}
+
+// abandon removes a waiter. If the ack raced in just before, it is
+// returned so it is not lost.
+func (c *Client) abandon(key ackKey, ch chan Ack) (Ack, bool) {
+	c.mu.Lock()
+	if c.pending[key] == ch {
+		delete(c.pending, key)
+	}
+	c.mu.Unlock()
+	select {
+	case ack, ok := <-ch:
+		return ack, ok
+	default:
+		return Ack{}, false
+	}
+}
+
+func (c *Client) timeout(key ackKey, ch chan Ack, device, id string, cause error) (Ack, error) {
+	if ack, ok := c.abandon(key, ch); ok {
+		c.stats.acked.Add(1)
+		return c.finish(device, ack)
+	}
+	c.stats.timeouts.Add(1)
+	if cause != nil {
+		return Ack{}, fmt.Errorf("command %s to %s: %w: %w", id, device, driver.ErrAckTimeout, cause)
+	}
+	return Ack{}, fmt.Errorf("command %s to %s: %w", id, device, driver.ErrAckTimeout)
+}
+
+func (c *Client) finish(device string, ack Ack) (Ack, error) {
+	if ack.OK {
+		return ack, nil
+	}
+	c.stats.rejected.Add(1)
+	e := &RejectedError{Device: device, ID: ack.ID}
+	if ack.Error != nil {
+		e.Code, e.Message = ack.Error.Code, ack.Error.Message
+	}
+	return ack, e
+}
+
+// onMessage is paho's handler for every subscription. With
+// SetOrderMatters(false) paho calls it in its own goroutine per message;
+// it still only decodes and does O(1) work under the mutex, and the hooks
+// it calls must not block.
+func (c *Client) onMessage(_ mqtt.Client, m mqtt.Message) {
+	id, kind, ok := c.topics.DeviceOf(m.Topic())
+	if !ok || ValidateDeviceID(id) != nil {
+		c.stats.malformed.Add(1)
+		c.log.Debug("message on unexpected topic", "topic", m.Topic())
+		return
+	}
+	switch kind {
+	case "ack":
+		c.handleAck(id, m.Payload())
+	case "state":
+		c.handleState(id, m.Payload())
+	case "availability":
+		c.handleAvailability(id, m.Payload())
+	}
+}
+
+func (c *Client) handleAck(device string, payload []byte) {
+	ack, err := DecodeAck(payload)
+	if err != nil {
+		c.malformed("ack", device, err)
+		return
+	}
+	ack.State = normalizeMap(ack.State)
+	ack.Prior = normalizeMap(ack.Prior)
+	key := ackKey{device, ack.ID}
+	reusable := ack.OK || (ack.Error != nil && !RetryableCode(ack.Error.Code))
+	c.mu.Lock()
+	ch, waiting := c.pending[key]
+	if waiting {
+		delete(c.pending, key)
+		ch <- ack // buffered, and this is the only send on ch
+		c.remember(key, ack, reusable)
+		c.mu.Unlock()
+		return
+	}
+	_, dup := c.recent[key]
+	if !dup {
+		c.remember(key, ack, reusable)
+	}
+	c.mu.Unlock()
+	if dup {
+		c.stats.duplicates.Add(1)
+		c.log.Debug("duplicate ack", "device", device, "id", ack.ID)
+	} else {
+		c.stats.late.Add(1)
+		c.log.Debug("late ack recorded", "device", device, "id", ack.ID, "ok", ack.OK)
+	}
+	if c.opts.OnStrayAck != nil {
+		c.opts.OnStrayAck(device, ack, dup)
+	}
+}
+
+// remember stores a final ack in the bounded FIFO cache. Caller holds mu.
+func (c *Client) remember(key ackKey, ack Ack, reusable bool) {
+	if _, ok := c.recent[key]; !ok {
+		if old := c.recentQ[c.recentN]; old != (ackKey{}) {
+			delete(c.recent, old)
+		}
+		c.recentQ[c.recentN] = key
+		c.recentN = (c.recentN + 1) % len(c.recentQ)
+	}
+	c.recent[key] = recentAck{ack: ack, reusable: reusable}
+}
+
+// entry returns the device's entry, creating it if the bound allows.
+// Caller holds mu.
+func (c *Client) entry(device string) *deviceEntry {
+	e := c.devices[device]
+	if e == nil {
+		if len(c.devices) >= c.opts.MaxDevices {
+			return nil
+		}
+		e = &deviceEntry{changed: make(chan struct{})}
+		c.devices[device] = e
+	}
+	return e
+}
+
+// changedLocked wakes the device's watchers. Caller holds mu.
+func (e *deviceEntry) changedLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+func (c *Client) handleState(device string, payload []byte) {
+	if len(payload) == 0 {
+		return // a cleared retained message: nothing reported
+	}
+	rep, err := DecodeState(payload)
+	if err != nil {
+		c.malformed("state", device, err)
+		return
+	}
+	st := normalizeMap(rep.State)
+	c.update(device, "state", func(e *deviceEntry) bool {
+		e.state = st
+		return true
+	})
+}
+
+func (c *Client) handleAvailability(device string, payload []byte) {
+	if len(payload) == 0 {
+		return
+	}
+	online, err := DecodeAvailability(payload)
+	if err != nil {
+		c.malformed("availability", device, err)
+		return
+	}
+	if c.update(device, "availability", func(e *deviceEntry) bool {
+		changed := !e.availKnown || e.online != online
+		e.availKnown, e.online = true, online
+		return changed
+	}) {
+		c.log.Info("device availability", "device", device, "online", online)
+	}
+}
+
+func (c *Client) malformed(kind, device string, err error) {
+	c.stats.malformed.Add(1)
+	c.log.Debug("bad "+kind, "device", device, "err", err)
+}
+
+// update applies f to the device's entry under the mutex and, if f
+// reports a change, wakes the device's watchers and calls OnChange.
+func (c *Client) update(device, what string, f func(e *deviceEntry) bool) (changed bool) {
+	c.mu.Lock()
+	e := c.entry(device)
+	if e == nil {
+		c.mu.Unlock()
+		c.log.Warn("too many devices; "+what+" dropped", "device", device, "max", c.opts.MaxDevices)
+		return false
+	}
+	if changed = f(e); changed {
+		e.changedLocked()
+	}
+	c.mu.Unlock()
+	if changed {
+		c.notify(device)
+	}
+	return changed
+}
+
+func (c *Client) notify(device string) {
+	if c.opts.OnChange != nil {
+		c.opts.OnChange(device)
+	}
+}
+
+// Available reports whether a device is online. A device that has never
+// published its availability counts as available: devices without a last
+// will would otherwise be unusable, and a command to a device that is
+// really gone fails by ack timeout, which is retried.
+func (c *Client) Available(deviceID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.devices[deviceID]
+	return e == nil || !e.availKnown || e.online
+}
+
+// State returns a copy of the device's last reported (retained) state,
+// with numbers as int64 or float64, and ok false if it has reported none.
+func (c *Client) State(deviceID string) (state map[string]any, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.devices[deviceID]
+	if e == nil || e.state == nil {
+		return nil, false
+	}
+	return cloneMap(e.state), true
+}
+
+// Changed returns a channel that is closed at the device's next change of
+// availability or state. Take it before reading State or Available so no
+// change is missed between the read and the wait.
+func (c *Client) Changed(deviceID string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(deviceID)
+	if e == nil {
+		// Over the bound this device is never tracked, so it never changes;
+		// an open channel makes callers fall back to their timeouts.
+		return make(chan struct{})
+	}
+	return e.changed
+}

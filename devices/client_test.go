@@ -1,0 +1,390 @@
+package devices_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+func TestSendAck(t *testing.T) {
+	b := simulator.TestBroker(t)
+	dev := startDevice(t, b.URL(), "lamp", map[string]any{"power": "off"}, nil)
+	c := dial(t, b.URL(), nil)
+
+	ack, err := c.Send(t.Context(), "lamp", devices.Command{ID: "m1-s1", Action: "turn_on", Params: map[string]any{"brightness": 40}})
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if !ack.OK || ack.ID != "m1-s1" {
+		t.Fatalf("ack = %+v, want ok for m1-s1", ack)
+	}
+	if got := ack.State["brightness"]; got != int64(40) {
+		t.Errorf("ack state brightness = %#v, want int64(40)", got)
+	}
+	if got := dev.effectCount("m1-s1"); got != 1 {
+		t.Errorf("effects = %d, want 1", got)
+	}
+	cmd := dev.next(t)
+	if cmd.Expires.IsZero() || time.Until(cmd.Expires) > time.Second {
+		t.Errorf("command expires %v, want within the ack timeout", cmd.Expires)
+	}
+	s := c.Stats()
+	if s.Sent != 1 || s.Acked != 1 || s.Timeouts != 0 {
+		t.Errorf("stats = %+v, want 1 sent, 1 acked", s)
+	}
+}
+
+func TestRetryAfterLostAck(t *testing.T) {
+	b := simulator.TestBroker(t)
+	dev := startDevice(t, b.URL(), "lamp", nil, func(_ devices.Command, n int) reply {
+		return reply{Drop: n == 1}
+	})
+	c := dial(t, b.URL(), func(o *devices.Options) { o.AckTimeout = 150 * time.Millisecond })
+	cmd := devices.Command{ID: "m1-s1", Action: "turn_on"}
+
+	_, err := c.Send(t.Context(), "lamp", cmd)
+	if !errors.Is(err, driver.ErrAckTimeout) {
+		t.Fatalf("first Send: err = %v, want ErrAckTimeout", err)
+	}
+	if class, _ := driver.Classify(err); class != driver.Retryable {
+		t.Errorf("class = %v, want retryable", class)
+	}
+	cmd.Attempt = 2
+	ack, err := c.Send(t.Context(), "lamp", cmd)
+	if err != nil || !ack.OK {
+		t.Fatalf("retry: ack %+v, err %v", ack, err)
+	}
+	if got := dev.effectCount("m1-s1"); got != 1 {
+		t.Errorf("effect applied %d times, want once", got)
+	}
+	if got := dev.receivedCount("m1-s1"); got != 2 {
+		t.Errorf("device received %d commands, want 2", got)
+	}
+	if s := c.Stats(); s.Timeouts != 1 || s.Acked != 1 || s.Sent != 2 {
+		t.Errorf("stats = %+v, want 1 timeout, 1 acked, 2 sent", s)
+	}
+}
+
+func TestRejections(t *testing.T) {
+	b := simulator.TestBroker(t)
+	for _, tc := range []struct {
+		code      string
+		retryable bool
+	}{
+		{devices.CodeInvalidParam, false},
+		{devices.CodeJammed, false},
+		{"something_new", false},
+		{devices.CodeBusy, true},
+		{devices.CodeExpired, true},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			id := "dev-" + tc.code
+			dev := startDevice(t, b.URL(), id, nil, func(devices.Command, int) reply { return reply{Code: tc.code} })
+			c := dial(t, b.URL(), nil)
+			ack, err := c.Send(t.Context(), id, devices.Command{ID: "c1", Action: "lock"})
+			var rej *devices.RejectedError
+			if !errors.As(err, &rej) {
+				t.Fatalf("err = %v, want *RejectedError", err)
+			}
+			if rej.Code != tc.code || rej.Retryable() != tc.retryable || ack.OK {
+				t.Errorf("rejection %+v (retryable %v), ack %+v; want code %s retryable %v", rej, rej.Retryable(), ack, tc.code, tc.retryable)
+			}
+			if got := dev.receivedCount("c1"); got != 1 {
+				t.Errorf("published %d times, want 1", got)
+			}
+			if got := dev.effectCount("c1"); got != 0 {
+				t.Errorf("rejected command applied %d times", got)
+			}
+		})
+	}
+}
+
+func TestLateAckCompletesRetry(t *testing.T) {
+	b := simulator.TestBroker(t)
+	hold := make(chan struct{})
+	dev := startDevice(t, b.URL(), "lock1", nil, func(_ devices.Command, n int) reply {
+		return reply{Hold: hold}
+	})
+	stray := make(chan bool, 4)
+	c := dial(t, b.URL(), func(o *devices.Options) {
+		o.AckTimeout = 100 * time.Millisecond
+		o.OnStrayAck = func(_ string, _ devices.Ack, dup bool) { stray <- dup }
+	})
+	cmd := devices.Command{ID: "late-1", Action: "lock"}
+	if _, err := c.Send(t.Context(), "lock1", cmd); !errors.Is(err, driver.ErrAckTimeout) {
+		t.Fatalf("Send: err = %v, want ack timeout", err)
+	}
+	close(hold) // the device answers now, after the sender gave up
+	if dup := <-stray; dup {
+		t.Fatal("late ack reported as duplicate")
+	}
+	ack, err := c.Send(t.Context(), "lock1", cmd)
+	if err != nil || !ack.OK {
+		t.Fatalf("retry: ack %+v, err %v", ack, err)
+	}
+	if got := dev.receivedCount("late-1"); got != 1 {
+		t.Errorf("device received %d commands, want 1: the retry should complete from the late ack", got)
+	}
+	if got := dev.effectCount("late-1"); got != 1 {
+		t.Errorf("effects = %d, want 1", got)
+	}
+	if s := c.Stats(); s.LateAcks != 1 || s.Cached != 1 || s.Sent != 1 || s.Timeouts != 1 {
+		t.Errorf("stats = %+v, want 1 late, 1 cached, 1 sent, 1 timeout", s)
+	}
+}
+
+func TestDuplicateAckIgnored(t *testing.T) {
+	b := simulator.TestBroker(t)
+	startDevice(t, b.URL(), "lamp", nil, func(devices.Command, int) reply { return reply{Twice: true} })
+	stray := make(chan bool, 4)
+	c := dial(t, b.URL(), func(o *devices.Options) {
+		o.OnStrayAck = func(_ string, _ devices.Ack, dup bool) { stray <- dup }
+	})
+	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "d1", Action: "turn_on"}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if dup := <-stray; !dup {
+		t.Fatal("second ack not reported as duplicate")
+	}
+	if s := c.Stats(); s.Duplicates != 1 || s.Acked != 1 || s.LateAcks != 0 {
+		t.Errorf("stats = %+v, want 1 duplicate, 1 acked, no late", s)
+	}
+}
+
+func TestAckFromOtherDeviceIgnored(t *testing.T) {
+	b := simulator.TestBroker(t)
+	// "thief" acks every command ID it sees on lamp's topic, as if it were
+	// lamp's answer; it must not complete lamp's command.
+	hold := make(chan struct{})
+	defer close(hold)
+	startDevice(t, b.URL(), "lamp", nil, func(devices.Command, int) reply { return reply{Hold: hold} })
+	thief := startDevice(t, b.URL(), "thief", nil, nil)
+	c := dial(t, b.URL(), func(o *devices.Options) { o.AckTimeout = 100 * time.Millisecond })
+	thief.publish(c.Topics().Ack("thief"), false, devices.Ack{ID: "x1", OK: true})
+	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "x1", Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
+		t.Fatalf("err = %v, want ack timeout", err)
+	}
+}
+
+func TestConcurrentSends(t *testing.T) {
+	b := simulator.TestBroker(t)
+	dev := startDevice(t, b.URL(), "lamp", nil, nil)
+	c := dial(t, b.URL(), func(o *devices.Options) { o.AckTimeout = 5 * time.Second })
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			_, err := c.Send(t.Context(), "lamp", devices.Command{ID: fmt.Sprintf("c%d", i), Action: "set", Params: map[string]any{"brightness": i}})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range 64 {
+		if got := dev.effectCount(fmt.Sprintf("c%d", i)); got != 1 {
+			t.Errorf("c%d applied %d times", i, got)
+		}
+	}
+}
+
+func TestSameIDInFlight(t *testing.T) {
+	b := simulator.TestBroker(t)
+	hold := make(chan struct{})
+	dev := startDevice(t, b.URL(), "lamp", nil, func(devices.Command, int) reply { return reply{Hold: hold} })
+	c := dial(t, b.URL(), func(o *devices.Options) { o.AckTimeout = 5 * time.Second })
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Send(t.Context(), "lamp", devices.Command{ID: "same", Action: "turn_on"})
+		done <- err
+	}()
+	dev.next(t)
+	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "same", Action: "turn_on"}); !errors.Is(err, devices.ErrInFlight) {
+		t.Errorf("second Send: err = %v, want ErrInFlight", err)
+	}
+	close(hold)
+	if err := <-done; err != nil {
+		t.Errorf("first Send: %v", err)
+	}
+}
+
+func TestInvalidRejectedBeforePublish(t *testing.T) {
+	b := simulator.TestBroker(t)
+	dev := startDevice(t, b.URL(), "lamp", nil, nil)
+	c := dial(t, b.URL(), nil)
+	for _, tc := range []struct {
+		name, device string
+		cmd          devices.Command
+		want         error
+	}{
+		{"wildcard device", "lamp/#", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
+		{"plus device", "+", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
+		{"empty device", "", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
+		{"space device", "la mp", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
+		{"empty id", "lamp", devices.Command{Action: "x"}, devices.ErrInvalidCommand},
+		{"control id", "lamp", devices.Command{ID: "a\x00", Action: "x"}, devices.ErrInvalidCommand},
+		{"no action", "lamp", devices.Command{ID: "a"}, devices.ErrInvalidCommand},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := c.Send(t.Context(), tc.device, tc.cmd); !errors.Is(err, tc.want) {
+				t.Errorf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if s := c.Stats(); s.Sent != 0 {
+		t.Errorf("sent %d, want 0", s.Sent)
+	}
+	// Prove the device would have seen a publish: a valid one arrives first.
+	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "ok", Action: "turn_on"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dev.next(t).ID; got != "ok" {
+		t.Errorf("first command the device saw = %q, want ok", got)
+	}
+}
+
+func TestAvailabilityAndState(t *testing.T) {
+	b := simulator.TestBroker(t)
+	changes := make(chan string, 64)
+	c := dial(t, b.URL(), func(o *devices.Options) {
+		o.OnChange = func(id string) {
+			select {
+			case changes <- id:
+			default:
+			}
+		}
+	})
+	if !c.Available("ghost") {
+		t.Error("a device that never reported must count as available")
+	}
+	if _, ok := c.State("ghost"); ok {
+		t.Error("State of unknown device reported ok")
+	}
+	dev := startDevice(t, b.URL(), "lamp", map[string]any{"power": "off", "brightness": 10}, nil)
+	waitUntil(t, c, "lamp", "state", func() bool { _, ok := c.State("lamp"); return ok })
+	st, _ := c.State("lamp")
+	if st["power"] != "off" || st["brightness"] != int64(10) {
+		t.Errorf("state = %v", st)
+	}
+	st["power"] = "mutated"
+	if st2, _ := c.State("lamp"); st2["power"] != "off" {
+		t.Error("State returned an alias of the cache")
+	}
+	dev.setOnline(false)
+	waitUntil(t, c, "lamp", "offline", func() bool { return !c.Available("lamp") })
+	if id := <-changes; id != "lamp" {
+		t.Errorf("OnChange(%q), want lamp", id)
+	}
+	// The last will marks a device that vanishes without a word. (The
+	// device stays quiet when paho reconnects it, so the will stands.)
+	dev.setOnline(true)
+	waitUntil(t, c, "lamp", "online", func() bool { return c.Available("lamp") })
+	dev.mu.Lock()
+	dev.online = false
+	dev.mu.Unlock()
+	forceDrop(t, b, "dev-lamp")
+	waitUntil(t, c, "lamp", "last will", func() bool { return !c.Available("lamp") })
+}
+
+// forceDrop cuts a client's network connection at the broker, which
+// publishes its last will.
+func forceDrop(t *testing.T, b *simulator.Broker, clientID string) {
+	t.Helper()
+	cl, ok := b.Server().Clients.Get(clientID)
+	if !ok {
+		t.Fatalf("no client %s on broker", clientID)
+	}
+	cl.Stop(errors.New("test: drop"))
+}
+
+func TestBrokerRestart(t *testing.T) {
+	b := simulator.TestBroker(t)
+	addr := b.Addr()
+	url := b.URL()
+	dev := startDevice(t, url, "lamp", map[string]any{"power": "off"}, func(_ devices.Command, n int) reply {
+		return reply{Drop: n == 1} // the first answer is lost with the broker
+	})
+	c := dial(t, url, func(o *devices.Options) {
+		// A connection accepted while the old broker shuts down can hang
+		// unanswered; the connect timeout is what recovers from it.
+		o.AckTimeout = 200 * time.Millisecond
+		o.MaxReconnectInterval = 200 * time.Millisecond
+		o.ConnectTimeout = time.Second
+	})
+	cmd := devices.Command{ID: "r1", Action: "turn_on"}
+	if _, err := c.Send(t.Context(), "lamp", cmd); !errors.Is(err, driver.ErrAckTimeout) {
+		t.Fatalf("first Send: %v, want ack timeout", err)
+	}
+	dev.next(t)
+	_ = b.Close()
+	b2, err := simulator.StartBroker(simulator.BrokerOptions{Addr: addr})
+	if err != nil {
+		t.Fatalf("restart broker on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = b2.Close() })
+
+	// Retry the way the driver does, until the client is back.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var ack devices.Ack
+	for attempt := 2; ; attempt++ {
+		cmd.Attempt = attempt
+		ack, err = c.Send(ctx, "lamp", cmd)
+		if err == nil {
+			break
+		}
+		if class, _ := driver.Classify(err); class != driver.Retryable || ctx.Err() != nil {
+			t.Fatalf("attempt %d: %v (class %v); stats %+v, device connections %d, received %d", attempt, err, class, c.Stats(), dev.conns.Load(), dev.receivedCount("r1"))
+		}
+	}
+	if !ack.OK {
+		t.Fatalf("ack %+v", ack)
+	}
+	if got := dev.effectCount("r1"); got != 1 {
+		t.Errorf("effect applied %d times, want once", got)
+	}
+	if s := c.Stats(); s.Reconnects < 1 {
+		t.Errorf("stats = %+v, want a reconnect", s)
+	}
+	// Retained state is replayed to the resubscribed client.
+	waitUntil(t, c, "lamp", "state after restart", func() bool { st, _ := c.State("lamp"); return st["power"] == "on" })
+}
+
+func TestClose(t *testing.T) {
+	b := simulator.TestBroker(t)
+	c := dial(t, b.URL(), nil)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "a", Action: "x"}); !errors.Is(err, devices.ErrClosed) {
+		t.Errorf("Send after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestDialFails(t *testing.T) {
+	b := simulator.TestBroker(t)
+	url := b.URL()
+	_ = b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := devices.Dial(ctx, devices.Options{Broker: url, Logger: discard()}); err == nil {
+		t.Fatal("Dial to a closed broker succeeded")
+	}
+	if _, err := devices.Dial(ctx, devices.Options{}); err == nil {
+		t.Fatal("Dial without a broker URL succeeded")
+	}
+}

@@ -1,0 +1,345 @@
+package devices_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/devices"
+)
+
+// reply is what a fake device does with one received command. n counts
+// how often the command's ID has been received (from 1).
+type reply struct {
+	Drop  bool          // apply (if ok) but send no ack: a lost ack
+	Code  string        // answer with this error code instead of applying
+	Hold  chan struct{} // wait for it to close before answering
+	Twice bool          // send the ack twice
+	Stuck bool          // ack ok but leave the state unchanged
+	// NoPrior leaves out the ack's optional prior state, as simple
+	// firmware does.
+	NoPrior bool
+}
+
+// fakeDevice is a real paho client that behaves like a device: it applies
+// each command ID once, re-acks repeats with the first result, publishes
+// retained state and availability, and sets an "offline" last will. Its
+// handler only hands messages to a loop, which does the publishing.
+type fakeDevice struct {
+	t      testing.TB
+	id     string
+	topics devices.Topics
+	paho   mqtt.Client
+	script func(cmd devices.Command, n int) reply
+
+	in       chan devices.Command
+	received chan devices.Command // every command, for the test to await
+	done     chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	seen    map[string]int
+	results map[string]devices.Ack // first final result per ID
+	effects map[string]int         // applications per ID
+	state   map[string]any
+	online  bool
+	closing bool
+	conns   atomic.Int32
+	ready   chan struct{} // closed once subscribed the first time
+}
+
+// effectsOf maps actions without params to the state they set.
+var effectsOf = map[string]map[string]any{
+	"turn_on":  {"power": "on"},
+	"turn_off": {"power": "off"},
+	"lock":     {"locked": true},
+	"unlock":   {"locked": false},
+	"open":     {"position": 100},
+	"close":    {"position": 0},
+}
+
+func startDevice(t testing.TB, brokerURL, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
+	t.Helper()
+	d := &fakeDevice{
+		t: t, id: id, script: script,
+		in:       make(chan devices.Command, 256),
+		received: make(chan devices.Command, 256),
+		done:     make(chan struct{}),
+		seen:     map[string]int{},
+		results:  map[string]devices.Ack{},
+		effects:  map[string]int{},
+		state:    maps.Clone(state),
+		online:   true,
+		ready:    make(chan struct{}),
+	}
+	if d.script == nil {
+		d.script = func(devices.Command, int) reply { return reply{} }
+	}
+	o := mqtt.NewClientOptions().AddBroker(brokerURL).SetClientID("dev-"+id).
+		SetOrderMatters(false).SetAutoReconnect(true).SetCleanSession(true).
+		SetMaxReconnectInterval(200*time.Millisecond).SetConnectTimeout(time.Second).
+		SetWill(d.topics.Availability(id), devices.Offline, 1, true).
+		SetOnConnectHandler(func(c mqtt.Client) {
+			// Runs in its own goroutine, so waiting is allowed here; it is
+			// tracked so that close waits for it.
+			if !d.track() {
+				return
+			}
+			defer d.wg.Done()
+			tok := c.Subscribe(d.topics.Command(id), 1, func(_ mqtt.Client, m mqtt.Message) {
+				cmd, err := devices.DecodeCommand(m.Payload())
+				if err != nil {
+					t.Errorf("device %s: bad command: %v", id, err)
+					return
+				}
+				select {
+				case d.in <- cmd:
+				case <-d.done:
+				}
+			})
+			if !d.wait(tok) {
+				return // the broker went away again; the next connect retries
+			}
+			d.mu.Lock()
+			st, online := maps.Clone(d.state), d.online
+			d.mu.Unlock()
+			if online {
+				d.publish(d.topics.Availability(id), true, devices.Online)
+			}
+			if st != nil {
+				d.publishState(st)
+			}
+			if d.conns.Add(1) == 1 {
+				close(d.ready)
+			}
+		})
+	d.paho = mqtt.NewClient(o)
+	if tok := d.paho.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("device %s: connect: %v", id, tok.Error())
+	}
+	d.wg.Add(1)
+	go d.loop()
+	t.Cleanup(d.close)
+	select {
+	case <-d.ready:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("device %s: not subscribed", id)
+	}
+	return d
+}
+
+func (d *fakeDevice) close() {
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return
+	}
+	d.closing = true
+	d.mu.Unlock()
+	close(d.done)
+	d.paho.Disconnect(0)
+	d.wg.Wait()
+}
+
+func (d *fakeDevice) publish(topic string, retained bool, payload any) {
+	var b []byte
+	switch p := payload.(type) {
+	case string:
+		b = []byte(p)
+	default:
+		var err error
+		if b, err = json.Marshal(p); err != nil {
+			d.t.Errorf("device %s: marshal: %v", d.id, err)
+			return
+		}
+	}
+	// A failure means the broker went away; tests that restart it expect
+	// that and rely on retries.
+	d.wait(d.paho.Publish(topic, 1, retained, b))
+}
+
+// wait waits for a token until the device closes; it reports success.
+func (d *fakeDevice) wait(tok mqtt.Token) bool {
+	select {
+	case <-tok.Done():
+		return tok.Error() == nil
+	case <-d.done:
+		return false
+	}
+}
+
+// track registers a paho-started goroutine with wg unless the device is
+// closing.
+func (d *fakeDevice) track() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closing {
+		return false
+	}
+	d.wg.Add(1)
+	return true
+}
+
+func (d *fakeDevice) publishState(st map[string]any) {
+	d.publish(d.topics.State(d.id), true, devices.StateReport{State: st, Time: time.Now()})
+}
+
+// setOnline publishes the retained availability as the device would.
+func (d *fakeDevice) setOnline(online bool) {
+	d.mu.Lock()
+	d.online = online
+	d.mu.Unlock()
+	p := devices.Offline
+	if online {
+		p = devices.Online
+	}
+	d.publish(d.topics.Availability(d.id), true, p)
+}
+
+func (d *fakeDevice) loop() {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-d.done:
+			return
+		case cmd := <-d.in:
+			d.handle(cmd)
+		}
+	}
+}
+
+func (d *fakeDevice) handle(cmd devices.Command) {
+	d.mu.Lock()
+	d.seen[cmd.ID]++
+	n := d.seen[cmd.ID]
+	d.mu.Unlock()
+	select {
+	case d.received <- cmd:
+	default: // nobody is watching; counts are in seen
+	}
+	r := d.script(cmd, n)
+	if r.Hold != nil {
+		select {
+		case <-r.Hold:
+		case <-d.done:
+			return
+		}
+	}
+	d.mu.Lock()
+	ack, repeat := d.results[cmd.ID]
+	var newState map[string]any
+	if !repeat {
+		switch {
+		case r.Code != "":
+			ack = devices.Ack{ID: cmd.ID, Error: &devices.AckError{Code: r.Code, Message: "scripted"}}
+			if !devices.RetryableCode(r.Code) {
+				d.results[cmd.ID] = ack
+			}
+		default:
+			prior := maps.Clone(d.state)
+			if !r.Stuck {
+				if d.state == nil {
+					d.state = map[string]any{}
+				}
+				maps.Copy(d.state, effectsOf[cmd.Action])
+				for k, v := range cmd.Params {
+					d.state[k] = v
+				}
+				newState = maps.Clone(d.state)
+			}
+			d.effects[cmd.ID]++
+			ack = devices.Ack{ID: cmd.ID, OK: true, State: maps.Clone(d.state)}
+			if !r.NoPrior {
+				ack.Prior = prior
+			}
+			d.results[cmd.ID] = ack
+		}
+	}
+	d.mu.Unlock()
+	if newState != nil {
+		d.publishState(newState)
+	}
+	if r.Drop {
+		return
+	}
+	d.publish(d.topics.Ack(d.id), false, ack)
+	if r.Twice {
+		d.publish(d.topics.Ack(d.id), false, ack)
+	}
+}
+
+// effectCount is how often the device applied the command ID.
+func (d *fakeDevice) effectCount(id string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.effects[id]
+}
+
+// receivedCount is how often the device received the command ID.
+func (d *fakeDevice) receivedCount(id string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen[id]
+}
+
+// next waits for the device to receive a command.
+func (d *fakeDevice) next(t testing.TB) devices.Command {
+	t.Helper()
+	select {
+	case c := <-d.received:
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatalf("device %s received no command", d.id)
+		return devices.Command{}
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+var clientSeq atomic.Int64
+
+// dial connects a Client for a test with short timeouts.
+func dial(t testing.TB, brokerURL string, mod func(*devices.Options)) *devices.Client {
+	t.Helper()
+	o := devices.Options{
+		Broker:     brokerURL,
+		ClientID:   fmt.Sprintf("agent-%d", clientSeq.Add(1)),
+		AckTimeout: 300 * time.Millisecond,
+		Logger:     discard(),
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	c, err := devices.Dial(t.Context(), o)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitUntil waits for cond to hold, re-checking at each change of the
+// device as reported by the client; never by sleeping.
+func waitUntil(t testing.TB, c *devices.Client, id string, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		ch := c.Changed(id)
+		if cond() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s of %s", what, id)
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package devices
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// Step kinds served by Handlers.
+const (
+	// KindCommand sends one command to a device (params: CommandParams).
+	KindCommand = "device.command"
+	// KindRestore undoes a KindCommand step by setting the device back to
+	// the state it reported before (params: RestoreParams). It is meant as
+	// that step's compensation.
+	KindRestore = "device.restore"
+	// KindWaitState waits until a device reports a state (params:
+	// WaitParams).
+	KindWaitState = "device.wait_state"
+)
+
+// Step error codes produced by the handlers, besides the device codes
+// (CodeBusy, ...), which pass through.
+const (
+	CodeDeviceOffline = "device_offline" // not ready: the device's availability is "offline"
+	CodeUnknownDevice = "unknown_device" // permanent: not in the registry
+	CodeBadStep       = "invalid_step"   // permanent: the step's params do not decode
+	CodeAckTimeout    = "ack_timeout"    // retryable: no ack in time
+	CodeNotConnected  = "not_connected"  // retryable: the broker connection is down
+	CodeVerifyFailed  = "verify_failed"  // permanent: acked, but the state never matched
+	CodeWaitingState  = "waiting_state"  // not ready: wait_state is still waiting
+	CodeWaitTimeout   = "wait_timeout"   // permanent: wait_state's timeout passed
+)
+
+// CommandParams are the params of a KindCommand step.
+type CommandParams struct {
+	Device string         `json:"device"`
+	Action string         `json:"action"`
+	Params map[string]any `json:"params,omitempty"`
+	// Verify waits, after a positive ack, until the device reports the
+	// state the command leads to (Registry.Expected).
+	Verify        bool            `json:"verify,omitempty"`
+	VerifyTimeout driver.Duration `json:"verify_timeout,omitempty"`
+	// AckTimeout overrides the client's ack timeout for this step.
+	AckTimeout driver.Duration `json:"ack_timeout,omitempty"`
+}
+
+// RestoreParams are the params of a KindRestore step; all are optional.
+type RestoreParams struct {
+	// Device defaults to the "device" output of the step being undone.
+	Device        string          `json:"device,omitempty"`
+	Verify        bool            `json:"verify,omitempty"`
+	VerifyTimeout driver.Duration `json:"verify_timeout,omitempty"`
+	AckTimeout    driver.Duration `json:"ack_timeout,omitempty"`
+}
+
+// WaitParams are the params of a KindWaitState step.
+type WaitParams struct {
+	Device string         `json:"device"`
+	State  map[string]any `json:"state"`
+	// Timeout is measured from the step's first attempt; zero means
+	// HandlerOptions.WaitTimeout.
+	Timeout driver.Duration `json:"timeout,omitempty"`
+}
+
+// HandlerOptions tunes Handlers. Zero fields take the defaults shown.
+type HandlerOptions struct {
+	// OfflineRetry is how soon a step for an offline device is tried
+	// again if no availability change wakes the driver first (5s).
+	OfflineRetry time.Duration
+	// VerifyTimeout is the default verify_timeout (5s).
+	VerifyTimeout time.Duration
+	// WaitTimeout is the default timeout of wait_state (30s).
+	WaitTimeout time.Duration
+	// MaxRetryAfter caps how long a waiting wait_state step sleeps between
+	// looks when no state change wakes the driver (5s).
+	MaxRetryAfter time.Duration
+	// PriorCache is how many steps' prior states are remembered across
+	// attempts (1024).
+	PriorCache int
+	// Now tells time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Handlers are the driver step handlers for devices. They keep no
+// mission state: everything comes from the StepRequest, the registry and
+// the client's view of the devices, apart from a bounded cache of prior
+// states (see Command). Safe for concurrent use.
+type Handlers struct {
+	client *Client
+	reg    *Registry
+	opts   HandlerOptions
+
+	mu     sync.Mutex
+	priors map[string]map[string]any
+	order  []string // FIFO eviction of priors (ring)
+	next   int
+}
+
+// NewHandlers returns the device step handlers using c to talk to
+// devices and r to validate commands.
+func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
+	if opts.OfflineRetry <= 0 {
+		opts.OfflineRetry = 5 * time.Second
+	}
+	if opts.VerifyTimeout <= 0 {
+		opts.VerifyTimeout = 5 * time.Second
+	}
+	if opts.WaitTimeout <= 0 {
+		opts.WaitTimeout = 30 * time.Second
+	}
+	if opts.MaxRetryAfter <= 0 {
+		opts.MaxRetryAfter = 5 * time.Second
+	}
+	if opts.PriorCache <= 0 {
+		opts.PriorCache = 1024
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Handlers{
+		client: c, reg: r, opts: opts,
+		priors: make(map[string]map[string]any, opts.PriorCache),
+		order:  make([]string, opts.PriorCache),
+	}
+}
+
+// Register hands each handler to add under its kind, e.g.
+// h.Register(func(k string, x driver.Handler) { opts.Handlers[k] = x }).
+func (h *Handlers) Register(add func(kind string, h driver.Handler)) {
+	add(KindCommand, driver.HandlerFunc(h.Command))
+	add(KindRestore, driver.HandlerFunc(h.Restore))
+	add(KindWaitState, driver.HandlerFunc(h.WaitState))
+}
+
+// decodeParams decodes step params strictly: a misspelt key is an error,
+// not a silently ignored option. Numbers stay json.Number.
+func decodeParams(raw json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return driver.PermanentError(CodeBadStep, fmt.Errorf("step params: %w", err))
+	}
+	return nil
+}
+
+// Command executes a KindCommand step.
+//
+// The command's ID is req.IdempotencyKey, the same for every attempt, so
+// a device applies it once however often it is retried. Outputs:
+// "device", "action", "command_id", "prior_state" (the device's state
+// before the command, when known) and "state" (after it, when known).
+//
+// prior_state is the ack's "prior" when the device sends one; otherwise
+// the cached state when this step was first attempted in this process
+// (later attempts may run after the device already applied the command,
+// so their cached state would be the new one).
+func (h *Handlers) Command(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
+	var p CommandParams
+	if err := decodeParams(req.Params, &p); err != nil {
+		return nil, err
+	}
+	return h.send(ctx, req, p)
+}
+
+func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandParams) (map[string]any, error) {
+	if err := h.reg.Check(p.Device, p.Action, p.Params); err != nil {
+		var ce *CheckError
+		if errors.As(err, &ce) {
+			return nil, driver.PermanentError(ce.Code(), err)
+		}
+		return nil, driver.PermanentError(CodeInvalidParam, err)
+	}
+	if !h.client.Available(p.Device) {
+		return nil, driver.NotReadyError(CodeDeviceOffline, h.opts.OfflineRetry,
+			fmt.Errorf("device %s is offline", p.Device))
+	}
+	prior := h.prior(req.IdempotencyKey, p.Device)
+	cmd := Command{
+		ID:      req.IdempotencyKey,
+		Action:  p.Action,
+		Params:  p.Params,
+		Attempt: req.Attempt,
+		Expires: req.Deadline,
+		TraceID: req.TraceID,
+	}
+	ack, err := h.client.SendTimeout(ctx, p.Device, cmd, p.AckTimeout.D())
+	if err != nil {
+		return nil, classifySend(err)
+	}
+	if ack.Prior != nil {
+		prior = ack.Prior
+	}
+	out := map[string]any{"device": p.Device, "action": p.Action, "command_id": cmd.ID}
+	if prior != nil {
+		out["prior_state"] = prior
+	}
+	state := ack.State
+	if state == nil {
+		state, _ = h.client.State(p.Device)
+	}
+	if p.Verify {
+		want := h.reg.Expected(p.Device, p.Action, p.Params)
+		timeout := p.VerifyTimeout.D()
+		if timeout <= 0 {
+			timeout = h.opts.VerifyTimeout
+		}
+		got, err := h.verify(ctx, p.Device, want, timeout)
+		if err != nil {
+			return nil, err
+		}
+		state = got
+		out["verified"] = true
+	}
+	if state != nil {
+		out["state"] = state
+	}
+	return out, nil
+}
+
+// classifySend maps a Client.Send error to the driver's classes.
+func classifySend(err error) error {
+	var rej *RejectedError
+	switch {
+	case errors.As(err, &rej):
+		if rej.Retryable() {
+			return driver.RetryableError(rej.Code, err)
+		}
+		return driver.PermanentError(rej.Code, err)
+	case errors.Is(err, driver.ErrAckTimeout):
+		return driver.RetryableError(CodeAckTimeout, err)
+	case errors.Is(err, ErrInvalidCommand), errors.Is(err, ErrInvalidID):
+		return driver.PermanentError(CodeInvalidParam, err)
+	case errors.Is(err, ErrNotConnected), errors.Is(err, ErrInFlight), errors.Is(err, ErrClosed):
+		return driver.RetryableError(CodeNotConnected, err)
+	}
+	return err
+}
+
+// prior returns the device state to record as a step's prior state: the
+// state remembered at the step's first attempt, or else the current one,
+// which is then remembered.
+func (h *Handlers) prior(key, device string) map[string]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st, ok := h.priors[key]; ok {
+		return cloneMap(st)
+	}
+	st, ok := h.client.State(device)
+	if !ok {
+		return nil
+	}
+	if old := h.order[h.next]; old != "" {
+		delete(h.priors, old)
+	}
+	h.order[h.next] = key
+	h.next = (h.next + 1) % len(h.order)
+	h.priors[key] = st
+	return cloneMap(st)
+}
+
+// verify waits until the device reports want, woken by state changes
+// rather than polling. Failing is permanent: re-sending the same command
+// ID would be deduplicated by the device, which re-acks without acting
+// again, so a retry cannot make a device reach a state it did not reach.
+// A cancelled ctx (step timeout, shutdown) is returned as is, since then
+// the state was not given its full time.
+func (h *Handlers) verify(ctx context.Context, device string, want map[string]any, timeout time.Duration) (map[string]any, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		changed := h.client.Changed(device)
+		got, _ := h.client.State(device)
+		if matches(got, want) {
+			return got, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("verify %s: %w", device, context.Cause(ctx))
+		case <-t.C:
+			return nil, driver.PermanentError(CodeVerifyFailed,
+				fmt.Errorf("device %s acked but reported %v, not %v, within %v", device, got, want, timeout))
+		}
+	}
+}
+
+// Restore executes a KindRestore step: it sends a "set" command with the
+// settable keys of the forward step's "prior_state". Its command ID is
+// this request's IdempotencyKey, which differs from the forward step's,
+// so the device does not mistake it for a repeat. With no prior state
+// known it succeeds with "restored": false.
+func (h *Handlers) Restore(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
+	var p RestoreParams
+	if err := decodeParams(req.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.Device == "" {
+		p.Device, _ = req.Forward["device"].(string)
+	}
+	if p.Device == "" {
+		return nil, driver.PermanentError(CodeBadStep, errors.New("restore: no device in params or forward outputs"))
+	}
+	prior, _ := req.Forward["prior_state"].(map[string]any)
+	set := make(map[string]any, len(prior))
+	for _, k := range h.reg.Settable(p.Device) {
+		if v, ok := prior[k]; ok {
+			set[k] = v
+		}
+	}
+	if len(set) == 0 {
+		return map[string]any{"device": p.Device, "restored": false, "reason": "no prior state known"}, nil
+	}
+	out, err := h.send(ctx, req, CommandParams{
+		Device: p.Device, Action: SetAction, Params: set,
+		Verify: p.Verify, VerifyTimeout: p.VerifyTimeout, AckTimeout: p.AckTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out["restored"] = true
+	return out, nil
+}
+
+// WaitState executes a KindWaitState step. It never blocks: if the state
+// does not match yet it returns a not-ready error, and the driver runs it
+// again when the device changes (OnChange → Wake) or after the
+// retry-after. It measures its timeout from req.Started, so it keeps no
+// state between runs.
+func (h *Handlers) WaitState(_ context.Context, req driver.StepRequest) (map[string]any, error) {
+	var p WaitParams
+	if err := decodeParams(req.Params, &p); err != nil {
+		return nil, err
+	}
+	if _, ok := h.reg.Device(p.Device); !ok {
+		return nil, driver.PermanentError(CodeUnknownDevice, fmt.Errorf("wait_state: unknown device %q", p.Device))
+	}
+	if len(p.State) == 0 {
+		return nil, driver.PermanentError(CodeBadStep, errors.New("wait_state: no state to wait for"))
+	}
+	timeout := p.Timeout.D()
+	if timeout <= 0 {
+		timeout = h.opts.WaitTimeout
+	}
+	now := h.opts.Now()
+	started := req.Started
+	if started.IsZero() {
+		started = now // an unknown start cannot be timed out; wait a full timeout
+	}
+	got, _ := h.client.State(p.Device)
+	if matches(got, p.State) {
+		return map[string]any{"device": p.Device, "state": got}, nil
+	}
+	remaining := started.Add(timeout).Sub(now)
+	if remaining <= 0 {
+		return nil, driver.PermanentError(CodeWaitTimeout,
+			fmt.Errorf("device %s reported %v, not %v, within %v", p.Device, got, p.State, timeout))
+	}
+	return nil, driver.NotReadyError(CodeWaitingState, min(remaining, h.opts.MaxRetryAfter),
+		fmt.Errorf("device %s has not reported %v yet", p.Device, p.State))
+}

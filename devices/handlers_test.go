@@ -1,0 +1,275 @@
+package devices_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// rig is a broker, a client and the device handlers over the shipped home.
+type rig struct {
+	broker *simulator.Broker
+	client *devices.Client
+	h      *devices.Handlers
+	kinds  map[string]driver.Handler
+}
+
+func newRig(t *testing.T, opts devices.HandlerOptions) *rig {
+	t.Helper()
+	b := simulator.TestBroker(t)
+	c := dial(t, b.URL(), nil)
+	h := devices.NewHandlers(c, loadHome(t), opts)
+	r := &rig{broker: b, client: c, h: h, kinds: map[string]driver.Handler{}}
+	h.Register(func(kind string, x driver.Handler) { r.kinds[kind] = x })
+	return r
+}
+
+// device starts a fake device and waits until the client has its state.
+func (r *rig) device(t *testing.T, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
+	t.Helper()
+	d := startDevice(t, r.broker.URL(), id, state, script)
+	waitUntil(t, r.client, id, "first state", func() bool { _, ok := r.client.State(id); return ok })
+	return d
+}
+
+func (r *rig) run(t *testing.T, kind string, req driver.StepRequest) (map[string]any, error) {
+	t.Helper()
+	h := r.kinds[kind]
+	if h == nil {
+		t.Fatalf("no handler for %s", kind)
+	}
+	return h.Execute(t.Context(), req)
+}
+
+func stepReq(t *testing.T, key string, attempt int, params any) driver.StepRequest {
+	t.Helper()
+	raw, err := json.Marshal(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return driver.StepRequest{
+		MissionID: "m1", StepID: "s1", IdempotencyKey: key, Attempt: attempt, Params: raw,
+		TraceID: "trace-1", Started: time.Now(), Deadline: time.Now().Add(5 * time.Second),
+	}
+}
+
+func wantClass(t *testing.T, err error, class driver.Class, code string) {
+	t.Helper()
+	gotClass, gotCode := driver.Classify(err)
+	if err == nil || gotClass != class || gotCode != code {
+		t.Fatalf("err = %v (class %v, code %q), want class %v code %q", err, gotClass, gotCode, class, code)
+	}
+}
+
+var lightOff = map[string]any{"power": "off", "brightness": 0, "color_temp": 2700}
+
+func TestCommandVerified(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	dev := r.device(t, "living-light", lightOff, nil)
+	out, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{
+		"device": "living-light", "action": "turn_on", "params": map[string]any{"brightness": 40}, "verify": true,
+	}))
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	prior, _ := out["prior_state"].(map[string]any)
+	state, _ := out["state"].(map[string]any)
+	if prior["power"] != "off" || state["power"] != "on" || state["brightness"] != int64(40) || out["verified"] != true {
+		t.Errorf("outputs = %v", out)
+	}
+	if out["command_id"] != "m1.s1" || dev.effectCount("m1.s1") != 1 {
+		t.Errorf("command id %v, effects %d", out["command_id"], dev.effectCount("m1.s1"))
+	}
+	cmd := dev.next(t)
+	if cmd.TraceID != "trace-1" || cmd.Attempt != 1 {
+		t.Errorf("command = %+v, want trace and attempt passed through", cmd)
+	}
+}
+
+func TestCommandVerifyFailed(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	r.device(t, "front-door", map[string]any{"locked": false}, func(devices.Command, int) reply { return reply{Stuck: true} })
+	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{
+		"device": "front-door", "action": "lock", "verify": true, "verify_timeout": "150ms",
+	}))
+	wantClass(t, err, driver.Permanent, devices.CodeVerifyFailed)
+}
+
+func TestCommandRejectedBeforePublish(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	r.device(t, "living-ac", map[string]any{"power": "off"}, nil)
+	for _, tc := range []struct {
+		name   string
+		params any
+		code   string
+	}{
+		{"above max", map[string]any{"device": "living-ac", "action": "set", "params": map[string]any{"target": 35}}, devices.CodeInvalidParam},
+		{"unknown action", map[string]any{"device": "living-ac", "action": "fly"}, devices.CodeUnknownAction},
+		{"unknown device", map[string]any{"device": "garage", "action": "open"}, devices.CodeUnknownDevice},
+		{"wildcard device", map[string]any{"device": "living-ac/#", "action": "set"}, devices.CodeUnknownDevice},
+		{"misspelt key", map[string]any{"device": "living-ac", "action": "set", "verfy": true}, devices.CodeBadStep},
+		{"bad duration", map[string]any{"device": "living-ac", "action": "set", "ack_timeout": "soon"}, devices.CodeBadStep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.run(t, devices.KindCommand, stepReq(t, "k-"+tc.name, 1, tc.params))
+			wantClass(t, err, driver.Permanent, tc.code)
+		})
+	}
+	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{"device": "living-ac", "action": "set", "params": map[string]any{"target": 35}}))
+	if want := "target: 35 is above max 30"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want it to name the field: %q", err, want)
+	}
+	if s := r.client.Stats(); s.Sent != 0 {
+		t.Errorf("published %d commands, want none", s.Sent)
+	}
+}
+
+func TestCommandDeviceErrors(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	jammed := r.device(t, "front-door", map[string]any{"locked": false}, func(devices.Command, int) reply { return reply{Code: devices.CodeJammed} })
+	r.device(t, "bedroom-curtain", map[string]any{"position": 0, "moving": false}, func(devices.Command, int) reply { return reply{Code: devices.CodeBusy} })
+
+	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{"device": "front-door", "action": "lock"}))
+	wantClass(t, err, driver.Permanent, devices.CodeJammed)
+	if got := jammed.receivedCount("m1.s1"); got != 1 {
+		t.Errorf("published %d times, want 1", got)
+	}
+	_, err = r.run(t, devices.KindCommand, stepReq(t, "m1.s2", 1, map[string]any{"device": "bedroom-curtain", "action": "open"}))
+	wantClass(t, err, driver.Retryable, devices.CodeBusy)
+}
+
+func TestCommandLostAckRetry(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	dev := r.device(t, "living-light", lightOff, func(_ devices.Command, n int) reply { return reply{Drop: n == 1, NoPrior: true} })
+	params := map[string]any{"device": "living-light", "action": "turn_on", "ack_timeout": "150ms"}
+	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, params))
+	wantClass(t, err, driver.Retryable, devices.CodeAckTimeout)
+	// By now the device may have reported its new state; the prior state
+	// must still be the one from before the first attempt.
+	waitUntil(t, r.client, "living-light", "power on", func() bool { st, _ := r.client.State("living-light"); return st["power"] == "on" })
+	out, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 2, params))
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if prior := out["prior_state"].(map[string]any); prior["power"] != "off" {
+		t.Errorf("prior_state = %v, want the state before the first attempt", prior)
+	}
+	if got := dev.effectCount("m1.s1"); got != 1 {
+		t.Errorf("applied %d times, want once", got)
+	}
+}
+
+func TestCommandOffline(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{OfflineRetry: 3 * time.Second})
+	dev := r.device(t, "living-light", lightOff, nil)
+	dev.setOnline(false)
+	waitUntil(t, r.client, "living-light", "offline", func() bool { return !r.client.Available("living-light") })
+
+	req := stepReq(t, "m1.s1", 1, map[string]any{"device": "living-light", "action": "turn_on"})
+	_, err := r.run(t, devices.KindCommand, req)
+	wantClass(t, err, driver.NotReady, devices.CodeDeviceOffline)
+	var se *driver.StepError
+	if errors.As(err, &se) && se.RetryAfter != 3*time.Second {
+		t.Errorf("retry after %v, want 3s", se.RetryAfter)
+	}
+	if s := r.client.Stats(); s.Sent != 0 {
+		t.Errorf("published %d commands to an offline device", s.Sent)
+	}
+	dev.setOnline(true)
+	waitUntil(t, r.client, "living-light", "online", func() bool { return r.client.Available("living-light") })
+	if _, err := r.run(t, devices.KindCommand, req); err != nil {
+		t.Fatalf("after coming online: %v", err)
+	}
+	if dev.effectCount("m1.s1") != 1 {
+		t.Error("command not applied after the device came back")
+	}
+}
+
+func TestRestore(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	dev := r.device(t, "living-ac", map[string]any{"power": "off", "mode": "auto", "target": 24, "fan": "auto"}, nil)
+	out, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{
+		"device": "living-ac", "action": "set", "params": map[string]any{"power": "on", "mode": "cool", "target": 20}, "verify": true,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The driver stores outputs as JSON; hand them back the way it reads them.
+	var fwd map[string]any
+	b, _ := json.Marshal(out)
+	if err := json.Unmarshal(b, &fwd); err != nil {
+		t.Fatal(err)
+	}
+	req := stepReq(t, "m1.s1.undo", 1, nil)
+	req.Compensating, req.Forward = true, fwd
+	req.Params = json.RawMessage(`{"verify": true}`)
+	res, err := r.run(t, devices.KindRestore, req)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	st, _ := r.client.State("living-ac")
+	if res["restored"] != true || st["power"] != "off" || st["mode"] != "auto" || st["target"] != int64(24) {
+		t.Errorf("restore outputs %v, state %v", res, st)
+	}
+	if dev.effectCount("m1.s1.undo") != 1 || dev.effectCount("m1.s1") != 1 {
+		t.Error("each command must be applied once under its own ID")
+	}
+
+	// Nothing known: nothing sent.
+	sent := r.client.Stats().Sent
+	req.IdempotencyKey = "m1.s2.undo"
+	req.Forward = map[string]any{"device": "living-ac"}
+	res, err = r.run(t, devices.KindRestore, req)
+	if err != nil || res["restored"] != false {
+		t.Fatalf("restore without prior: %v, %v", res, err)
+	}
+	if r.client.Stats().Sent != sent {
+		t.Error("restore without prior state published a command")
+	}
+}
+
+func TestWaitState(t *testing.T) {
+	now := time.Now()
+	r := newRig(t, devices.HandlerOptions{MaxRetryAfter: 2 * time.Second, Now: func() time.Time { return now }})
+	r.device(t, "bedroom-curtain", map[string]any{"position": 0, "moving": false}, nil)
+	req := stepReq(t, "m1.s2", 1, map[string]any{"device": "bedroom-curtain", "state": map[string]any{"position": 100}, "timeout": "10s"})
+	req.Started = now.Add(-time.Second)
+
+	_, err := r.run(t, devices.KindWaitState, req)
+	wantClass(t, err, driver.NotReady, devices.CodeWaitingState)
+	var se *driver.StepError
+	if errors.As(err, &se) && se.RetryAfter != 2*time.Second {
+		t.Errorf("retry after %v, want the 2s cap", se.RetryAfter)
+	}
+
+	late := req
+	late.Started = now.Add(-9500 * time.Millisecond)
+	_, err = r.run(t, devices.KindWaitState, late)
+	if errors.As(err, &se) && se.RetryAfter != 500*time.Millisecond {
+		t.Errorf("retry after %v, want the 500ms remaining", se.RetryAfter)
+	}
+	late.Started = now.Add(-11 * time.Second)
+	_, err = r.run(t, devices.KindWaitState, late)
+	wantClass(t, err, driver.Permanent, devices.CodeWaitTimeout)
+
+	if _, err := r.client.Send(t.Context(), "bedroom-curtain", devices.Command{ID: "open-1", Action: "open"}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, r.client, "bedroom-curtain", "open", func() bool { st, _ := r.client.State("bedroom-curtain"); return st["position"] == int64(100) })
+	out, err := r.run(t, devices.KindWaitState, req)
+	if err != nil {
+		t.Fatalf("after the state matched: %v", err)
+	}
+	if st := out["state"].(map[string]any); st["position"] != int64(100) {
+		t.Errorf("outputs = %v", out)
+	}
+	bad := stepReq(t, "x", 1, map[string]any{"device": "nowhere", "state": map[string]any{"a": 1}})
+	_, err = r.run(t, devices.KindWaitState, bad)
+	wantClass(t, err, driver.Permanent, devices.CodeUnknownDevice)
+}

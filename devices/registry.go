@@ -1,0 +1,457 @@
+package devices
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// ParamType is the type of an action parameter.
+type ParamType string
+
+// Parameter types. Numbers may arrive as any Go number kind or as
+// json.Number; "int" also accepts integral floats, because JSON that went
+// through a map[string]any comes back as float64.
+const (
+	TypeInt    ParamType = "int"
+	TypeNumber ParamType = "number"
+	TypeBool   ParamType = "bool"
+	TypeString ParamType = "string"
+	TypeEnum   ParamType = "enum"
+)
+
+// DefaultMaxLen bounds string parameters that set no max_len, so no
+// command carries an unbounded string to a device.
+const DefaultMaxLen = 256
+
+// SetAction is the action every device type must have. Its parameters
+// are the type's settable state keys, which is how a compensation
+// restores a device's previous state.
+const SetAction = "set"
+
+// Param describes one action parameter.
+type Param struct {
+	Type        ParamType `toml:"type"`
+	Description string    `toml:"description"`
+	Required    bool      `toml:"required"`
+	// Min and Max bound int and number parameters (inclusive).
+	Min *float64 `toml:"min"`
+	Max *float64 `toml:"max"`
+	// Values lists the allowed strings of an enum.
+	Values []string `toml:"values"`
+	// MaxLen bounds a string's length in bytes; zero means DefaultMaxLen.
+	MaxLen int `toml:"max_len"`
+}
+
+// Action describes one command a device type accepts.
+type Action struct {
+	Description string            `toml:"description"`
+	Params      map[string]*Param `toml:"params"`
+	// Expect is the state the action leads to, beyond its parameters that
+	// name state keys (e.g. turn_on leads to power = "on"). Verification
+	// waits for it.
+	Expect map[string]any `toml:"expect"`
+}
+
+// DeviceType describes a kind of device and the actions it accepts.
+type DeviceType struct {
+	Description string             `toml:"description"`
+	Actions     map[string]*Action `toml:"actions"`
+}
+
+// Device is one device of the home.
+type Device struct {
+	ID   string `toml:"id"`
+	Type string `toml:"type"`
+	Name string `toml:"name"`
+	Room string `toml:"room"`
+}
+
+// Registry is the catalogue of device types and devices, loaded from TOML
+// and validated. It is read-only after loading and safe for concurrent
+// use; callers must not modify what its methods return.
+type Registry struct {
+	Types   map[string]*DeviceType `toml:"types"`
+	Devices []Device               `toml:"devices"`
+
+	source string
+	byID   map[string]int
+}
+
+// LoadRegistry reads and validates a registry file.
+func LoadRegistry(path string) (*Registry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load registry: %w", err)
+	}
+	return ParseRegistry(data, path)
+}
+
+// ErrRegistry is wrapped by every registry loading error.
+var ErrRegistry = errors.New("invalid device registry")
+
+// ParseRegistry decodes and validates registry TOML. name (usually the
+// file path) starts every error message. Unknown keys are errors, so a
+// typo cannot silently drop a limit.
+func ParseRegistry(data []byte, name string) (*Registry, error) {
+	if len(data) > 1<<20 {
+		return nil, fmt.Errorf("%w: %s: file is %d bytes (max 1 MiB)", ErrRegistry, name, len(data))
+	}
+	r := new(Registry)
+	md, err := toml.Decode(string(data), r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrRegistry, name, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("%w: %s: unknown key %s", ErrRegistry, name, strings.Join(keys, ", "))
+	}
+	r.source = name
+	if err := r.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrRegistry, name, err)
+	}
+	return r, nil
+}
+
+// validName keeps type, action and param names printable and topic-safe.
+func validName(s string) error {
+	if s == "" {
+		return errors.New("empty name")
+	}
+	if len(s) > 64 {
+		return fmt.Errorf("name %.16q... is longer than 64 bytes", s)
+	}
+	for _, c := range s {
+		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return fmt.Errorf("name %q: use letters, digits, '_' and '-'", s)
+		}
+	}
+	return nil
+}
+
+func (r *Registry) validate() error {
+	if len(r.Types) == 0 {
+		return errors.New("types: no device types")
+	}
+	for _, tn := range sortedKeys(r.Types) {
+		t := r.Types[tn]
+		if err := validName(tn); err != nil {
+			return fmt.Errorf("type %q: %w", tn, err)
+		}
+		if t == nil || len(t.Actions) == 0 {
+			return fmt.Errorf("type %q: actions: none defined", tn)
+		}
+		set := t.Actions[SetAction]
+		if set == nil {
+			return fmt.Errorf("type %q: actions: no %q action (needed to restore previous state)", tn, SetAction)
+		}
+		for _, an := range sortedKeys(t.Actions) {
+			a := t.Actions[an]
+			if err := validName(an); err != nil {
+				return fmt.Errorf("type %q: action %q: %w", tn, an, err)
+			}
+			if a == nil {
+				return fmt.Errorf("type %q: action %q: empty", tn, an)
+			}
+			for _, pn := range sortedKeys(a.Params) {
+				if err := validName(pn); err != nil {
+					return fmt.Errorf("type %q: action %q: param %q: %w", tn, an, pn, err)
+				}
+				if err := a.Params[pn].validate(); err != nil {
+					return fmt.Errorf("type %q: action %q: param %q: %w", tn, an, pn, err)
+				}
+			}
+			for _, k := range sortedKeys(a.Expect) {
+				p := set.Params[k]
+				if p == nil {
+					return fmt.Errorf("type %q: action %q: expect.%s: not a param of the %q action", tn, an, k, SetAction)
+				}
+				if err := p.check(a.Expect[k]); err != nil {
+					return fmt.Errorf("type %q: action %q: expect.%s: %w", tn, an, k, err)
+				}
+			}
+		}
+	}
+	r.byID = make(map[string]int, len(r.Devices))
+	for i, d := range r.Devices {
+		where := fmt.Sprintf("devices[%d]", i)
+		if d.ID != "" {
+			where = fmt.Sprintf("device %q", d.ID)
+		}
+		if err := ValidateDeviceID(d.ID); err != nil {
+			return fmt.Errorf("%s: id: %w", where, err)
+		}
+		if _, dup := r.byID[d.ID]; dup {
+			return fmt.Errorf("%s: id: duplicate", where)
+		}
+		if d.Type == "" {
+			return fmt.Errorf("%s: type: missing", where)
+		}
+		if r.Types[d.Type] == nil {
+			return fmt.Errorf("%s: type: unknown device type %q", where, d.Type)
+		}
+		if len(d.Name) > 128 || len(d.Room) > 128 {
+			return fmt.Errorf("%s: name or room longer than 128 bytes", where)
+		}
+		r.byID[d.ID] = i
+	}
+	return nil
+}
+
+func (p *Param) validate() error {
+	if p == nil {
+		return errors.New("empty")
+	}
+	numeric := p.Type == TypeInt || p.Type == TypeNumber
+	switch p.Type {
+	case TypeInt, TypeNumber, TypeBool, TypeString, TypeEnum:
+	case "":
+		return errors.New("type: missing (int, number, bool, string or enum)")
+	default:
+		return fmt.Errorf("type: unknown %q (want int, number, bool, string or enum)", p.Type)
+	}
+	for _, b := range []struct {
+		name string
+		v    *float64
+	}{{"min", p.Min}, {"max", p.Max}} {
+		if b.v == nil {
+			continue
+		}
+		if !numeric {
+			return fmt.Errorf("%s: only int and number params have bounds", b.name)
+		}
+		if math.IsInf(*b.v, 0) || math.IsNaN(*b.v) {
+			return fmt.Errorf("%s: must be finite", b.name)
+		}
+		if p.Type == TypeInt && !isIntegral(*b.v) {
+			return fmt.Errorf("%s: %v is not an integer", b.name, *b.v)
+		}
+	}
+	if p.Min != nil && p.Max != nil && *p.Min > *p.Max {
+		return fmt.Errorf("min: %v is above max %v", *p.Min, *p.Max)
+	}
+	if p.Type == TypeEnum {
+		if len(p.Values) == 0 {
+			return errors.New("values: an enum needs at least one value")
+		}
+		seen := make(map[string]bool, len(p.Values))
+		for _, v := range p.Values {
+			if v == "" || seen[v] {
+				return fmt.Errorf("values: %q is empty or repeated", v)
+			}
+			seen[v] = true
+		}
+	} else if len(p.Values) > 0 {
+		return errors.New("values: only enum params have values")
+	}
+	if p.MaxLen < 0 {
+		return errors.New("max_len: must not be negative")
+	}
+	if p.MaxLen > 0 && p.Type != TypeString {
+		return errors.New("max_len: only string params have a length")
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// CheckError says why a command was refused before publishing. Field is
+// "device", "action" or the parameter's name. It is permanent: errors.Is
+// (err, driver.ErrPermanent) holds, since no retry changes the command.
+type CheckError struct {
+	Device string
+	Action string
+	Field  string
+	Reason string
+}
+
+func (e *CheckError) Error() string {
+	switch e.Field {
+	case "device":
+		return fmt.Sprintf("device %q: %s", e.Device, e.Reason)
+	case "action":
+		return fmt.Sprintf("device %s: action %q: %s", e.Device, e.Action, e.Reason)
+	}
+	return fmt.Sprintf("device %s: action %s: %s: %s", e.Device, e.Action, e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidCommand) hold.
+func (e *CheckError) Unwrap() error { return ErrInvalidCommand }
+
+// Is makes errors.Is(err, driver.ErrPermanent) hold.
+func (e *CheckError) Is(target error) bool { return target == driver.ErrPermanent }
+
+// Code is the machine-readable reason, matching the device error codes
+// where one applies.
+func (e *CheckError) Code() string {
+	switch e.Field {
+	case "device":
+		return "unknown_device"
+	case "action":
+		return CodeUnknownAction
+	}
+	return CodeInvalidParam
+}
+
+// Device returns the device with the given ID.
+func (r *Registry) Device(id string) (Device, bool) {
+	i, ok := r.byID[id]
+	if !ok {
+		return Device{}, false
+	}
+	return r.Devices[i], true
+}
+
+func (r *Registry) action(deviceID, action string) (*Action, error) {
+	if err := ValidateDeviceID(deviceID); err != nil {
+		return nil, &CheckError{Device: deviceID, Action: action, Field: "device", Reason: err.Error()}
+	}
+	d, ok := r.Device(deviceID)
+	if !ok {
+		return nil, &CheckError{Device: deviceID, Action: action, Field: "device", Reason: "unknown device"}
+	}
+	a := r.Types[d.Type].Actions[action]
+	if a == nil {
+		return nil, &CheckError{Device: deviceID, Action: action, Field: "action",
+			Reason: fmt.Sprintf("a %s has no such action (has %s)", d.Type, strings.Join(sortedKeys(r.Types[d.Type].Actions), ", "))}
+	}
+	return a, nil
+}
+
+// Check validates a command against the device's type before anything
+// is published. The error is a *CheckError naming the bad field.
+func (r *Registry) Check(deviceID, action string, params map[string]any) error {
+	a, err := r.action(deviceID, action)
+	if err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(params) {
+		p := a.Params[name]
+		if p == nil {
+			return &CheckError{Device: deviceID, Action: action, Field: name, Reason: "unknown param"}
+		}
+		if err := p.check(params[name]); err != nil {
+			return &CheckError{Device: deviceID, Action: action, Field: name, Reason: err.Error()}
+		}
+	}
+	for _, name := range sortedKeys(a.Params) {
+		if _, ok := params[name]; !ok && a.Params[name].Required {
+			return &CheckError{Device: deviceID, Action: action, Field: name, Reason: "missing required param"}
+		}
+	}
+	return nil
+}
+
+func (p *Param) check(v any) error {
+	switch p.Type {
+	case TypeInt, TypeNumber:
+		f, ok := asFloat(v)
+		if !ok {
+			return fmt.Errorf("%s is not a number", describe(v))
+		}
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return fmt.Errorf("%s is not finite", describe(v))
+		}
+		if p.Type == TypeInt && !isIntegral(f) {
+			return fmt.Errorf("%s is not an integer", describe(v))
+		}
+		if p.Min != nil && f < *p.Min {
+			return fmt.Errorf("%s is below min %v", describe(v), *p.Min)
+		}
+		if p.Max != nil && f > *p.Max {
+			return fmt.Errorf("%s is above max %v", describe(v), *p.Max)
+		}
+	case TypeBool:
+		if _, ok := v.(bool); !ok {
+			return fmt.Errorf("%s is not a bool", describe(v))
+		}
+	case TypeString, TypeEnum:
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("%s is not a string", describe(v))
+		}
+		if p.Type == TypeEnum {
+			if !slices.Contains(p.Values, s) {
+				return fmt.Errorf("%s is not one of %s", describe(v), strings.Join(p.Values, ", "))
+			}
+			return nil
+		}
+		limit := p.MaxLen
+		if limit == 0 {
+			limit = DefaultMaxLen
+		}
+		if len(s) > limit {
+			return fmt.Errorf("is %d bytes long (max %d)", len(s), limit)
+		}
+	}
+	return nil
+}
+
+// describe renders a value for an error message, short and unambiguous.
+func describe(v any) string {
+	switch t := v.(type) {
+	case string:
+		if len(t) > 32 {
+			return fmt.Sprintf("%q...", t[:32])
+		}
+		return fmt.Sprintf("%q", t)
+	case nil:
+		return "null"
+	case map[string]any, []any:
+		return fmt.Sprintf("a %T", v)
+	}
+	if f, ok := asFloat(v); ok {
+		return fmt.Sprint(f)
+	}
+	return fmt.Sprintf("%v", v)
+}
+
+// Settable returns the state keys that the device's set action accepts,
+// sorted.
+func (r *Registry) Settable(deviceID string) []string {
+	d, ok := r.Device(deviceID)
+	if !ok {
+		return nil
+	}
+	return sortedKeys(r.Types[d.Type].Actions[SetAction].Params)
+}
+
+// Expected returns the state a command should lead to: the action's
+// expect table plus every parameter that names a settable state key. An
+// empty result means there is nothing to verify. It assumes Check passed.
+func (r *Registry) Expected(deviceID, action string, params map[string]any) map[string]any {
+	a, err := r.action(deviceID, action)
+	if err != nil {
+		return nil
+	}
+	d, _ := r.Device(deviceID)
+	set := r.Types[d.Type].Actions[SetAction]
+	want := make(map[string]any, len(a.Expect)+len(params))
+	for k, v := range a.Expect {
+		want[k] = v
+	}
+	for k, v := range params {
+		if set.Params[k] != nil {
+			want[k] = v
+		}
+	}
+	return want
+}

@@ -1,0 +1,108 @@
+package devices
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+)
+
+// normalize turns the json.Number values that the strict decoders produce
+// into int64 (when integral) or float64, recursively, so cached state can
+// be compared and re-encoded without callers knowing how it was decoded.
+func normalize(v any) any {
+	switch t := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+			return i
+		}
+		if f, err := strconv.ParseFloat(string(t), 64); err == nil {
+			return f
+		}
+		return string(t)
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = normalize(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = normalize(x)
+		}
+		return out
+	}
+	return v
+}
+
+func normalizeMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	return normalize(m).(map[string]any)
+}
+
+// cloneMap copies a normalized state map. Values are scalars or nested
+// JSON shapes; nested ones are copied through normalize, which rebuilds
+// them.
+func cloneMap(m map[string]any) map[string]any {
+	return normalizeMap(m)
+}
+
+// asFloat returns the numeric value of any JSON-ish number: the int and
+// float kinds Go code passes, json.Number from our decoders, and float64
+// from encoding/json round trips through the store.
+func asFloat(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case uint:
+		return float64(n), true
+	case uint32:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	case float32:
+		return float64(n), true
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+func isIntegral(f float64) bool {
+	return !math.IsInf(f, 0) && !math.IsNaN(f) && f == math.Trunc(f)
+}
+
+// sameValue compares two state values the way a person would: 40, 40.0
+// and json.Number("40") are equal; other kinds compare with ==.
+func sameValue(a, b any) bool {
+	fa, okA := asFloat(a)
+	fb, okB := asFloat(b)
+	if okA || okB {
+		return okA && okB && fa == fb
+	}
+	switch a.(type) {
+	case string, bool, nil:
+		return a == b
+	}
+	return false
+}
+
+// matches reports whether every key of want has the same value in got.
+func matches(got, want map[string]any) bool {
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok || !sameValue(g, w) {
+			return false
+		}
+	}
+	return true
+}
