@@ -175,6 +175,7 @@ type fakeGateway struct {
 type gatewayOpts struct {
 	password, clientID string
 	will               string // will topic; "" for the own status topic
+	anonymous          bool   // no user name and no password
 }
 
 func dialGateway(url, id string, o gatewayOpts) (*fakeGateway, error) {
@@ -190,8 +191,11 @@ func dialGateway(url, id string, o gatewayOpts) (*fakeGateway, error) {
 	}
 	will, _ := json.Marshal(uplink.Status{Gateway: id, State: uplink.StateOffline})
 	ready := make(chan error, 1)
-	opts := paho.NewClientOptions().AddBroker(url).SetClientID(o.clientID).SetUsername(id).SetPassword(o.password).
-		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false).SetConnectTimeout(wait).
+	opts := paho.NewClientOptions().AddBroker(url).SetClientID(o.clientID)
+	if !o.anonymous {
+		opts.SetUsername(id).SetPassword(o.password)
+	}
+	opts.SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false).SetConnectTimeout(wait).
 		SetBinaryWill(o.will, will, 1, true)
 	handle := func(_ paho.Client, m paho.Message) {
 		if strings.HasSuffix(m.Topic(), "/ack") {
@@ -364,4 +368,13 @@ func running(oseq uint64, id string, seq uint64) uplink.Entry {
 	e := entry(oseq, id, seq, driver.StateRunning)
 	e.Mission.Created = time.Now()
 	return e
+}
+
+func mustJSON(tb testing.TB, v any) []byte {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }
