@@ -1,0 +1,296 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// Config is the hub's configuration file (configs/hub.toml).
+type Config struct {
+	// DataDir holds the hub's database (hub.db).
+	DataDir string `toml:"data_dir"`
+	// Prefix is the root of the uplink topics; it must match the gateways'.
+	Prefix string `toml:"prefix"`
+
+	Broker    BrokerConfig    `toml:"broker"`
+	Identity  IdentityConfig  `toml:"identity"`
+	HTTP      HTTPConfig      `toml:"http"`
+	Retention RetentionConfig `toml:"retention"`
+	Log       LogConfig       `toml:"log"`
+
+	// Gateways maps each gateway ID (its MQTT user name) to a password
+	// hash printed by "hub passwd". Only the embedded broker uses them.
+	Gateways map[string]string `toml:"gateways"`
+
+	// dir is the config file's directory; relative paths resolve from it.
+	dir string
+}
+
+// BrokerConfig says where gateways connect.
+type BrokerConfig struct {
+	// Embedded runs a mochi broker with the hub's ACL on Listen.
+	Embedded bool   `toml:"embedded"`
+	Listen   string `toml:"listen"`
+	// CertFile and KeyFile make the embedded broker speak TLS.
+	CertFile string `toml:"cert_file"`
+	KeyFile  string `toml:"key_file"`
+	// URL is an external broker, used when Embedded is false; its ACL
+	// is then its own business (see docs/hub.md).
+	URL      string `toml:"url"`
+	CAFile   string `toml:"ca_file"`
+	Insecure bool   `toml:"insecure_skip_verify"`
+}
+
+// IdentityConfig is the hub's own MQTT identity.
+type IdentityConfig struct {
+	Username string `toml:"username"`
+	// Password (or PasswordFile) is required for an external broker. For
+	// the embedded broker, empty means a random one per run: only the
+	// hub itself ever uses it.
+	Password     string `toml:"password"`
+	PasswordFile string `toml:"password_file"`
+	ClientID     string `toml:"client_id"`
+}
+
+// HTTPConfig is the API and dashboard.
+type HTTPConfig struct {
+	Listen string `toml:"listen"`
+	// Token (or TokenFile, or $SORTIE_HUB_TOKEN) is the API bearer token.
+	Token     string `toml:"token"`
+	TokenFile string `toml:"token_file"`
+	// ControlTimeout bounds the wait for a gateway's control result.
+	ControlTimeout driver.Duration `toml:"control_timeout"`
+}
+
+// RetentionConfig bounds how many finished missions are kept.
+type RetentionConfig struct {
+	MaxAge   driver.Duration `toml:"max_age"`
+	MaxCount int             `toml:"max_count"`
+	Interval driver.Duration `toml:"interval"`
+}
+
+// LogConfig sets level (debug, info, warn, error) and format (text, json).
+type LogConfig struct {
+	Level  string `toml:"level"`
+	Format string `toml:"format"`
+}
+
+// tokenEnv overrides the token from the file, to keep it out of files.
+const tokenEnv = "SORTIE_HUB_TOKEN"
+
+// minToken is the shortest API token accepted.
+const minToken = 16
+
+// DefaultConfig is what an empty file means.
+func DefaultConfig() Config {
+	return Config{
+		DataDir: "data/hub",
+		Prefix:  uplink.DefaultPrefix,
+		Broker:  BrokerConfig{Embedded: true, Listen: "127.0.0.1:1884"},
+		Identity: IdentityConfig{
+			Username: "hub",
+			ClientID: "sortie-hub",
+		},
+		HTTP: HTTPConfig{Listen: "127.0.0.1:8090", ControlTimeout: driver.Duration(10 * time.Second)},
+		Retention: RetentionConfig{
+			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 100_000, Interval: driver.Duration(time.Hour),
+		},
+		Log:      LogConfig{Level: "info", Format: "text"},
+		Gateways: map[string]string{},
+	}
+}
+
+// ConfigError names the file and field of a bad setting.
+type ConfigError struct {
+	File, Field, Msg string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Field == "" {
+		return e.File + ": " + e.Msg
+	}
+	return e.File + ": " + e.Field + ": " + e.Msg
+}
+
+// LoadConfig decodes path over the defaults and rejects unknown keys.
+// An empty path means the defaults.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	cfg.dir = "."
+	if path == "" {
+		return cfg, nil
+	}
+	cfg.dir = filepath.Dir(path)
+	md, err := toml.DecodeFile(path, &cfg)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return cfg, &ConfigError{File: path, Msg: fmt.Sprintf("line %d: %s", perr.Position.Line, perr.Message)}
+		}
+		return cfg, &ConfigError{File: path, Msg: err.Error()}
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return cfg, &ConfigError{File: path, Field: keys[0], Msg: "unknown key (unknown: " + strings.Join(keys, ", ") + ")"}
+	}
+	return cfg, nil
+}
+
+// path resolves p against the config file's directory.
+func (c Config) path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.dir, p)
+}
+
+// Validate checks every field and names the first bad one.
+func (c Config) Validate(file string) error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{File: file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	hostPort := func(field, v string) error {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return bad(field, "%q is not host:port", v)
+		}
+		return nil
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", "must be set")
+	}
+	if c.Prefix == "" || strings.ContainsAny(c.Prefix, "+#") || strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") {
+		return bad("prefix", "%q must be non-empty, without wildcards or a leading/trailing '/'", c.Prefix)
+	}
+	b := c.Broker
+	if b.Embedded {
+		if err := hostPort("broker.listen", b.Listen); err != nil {
+			return err
+		}
+		if (b.CertFile == "") != (b.KeyFile == "") {
+			return bad("broker.cert_file", "cert_file and key_file go together")
+		}
+	} else {
+		u, err := url.Parse(b.URL)
+		if err != nil || u.Host == "" || !slices.Contains([]string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}, u.Scheme) {
+			return bad("broker.url", "%q is not a broker URL like tcp://host:1883 or ssl://host:8883", b.URL)
+		}
+		if c.Identity.Password == "" && c.Identity.PasswordFile == "" {
+			return bad("identity.password", "an external broker needs the hub's password (or identity.password_file)")
+		}
+	}
+	if err := driver.ValidateID("identity.username", c.Identity.Username); err != nil {
+		return bad("identity.username", "%v", err)
+	}
+	if c.Identity.ClientID == "" {
+		return bad("identity.client_id", "must be set")
+	}
+	for id, h := range c.Gateways {
+		if err := driver.ValidateID("gateway", id); err != nil {
+			return bad("gateways."+id, "%v", err)
+		}
+		if id == c.Identity.Username {
+			return bad("gateways."+id, "a gateway cannot use the hub's user name")
+		}
+		if err := hub.ParseHash(h); err != nil {
+			return bad("gateways."+id, "%v", err)
+		}
+	}
+	if b.Embedded && len(c.Gateways) == 0 {
+		return bad("gateways", "no gateway credentials: add some with \"hub passwd\"")
+	}
+	if err := hostPort("http.listen", c.HTTP.Listen); err != nil {
+		return err
+	}
+	if c.HTTP.ControlTimeout <= 0 {
+		return bad("http.control_timeout", "must be positive")
+	}
+	if c.Retention.MaxCount < 0 {
+		return bad("retention.max_count", "must not be negative")
+	}
+	if c.Retention.Interval <= 0 {
+		return bad("retention.interval", "must be positive")
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		return bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		return bad("log.format", "%q must be \"text\" or \"json\"", c.Log.Format)
+	}
+	return nil
+}
+
+// secret returns an inline value, else the trimmed contents of file.
+func (c Config) secret(inline, file string) (string, error) {
+	if inline != "" || file == "" {
+		return inline, nil
+	}
+	b, err := os.ReadFile(c.path(file))
+	if err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// token is the API token: $SORTIE_HUB_TOKEN, http.token or http.token_file.
+func (c Config) token() (string, error) {
+	t := os.Getenv(tokenEnv)
+	if t == "" {
+		var err error
+		if t, err = c.secret(c.HTTP.Token, c.HTTP.TokenFile); err != nil {
+			return "", fmt.Errorf("http.token_file: %w", err)
+		}
+	}
+	if len(t) < minToken {
+		return "", &ConfigError{File: "config", Field: "http.token", Msg: fmt.Sprintf("the API token must be at least %d characters (set http.token, http.token_file or $%s)", minToken, tokenEnv)}
+	}
+	return t, nil
+}
+
+// serverTLS loads the embedded broker's certificate, or nil for plain TCP.
+func (c Config) serverTLS() (*tls.Config, error) {
+	if c.Broker.CertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.path(c.Broker.CertFile), c.path(c.Broker.KeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("broker.cert_file: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// clientTLS is how the hub's own client trusts an external broker.
+func (c Config) clientTLS() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.Broker.Insecure} //nolint:gosec // opt-in, documented
+	if c.Broker.CAFile != "" {
+		pem, err := os.ReadFile(c.path(c.Broker.CAFile))
+		if err != nil {
+			return nil, fmt.Errorf("broker.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker.ca_file: no certificates in %s", c.Broker.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}

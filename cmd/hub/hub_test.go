@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "hub.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestShippedConfigValidates(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"validate", "-config", "../../configs/hub.toml"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	cfg, err := LoadConfig("../../configs/hub.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultConfig()
+	want.DataDir, want.Gateways, want.HTTP.Token, want.dir = cfg.DataDir, cfg.Gateways, cfg.HTTP.Token, cfg.dir
+	if got, _ := json.Marshal(cfg); string(got) != string(mustMarshal(t, want)) {
+		t.Errorf("shipped config differs from the defaults beyond the demo values:\n got %s\nwant %s", got, mustMarshal(t, want))
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestConfigErrors(t *testing.T) {
+	h, err := hub.HashPassword("password1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := "\n[gateways]\nhome = \"" + h + "\"\n"
+	cases := []struct{ name, body, field string }{
+		{"unknown key", "nope = 1\n" + gw, "nope"},
+		{"unknown nested key", "[http]\nlisten = \"127.0.0.1:1\"\nport = 3\n" + gw, "http.port"},
+		{"plain password", "[gateways]\nhome = \"secret\"\n", "gateways.home"},
+		{"no gateways", "", "gateways"},
+		{"bad gateway id", "[gateways]\n\"a/b\" = \"" + h + "\"\n", "gateways.a/b"},
+		{"gateway named like the hub", "[gateways]\nhub = \"" + h + "\"\n", "gateways.hub"},
+		{"external without url", "[broker]\nembedded = false\n" + gw, "broker.url"},
+		{"external without password", "[broker]\nembedded = false\nurl = \"tcp://x:1883\"\n" + gw, "identity.password"},
+		{"cert without key", "[broker]\ncert_file = \"c.pem\"\n" + gw, "broker.cert_file"},
+		{"bad listen", "[http]\nlisten = \"8090\"\n" + gw, "http.listen"},
+		{"bad level", "[log]\nlevel = \"loud\"\n" + gw, "log.level"},
+		{"bad prefix", "prefix = \"a/#\"\n" + gw, "prefix"},
+		{"bad duration", "[http]\ncontrol_timeout = \"soon\"\n" + gw, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeConfig(t, tc.body)
+			cfg, err := LoadConfig(p)
+			if err == nil {
+				err = cfg.Validate(p)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want a ConfigError", err)
+			}
+			if tc.field != "" && ce.Field != tc.field {
+				t.Fatalf("field %q, want %q (%v)", ce.Field, tc.field, err)
+			}
+		})
+	}
+}
+
+func TestTokenSources(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("from-file-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.dir = dir
+	cfg.HTTP.TokenFile = "token"
+	if tok, err := cfg.token(); err != nil || tok != "from-file-0123456789" {
+		t.Fatalf("token file: %q %v", tok, err)
+	}
+	t.Setenv(tokenEnv, "from-env-0123456789")
+	if tok, err := cfg.token(); err != nil || tok != "from-env-0123456789" {
+		t.Fatalf("token env: %q %v", tok, err)
+	}
+	t.Setenv(tokenEnv, "short")
+	if _, err := cfg.token(); err == nil {
+		t.Fatal("short token accepted")
+	}
+}
+
+func TestPasswd(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"passwd", "home"}, strings.NewReader("a-long-password\n"), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if strings.Contains(out.String()+errb.String(), "a-long-password") {
+		t.Fatal("passwd echoed the password")
+	}
+	p := writeConfig(t, "[gateways]\n"+out.String())
+	cfg, err := LoadConfig(p)
+	if err != nil || cfg.Validate(p) != nil {
+		t.Fatalf("passwd output is not a valid [gateways] line: %q (%v)", out.String(), err)
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"passwd", "-generate", "home"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "# password for gateway home") {
+		t.Fatalf("generate: exit %d %q", code, out.String())
+	}
+	for _, args := range [][]string{{"passwd"}, {"passwd", "a/b"}, {"frobnicate"}} {
+		if code := run(context.Background(), args, strings.NewReader("x\n"), &out, &errb); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code := run(context.Background(), []string{"passwd", "home"}, strings.NewReader("short\n"), &out, &errb); code != 1 {
+		t.Errorf("short password: exit %d, want 1", code)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"version"}, nil, &out, &out); code != 0 || !strings.Contains(out.String(), Version) {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+}
+
+// TestRun starts the whole hub from a config file with flags, drives it
+// with a gateway over MQTT and the API over HTTP, then stops it.
+func TestRun(t *testing.T) {
+	h, err := hub.HashPassword("gateway-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeConfig(t, "data_dir = \"data\"\n[http]\ntoken = \"0123456789abcdef\"\n[log]\nlevel = \"warn\"\n[gateways]\nhome = \""+h+"\"\n")
+	type addrs struct{ http, broker string }
+	ready := make(chan addrs, 1)
+	onListening = func(h, b string) { ready <- addrs{h, b} }
+	t.Cleanup(func() { onListening = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"run", "-config", p, "-http", "127.0.0.1:0", "-broker-listen", "127.0.0.1:0", "-log-format", "json"}, nil, &logs, &logs)
+	}()
+	var a addrs
+	select {
+	case a = <-ready:
+	case code := <-done:
+		t.Fatalf("hub exited %d: %s", code, logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub did not start")
+	}
+
+	acks := make(chan uplink.Ack, 4)
+	tp := uplink.Topics{}
+	opts := paho.NewClientOptions().AddBroker("tcp://"+a.broker).SetClientID("gw-home").SetUsername("home").SetPassword("gateway-password").SetOrderMatters(false)
+	c := paho.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("gateway connect: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	if tok := c.Subscribe(tp.Ack("home"), 1, func(_ paho.Client, m paho.Message) {
+		if ack, err := uplink.DecodeAck(m.Payload()); err == nil {
+			acks <- ack
+		}
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	now := time.Now()
+	b, _ := json.Marshal(uplink.Batch{Gateway: "home", Entries: []uplink.Entry{{
+		Seq: 7, Event: driver.Event{MissionID: "m1", Seq: 1, To: driver.StatePending, Time: now},
+		Mission: driver.Summary{Scene: "go_home", State: driver.StatePending, Created: now},
+	}}})
+	if tok := c.Publish(tp.Events("home"), 1, false, b); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	select {
+	case ack := <-acks:
+		if ack.Upto != 7 {
+			t.Fatalf("ack %+v, want upto 7", ack)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no ack")
+	}
+	req, _ := http.NewRequest("GET", "http://"+a.http+"/api/missions?gateway=home", nil)
+	req.Header.Set("Authorization", "Bearer 0123456789abcdef")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page struct{ Missions []hub.Mission }
+	err = json.NewDecoder(res.Body).Decode(&page)
+	res.Body.Close()
+	if err != nil || len(page.Missions) != 1 || page.Missions[0].ID != "m1" {
+		t.Fatalf("missions %+v (%v)", page, err)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub did not stop")
+	}
+	if strings.Contains(logs.String(), "gateway-password") || strings.Contains(logs.String(), "0123456789abcdef") {
+		t.Fatal("a secret reached the logs")
+	}
+}
+
+// syncBuffer is a bytes.Buffer for logs written from many goroutines
+// (mochi's listener logs even after Close returns).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

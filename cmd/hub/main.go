@@ -1,0 +1,90 @@
+// Command hub is the Sortie hub: gateways send it their mission events
+// over MQTT (store-and-forward); it keeps them, shows them live on a
+// dashboard and sends control requests back.
+//
+//	hub run      [-config FILE] [flags]   run the hub (default)
+//	hub validate [-config FILE]           check the configuration
+//	hub passwd   [-generate] GATEWAY      print a credential line for [gateways]
+//	hub version                           print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+// exitUsage is the exit code for a bad command line, as with flag.
+const exitUsage = 2
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		// A second signal gets the default action: exit at once. Every
+		// batch is either committed or unacknowledged, so that is safe.
+		stop()
+	}()
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError marks errors that print usage and exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+const usage = `Sortie hub - every gateway and mission in one place.
+
+Usage:
+  hub run      [-config FILE] [flags]  run the hub (default)
+  hub validate [-config FILE]          check the configuration
+  hub passwd   [-generate] GATEWAY     read a password (or make one) and print
+                                       the line to add under [gateways]
+  hub version                          print the version
+
+Run "hub run -h" for the flags of run.
+`
+
+// run dispatches a subcommand and maps its error to an exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "run":
+		err = cmdRun(ctx, args, stderr)
+	case "validate":
+		err = cmdValidate(args, stdout, stderr)
+	case "passwd":
+		err = cmdPasswd(args, stdin, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "sortie hub", Version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = &usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "hub: %v\n\n%s", err, usage)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "hub: %v\n", err)
+		return 1
+	}
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/hub"
+)
+
+// cmdPasswd prints a [gateways] line for a gateway. The password comes
+// from the first line of stdin, or is generated with -generate and
+// printed once, as a comment above the line, for the gateway's config.
+// Only the hash goes into the hub's file.
+func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("passwd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	generate := fs.Bool("generate", false, "generate a random password and print it once")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return &usageError{"passwd needs exactly one gateway ID"}
+	}
+	id := fs.Arg(0)
+	if err := driver.ValidateID("gateway", id); err != nil {
+		return &usageError{err.Error()}
+	}
+	var password string
+	if *generate {
+		b := make([]byte, 18)
+		_, _ = rand.Read(b)
+		password = base64.RawURLEncoding.EncodeToString(b)
+	} else {
+		fmt.Fprintf(stderr, "password for gateway %s (one line): ", id)
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read password: %w", err)
+		}
+		fmt.Fprintln(stderr)
+		password = strings.TrimRight(line, "\r\n")
+		if len(password) < 8 {
+			return errors.New("password must be at least 8 characters")
+		}
+	}
+	h, err := hub.HashPassword(password)
+	if err != nil {
+		return err
+	}
+	if *generate {
+		fmt.Fprintf(stdout, "# password for gateway %s (put it in the gateway's config; it is not shown again): %s\n", id, password)
+	}
+	fmt.Fprintf(stdout, "%s = %q\n", id, h)
+	return nil
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// onListening, when set (by tests), learns the bound addresses.
+var onListening func(httpAddr, brokerAddr string)
+
+// cmdRun runs the hub until ctx is cancelled.
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "configs/hub.toml", "configuration file")
+	dataDir := fs.String("data-dir", "", "override data_dir")
+	httpAddr := fs.String("http", "", "override http.listen")
+	brokerListen := fs.String("broker-listen", "", "override broker.listen (embedded broker)")
+	brokerURL := fs.String("broker-url", "", "use this external broker instead of the embedded one")
+	logLevel := fs.String("log-level", "", "override log.level")
+	logFormat := fs.String("log-format", "", "override log.format")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	cfg, err := LoadConfig(*path)
+	if err != nil {
+		return err
+	}
+	// Flags override the file.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "data-dir":
+			cfg.DataDir = *dataDir
+		case "http":
+			cfg.HTTP.Listen = *httpAddr
+		case "broker-listen":
+			cfg.Broker.Listen = *brokerListen
+		case "broker-url":
+			cfg.Broker.URL, cfg.Broker.Embedded = *brokerURL, false
+		case "log-level":
+			cfg.Log.Level = *logLevel
+		case "log-format":
+			cfg.Log.Format = *logFormat
+		}
+	})
+	if err := cfg.Validate(*path); err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	return serve(ctx, cfg, log)
+}
+
+func newLogger(c LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // checked by Validate
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve wires the store, broker, service and HTTP server together and
+// runs them until ctx is cancelled or one fails.
+func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	token, err := cfg.token()
+	if err != nil {
+		return err
+	}
+	st, err := hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ids := make([]string, 0, len(cfg.Gateways))
+	for id := range cfg.Gateways {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	if err := st.Register(time.Now(), ids...); err != nil {
+		return err
+	}
+
+	sopts := hub.ServiceOptions{
+		ClientID: cfg.Identity.ClientID, Username: cfg.Identity.Username, Prefix: cfg.Prefix,
+		ControlTimeout: cfg.HTTP.ControlTimeout.D(),
+		Retention:      hub.Retention{MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount},
+		PruneEvery:     cfg.Retention.Interval.D(),
+		Logger:         log.With("component", "service"),
+	}
+	if sopts.Password, err = cfg.secret(cfg.Identity.Password, cfg.Identity.PasswordFile); err != nil {
+		return fmt.Errorf("identity.password_file: %w", err)
+	}
+	brokerAddr := ""
+	if cfg.Broker.Embedded {
+		if sopts.Password == "" {
+			// Only this process uses the hub identity of its own broker.
+			b := make([]byte, 24)
+			_, _ = rand.Read(b)
+			sopts.Password = hex.EncodeToString(b)
+		}
+		broker, url, clientTLS, err := startBroker(cfg, sopts.Password, log)
+		if err != nil {
+			return err
+		}
+		defer broker.Close()
+		brokerAddr = broker.Addr()
+		sopts.Broker, sopts.TLS = url, clientTLS
+		log.Info("embedded broker listening", "addr", brokerAddr, "tls", clientTLS != nil, "gateways", len(ids))
+	} else {
+		sopts.Broker = cfg.Broker.URL
+		if sopts.TLS, err = cfg.clientTLS(); err != nil {
+			return err
+		}
+		log.Info("using external broker", "url", cfg.Broker.URL)
+	}
+	svc := hub.NewService(st, sopts)
+	api := hub.NewAPI(svc, hub.APIOptions{Token: token, Logger: log.With("component", "api")})
+
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http listen: %w", err)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(api.Close)
+	log.Info("http listening", "addr", ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/")
+	if onListening != nil {
+		onListening(ln.Addr().String(), brokerAddr)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return svc.Run(gctx) })
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("http shutdown: %w", err)
+		}
+		return nil
+	})
+	err = g.Wait()
+	log.Info("hub stopped", "err", err)
+	return err
+}
+
+// startBroker starts the embedded broker with the hub's ACL, and returns
+// the URL and TLS settings the hub's own client uses to reach it.
+func startBroker(cfg Config, hubPassword string, log *slog.Logger) (*simulator.Broker, string, *tls.Config, error) {
+	auth, err := hub.NewAuth(hub.AuthOptions{
+		Prefix: cfg.Prefix, HubUser: cfg.Identity.Username, HubPassword: hubPassword,
+		HubClientID: cfg.Identity.ClientID, Gateways: cfg.Gateways,
+	})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	serverTLS, err := cfg.serverTLS()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	b, err := simulator.StartBroker(simulator.BrokerOptions{
+		Addr: cfg.Broker.Listen, TLS: serverTLS, Auth: auth, Logger: log.With("component", "broker"),
+	})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	_, port, _ := net.SplitHostPort(b.Addr())
+	host, _, _ := net.SplitHostPort(cfg.Broker.Listen)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	addr := net.JoinHostPort(host, port)
+	if serverTLS == nil {
+		return b, "tcp://" + addr, nil, nil
+	}
+	// The hub dials its own listener: trust exactly its own certificate,
+	// whatever names it carries.
+	own := serverTLS.Certificates[0].Certificate[0]
+	clientTLS := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, //nolint:gosec // replaced by the pin below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], own) {
+				return errors.New("broker certificate is not the hub's own")
+			}
+			return nil
+		},
+	}
+	return b, "ssl://" + addr, clientTLS, nil
+}
