@@ -104,6 +104,7 @@ type Driver struct {
 	rand      *mrand.Rand
 
 	kick      chan struct{} // wakes the loop; buffered, one pending kick is enough
+	stopCh    chan struct{} // closed when Stop begins
 	timerStop func() bool
 	timerAt   time.Time
 
@@ -130,6 +131,7 @@ func New(opts Options) (*Driver, error) {
 		observers: append([]Observer(nil), opts.Observers...),
 		entries:   make(map[string]*entry),
 		kick:      make(chan struct{}, 1),
+		stopCh:    make(chan struct{}),
 		rand:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
 	for k, h := range opts.Handlers {
@@ -227,6 +229,7 @@ func (d *Driver) Stop(ctx context.Context) error {
 		return nil
 	}
 	d.stopping = true
+	close(d.stopCh)
 	loopDone := d.loopDone
 	if d.timerStop != nil {
 		d.timerStop()

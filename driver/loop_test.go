@@ -87,24 +87,23 @@ func TestConcurrentMissionsNeverShareAWorker(t *testing.T) {
 // saved; no new step starts after Stop.
 func TestStopWaitsForInFlightStep(t *testing.T) {
 	entered := make(chan struct{})
-	release := make(chan struct{})
 	var calls atomic.Int32
+	var d *Driver
 	h := HandlerFunc(func(ctx context.Context, req StepRequest) (map[string]any, error) {
 		calls.Add(1)
 		if req.StepIndex == 0 {
 			close(entered)
-			<-release
+			<-d.stopCh // finish only once Stop has begun
 		}
 		return nil, nil
 	})
 	st := newMemStore(t)
-	d, _ := New(Options{Store: st, Handlers: map[string]Handler{"test": h}})
+	d, _ = New(Options{Store: st, Handlers: map[string]Handler{"test": h}})
 	d.Start(context.Background())
 	m, _, _ := d.Submit(context.Background(), Spec{Type: "t", Steps: steps("a", "b")})
 	<-entered
 	stopped := make(chan error)
 	go func() { stopped <- d.Stop(context.Background()) }()
-	close(release)
 	if err := <-stopped; err != nil {
 		t.Fatalf("stop: %v", err)
 	}
@@ -299,7 +298,14 @@ func checkCompensationOrder(t *testing.T, st *memStore, id string) {
 			}
 		case InRetry:
 			check()
-			completed, undone = nil, nil
+			// Steps before the restart point still hold; the rest are redone.
+			var kept []int
+			for _, s := range completed {
+				if s < ev.Step {
+					kept = append(kept, s)
+				}
+			}
+			completed, undone = kept, nil
 		}
 	}
 	check()
