@@ -20,7 +20,6 @@ import (
 	"github.com/sortie-edge/sortie/uplink"
 )
 
-
 func writeConfig(t *testing.T, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "hub.toml")
@@ -178,7 +177,7 @@ func TestRun(t *testing.T) {
 
 	acks := make(chan uplink.Ack, 4)
 	tp := uplink.Topics{}
-	opts := paho.NewClientOptions().AddBroker("tcp://"+a.broker).SetClientID("gw-home").SetUsername("home").SetPassword("gateway-password").SetOrderMatters(false)
+	opts := paho.NewClientOptions().AddBroker("tcp://" + a.broker).SetClientID("gw-home").SetUsername("home").SetPassword("gateway-password").SetOrderMatters(false)
 	c := paho.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("gateway connect: %v", tok.Error())
