@@ -420,11 +420,19 @@ func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // emit publishes outputs, the delayed ones from their own goroutine so a
-// slow ack does not hold up the next command.
+// slow ack does not hold up the next command. The immediate ones are all
+// sent before any is waited for: paho writes them in order on the one
+// connection, so the state report still precedes the ack, at the cost
+// of one broker round trip instead of one per message.
 func (d *Device) emit(ctx context.Context, wg *sync.WaitGroup, outs []output) {
+	type sent struct {
+		o   output
+		tok paho.Token
+	}
+	var pending []sent
 	for _, o := range outs {
 		if o.delay <= 0 {
-			d.publish(o)
+			pending = append(pending, sent{o, d.send(o)})
 			continue
 		}
 		wg.Go(func() {
@@ -433,21 +441,33 @@ func (d *Device) emit(ctx context.Context, wg *sync.WaitGroup, outs []output) {
 			select {
 			case <-ctx.Done():
 			case <-t.C:
-				d.publish(o)
+				d.settle(o, d.send(o))
 			}
 		})
+	}
+	for _, p := range pending {
+		d.settle(p.o, p.tok)
 	}
 }
 
 var errOffline = errors.New("offline")
 
-func (d *Device) publish(o output) {
+// send publishes o on the current connection; a nil token means offline.
+func (d *Device) send(o output) paho.Token {
 	d.mu.Lock()
 	s := d.conn
 	d.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.client.Publish(o.topic, 1, o.retained, o.payload)
+}
+
+// settle waits for a publish and logs a loss.
+func (d *Device) settle(o output, tok paho.Token) {
 	err := errOffline
-	if s != nil {
-		err = waitToken(s.client.Publish(o.topic, 1, o.retained, o.payload), "publish")
+	if tok != nil {
+		err = waitToken(tok, "publish")
 	}
 	if err != nil {
 		d.log.Warn("message lost", "topic", o.topic, "err", err)

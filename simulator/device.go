@@ -229,12 +229,13 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 		d.skew(eff, now)
 		log.Info("wrong state (fault injection)", "effect", eff)
 	}
+	prior := d.snapshot(now)
 	d.apply(eff, now)
 	d.counters.Applied++
 	n, _ := d.applied.get(cmd.ID)
 	d.applied.put(cmd.ID, n+1)
 	st := d.snapshot(now)
-	ack := mustJSON(devices.Ack{ID: cmd.ID, OK: true, State: st})
+	ack := mustJSON(wireAck{ID: cmd.ID, OK: true, State: st, Prior: prior})
 	d.acks.put(cmd.ID, ack)
 	log.Info("command applied", "state", st)
 	return append([]output{d.stateOutput(now)}, d.sendAck(ack, log)...)
@@ -298,7 +299,7 @@ func (d *Device) finishTravel(now time.Time) []output {
 
 func (d *Device) reject(id, code, msg string, remember bool, now time.Time, log *slog.Logger) []output {
 	d.counters.Rejected++
-	ack := mustJSON(devices.Ack{ID: id, Error: &devices.AckError{Code: code, Message: msg}, State: d.snapshot(now)})
+	ack := mustJSON(wireAck{ID: id, Error: &devices.AckError{Code: code, Message: msg}, State: d.snapshot(now)})
 	if remember {
 		d.acks.put(id, ack)
 	}
@@ -333,6 +334,19 @@ func (d *Device) stateOutput(now time.Time) output {
 		payload:  mustJSON(devices.StateReport{State: d.snapshot(now), Time: now.UTC()}),
 		retained: true,
 	}
+}
+
+// wireAck is the ack a device sends: devices.Ack with Prior, the state
+// just before the command was first applied, which a re-ack repeats so
+// that the agent can restore the true previous state even when the first
+// ack was lost. It is declared here so the simulator does not depend on
+// the agent's decoding of the field.
+type wireAck struct {
+	ID    string            `json:"id"`
+	OK    bool              `json:"ok"`
+	Error *devices.AckError `json:"error,omitempty"`
+	State map[string]any    `json:"state,omitempty"`
+	Prior map[string]any    `json:"prior,omitempty"`
 }
 
 // looseID digs the command ID out of a payload DecodeCommand refused, so

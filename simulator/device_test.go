@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -138,6 +139,32 @@ func TestRepeatedCommandAppliedOnce(t *testing.T) {
 	want := Counters{Received: 4, Applied: 1, Replayed: 2, Rejected: 1, AcksSent: 4}
 	if c != want {
 		t.Fatalf("counters %+v, want %+v", c, want)
+	}
+}
+
+// TestAckPrior checks that an ack carries the state before the command,
+// and that a re-ack carries the first one, not the state at the retry.
+func TestAckPrior(t *testing.T) {
+	d := offlineDevice(t, TypeLight, Faults{})
+	now := time.Now()
+	lastAck := func(outs []output) wireAck {
+		t.Helper()
+		var a wireAck
+		if err := json.Unmarshal(outs[len(outs)-1].payload, &a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	first := lastAck(d.handle([]byte(rawCmd("a", "turn_on", `{"brightness":30}`)), now))
+	d.handle([]byte(rawCmd("b", "set", `{"brightness":70}`)), now)
+	again := lastAck(d.handle([]byte(rawCmd("a", "turn_on", `{"brightness":30}`)), now))
+	want := map[string]any{"power": "off", "brightness": 100, "color_temp": 4000}
+	for _, a := range []wireAck{first, again} {
+		wantState(t, a.Prior, want)
+		wantState(t, a.State, map[string]any{"power": "on", "brightness": 30})
+	}
+	if bad := lastAck(d.handle([]byte(rawCmd("c", "set", `{"brightness":700}`)), now)); bad.Prior != nil {
+		t.Fatalf("rejected command has a prior state %v", bad.Prior)
 	}
 }
 
