@@ -1,0 +1,250 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+func wantState(t *testing.T, d *simulator.Device, want map[string]any) {
+	t.Helper()
+	got := d.State()
+	for k, v := range want {
+		if fmt.Sprint(got[k]) != fmt.Sprint(v) {
+			t.Errorf("%s: state %s = %v, want %v (state %v)", d.ID(), k, got[k], v, got)
+		}
+	}
+}
+
+func TestGoHomeSucceeds(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	r := e.trigger("go_home", "r1", map[string]any{"temperature": 23})
+	id := r["mission_id"].(string)
+	e.waitState(id, driver.StateSucceeded, 20*time.Second)
+	wantState(t, e.device("living-light"), map[string]any{"power": "on", "brightness": 80})
+	wantState(t, e.device("living-ac"), map[string]any{"power": "on", "mode": "cool", "target": 23})
+	wantState(t, e.device("living-speaker"), map[string]any{"status": "playing", "playlist": "welcome home", "volume": 30})
+}
+
+func TestDroppedAckRetriedEffectOnce(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	light := e.device("living-light")
+	if err := light.SetFaults(simulator.Faults{AckLoss: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The first command is applied but its ack is lost; heal once the
+	// retry is on the wire (the device may still lose that one's ack too:
+	// both are the same command ID, so either way it applies once).
+	var seen atomic.Int32
+	second := make(chan struct{})
+	e.app.Subscribe("sortie/devices/living-light/cmd", 1, func(paho.Client, paho.Message) {
+		if seen.Add(1) == 2 {
+			close(second)
+		}
+	}).WaitTimeout(5 * time.Second)
+	r := e.trigger("go_home", "r-ack", nil)
+	id := r["mission_id"].(string)
+	select {
+	case <-second:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("light got %d commands, want a retry", seen.Load())
+	}
+	light.SetFaults(simulator.Faults{})
+	e.waitState(id, driver.StateSucceeded, 30*time.Second)
+	e.waitEvent(id, func(ev eventMsg) bool {
+		return ev.Input == driver.InBeginStep && ev.StepID == "living-light-on" && ev.Attempt >= 2
+	}, time.Second)
+	c := light.Counters()
+	if c.Applied != 1 {
+		t.Errorf("light applied %d effects, want exactly 1 (counters %+v)", c.Applied, c)
+	}
+	if c.Received < 2 {
+		t.Errorf("light received %d commands, want a retry", c.Received)
+	}
+}
+
+func TestOfflineDeviceDelaysStep(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	ac := e.device("living-ac")
+	ac.SetOnline(false)
+	r := e.trigger("go_home", "r-off", nil)
+	id := r["mission_id"].(string)
+	// The AC step waits (not-ready) instead of failing.
+	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InStepError && ev.Code == "device_offline" }, 20*time.Second)
+	ac.SetOnline(true)
+	e.waitState(id, driver.StateSucceeded, 30*time.Second)
+	wantState(t, ac, map[string]any{"power": "on", "target": 24})
+	for _, ev := range e.events[id] {
+		if ev.StepID == "2-living-ac" && ev.Input == driver.InBeginStep && ev.Attempt > 1 {
+			t.Errorf("waiting for an offline device spent attempts: %+v", ev)
+		}
+	}
+}
+
+func TestFailureCompensatesInReverse(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	light, kitchen, speaker := e.device("living-light"), e.device("kitchen-light"), e.device("living-speaker")
+	before := map[string]map[string]any{"living-light": light.State(), "kitchen-light": kitchen.State(), "living-speaker": speaker.State()}
+	if err := e.device("front-door").SetFaults(simulator.Faults{Jammed: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.trigger("movie_night", "r-movie", nil)
+	id := r["mission_id"].(string)
+	e.waitState(id, driver.StateFailed, 60*time.Second)
+	var undone []string
+	e.mu.Lock()
+	for _, ev := range e.events[id] {
+		if ev.Input == driver.InCompBegin {
+			undone = append(undone, ev.StepID)
+		}
+	}
+	e.mu.Unlock()
+	want := []string{"5-living-speaker", "3-bedroom-curtain", "2-kitchen-light", "1-living-light"}
+	if strings.Join(undone, ",") != strings.Join(want, ",") {
+		t.Errorf("compensation order %v, want %v", undone, want)
+	}
+	wantState(t, light, before["living-light"])
+	wantState(t, kitchen, before["kitchen-light"])
+	wantState(t, speaker, before["living-speaker"])
+}
+
+func TestDuplicateRequestOneMission(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	r1 := e.trigger("go_home", "same", nil)
+	r2 := e.trigger("go_home", "same", nil)
+	if r1["mission_id"] != r2["mission_id"] {
+		t.Fatalf("two missions for one request: %v %v", r1, r2)
+	}
+	if r2["duplicate"] != true {
+		t.Errorf("second reply not marked duplicate: %v", r2)
+	}
+	e.waitState(r1["mission_id"].(string), driver.StateSucceeded, 20*time.Second)
+	r3 := e.trigger("go_home", "same", nil)
+	if r3["mission_id"] != r1["mission_id"] || r3["state"] != "SUCCEEDED" {
+		t.Errorf("after completion: %v", r3)
+	}
+}
+
+func TestBadTriggersRejected(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	big := `{"scene":"go_home","request_id":"big","params":{"x":"` + strings.Repeat("a", 20000) + `"}}`
+	cases := []struct {
+		name, payload, replyTo, reason string
+	}{
+		{"not json", `hello`, "_invalid", "bad_json"},
+		{"unknown scene", `{"scene":"nope","request_id":"b1"}`, "b1", "unknown_scene"},
+		{"missing scene", `{"request_id":"b2"}`, "b2", "missing_field"},
+		{"missing request id", `{"scene":"go_home"}`, "_invalid", "missing_field"},
+		{"wrong type", `{"scene":"go_home","request_id":"b3","params":{"temperature":"hot"}}`, "b3", "invalid_param"},
+		{"out of range", `{"scene":"go_home","request_id":"b4","params":{"temperature":40}}`, "b4", "invalid_param"},
+		{"wildcard id", `{"scene":"go_home","request_id":"a+b"}`, "_invalid", "invalid_field"},
+		{"slash id", `{"scene":"go_home","request_id":"a/b"}`, "_invalid", "invalid_field"},
+		{"params not object", `{"scene":"go_home","request_id":"b5","params":[1]}`, "b5", ""},
+		{"oversized", big, "_invalid", "too_large"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e.publish(c.payload)
+			r := e.reply(c.replyTo)
+			if r["status"] != "rejected" || (c.reason != "" && r["reason"] != c.reason) {
+				t.Errorf("reply %v, want rejected/%s", r, c.reason)
+			}
+			if msg, _ := r["message"].(string); msg == "" {
+				t.Errorf("rejection without a message: %v", r)
+			}
+		})
+	}
+	// The agent is still healthy and takes good triggers.
+	r := e.trigger("go_home", "after-bad", nil)
+	e.waitState(r["mission_id"].(string), driver.StateSucceeded, 20*time.Second)
+}
+
+func TestSIGTERMThenRestartCompletes(t *testing.T) {
+	e := newEnv(t, "")
+	p := e.start()
+	// Slow acks keep the mission mid-flight when the signal arrives.
+	for _, id := range []string{"living-light", "living-ac", "living-speaker"} {
+		e.device(id).SetFaults(simulator.Faults{AckDelay: 150 * time.Millisecond})
+	}
+	r := e.trigger("go_home", "r-term", nil)
+	id := r["mission_id"].(string)
+	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InStepOK }, 20*time.Second)
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0\n%s", code, p.log())
+	}
+	if !strings.Contains(p.log(), "agent stopping") {
+		t.Errorf("no clean shutdown in log")
+	}
+	e.start()
+	e.waitState(id, driver.StateSucceeded, 30*time.Second)
+	wantState(t, e.device("living-speaker"), map[string]any{"status": "playing"})
+}
+
+func TestSIGKILLThenRestartNoDoubleEffect(t *testing.T) {
+	e := newEnv(t, "")
+	p := e.start()
+	for _, id := range []string{"living-light", "living-ac", "living-speaker"} {
+		e.device(id).SetFaults(simulator.Faults{AckDelay: 200 * time.Millisecond})
+	}
+	r := e.trigger("go_home", "r-kill", nil)
+	id := r["mission_id"].(string)
+	// Kill while the AC command is in flight: the step is STEP_RUNNING.
+	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
+	p.stop(t, syscall.SIGKILL)
+	e.start()
+	e.waitState(id, driver.StateSucceeded, 30*time.Second)
+	for _, dev := range []string{"living-light", "living-ac", "living-speaker"} {
+		if c := e.device(dev).Counters(); c.Applied != 1 {
+			t.Errorf("%s applied %d effects, want 1 (%+v)", dev, c.Applied, c)
+		}
+	}
+	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InRecover }, time.Second)
+}
+
+func TestValidateReportsBrokenScene(t *testing.T) {
+	dir := t.TempDir()
+	scenesDir := filepath.Join(dir, "scenes")
+	os.MkdirAll(scenesDir, 0o700)
+	os.WriteFile(filepath.Join(scenesDir, "bad.toml"), []byte(`[[scene]]
+name = "bad"
+[[scene.step]]
+device = "living-ac"
+action = "set"
+params = { target = 35 }
+`), 0o600)
+	cfg := filepath.Join(dir, "agent.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("devices = %q\nscenes = %q\n", repoPath(t, "configs/devices.toml"), scenesDir)), 0o600)
+	out, err := exec.Command(agentBin, "validate", "-config", cfg).CombinedOutput()
+	if err == nil {
+		t.Fatalf("validate accepted a broken scene:\n%s", out)
+	}
+	for _, want := range []string{"bad.toml", `"bad"`, "target", "30"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("validate output lacks %q:\n%s", want, out)
+		}
+	}
+	ok, err := exec.Command(agentBin, "validate", "-config", repoPath(t, "configs/agent.toml")).CombinedOutput()
+	if err != nil {
+		t.Errorf("shipped config does not validate: %v\n%s", err, ok)
+	}
+}

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/simulator"
+	"github.com/sortie-edge/sortie/store"
+)
+
+// runFlags are the command-line overrides of run; set flags win over the
+// config file.
+type runFlags struct {
+	config   string
+	trigger  string
+	progress bool
+	set      map[string]func(*Config, string) error
+	values   map[string]string
+}
+
+func newRunFlagSet(stderr io.Writer) (*flag.FlagSet, *runFlags) {
+	rf := &runFlags{values: map[string]string{}}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&rf.config, "config", "", "config file (TOML); default: built-in defaults")
+	fs.StringVar(&rf.trigger, "trigger", "", "trigger this scene once the agent is up (demo)")
+	fs.BoolVar(&rf.progress, "progress", false, "print mission progress to stdout, one line per step")
+	rf.set = map[string]func(*Config, string) error{
+		"gateway":       func(c *Config, v string) error { c.GatewayID = v; return nil },
+		"data":          func(c *Config, v string) error { c.DataDir = v; return nil },
+		"devices":       func(c *Config, v string) error { c.Devices = v; return nil },
+		"scenes":        func(c *Config, v string) error { c.Scenes = v; return nil },
+		"broker-listen": func(c *Config, v string) error { c.Broker.Embedded, c.Broker.Listen = true, v; return nil },
+		"broker-url":    func(c *Config, v string) error { c.Broker.Embedded, c.Broker.URL = false, v; return nil },
+		"http":          func(c *Config, v string) error { c.HTTP.Listen = v; return nil },
+		"log-level":     func(c *Config, v string) error { c.Log.Level = v; return nil },
+		"log-format":    func(c *Config, v string) error { c.Log.Format = v; return nil },
+		"sim":           func(c *Config, v string) error { c.Simulator.Home = v; return nil },
+		"hub":           func(c *Config, v string) error { c.Hub.URL = v; return nil },
+	}
+	help := map[string]string{
+		"gateway":       "gateway ID (gateway_id)",
+		"data":          "data directory (data_dir)",
+		"devices":       "device registry file (devices)",
+		"scenes":        "scene directory (scenes)",
+		"broker-listen": "run the embedded broker on this address (broker.listen)",
+		"broker-url":    "use this external broker instead of the embedded one (broker.url)",
+		"http":          "management HTTP address, \"\" to disable (http.listen)",
+		"log-level":     "debug, info, warn or error (log.level)",
+		"log-format":    "text or json (log.format)",
+		"sim":           "run a simulated home from this file (simulator.home)",
+		"hub":           "hub broker URL for status sync (hub.url)",
+	}
+	for name := range rf.set {
+		fs.Func(name, help[name], func(v string) error { rf.values[name] = v; return nil })
+	}
+	return fs, rf
+}
+
+// loadRunConfig reads the file, applies flags and validates. Paths given
+// as flags are relative to the working directory, not the config file.
+func (rf *runFlags) load() (Config, error) {
+	cfg, err := LoadConfig(rf.config)
+	if err != nil {
+		return cfg, err
+	}
+	for name, v := range rf.values {
+		if err := rf.set[name](&cfg, v); err != nil {
+			return cfg, err
+		}
+		switch name {
+		case "data", "devices", "scenes", "sim":
+			if abs, err := filepath.Abs(v); err == nil && v != "" {
+				_ = rf.set[name](&cfg, abs)
+			}
+		}
+	}
+	file := rf.config
+	if file == "" {
+		file = "(defaults)"
+	}
+	return cfg, cfg.Validate(file)
+}
+
+func newLogger(c LogConfig, w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(c.Level)
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// agent is the running set of components, closed in reverse order.
+type agent struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *store.DB
+	broker  *simulator.Broker
+	home    *simulator.Home
+	dev     *devices.Client
+	conn    *conn
+	drv     *driver.Driver
+	cat     *scenes.Catalog
+	reg     *devices.Registry
+	trig    *triggers
+	feed    *feed
+	metrics *metrics
+	http    *http.Server
+	httpLn  net.Listener
+	closers []func()
+}
+
+func (a *agent) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, rf := newRunFlagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("run takes no arguments, got %q", fs.Args())}
+	}
+	cfg, err := rf.load()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	a := &agent{cfg: cfg, log: log}
+	defer a.close()
+	if err := a.start(ctx, rf, stdout); err != nil {
+		return err
+	}
+	return a.serve(ctx, rf)
+}
+
+// start opens and wires every component; on error, close undoes it.
+func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error {
+	cfg, log := a.cfg, a.log
+	var err error
+	if a.reg, err = devices.LoadRegistry(cfg.Path(cfg.Devices)); err != nil {
+		return err
+	}
+	if a.cat, err = scenes.Load(cfg.Path(cfg.Scenes), a.reg); err != nil {
+		return err
+	}
+	dataDir := cfg.Path(cfg.DataDir)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	if a.db, err = store.Open(filepath.Join(dataDir, "missions.db"), store.Options{Logger: log}); err != nil {
+		return err
+	}
+	a.closers = append(a.closers, func() {
+		if err := a.db.Close(); err != nil {
+			log.Error("close store", "err", err)
+		}
+	})
+
+	brokerURL := cfg.Broker.URL
+	if cfg.Broker.Embedded {
+		if a.broker, err = simulator.StartBroker(simulator.BrokerOptions{Addr: cfg.Broker.Listen}); err != nil {
+			return err
+		}
+		a.closers = append(a.closers, func() { _ = a.broker.Close() })
+		brokerURL = a.broker.URL()
+		// Tests and scripts read this line to find a port chosen with :0.
+		log.Info("embedded broker listening", "addr", a.broker.Addr())
+	}
+	password, err := cfg.Broker.password(cfg)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := cfg.Broker.tlsConfig(cfg)
+	if err != nil {
+		return err
+	}
+
+	if cfg.Simulator.Home != "" {
+		hc, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home))
+		if err != nil {
+			return err
+		}
+		hc.Broker = brokerURL
+		hc.Prefix = cfg.Broker.Prefix
+		hc.Logger = log.With("component", "simulator")
+		if a.home, err = simulator.NewHome(hc); err != nil {
+			return err
+		}
+		if err := a.home.Start(ctx); err != nil {
+			return fmt.Errorf("simulated home: %w", err)
+		}
+		a.closers = append(a.closers, func() { _ = a.home.Close() })
+		log.Info("simulated home running", "devices", len(a.home.Devices()))
+	}
+
+	a.metrics = newMetrics()
+	a.drv, err = driver.New(driver.Options{
+		Store: a.db, Logger: log.With("component", "driver"), Workers: cfg.Driver.Workers,
+		StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(),
+		// The owner is random per process, so a restart sees the leases of
+		// the previous run as foreign and records their recovery.
+	})
+	if err != nil {
+		return err
+	}
+	drv := a.drv
+	a.dev, err = devices.Dial(ctx, devices.Options{
+		Broker: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-devices", Username: cfg.Broker.Username,
+		Password: password, TLS: tlsCfg, Prefix: cfg.Broker.Prefix, AckTimeout: cfg.Broker.AckTimeout.D(),
+		Logger: log.With("component", "devices"),
+		// A device coming online or reporting state may unblock waiting steps.
+		OnChange: func(string) { drv.Wake() },
+	})
+	if err != nil {
+		return err
+	}
+	a.closers = append(a.closers, func() { _ = a.dev.Close() })
+	registerHandlers(a)
+
+	topics := newAgentTopics(cfg.Broker.Prefix, cfg.GatewayID)
+	a.conn, err = dialConn(ctx, connOptions{
+		URL: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-agent", Username: cfg.Broker.Username,
+		Password: password, TLS: tlsCfg, Log: log.With("component", "mqtt"),
+	})
+	if err != nil {
+		return err
+	}
+	a.closers = append(a.closers, a.conn.Close)
+	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, a.conn, topics, cfg.GatewayID, a.metrics)
+	a.feed = newFeed(log.With("component", "feed"), a.conn, topics, cfg.GatewayID)
+	drv.Observe(a.metrics)
+	drv.Observe(a.trig)
+	drv.Observe(a.feed)
+	drv.Observe(logObserver{log: log})
+	if rf.progress {
+		drv.Observe(newProgress(stdout))
+	}
+	active, err := a.db.Active(ctx)
+	if err != nil {
+		return err
+	}
+	a.trig.seed(active)
+	a.metrics.setDeviceTypes(deviceTypes(a.reg))
+	a.metrics.watch(drv, a.dev, func() (int, error) { s, err := a.db.Stats(); return s.Missions, err })
+	if counts, err := terminalCounts(ctx, a.db); err == nil {
+		a.metrics.setTerminal(counts)
+	}
+	if err := drv.Start(ctx); err != nil {
+		return err
+	}
+	a.closers = append(a.closers, func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), cfg.Driver.StopGrace.D()+time.Second)
+		defer cancel()
+		if err := drv.Stop(stopCtx); err != nil {
+			log.Warn("driver stop", "err", err)
+		}
+	})
+	if len(active) > 0 {
+		log.Info("resuming missions from the last run", "count", len(active))
+	}
+	if err := a.conn.Subscribe(topics.Trigger(), a.trig.onMessage); err != nil {
+		return err
+	}
+	if cfg.HTTP.Listen != "" {
+		if err := a.startHTTP(); err != nil {
+			return err
+		}
+	}
+	log.Info("agent ready", "gateway", cfg.GatewayID, "version", Version, "scenes", strings.Join(a.cat.Names(), ","), "trigger_topic", topics.Trigger())
+	return nil
+}
+
+// serve runs the long-lived loops until ctx ends, then shuts down in
+// order: stop taking triggers, let in-flight steps finish, close.
+func (a *agent) serve(ctx context.Context, rf *runFlags) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.trig.Run(gctx) })
+	g.Go(func() error { return a.feed.Run(gctx) })
+	if a.http != nil {
+		g.Go(func() error {
+			if err := a.http.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return a.http.Shutdown(sctx)
+		})
+	}
+	g.Go(func() error { return a.retention(gctx) })
+	if rf.trigger != "" {
+		if err := a.selfTrigger(rf.trigger); err != nil {
+			a.log.Error("demo trigger", "err", err)
+		}
+	}
+	err := g.Wait()
+	a.log.Info("agent stopping")
+	return err
+}
+
+// selfTrigger publishes a trigger to our own topic, exercising the same
+// path an app would.
+func (a *agent) selfTrigger(scene string) error {
+	payload := fmt.Sprintf(`{"scene":%q,"request_id":"demo-%d","source":"demo"}`, scene, time.Now().UnixNano())
+	return a.conn.Publish(newAgentTopics(a.cfg.Broker.Prefix, a.cfg.GatewayID).Trigger(), 1, false, []byte(payload))
+}
+
+// terminalCounts counts finished missions by state, for the gauge.
+func terminalCounts(ctx context.Context, db *store.DB) (map[driver.State]int, error) {
+	counts := map[driver.State]int{}
+	f := driver.Filter{States: []driver.State{driver.StateSucceeded, driver.StateFailed, driver.StateCancelled}, Limit: 1000}
+	for {
+		ms, next, err := db.List(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			counts[m.State]++
+		}
+		if next == "" {
+			return counts, nil
+		}
+		f.After = next
+	}
+}
+
+// logObserver writes one structured log line per meaningful transition,
+// with mission and trace IDs, so logs can be joined with the hub and
+// device logs.
+type logObserver struct{ log *slog.Logger }
+
+func (o logObserver) Observe(ev driver.Event, m *driver.Mission) {
+	l := o.log.With("mission", m.ID, "trace", m.Meta.TraceID, "scene", m.Type)
+	switch {
+	case ev.Input == driver.InStepError:
+		l.Warn("step failed", "step", ev.StepID, "attempt", ev.Attempt, "class", ev.Detail, "code", ev.Code, "err", ev.Error)
+	case ev.To.Terminal():
+		lvl := slog.LevelInfo
+		if ev.To != driver.StateSucceeded {
+			lvl = slog.LevelWarn
+		}
+		l.Log(context.Background(), lvl, "mission finished", "state", ev.To, "reason", m.Reason, "err", m.Error)
+	case ev.Input == driver.InCompResult && ev.Error != "":
+		l.Warn("compensation attempt failed", "step", ev.StepID, "err", ev.Error)
+	default:
+		l.Debug("transition", "input", ev.Input, "from", ev.From, "to", ev.To, "step", ev.StepID, "attempt", ev.Attempt)
+	}
+}
+
+// deviceTypes maps device IDs to their types, for metric labels.
+func deviceTypes(reg *devices.Registry) map[string]string {
+	out := make(map[string]string, len(reg.Devices))
+	for _, d := range reg.Devices {
+		out[d.ID] = d.Type
+	}
+	return out
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// cmdValidate checks the config, the device registry, the scenes and the
+// simulated home, printing every problem it finds, one per line.
+func cmdValidate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("config", "", "config file (TOML)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err.Error()}
+	}
+	cfg, err := LoadConfig(*config)
+	if err == nil {
+		err = cfg.Validate(*config)
+	}
+	if err != nil {
+		return err
+	}
+	reg, err := devices.LoadRegistry(cfg.Path(cfg.Devices))
+	if err != nil {
+		return err
+	}
+	cat, err := scenes.Load(cfg.Path(cfg.Scenes), reg)
+	if err != nil {
+		var le *scenes.LoadError
+		if errors.As(err, &le) {
+			for _, fe := range le.Errors {
+				fmt.Fprintln(stderr, fe.Error())
+			}
+			return fmt.Errorf("%d problem(s) in scenes", len(le.Errors))
+		}
+		return err
+	}
+	if cfg.Simulator.Home != "" {
+		if _, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "ok: config, %d devices, %d scenes (%v)\n", len(reg.Devices), len(cat.Names()), cat.Names())
+	return nil
+}

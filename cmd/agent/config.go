@@ -1,0 +1,296 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// Config is the agent's configuration file (configs/agent.toml).
+type Config struct {
+	// GatewayID names this gateway in topics, events and the hub.
+	GatewayID string `toml:"gateway_id"`
+	// DataDir holds the mission database.
+	DataDir string `toml:"data_dir"`
+	// Devices is the device registry file; Scenes the scene directory.
+	Devices string `toml:"devices"`
+	Scenes  string `toml:"scenes"`
+
+	Broker    BrokerConfig    `toml:"broker"`
+	HTTP      HTTPConfig      `toml:"http"`
+	Log       LogConfig       `toml:"log"`
+	Driver    DriverConfig    `toml:"driver"`
+	Simulator SimulatorConfig `toml:"simulator"`
+	Hub       HubConfig       `toml:"hub"`
+	Retention RetentionConfig `toml:"retention"`
+
+	// dir is the directory of the config file; relative paths in it are
+	// resolved against it so the agent can be started from anywhere.
+	dir string
+}
+
+// BrokerConfig says which MQTT broker devices and apps use.
+type BrokerConfig struct {
+	// Embedded runs a mochi broker inside the agent on Listen.
+	Embedded bool   `toml:"embedded"`
+	Listen   string `toml:"listen"`
+	// URL is an external broker (tcp://, ssl://, tls://, mqtts://) used
+	// when Embedded is false.
+	URL      string `toml:"url"`
+	Username string `toml:"username"`
+	Password string `toml:"password"`
+	// PasswordFile, if set, holds the password (keeps secrets out of the
+	// config file).
+	PasswordFile string `toml:"password_file"`
+	CAFile       string `toml:"ca_file"`
+	CertFile     string `toml:"cert_file"`
+	KeyFile      string `toml:"key_file"`
+	// Insecure skips verification of the broker's certificate.
+	Insecure bool `toml:"insecure_skip_verify"`
+	// Prefix is the topic prefix for devices, triggers and events.
+	Prefix string `toml:"prefix"`
+	// AckTimeout is how long a command waits for its ack by default.
+	AckTimeout driver.Duration `toml:"ack_timeout"`
+}
+
+// HTTPConfig is the management API (health, metrics, missions).
+type HTTPConfig struct {
+	Listen string `toml:"listen"` // "" disables it
+	// Token protects the API; "" leaves it open (only sensible on loopback).
+	Token     string `toml:"token"`
+	TokenFile string `toml:"token_file"`
+}
+
+// LogConfig sets level (debug, info, warn, error) and format (text, json).
+type LogConfig struct {
+	Level  string `toml:"level"`
+	Format string `toml:"format"`
+}
+
+// DriverConfig tunes the mission loop.
+type DriverConfig struct {
+	Workers     int             `toml:"workers"`
+	StepTimeout driver.Duration `toml:"step_timeout"`
+	StopGrace   driver.Duration `toml:"stop_grace"`
+}
+
+// SimulatorConfig runs a simulated home inside the agent (the demo).
+type SimulatorConfig struct {
+	Home string `toml:"home"` // "" disables it
+}
+
+// HubConfig connects the agent to a hub (store-and-forward sync).
+type HubConfig struct {
+	URL string `toml:"url"` // "" disables sync
+}
+
+// RetentionConfig bounds how many finished missions are kept.
+type RetentionConfig struct {
+	MaxAge   driver.Duration `toml:"max_age"`
+	MaxCount int             `toml:"max_count"`
+	Interval driver.Duration `toml:"interval"`
+}
+
+// DefaultConfig is what an empty file means.
+func DefaultConfig() Config {
+	return Config{
+		GatewayID: "home",
+		DataDir:   "data",
+		Devices:   "devices.toml",
+		Scenes:    "scenes",
+		Broker: BrokerConfig{
+			Embedded:   true,
+			Listen:     "127.0.0.1:1883",
+			Prefix:     devices.DefaultPrefix,
+			AckTimeout: driver.Duration(2 * time.Second),
+		},
+		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080"},
+		Log:    LogConfig{Level: "info", Format: "text"},
+		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second)},
+		Retention: RetentionConfig{
+			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 10000, Interval: driver.Duration(10 * time.Minute),
+		},
+	}
+}
+
+// ConfigError names the file and field of a bad setting.
+type ConfigError struct {
+	File  string
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s: %s", e.File, e.Field, e.Msg)
+}
+
+// LoadConfig reads path over the defaults, rejecting unknown keys.
+// An empty path means defaults relative to the working directory.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	cfg.dir = "."
+	if path == "" {
+		return cfg, nil
+	}
+	cfg.dir = filepath.Dir(path)
+	md, err := toml.DecodeFile(path, &cfg)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return cfg, &ConfigError{File: path, Msg: fmt.Sprintf("line %d: %s", perr.Position.Line, perr.Message)}
+		}
+		return cfg, &ConfigError{File: path, Msg: err.Error()}
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return cfg, &ConfigError{File: path, Field: keys[0], Msg: "unknown key (all unknown: " + strings.Join(keys, ", ") + ")"}
+	}
+	return cfg, nil
+}
+
+// Path resolves a path from the config file against its directory.
+func (c Config) Path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.dir, p)
+}
+
+// Validate checks every field and names the first bad one.
+func (c Config) Validate(file string) error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{File: file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if err := driver.ValidateID("gateway_id", c.GatewayID); err != nil {
+		return bad("gateway_id", "%v", err)
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", "must be set")
+	}
+	if c.Devices == "" {
+		return bad("devices", "must be set")
+	}
+	if c.Scenes == "" {
+		return bad("scenes", "must be set")
+	}
+	b := c.Broker
+	if b.Embedded {
+		if _, _, err := net.SplitHostPort(b.Listen); err != nil {
+			return bad("broker.listen", "%q is not host:port: %v", b.Listen, err)
+		}
+	} else {
+		u, err := url.Parse(b.URL)
+		if err != nil || u.Host == "" {
+			return bad("broker.url", "%q is not a broker URL like tcp://host:1883", b.URL)
+		}
+		switch u.Scheme {
+		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
+		default:
+			return bad("broker.url", "scheme %q not supported (tcp, ssl, tls, mqtts, ws, wss)", u.Scheme)
+		}
+	}
+	if b.Prefix == "" || strings.ContainsAny(b.Prefix, "+#") || strings.HasPrefix(b.Prefix, "/") || strings.HasSuffix(b.Prefix, "/") {
+		return bad("broker.prefix", "%q must be non-empty, without wildcards or a leading/trailing '/'", b.Prefix)
+	}
+	if (b.CertFile == "") != (b.KeyFile == "") {
+		return bad("broker.cert_file", "cert_file and key_file go together")
+	}
+	if b.AckTimeout <= 0 {
+		return bad("broker.ack_timeout", "must be positive")
+	}
+	if c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			return bad("http.listen", "%q is not host:port: %v", c.HTTP.Listen, err)
+		}
+	}
+	if _, err := parseLevel(c.Log.Level); err != nil {
+		return bad("log.level", "%v", err)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		return bad("log.format", "%q must be \"text\" or \"json\"", c.Log.Format)
+	}
+	if c.Driver.Workers < 1 || c.Driver.Workers > 1024 {
+		return bad("driver.workers", "%d must be between 1 and 1024", c.Driver.Workers)
+	}
+	if c.Driver.StepTimeout <= 0 {
+		return bad("driver.step_timeout", "must be positive")
+	}
+	if c.Driver.StopGrace <= 0 {
+		return bad("driver.stop_grace", "must be positive")
+	}
+	if c.Hub.URL != "" {
+		if u, err := url.Parse(c.Hub.URL); err != nil || u.Host == "" {
+			return bad("hub.url", "%q is not a broker URL like tcp://hub:1883", c.Hub.URL)
+		}
+	}
+	if c.Retention.MaxCount < 0 {
+		return bad("retention.max_count", "must not be negative")
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not one of debug, info, warn, error", s)
+	}
+	return l, nil
+}
+
+// tlsConfig builds the broker TLS settings, or nil when none are set.
+func (b BrokerConfig) tlsConfig(c Config) (*tls.Config, error) {
+	if b.CAFile == "" && b.CertFile == "" && !b.Insecure {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: b.Insecure} //nolint:gosec // opt-in, documented
+	if b.CAFile != "" {
+		pem, err := os.ReadFile(c.Path(b.CAFile))
+		if err != nil {
+			return nil, fmt.Errorf("broker.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker.ca_file: %s holds no PEM certificate", b.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if b.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.Path(b.CertFile), c.Path(b.KeyFile))
+		if err != nil {
+			return nil, fmt.Errorf("broker.cert_file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// password returns the broker password, reading password_file if set.
+func (b BrokerConfig) password(c Config) (string, error) {
+	if b.PasswordFile == "" {
+		return b.Password, nil
+	}
+	p, err := os.ReadFile(c.Path(b.PasswordFile))
+	if err != nil {
+		return "", fmt.Errorf("broker.password_file: %w", err)
+	}
+	return strings.TrimSpace(string(p)), nil
+}

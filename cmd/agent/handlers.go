@@ -1,0 +1,19 @@
+package main
+
+import (
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+)
+
+// registerHandlers plugs the step kinds scenes produce into the driver.
+func registerHandlers(a *agent) {
+	hs := devices.NewHandlers(a.dev, a.reg, devices.HandlerOptions{})
+	hs.Register(func(kind string, h driver.Handler) {
+		if kind == devices.KindCommand {
+			h = a.metrics.instrument(h)
+		}
+		a.drv.Register(kind, h)
+	})
+	a.drv.Register(scenes.DelayKind, scenes.DelayHandler{})
+}

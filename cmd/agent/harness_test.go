@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// agentBin is the agent binary built once for the tests that need a real
+// process (signals, crashes, restarts).
+var agentBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sortie-agent-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = filepath.Join(dir, "agent")
+	args := []string{"build", "-o", agentBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build agent:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// repoPath resolves a path from the repository root.
+func repoPath(t testing.TB, p string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", p)
+}
+
+// testEnv is one agent process, a broker and a simulated home in the
+// test process (so they survive the agent's restarts), and an app client.
+type testEnv struct {
+	t       *testing.T
+	dir     string
+	broker  *simulator.Broker
+	home    *simulator.Home
+	app     paho.Client
+	cfgPath string
+
+	mu      sync.Mutex
+	replies map[string]chan map[string]any
+	events  map[string][]eventMsg
+	evCh    chan eventMsg
+
+	proc *agentProc
+}
+
+type agentProc struct {
+	cmd    *exec.Cmd
+	exited chan error
+	mu     sync.Mutex
+	lines  []string
+	ready  chan struct{}
+	http   string
+	stdout *strings.Builder
+}
+
+// newEnv starts the broker, the home (from configs/home.toml without its
+// faults) and an app client, and writes an agent config that uses them.
+func newEnv(t *testing.T, extraConfig string) *testEnv {
+	t.Helper()
+	e := &testEnv{t: t, dir: t.TempDir(), replies: map[string]chan map[string]any{}, events: map[string][]eventMsg{}, evCh: make(chan eventMsg, 1024)}
+	e.broker = simulator.TestBroker(t)
+	hc, err := simulator.LoadHome(repoPath(t, "configs/home.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.Broker = e.broker.URL()
+	for i := range hc.Devices {
+		hc.Devices[i].Faults = simulator.Faults{}
+	}
+	if e.home, err = simulator.NewHome(hc); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.home.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.home.Close() })
+
+	opts := paho.NewClientOptions().AddBroker(e.broker.URL()).SetClientID("test-app").SetOrderMatters(false)
+	e.app = paho.NewClient(opts)
+	if tok := e.app.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("app connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { e.app.Disconnect(50) })
+	sub := func(topic string, h paho.MessageHandler) {
+		if tok := e.app.Subscribe(topic, 1, h); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe %s: %v", topic, tok.Error())
+		}
+	}
+	sub("sortie/gateways/test/replies/#", func(_ paho.Client, m paho.Message) {
+		var r map[string]any
+		if err := json.Unmarshal(m.Payload(), &r); err != nil {
+			t.Errorf("reply is not JSON: %s", m.Payload())
+			return
+		}
+		id := strings.TrimPrefix(m.Topic(), "sortie/gateways/test/replies/")
+		e.replyChan(id) <- r
+	})
+	sub("sortie/gateways/test/missions/+/events", func(_ paho.Client, m paho.Message) {
+		var ev eventMsg
+		if err := json.Unmarshal(m.Payload(), &ev); err != nil {
+			t.Errorf("event is not JSON: %s", m.Payload())
+			return
+		}
+		e.mu.Lock()
+		e.events[ev.MissionID] = append(e.events[ev.MissionID], ev)
+		e.mu.Unlock()
+		select {
+		case e.evCh <- ev:
+		default:
+		}
+	})
+	e.cfgPath = filepath.Join(e.dir, "agent.toml")
+	cfg := fmt.Sprintf(`gateway_id = "test"
+data_dir = %q
+devices = %q
+scenes = %q
+[broker]
+embedded = false
+url = %q
+ack_timeout = "300ms"
+[http]
+listen = "127.0.0.1:0"
+[log]
+level = "debug"
+format = "json"
+[driver]
+stop_grace = "5s"
+%s
+`, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), e.broker.URL(), extraConfig)
+	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *testEnv) replyChan(id string) chan map[string]any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch := e.replies[id]
+	if ch == nil {
+		ch = make(chan map[string]any, 16)
+		e.replies[id] = ch
+	}
+	return ch
+}
+
+// start runs the agent binary and waits until it says it is ready.
+func (e *testEnv) start(args ...string) *agentProc {
+	e.t.Helper()
+	cmd := exec.Command(agentBin, append([]string{"run", "-config", e.cfgPath}, args...)...)
+	p := &agentProc{cmd: cmd, exited: make(chan error, 1), ready: make(chan struct{}), stdout: new(strings.Builder)}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd.Stdout = p.stdout
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		once := sync.Once{}
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.lines = append(p.lines, line)
+			p.mu.Unlock()
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil {
+				if rec["msg"] == "http listening" {
+					p.mu.Lock()
+					p.http, _ = rec["addr"].(string)
+					p.mu.Unlock()
+				}
+				if rec["msg"] == "agent ready" {
+					once.Do(func() { close(p.ready) })
+				}
+			}
+		}
+	}()
+	go func() { <-logDone; p.exited <- cmd.Wait() }()
+	e.proc = p
+	e.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.exited
+		}
+		if e.t.Failed() {
+			e.t.Logf("agent log:\n%s", p.log())
+		}
+	})
+	select {
+	case <-p.ready:
+	case err := <-p.exited:
+		e.t.Fatalf("agent exited before ready: %v\n%s", err, p.log())
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("agent not ready\n%s", p.log())
+	}
+	return p
+}
+
+func (p *agentProc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// stop sends sig and waits for the process to exit, returning its code.
+func (p *agentProc) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("agent did not exit on %v\n%s", sig, p.log())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// trigger publishes a raw trigger payload.
+func (e *testEnv) publish(payload string) {
+	e.t.Helper()
+	if tok := e.app.Publish("sortie/gateways/test/trigger", 1, false, payload); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		e.t.Fatalf("publish trigger: %v", tok.Error())
+	}
+}
+
+// trigger sends a trigger for scene and returns the accepted reply.
+func (e *testEnv) trigger(scene, requestID string, params map[string]any) map[string]any {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]any{"scene": scene, "request_id": requestID, "source": "test", "params": params})
+	e.publish(string(b))
+	r := e.reply(requestID)
+	if r["status"] != "accepted" {
+		e.t.Fatalf("trigger %s rejected: %v", scene, r)
+	}
+	return r
+}
+
+func (e *testEnv) reply(requestID string) map[string]any {
+	e.t.Helper()
+	select {
+	case r := <-e.replyChan(requestID):
+		return r
+	case <-time.After(15 * time.Second):
+		e.t.Fatalf("no reply for %s", requestID)
+		return nil
+	}
+}
+
+// waitState waits for an event of mission id reaching state.
+func (e *testEnv) waitState(id string, want driver.State, within time.Duration) {
+	e.t.Helper()
+	deadline := time.After(within)
+	for {
+		e.mu.Lock()
+		for _, ev := range e.events[id] {
+			if ev.To == want {
+				e.mu.Unlock()
+				return
+			}
+		}
+		e.mu.Unlock()
+		select {
+		case <-e.evCh:
+		case <-deadline:
+			e.t.Fatalf("mission %s did not reach %s; events: %v\n%s", id, want, e.eventSummary(id), e.proc.log())
+		}
+	}
+}
+
+// waitEvent waits for an event matching f and returns it.
+func (e *testEnv) waitEvent(id string, f func(eventMsg) bool, within time.Duration) eventMsg {
+	e.t.Helper()
+	deadline := time.After(within)
+	for {
+		e.mu.Lock()
+		for _, ev := range e.events[id] {
+			if f(ev) {
+				e.mu.Unlock()
+				return ev
+			}
+		}
+		e.mu.Unlock()
+		select {
+		case <-e.evCh:
+		case <-deadline:
+			e.t.Fatalf("mission %s: event not seen; events: %v", id, e.eventSummary(id))
+			return eventMsg{}
+		}
+	}
+}
+
+func (e *testEnv) eventSummary(id string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var parts []string
+	for _, ev := range e.events[id] {
+		parts = append(parts, fmt.Sprintf("%s:%s->%s(%s %s)", ev.Input, ev.From, ev.To, ev.StepID, ev.Error))
+	}
+	return strings.Join(parts, " ")
+}
+
+// api calls the agent's HTTP API.
+func (e *testEnv) get(path string, out any) int {
+	e.t.Helper()
+	e.proc.mu.Lock()
+	addr := e.proc.http
+	e.proc.mu.Unlock()
+	resp, err := httpClient.Get("http://" + addr + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			e.t.Fatalf("GET %s: %v: %s", path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (e *testEnv) device(id string) *simulator.Device {
+	d := e.home.Device(id)
+	if d == nil {
+		e.t.Fatalf("no simulated device %s", id)
+	}
+	return d
+}

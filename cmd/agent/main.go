@@ -1,0 +1,90 @@
+// Command agent is the Sortie gateway agent: it turns scene triggers
+// received over MQTT into durable missions and drives them to the end.
+//
+//	agent run      [-config FILE] [flags]   run the agent
+//	agent validate [-config FILE]           check config, devices and scenes
+//	agent version                           print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+// exitUsage is returned for bad command lines, as flag does.
+const exitUsage = 2
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		fmt.Fprintln(os.Stderr, "shutting down: finishing in-flight steps (signal again to exit now)")
+		cancel()
+		<-sigs
+		// Leases and write-ahead state make an abrupt exit safe: the next
+		// start re-executes whatever step was in flight, with the same key.
+		fmt.Fprintln(os.Stderr, "exiting now")
+		os.Exit(130)
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError marks errors that should print usage and exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+const usage = `Sortie agent - mission-driven automations for your gateway.
+
+Usage:
+  agent run      [-config FILE] [flags]  run the agent (default)
+  agent validate [-config FILE]          check the config, device registry and scenes
+  agent version                          print the version
+
+Run "agent run -h" for the flags of run.
+`
+
+// run dispatches a subcommand and maps its error to an exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "run":
+		err = cmdRun(ctx, args, stdout, stderr)
+	case "validate":
+		err = cmdValidate(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "sortie agent", Version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = &usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "agent: %v\n\n%s", err, usage)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "agent: %v\n", err)
+		return 1
+	}
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// namespace prefixes every metric the agent exports.
+const namespace = "sortie"
+
+// metrics holds the agent's Prometheus metrics on its own registry. Label
+// values are bounded: scene names, device types, actions, states, error
+// classes and codes come from configuration or fixed sets, never from
+// mission IDs.
+type metrics struct {
+	reg *prometheus.Registry
+
+	started      *prometheus.CounterVec
+	finished     *prometheus.CounterVec
+	stepDuration *prometheus.HistogramVec
+	ackLatency   *prometheus.HistogramVec
+	stepFailures *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	compensation *prometheus.CounterVec
+	inFlight     prometheus.Gauge
+	rejections   *prometheus.CounterVec
+	missions     *prometheus.GaugeVec
+
+	mu       sync.Mutex
+	begins   map[string]time.Time // mission ID -> begin of the running attempt
+	kinds    map[string]string    // device ID -> type, for labels
+	terminal map[driver.State]int // finished missions kept in the store
+}
+
+// queueSource and brokerSource feed the gauges computed at scrape time.
+type queueSource interface{ Queue() driver.QueueStats }
+type brokerSource interface {
+	Stats() devices.Stats
+	Connected() bool
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg:      prometheus.NewRegistry(),
+		begins:   map[string]time.Time{},
+		kinds:    map[string]string{},
+		terminal: map[driver.State]int{},
+	}
+	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "missions_started_total", Help: "Missions accepted, by scene.",
+	}, []string{"scene"})
+	m.finished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "missions_finished_total", Help: "Missions that reached a terminal state, by scene and outcome.",
+	}, []string{"scene", "outcome"})
+	m.stepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "step_duration_seconds", Help: "Duration of step attempts, by device type and action.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"device_type", "action", "result"})
+	m.ackLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "device_ack_latency_seconds", Help: "Time from publishing a device command to its ack, by device type.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"device_type"})
+	m.stepFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "step_failures_total", Help: "Failed step attempts, by error class and code.",
+	}, []string{"class", "code"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "step_retries_total", Help: "Step attempts after the first, by scene.",
+	}, []string{"scene"})
+	m.compensation = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "compensations_total", Help: "Compensation attempts that finished, by result (succeeded, failed, retry).",
+	}, []string{"result"})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "commands_in_flight", Help: "Device commands published and waiting for an ack.",
+	})
+	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "trigger_rejections_total", Help: "Triggers rejected, by reason.",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.stepFailures, m.retries,
+		m.compensation, m.inFlight, m.rejections,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", reasonAlreadyRunning, reasonOverloaded} {
+		m.rejections.WithLabelValues(r)
+	}
+	return m
+}
+
+// rejected counts a trigger rejection. A nil *metrics is allowed so
+// unit tests need not build one.
+func (m *metrics) rejected(reason string) {
+	if m != nil {
+		m.rejections.WithLabelValues(reason).Inc()
+	}
+}
+
+// watch registers the gauges read at scrape time.
+func (m *metrics) watch(q queueSource, b brokerSource, stored func() (int, error)) {
+	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b, stored: stored})
+}
+
+// setDeviceTypes gives the metrics the device-type label of each device.
+func (m *metrics) setDeviceTypes(types map[string]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, v := range types {
+		m.kinds[k] = v
+	}
+}
+
+// setTerminal replaces the counts of finished missions in the store: at
+// start-up and after retention deletes some.
+func (m *metrics) setTerminal(counts map[driver.State]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.terminal = counts
+}
+
+// Observe derives the event-driven metrics from mission events.
+func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
+	switch ev.Input {
+	case driver.InSubmit:
+		m.started.WithLabelValues(ms.Type).Inc()
+	case driver.InBeginStep:
+		m.mu.Lock()
+		m.begins[ms.ID] = ev.Time
+		m.mu.Unlock()
+		if ev.Attempt > 1 {
+			m.retries.WithLabelValues(ms.Type).Inc()
+		}
+	case driver.InStepOK, driver.InStepError:
+		m.mu.Lock()
+		began, ok := m.begins[ms.ID]
+		delete(m.begins, ms.ID)
+		m.mu.Unlock()
+		result := "ok"
+		if ev.Input == driver.InStepError {
+			result = "error"
+			m.stepFailures.WithLabelValues(ev.Detail, codeLabel(ev.Code)).Inc()
+		}
+		if ok && ev.Step >= 0 && ev.Step < len(ms.Steps) {
+			dev, action := stepTarget(ms.Steps[ev.Step])
+			m.stepDuration.WithLabelValues(m.deviceType(dev, ms.Steps[ev.Step].Kind), action, result).Observe(ev.Time.Sub(began).Seconds())
+		}
+	case driver.InCompResult:
+		result := "succeeded"
+		switch {
+		case ev.Detail == "compensation failed":
+			result = "failed"
+		case ev.Detail != "compensated":
+			result = "retry"
+		}
+		m.compensation.WithLabelValues(result).Inc()
+	}
+	if ev.To.Terminal() && ev.Input != driver.InSubmit {
+		m.finished.WithLabelValues(ms.Type, string(ev.To)).Inc()
+		m.mu.Lock()
+		m.terminal[ev.To]++
+		delete(m.begins, ms.ID)
+		m.mu.Unlock()
+	}
+	if ev.Input == driver.InRetry {
+		m.mu.Lock()
+		m.terminal[driver.StateFailed]--
+		m.mu.Unlock()
+	}
+}
+
+// codeLabel bounds the code label: device codes are a fixed set, but a
+// third-party device could invent its own.
+func codeLabel(code string) string {
+	switch code {
+	case "", "timeout", "ack_timeout", "panic", "not_ready_timeout", "device_offline", "verify_failed", "wait_timeout",
+		devices.CodeBusy, devices.CodeExpired, devices.CodeInternal, devices.CodeInvalidParam,
+		devices.CodeUnknownAction, devices.CodeJammed, devices.CodeUnsupported:
+		return code
+	}
+	return "other"
+}
+
+func (m *metrics) deviceType(device, kind string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t, ok := m.kinds[device]; ok {
+		return t
+	}
+	return kind // delay and other non-device steps
+}
+
+// instrument wraps the device.command handler to time acks and count
+// commands in flight.
+func (m *metrics) instrument(h driver.Handler) driver.Handler {
+	return driver.HandlerFunc(func(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
+		m.inFlight.Inc()
+		start := time.Now()
+		out, err := h.Execute(ctx, req)
+		m.inFlight.Dec()
+		if err == nil {
+			dev, _ := stepTargetRaw(req.Params)
+			m.ackLatency.WithLabelValues(m.deviceType(dev, req.Kind)).Observe(time.Since(start).Seconds())
+		}
+		return out, err
+	})
+}
+
+// scrapeCollector computes gauges from live state at scrape time.
+type scrapeCollector struct {
+	m      *metrics
+	q      queueSource
+	b      brokerSource
+	stored func() (int, error)
+}
+
+var (
+	descMissions  = prometheus.NewDesc(namespace+"_missions", "Missions by state (active ones from the loop, finished ones stored).", []string{"state"}, nil)
+	descRunnable  = prometheus.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", nil, nil)
+	descRunning   = prometheus.NewDesc(namespace+"_running_steps", "Steps executing now.", nil, nil)
+	descOldest    = prometheus.NewDesc(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", nil, nil)
+	descConnected = prometheus.NewDesc(namespace+"_broker_connected", "1 when the device connection to the broker is up.", nil, nil)
+	descReconnect = prometheus.NewDesc(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", nil, nil)
+	descLateAcks  = prometheus.NewDesc(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", nil, nil)
+	descDupAcks   = prometheus.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", nil, nil)
+	descTimeouts  = prometheus.NewDesc(namespace+"_device_ack_timeouts_total", "Commands that got no ack in time.", nil, nil)
+	descStored    = prometheus.NewDesc(namespace+"_store_missions", "Missions in the database, finished ones included.", nil, nil)
+)
+
+func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMissions, descRunnable, descRunning, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored} {
+		ch <- d
+	}
+}
+
+func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	q := c.q.Queue()
+	c.m.mu.Lock()
+	terminal := make(map[driver.State]int, len(c.m.terminal))
+	for s, n := range c.m.terminal {
+		terminal[s] = n
+	}
+	c.m.mu.Unlock()
+	for _, s := range driver.States {
+		n := q.ByState[s]
+		if s.Terminal() {
+			n = terminal[s]
+		}
+		ch <- prometheus.MustNewConstMetric(descMissions, prometheus.GaugeValue, float64(n), string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(descRunnable, prometheus.GaugeValue, float64(q.Due))
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(q.Running))
+	age := 0.0
+	if !q.OldestDue.IsZero() {
+		age = max(time.Since(q.OldestDue).Seconds(), 0)
+	}
+	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, age)
+	if c.b != nil {
+		st := c.b.Stats()
+		up := 0.0
+		if c.b.Connected() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, up)
+		ch <- prometheus.MustNewConstMetric(descReconnect, prometheus.CounterValue, float64(st.Reconnects))
+		ch <- prometheus.MustNewConstMetric(descLateAcks, prometheus.CounterValue, float64(st.LateAcks))
+		ch <- prometheus.MustNewConstMetric(descDupAcks, prometheus.CounterValue, float64(st.Duplicates))
+		ch <- prometheus.MustNewConstMetric(descTimeouts, prometheus.CounterValue, float64(st.Timeouts))
+	}
+	if c.stored != nil {
+		if n, err := c.stored(); err == nil {
+			ch <- prometheus.MustNewConstMetric(descStored, prometheus.GaugeValue, float64(n))
+		}
+	}
+}

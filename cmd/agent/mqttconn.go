@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// conn is the agent's own MQTT connection, for triggers, replies and
+// events (device traffic has its own, in devices.Client). Subscriptions
+// are made in the on-connect handler so that reconnects restore them.
+type conn struct {
+	c    mqtt.Client
+	log  *slog.Logger
+	mu   sync.Mutex
+	subs map[string]mqtt.MessageHandler
+}
+
+type connOptions struct {
+	URL, ClientID, Username, Password string
+	TLS                               *tls.Config
+	// Will, if set, is published by the broker when the connection dies.
+	WillTopic   string
+	WillPayload []byte
+	// OnConnect runs after every (re)connection, after subscriptions.
+	OnConnect func()
+	Log       *slog.Logger
+}
+
+const tokenWait = 10 * time.Second
+
+func dialConn(ctx context.Context, o connOptions) (*conn, error) {
+	cn := &conn{log: o.Log, subs: map[string]mqtt.MessageHandler{}}
+	opts := mqtt.NewClientOptions().
+		AddBroker(o.URL).
+		SetClientID(o.ClientID).
+		SetUsername(o.Username).
+		SetPassword(o.Password).
+		SetCleanSession(true).
+		SetAutoReconnect(true).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(500 * time.Millisecond).
+		SetMaxReconnectInterval(10 * time.Second).
+		SetKeepAlive(30 * time.Second).
+		SetOrderMatters(false).
+		SetConnectTimeout(5 * time.Second)
+	if o.TLS != nil {
+		opts.SetTLSConfig(o.TLS)
+	}
+	if o.WillTopic != "" {
+		opts.SetBinaryWill(o.WillTopic, o.WillPayload, 1, true)
+	}
+	opts.SetOnConnectHandler(func(c mqtt.Client) {
+		cn.mu.Lock()
+		subs := make(map[string]mqtt.MessageHandler, len(cn.subs))
+		for k, v := range cn.subs {
+			subs[k] = v
+		}
+		cn.mu.Unlock()
+		// Subscribing waits for the broker; do it off the paho callback.
+		go func() {
+			for topic, h := range subs {
+				if tok := c.Subscribe(topic, 1, h); !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
+					cn.log.Error("resubscribe", "topic", topic, "err", tokenErr(tok))
+				}
+			}
+			if o.OnConnect != nil {
+				o.OnConnect()
+			}
+		}()
+	})
+	opts.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+		cn.log.Warn("mqtt connection lost; reconnecting", "err", err)
+	})
+	cn.c = mqtt.NewClient(opts)
+	tok := cn.c.Connect()
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			return nil, fmt.Errorf("connect %s: %w", o.URL, err)
+		}
+	case <-ctx.Done():
+		cn.c.Disconnect(0)
+		return nil, fmt.Errorf("connect %s: %w", o.URL, ctx.Err())
+	}
+	return cn, nil
+}
+
+func tokenErr(tok mqtt.Token) error {
+	if err := tok.Error(); err != nil {
+		return err
+	}
+	return errors.New("timed out")
+}
+
+// Subscribe subscribes now and after every reconnect.
+func (cn *conn) Subscribe(topic string, h mqtt.MessageHandler) error {
+	cn.mu.Lock()
+	cn.subs[topic] = h
+	cn.mu.Unlock()
+	if tok := cn.c.Subscribe(topic, 1, h); !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
+		return fmt.Errorf("subscribe %s: %w", topic, tokenErr(tok))
+	}
+	return nil
+}
+
+// Publish sends a message and waits for the broker to take it (QoS 1).
+func (cn *conn) Publish(topic string, qos byte, retained bool, payload []byte) error {
+	tok := cn.c.Publish(topic, qos, retained, payload)
+	if !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
+		return fmt.Errorf("publish %s: %w", topic, tokenErr(tok))
+	}
+	return nil
+}
+
+// Close disconnects, letting queued messages go out first.
+func (cn *conn) Close() {
+	cn.c.Disconnect(250)
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// progress prints mission events as readable lines for a terminal: the
+// `make run` demo and anyone watching an agent by hand. It is a
+// driver.Observer; it writes synchronously but only small lines, under a
+// mutex, to stdout.
+type progress struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func newProgress(out io.Writer) *progress { return &progress{out: out} }
+
+// stepLabel describes a step from its params: "living-ac set target=24".
+func stepLabel(s driver.Step) string {
+	var p struct {
+		Device   string         `json:"device"`
+		Action   string         `json:"action"`
+		Params   map[string]any `json:"params"`
+		Duration string         `json:"duration"`
+		State    map[string]any `json:"state"`
+	}
+	_ = json.Unmarshal(s.Params, &p)
+	switch {
+	case s.Kind == "delay":
+		return "wait " + p.Duration
+	case p.State != nil && p.Device != "":
+		return p.Device + " until " + kv(p.State)
+	case p.Device != "":
+		label := p.Device + " " + p.Action
+		if len(p.Params) > 0 {
+			label += " " + kv(p.Params)
+		}
+		return label
+	}
+	if s.Name != "" {
+		return s.Name
+	}
+	return s.ID
+}
+
+func kv(m map[string]any) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	// Sorted for stable output.
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[len(id)-8:]
+	}
+	return id
+}
+
+// line renders one event, or "" for events not worth a line.
+func progressLine(ev driver.Event, m *driver.Mission) string {
+	n := len(m.Steps)
+	step := func(i int) string {
+		if i < 0 || i >= n {
+			return ""
+		}
+		return fmt.Sprintf("step %d/%d %s", i+1, n, stepLabel(m.Steps[i]))
+	}
+	var msg string
+	switch ev.Input {
+	case driver.InSubmit:
+		msg = fmt.Sprintf("accepted (%d steps, from %s)", n, orDash(m.Meta.Source))
+		if ev.To == driver.StatePaused {
+			msg += ", queued behind the previous run"
+		}
+	case driver.InStart:
+		msg = "started"
+	case driver.InBeginStep:
+		msg = step(ev.Step) + " ..."
+		if ev.Attempt > 1 {
+			msg += fmt.Sprintf(" (attempt %d)", ev.Attempt)
+		}
+	case driver.InStepOK:
+		msg = step(ev.Step) + " ok"
+		if ev.Step < len(m.Results) {
+			msg += fmt.Sprintf(" (%s)", m.Results[ev.Step].Duration.D().Round(time.Millisecond))
+		}
+	case driver.InStepError:
+		msg = step(ev.Step) + " failed: " + ev.Error
+		if ev.Detail != "" && strings.HasPrefix(ev.Detail, "retry") {
+			msg += " - " + ev.Detail
+		} else if ev.Detail == driver.NotReady.String() {
+			msg = step(ev.Step) + " waiting: " + ev.Error
+		}
+	case driver.InRecover:
+		msg = step(ev.Step) + " recovered after restart (" + ev.Detail + ")"
+	case driver.InPause:
+		msg = "paused"
+	case driver.InResume:
+		msg = "resumed"
+	case driver.InCompensate:
+		msg = "undoing completed steps: " + ev.Error
+	case driver.InCompBegin:
+		msg = "undo " + step(ev.Step) + " ..."
+	case driver.InCompResult:
+		msg = "undo " + step(ev.Step) + " " + ev.Detail
+		if ev.Error != "" {
+			msg += ": " + ev.Error
+		}
+	case driver.InRetry:
+		msg = "retrying: " + ev.Detail
+	case driver.InReprioritise:
+		msg = ev.Detail
+	case driver.InComplete, driver.InFail, driver.InCancel:
+		took := m.Meta.Finished.Sub(m.Meta.Created).Round(time.Millisecond)
+		msg = fmt.Sprintf("%s in %s", ev.To, took)
+		if m.Error != "" {
+			msg += ": " + m.Error
+		}
+	default:
+		return ""
+	}
+	return fmt.Sprintf("%s  %-12s %s  %s", ev.Time.Local().Format("15:04:05.000"), m.Type, shortID(m.ID), msg)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// Observe implements driver.Observer.
+func (p *progress) Observe(ev driver.Event, m *driver.Mission) {
+	line := progressLine(ev, m)
+	if line == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintln(p.out, line)
+}

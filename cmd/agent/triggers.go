@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+)
+
+// Rejection reasons the agent adds to those of scenes.
+const (
+	reasonAlreadyRunning = "already_running"
+	reasonOverloaded     = "overloaded"
+	reasonInternal       = "internal"
+	reasonShuttingDown   = "shutting_down"
+)
+
+// agentTopics are the agent's own topics under prefix/gateways/ID.
+type agentTopics struct {
+	base string
+}
+
+func newAgentTopics(prefix, gateway string) agentTopics {
+	return agentTopics{base: prefix + "/gateways/" + gateway}
+}
+
+func (t agentTopics) Trigger() string               { return t.base + "/trigger" }
+func (t agentTopics) Reply(requestID string) string { return t.base + "/replies/" + requestID }
+func (t agentTopics) Events(missionID string) string {
+	return t.base + "/missions/" + missionID + "/events"
+}
+
+// invalidReplyID is the reply topic suffix for triggers whose request ID
+// is missing or unsafe to put in a topic.
+const invalidReplyID = "_invalid"
+
+// missionAPI is what the trigger service needs from the driver.
+type missionAPI interface {
+	Submit(ctx context.Context, spec driver.Spec) (*driver.Mission, bool, error)
+	Cancel(ctx context.Context, id string) (*driver.Mission, error)
+	Resume(ctx context.Context, id string) (*driver.Mission, error)
+	Lookup(ctx context.Context, requestKey string) (*driver.Mission, error)
+}
+
+// publisher sends a payload; the trigger service and event feed share
+// the agent's MQTT connection through it.
+type publisher interface {
+	Publish(topic string, qos byte, retained bool, payload []byte) error
+}
+
+// triggerJob is one unit of work for the trigger goroutine: a trigger
+// payload, or (scene set) a note that a run of scene ended.
+type triggerJob struct {
+	payload []byte
+	ended   string
+}
+
+// triggers turns trigger messages into missions and replies, and runs
+// the scene modes (single, restart, queued, parallel). All decisions are
+// made on one goroutine so that two triggers of one scene cannot race.
+type triggers struct {
+	log     *slog.Logger
+	cat     *scenes.Catalog
+	driver  missionAPI
+	pub     publisher
+	topics  agentTopics
+	gateway string
+	jobs    chan triggerJob
+	metrics *metrics
+
+	mu     sync.Mutex
+	active map[string]map[string]activeRun // scene -> mission ID -> run
+}
+
+type activeRun struct {
+	created time.Time
+	held    bool // queued behind another run, not yet resumed
+}
+
+func newTriggers(log *slog.Logger, cat *scenes.Catalog, d missionAPI, pub publisher, topics agentTopics, gateway string, m *metrics) *triggers {
+	return &triggers{
+		log: log, cat: cat, driver: d, pub: pub, topics: topics, gateway: gateway, metrics: m,
+		jobs:   make(chan triggerJob, 256),
+		active: map[string]map[string]activeRun{},
+	}
+}
+
+// seed records the missions that were active at start-up.
+func (t *triggers) seed(ms []*driver.Mission) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range ms {
+		t.trackLocked(m)
+	}
+}
+
+func (t *triggers) trackLocked(m *driver.Mission) {
+	runs := t.active[m.Type]
+	if runs == nil {
+		runs = map[string]activeRun{}
+		t.active[m.Type] = runs
+	}
+	runs[m.ID] = activeRun{created: m.Meta.Created, held: m.State == driver.StatePaused && m.Meta.Started.IsZero()}
+}
+
+// Observe keeps the active-run table current and queues a "run ended"
+// job so a queued run can start. It never blocks the driver.
+func (t *triggers) Observe(ev driver.Event, m *driver.Mission) {
+	t.mu.Lock()
+	switch {
+	case ev.Input == driver.InSubmit:
+		t.trackLocked(m)
+	case ev.To.Terminal():
+		delete(t.active[m.Type], m.ID)
+	case ev.Input == driver.InResume || ev.Input == driver.InStart:
+		if r, ok := t.active[m.Type][m.ID]; ok {
+			r.held = false
+			t.active[m.Type][m.ID] = r
+		}
+	}
+	t.mu.Unlock()
+	if ev.To.Terminal() {
+		select {
+		case t.jobs <- triggerJob{ended: m.Type}:
+		default:
+			t.log.Warn("trigger queue full; queued run will start on the next event", "scene", m.Type)
+		}
+	}
+}
+
+// onMessage is the paho handler: it only hands the payload on.
+func (t *triggers) onMessage(_ mqtt.Client, msg mqtt.Message) {
+	select {
+	case t.jobs <- triggerJob{payload: msg.Payload()}:
+	default:
+		t.metrics.rejected(reasonOverloaded)
+		t.log.Warn("trigger dropped: queue full", "bytes", len(msg.Payload()))
+		t.reply(scenes.Reply{RequestID: requestIDOf(msg.Payload()), Status: scenes.StatusRejected, Reason: reasonOverloaded, Message: "agent is overloaded; try again"})
+	}
+}
+
+// Run processes jobs until ctx ends. At start it resumes queued runs
+// whose predecessor finished while the agent was down.
+func (t *triggers) Run(ctx context.Context) error {
+	for _, scene := range t.scenesWithRuns() {
+		t.startQueued(ctx, scene)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case j := <-t.jobs:
+			if j.ended != "" {
+				t.startQueued(ctx, j.ended)
+				continue
+			}
+			t.handle(ctx, j.payload)
+		}
+	}
+}
+
+func (t *triggers) scenesWithRuns() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for s, runs := range t.active {
+		if len(runs) > 0 {
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// startQueued resumes the oldest held run of scene if no run is going.
+func (t *triggers) startQueued(ctx context.Context, scene string) {
+	t.mu.Lock()
+	var next string
+	var nextAt time.Time
+	for id, r := range t.active[scene] {
+		if !r.held {
+			t.mu.Unlock()
+			return // a run is still going
+		}
+		if next == "" || r.created.Before(nextAt) || (r.created.Equal(nextAt) && id < next) {
+			next, nextAt = id, r.created
+		}
+	}
+	t.mu.Unlock()
+	if next == "" {
+		return
+	}
+	if _, err := t.driver.Resume(ctx, next); err != nil {
+		t.log.Error("start queued run", "scene", scene, "mission", next, "err", err)
+		return
+	}
+	t.log.Info("queued run started", "scene", scene, "mission", next)
+}
+
+func (t *triggers) reply(r scenes.Reply) {
+	id := r.RequestID
+	if driver.ValidateID("request_id", id) != nil {
+		id = invalidReplyID
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.log.Error("encode reply", "err", err)
+		return
+	}
+	if err := t.pub.Publish(t.topics.Reply(id), 1, false, b); err != nil {
+		t.log.Warn("publish reply", "request", id, "err", err)
+	}
+}
+
+func (t *triggers) reject(tr scenes.Trigger, reason, msg string) {
+	t.metrics.rejected(reason)
+	t.log.Warn("trigger rejected", "request", tr.RequestID, "scene", tr.Scene, "source", tr.Source, "reason", reason, "msg", msg)
+	t.reply(scenes.Reply{RequestID: tr.RequestID, Scene: tr.Scene, Status: scenes.StatusRejected, Reason: reason, Message: msg})
+}
+
+// requestIDOf digs the request ID out of a payload that failed to
+// decode, so the rejection can still reach the sender when possible.
+func requestIDOf(b []byte) string {
+	var probe struct {
+		RequestID any `json:"request_id"`
+	}
+	if len(b) > scenes.MaxTriggerSize || json.Unmarshal(b, &probe) != nil {
+		return ""
+	}
+	s, _ := probe.RequestID.(string)
+	return s
+}
+
+// handle decides and submits one trigger, and replies.
+func (t *triggers) handle(ctx context.Context, payload []byte) {
+	tr, err := scenes.DecodeTrigger(payload)
+	if err != nil {
+		var te *scenes.TriggerError
+		if !errors.As(err, &te) {
+			te = &scenes.TriggerError{Reason: scenes.ReasonBadJSON, Msg: err.Error()}
+		}
+		tr.RequestID = requestIDOf(payload)
+		t.reject(tr, te.Reason, te.Msg)
+		return
+	}
+	// A re-sent request returns the mission it made, whatever its state.
+	if m, err := t.driver.Lookup(ctx, tr.RequestID); err == nil {
+		t.accept(tr, m, true)
+		return
+	} else if !errors.Is(err, driver.ErrNotFound) {
+		t.reject(tr, reasonInternal, "looking up the request failed")
+		t.log.Error("lookup request", "request", tr.RequestID, "err", err)
+		return
+	}
+	spec, err := t.cat.Build(tr.Scene, tr.Params)
+	if err != nil {
+		var te *scenes.TriggerError
+		if errors.As(err, &te) {
+			t.reject(tr, te.Reason, te.Msg)
+		} else {
+			t.reject(tr, scenes.ReasonInvalidParam, err.Error())
+		}
+		return
+	}
+	spec.RequestKey = tr.RequestID
+	spec.Source = tr.Source
+	spec.Labels = map[string]string{"gateway": t.gateway}
+	info, _ := t.cat.Scene(tr.Scene)
+	running := t.runs(tr.Scene)
+	switch info.Mode {
+	case scenes.ModeSingle:
+		if len(running) > 0 {
+			t.reject(tr, reasonAlreadyRunning, fmt.Sprintf("scene %s is already running as mission %s (mode single)", tr.Scene, running[0]))
+			return
+		}
+	case scenes.ModeRestart:
+		for _, id := range running {
+			if _, err := t.driver.Cancel(ctx, id); err != nil && !errors.Is(err, driver.ErrTerminal) {
+				t.log.Warn("restart: cancel previous run", "mission", id, "err", err)
+			}
+		}
+	case scenes.ModeQueued:
+		spec.Hold = len(running) > 0
+	}
+	m, created, err := t.driver.Submit(ctx, spec)
+	if err != nil {
+		reason := reasonInternal
+		switch {
+		case errors.Is(err, driver.ErrClosed):
+			reason = reasonShuttingDown
+		case errors.Is(err, driver.ErrInvalid):
+			reason = scenes.ReasonInvalidParam
+		}
+		t.reject(tr, reason, err.Error())
+		return
+	}
+	t.accept(tr, m, !created)
+}
+
+func (t *triggers) accept(tr scenes.Trigger, m *driver.Mission, duplicate bool) {
+	t.log.Info("trigger accepted", "request", tr.RequestID, "scene", m.Type, "mission", m.ID, "trace", m.Meta.TraceID, "source", tr.Source, "duplicate", duplicate)
+	t.reply(scenes.Reply{
+		RequestID: tr.RequestID, Status: scenes.StatusAccepted, MissionID: m.ID, Scene: m.Type,
+		State: m.State, Duplicate: duplicate,
+	})
+}
+
+// runs lists the scene's active missions, oldest first.
+func (t *triggers) runs(scene string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []string
+	for id := range t.active[scene] {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
