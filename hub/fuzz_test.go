@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 	"time"
 
@@ -77,6 +78,42 @@ func FuzzQuery(f *testing.F) {
 		}
 		if _, _, err := st.Missions(q); err != nil && q.Cursor == "" {
 			t.Fatalf("missions(%+v): %v", q, err)
+		}
+	})
+}
+
+// FuzzDecodeBatch checks that the hub's decoder accepts and rejects what
+// uplink.DecodeBatch does and yields the same batch, with each raw event
+// decoding to the same event.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, es := range [][]uplink.Entry{
+		{entry(1, "m1", 1, driver.StatePending), compacted(entry(2, "m1", 3, driver.StateRunning))},
+		{entry(0, "m1", 1, driver.StatePending)},
+		nil,
+	} {
+		b, _ := json.Marshal(uplink.Batch{Gateway: "gw", Entries: es})
+		f.Add(b)
+	}
+	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":null}]}`))
+	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1,"time":"x"}}]}`))
+	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1}}]} {}`))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		want, werr := uplink.DecodeBatch(payload)
+		got, raws, gerr := decodeBatch(payload)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("uplink err %v, hub err %v", werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("hub %+v\nuplink %+v", got, want)
+		}
+		for i, raw := range raws {
+			var ev driver.Event
+			if err := json.Unmarshal(raw, &ev); err != nil || !reflect.DeepEqual(ev, want.Entries[i].Event) {
+				t.Fatalf("raw event %d %s decodes to %+v (%v), want %+v", i, raw, ev, err, want.Entries[i].Event)
+			}
 		}
 	})
 }

@@ -23,6 +23,9 @@ type Inbound struct {
 	Heartbeat *uplink.Heartbeat
 	// Received is when the hub got the message (hub clock).
 	Received time.Time
+	// rawEvents, when set by the service's decoder, holds each entry's
+	// event as received, so it is stored without encoding it again.
+	rawEvents []json.RawMessage
 }
 
 // GapReport is a gap found while ingesting.
@@ -190,7 +193,11 @@ func (a *applier) batch(m *Inbound) error {
 			g.Duplicates++
 			continue
 		}
-		if err := putJSON(timeline, ek, &e.Event); err != nil {
+		if m.rawEvents != nil {
+			if err := timeline.Put(ek, m.rawEvents[i]); err != nil {
+				return err
+			}
+		} else if err := putJSON(timeline, ek, &e.Event); err != nil {
 			return err
 		}
 		a.res.Stored++

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,7 +194,9 @@ func (s *Service) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.ingestLoop(gctx) })
+	groups := make(chan []Inbound, 1)
+	g.Go(func() error { return s.decodeLoop(gctx, groups) })
+	g.Go(func() error { return s.ingestLoop(gctx, groups) })
 	g.Go(func() error { return s.ackLoop(gctx) })
 	if s.opts.Retention != (Retention{}) {
 		g.Go(func() error { return s.pruneLoop(gctx) })
@@ -249,11 +252,11 @@ func (s *Service) decode(r inboundRaw) (Inbound, error) {
 	in := Inbound{Gateway: gw, Received: r.at}
 	switch kind {
 	case "events":
-		b, err := uplink.DecodeBatch(r.payload)
+		b, raws, err := decodeBatch(r.payload)
 		if err != nil {
 			return in, err
 		}
-		in.Batch = &b
+		in.Batch, in.rawEvents = &b, raws
 	case "status":
 		if len(r.payload) == 0 {
 			return in, fmt.Errorf("%w: empty status (retained message cleared)", uplink.ErrMessage)
@@ -275,11 +278,14 @@ func (s *Service) decode(r inboundRaw) (Inbound, error) {
 	return in, nil
 }
 
-func (s *Service) ingestLoop(ctx context.Context) error {
-	group := make([]inboundRaw, 0, s.opts.Group)
-	in := make([]Inbound, 0, s.opts.Group)
+// decodeLoop takes groups of queued messages, decodes each group in
+// parallel (JSON decoding is most of the CPU cost of ingest) and hands
+// it, still in arrival order, to ingestLoop, which meanwhile commits the
+// previous group.
+func (s *Service) decodeLoop(ctx context.Context, out chan<- []Inbound) error {
+	workers := runtime.GOMAXPROCS(0)
 	for {
-		group = group[:0]
+		group := make([]inboundRaw, 0, s.opts.Group)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -295,17 +301,43 @@ func (s *Service) ingestLoop(ctx context.Context) error {
 				break drain
 			}
 		}
-		in = in[:0]
-		for _, r := range group {
-			m, err := s.decode(r)
-			if err != nil {
-				s.log.Warn("dropping bad message", "topic", r.topic, "err", err)
+		decoded := make([]Inbound, len(group))
+		errs := make([]error, len(group))
+		var wg sync.WaitGroup
+		for w := range min(workers, len(group)) {
+			wg.Go(func() {
+				for i := w; i < len(group); i += workers {
+					decoded[i], errs[i] = s.decode(group[i])
+				}
+			})
+		}
+		wg.Wait()
+		in := decoded[:0]
+		for i, m := range decoded {
+			if errs[i] != nil {
+				s.log.Warn("dropping bad message", "topic", group[i].topic, "err", errs[i])
 				continue
 			}
 			in = append(in, m)
 		}
 		if len(in) == 0 {
 			continue
+		}
+		select {
+		case out <- in:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (s *Service) ingestLoop(ctx context.Context, groups <-chan []Inbound) error {
+	for {
+		var in []Inbound
+		select {
+		case <-ctx.Done():
+			return nil
+		case in = <-groups:
 		}
 		res, err := s.st.Apply(in)
 		if err != nil {
