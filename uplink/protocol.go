@@ -147,8 +147,15 @@ type ControlResult struct {
 	Code      string       `json:"code,omitempty"`
 }
 
-// ErrMessage is wrapped by every decoding error.
-var ErrMessage = errors.New("invalid hub message")
+// Sentinel errors of the package.
+var (
+	// ErrMessage is wrapped by every decoding error.
+	ErrMessage = errors.New("invalid hub message")
+	// ErrOptions wraps every invalid-options error of New.
+	ErrOptions = errors.New("invalid uplink options")
+	// ErrRunning means Run was called on an Uplink that already ran.
+	ErrRunning = errors.New("uplink already ran")
+)
 
 func decode(b []byte, v any) error {
 	if len(b) > MaxMessage {

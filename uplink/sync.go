@@ -1,0 +1,284 @@
+package uplink
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/store"
+)
+
+// sender is Run's loop: it owns the connection's subscriptions, presence,
+// heartbeats and the store-and-forward window. Only it touches these
+// fields; paho's handlers reach it through the Uplink's channels.
+type sender struct {
+	u      *Uplink
+	client mqtt.Client
+
+	gen     uint64 // connection generation served; 0 before the first
+	up      bool   // connected, subscribed and announced
+	acked   uint64 // entries up to here are acknowledged and deleted
+	sent    uint64 // entries up to here are published on this pass
+	window  []flight
+	stalled bool // a read or publish failed: wait for the retry, resend or reconnect
+
+	resend *time.Timer
+	retry  *time.Timer
+	retryN int
+}
+
+// flight is a published batch waiting for the hub's ack.
+type flight struct {
+	last  uint64    // seq of its last entry
+	first time.Time // event time of its first entry, for lag
+	at    time.Time // when it was published
+}
+
+func (s *sender) run(ctx context.Context) {
+	u := s.u
+	hb := time.NewTicker(u.opts.HeartbeatInterval)
+	defer hb.Stop()
+	s.resend = stoppedTimer()
+	s.retry = stoppedTimer()
+	defer s.resend.Stop()
+	defer s.retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.connEv:
+			s.connection(ctx)
+		case <-u.ackEv:
+			s.ack(ctx)
+		case <-u.wake:
+		case <-hb.C:
+			s.heartbeat(ctx)
+		case <-s.resend.C:
+			s.resendWindow()
+		case <-s.retry.C:
+			s.stalled = false
+			if !s.up {
+				s.connection(ctx)
+			}
+			s.ack(ctx)
+		}
+		s.fill(ctx)
+	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// connection reacts to the connection going up or down. A new connection
+// is subscribed and announced, and everything unacknowledged is sent
+// again on it: batches in flight on the old one may be lost.
+func (s *sender) connection(ctx context.Context) {
+	u := s.u
+	gen := u.connGen.Load()
+	if !s.client.IsConnectionOpen() {
+		if s.up {
+			s.up = false
+			u.update(func(st *Stats) { st.Connected = false })
+		}
+		return
+	}
+	if s.up && gen == s.gen {
+		return
+	}
+	s.up = false
+	s.gen = gen
+	gw := u.opts.Gateway
+	subCtx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
+	err := waitToken(subCtx, s.client.SubscribeMultiple(map[string]byte{u.topics.Ack(gw): 1, u.topics.Control(gw): 1},
+		func(c mqtt.Client, m mqtt.Message) {
+			if m.Topic() == u.topics.Ack(gw) {
+				u.onAck(c, m)
+			} else {
+				u.onControl(c, m)
+			}
+		}))
+	cancel()
+	if err == nil {
+		st := Status{Gateway: gw, State: StateOnline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+		err = u.publish(ctx, s.client, u.topics.Status(gw), true, st)
+	}
+	if err != nil {
+		u.log.Warn("hub connection setup failed; retrying", "err", err)
+		s.backoff()
+		return
+	}
+	s.up, s.retryN = true, 0
+	u.log.Info("connected to hub", "broker", u.opts.Broker, "backlog", u.opts.Source.OutboxLen())
+	u.update(func(st *Stats) { st.Connected = true; st.Connects++ })
+	s.restart()
+	s.heartbeat(ctx)
+}
+
+// restart forgets the window so that fill sends from the oldest
+// unacknowledged entry again.
+func (s *sender) restart() {
+	s.sent, s.window, s.stalled = s.acked, nil, false
+	s.resend.Stop()
+}
+
+func (s *sender) resendWindow() {
+	if len(s.window) == 0 || s.u.opts.Now().Sub(s.window[0].at) < s.u.opts.ResendTimeout {
+		s.armResend()
+		return
+	}
+	s.u.log.Info("no ack from hub; resending", "from", s.acked+1, "batches", len(s.window))
+	s.u.update(func(st *Stats) { st.Resends++ })
+	s.restart()
+}
+
+func (s *sender) armResend() {
+	s.resend.Stop()
+	if len(s.window) > 0 {
+		s.resend.Reset(max(s.window[0].at.Add(s.u.opts.ResendTimeout).Sub(s.u.opts.Now()), 0))
+	}
+}
+
+// backoff schedules a retry after a failure, doubling up to 30s.
+func (s *sender) backoff() {
+	s.stalled = true
+	d := min(time.Second<<min(s.retryN, 5), 30*time.Second)
+	s.retryN++
+	s.retry.Stop()
+	s.retry.Reset(d)
+}
+
+// ack deletes what the hub acknowledged (onAck has capped it).
+func (s *sender) ack(ctx context.Context) {
+	u := s.u
+	upto := u.ackUpto.Load()
+	if upto <= s.acked {
+		return
+	}
+	n, err := u.opts.Source.AckOutbox(ctx, upto)
+	if err != nil {
+		u.log.Warn("delete acknowledged entries", "upto", upto, "err", err)
+		s.backoff()
+		return
+	}
+	s.acked = upto
+	s.sent = max(s.sent, upto)
+	i := 0
+	for i < len(s.window) && s.window[i].last <= upto {
+		i++
+	}
+	s.window = s.window[i:]
+	s.armResend()
+	now := u.opts.Now()
+	u.mu.Lock()
+	u.oldest = time.Time{}
+	if len(s.window) > 0 {
+		u.oldest = s.window[0].first
+	}
+	u.mu.Unlock()
+	u.update(func(st *Stats) { st.Acked += uint64(n); st.LastAck = now })
+}
+
+// fill publishes batches until the window is full or the outbox has no
+// more to send.
+func (s *sender) fill(ctx context.Context) {
+	u := s.u
+	for s.up && !s.stalled && len(s.window) < u.opts.Window && ctx.Err() == nil {
+		es, err := u.opts.Source.Outbox(ctx, s.sent, u.opts.BatchSize)
+		if err != nil {
+			u.log.Warn("read outbox", "err", err)
+			s.backoff()
+			return
+		}
+		if len(es) == 0 {
+			return
+		}
+		payload, n, err := u.encodeBatch(es)
+		if err != nil {
+			// Nothing but a pathological mission makes an entry this big;
+			// stop here rather than skip it, and say so.
+			u.log.Error("outbox entry cannot be sent", "err", err)
+			s.backoff()
+			return
+		}
+		// Raised before publishing: the hub's ack may beat our PUBACK.
+		if last := es[n-1].Seq; last > u.maxSent.Load() {
+			u.maxSent.Store(last)
+		}
+		if err := u.publishRaw(ctx, s.client, u.topics.Events(u.opts.Gateway), false, payload); err != nil {
+			u.log.Warn("publish batch", "err", err)
+			// The connection is probably going; a reconnect resends, and
+			// a retry covers the case where it is not.
+			s.backoff()
+			return
+		}
+		now := u.opts.Now()
+		s.sent = es[n-1].Seq
+		s.window = append(s.window, flight{last: s.sent, first: es[0].Event.Time, at: now})
+		if len(s.window) == 1 {
+			s.armResend()
+			u.mu.Lock()
+			u.oldest = es[0].Event.Time
+			u.mu.Unlock()
+		}
+		u.update(func(st *Stats) { st.Batches++; st.Sent += uint64(n) })
+	}
+}
+
+// encodeBatch encodes as many of es as fit in MaxMessage (at least one)
+// and says how many that is.
+func (u *Uplink) encodeBatch(es []store.OutboxEntry) ([]byte, int, error) {
+	for n := len(es); ; n /= 2 {
+		b := Batch{Gateway: u.opts.Gateway, Entries: make([]Entry, n)}
+		for i, e := range es[:n] {
+			b.Entries[i] = Entry(e)
+		}
+		p, err := json.Marshal(b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("encode batch: %w", err)
+		}
+		if len(p) <= MaxMessage {
+			return p, n, nil
+		}
+		if n == 1 {
+			// Step labels are a convenience the hub can do without.
+			b.Entries[0].Mission.StepIDs = nil
+			p, err := json.Marshal(b)
+			if err != nil || len(p) > MaxMessage {
+				return nil, 0, fmt.Errorf("encode batch: entry %d is %d bytes, over %d", es[0].Seq, len(p), MaxMessage)
+			}
+			return p, 1, nil
+		}
+	}
+}
+
+// heartbeat publishes the gateway's health.
+func (s *sender) heartbeat(ctx context.Context) {
+	u := s.u
+	if !s.up {
+		return
+	}
+	var h Heartbeat
+	if u.opts.Heartbeat != nil {
+		h = u.opts.Heartbeat.Heartbeat(ctx)
+	}
+	now := u.opts.Now()
+	h.Gateway = u.opts.Gateway
+	if h.Version == "" {
+		h.Version = u.opts.Version
+	}
+	h.Uptime = now.Sub(u.started).Seconds()
+	h.Backlog = u.opts.Source.OutboxLen()
+	h.Time = now
+	if h.Devices == nil {
+		h.Devices = []DeviceState{}
+	}
+	if err := u.publish(ctx, s.client, u.topics.Heartbeat(u.opts.Gateway), false, h); err != nil {
+		u.log.Warn("publish heartbeat", "err", err)
+	}
+}

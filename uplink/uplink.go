@@ -1,0 +1,471 @@
+package uplink
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store"
+)
+
+// Source is the outbox the uplink forwards and trims. *store.DB
+// implements it (with store.Options.Outbox set).
+type Source interface {
+	// Outbox returns up to limit entries with seq greater than after, in
+	// seq order.
+	Outbox(ctx context.Context, after uint64, limit int) ([]store.OutboxEntry, error)
+	// AckOutbox deletes the entries up to and including upto.
+	AckOutbox(ctx context.Context, upto uint64) (int, error)
+	// OutboxLen returns the number of entries not yet acknowledged.
+	OutboxLen() int
+}
+
+// HeartbeatSource supplies what only the agent knows for a heartbeat.
+type HeartbeatSource interface {
+	// Heartbeat returns the active mission count and the device inventory
+	// (Active, Devices). The uplink fills in Gateway, Version (if empty),
+	// Uptime, Backlog and Time. It must return promptly.
+	Heartbeat(ctx context.Context) Heartbeat
+}
+
+// ControlHandler carries out the hub's control requests.
+type ControlHandler interface {
+	// Control performs c and says how it went. Requests are handled one
+	// at a time, in arrival order; ctx ends after Options.ControlTimeout
+	// or when the uplink stops. The result's ID is set to c.ID.
+	Control(ctx context.Context, c Control) ControlResult
+}
+
+// Defaults for Options.
+const (
+	DefaultHeartbeatInterval = 30 * time.Second
+	DefaultBatchSize         = 256
+	DefaultWindow            = 4
+	DefaultResendTimeout     = 30 * time.Second
+	DefaultTimeout           = 10 * time.Second
+	DefaultMaxReconnect      = 30 * time.Second
+	DefaultControlTimeout    = 30 * time.Second
+	controlQueue             = 64
+)
+
+// Control result codes set by the uplink itself.
+const (
+	CodeInvalid     = "invalid"     // the request could not be decoded
+	CodeUnsupported = "unsupported" // no ControlHandler
+	CodeInternal    = "internal"    // the handler panicked
+)
+
+// Options configures an Uplink. Broker, Gateway and Source are required.
+type Options struct {
+	// Broker is the hub broker's paho URL, e.g. "tls://hub.example:8883".
+	Broker string
+	// Gateway is this gateway's ID; it names its topics.
+	Gateway string
+	// ClientID is the MQTT client ID; default "sortie-gw-" + Gateway. It
+	// must be unique on the hub broker.
+	ClientID string
+	// Username and Password are this gateway's credentials on the hub
+	// broker, whose ACL limits it to its own topics.
+	Username, Password string
+	// TLS, when set, configures the TLS connection.
+	TLS *tls.Config
+	// Prefix is the topic root; empty means DefaultPrefix.
+	Prefix string
+
+	Source    Source
+	Heartbeat HeartbeatSource // optional: heartbeats then carry no inventory
+	Control   ControlHandler  // optional: requests are then answered "unsupported"
+
+	// Logger receives connection and sync reports; nil discards them.
+	Logger *slog.Logger
+	// Version is the agent version, reported in status and heartbeats.
+	Version string
+
+	// HeartbeatInterval is the time between heartbeats; one also follows
+	// every connect.
+	HeartbeatInterval time.Duration
+	// BatchSize caps the entries of one batch (also kept under MaxMessage).
+	BatchSize int
+	// Window caps the batches published but not yet acknowledged.
+	Window int
+	// ResendTimeout is how long the oldest unacknowledged batch waits for
+	// the hub's ack before everything unacknowledged is sent again.
+	ResendTimeout time.Duration
+	// Timeout bounds connecting, subscribing and each publish.
+	Timeout time.Duration
+	// MaxReconnectInterval caps paho's reconnect backoff.
+	MaxReconnectInterval time.Duration
+	// ControlTimeout bounds one ControlHandler call.
+	ControlTimeout time.Duration
+	// Now is the clock for uptime, lag and resend deadlines; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) withDefaults() error {
+	switch {
+	case o.Broker == "":
+		return fmt.Errorf("%w: no broker URL", ErrOptions)
+	case o.Source == nil:
+		return fmt.Errorf("%w: no outbox source", ErrOptions)
+	}
+	if err := driver.ValidateID("gateway", o.Gateway); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
+	}
+	if o.ClientID == "" {
+		o.ClientID = "sortie-gw-" + o.Gateway
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&o.ResendTimeout, DefaultResendTimeout)
+	def(&o.Timeout, DefaultTimeout)
+	def(&o.MaxReconnectInterval, DefaultMaxReconnect)
+	def(&o.ControlTimeout, DefaultControlTimeout)
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	o.BatchSize = min(o.BatchSize, store.MaxOutboxLimit)
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Stats is a snapshot of the uplink, for metrics.
+type Stats struct {
+	Connected bool
+	Connects  uint64 // connections made, first and re-
+	Batches   uint64 // batches published, resends included
+	Sent      uint64 // entries published, resends included
+	Acked     uint64 // entries deleted after the hub's acks
+	Resends   uint64 // times the unacknowledged window was sent again
+	Backlog   int    // outbox entries not yet acknowledged
+	LastAck   time.Time
+	// Lag is how old the oldest unacknowledged entry the uplink has read
+	// is (by its event time); zero when the hub has everything.
+	Lag            time.Duration
+	Controls       uint64 // control requests answered
+	ControlErrors  uint64 // answered with ok=false
+	ControlDropped uint64 // dropped: queue full, or not this gateway's topic
+}
+
+// Uplink syncs one gateway with the hub. Create it with New and call Run;
+// Notify and Stats may be called from any goroutine.
+type Uplink struct {
+	opts    Options
+	topics  Topics
+	log     *slog.Logger
+	started time.Time
+
+	wake     chan struct{} // Notify
+	connEv   chan struct{} // the connection went up or down
+	ackEv    chan struct{} // ackUpto grew
+	controls chan []byte
+	ackUpto  atomic.Uint64 // highest ack received, capped by maxSent on arrival
+	maxSent  atomic.Uint64 // highest seq this uplink has started to publish
+	connGen  atomic.Uint64
+	ran      atomic.Bool
+
+	mu      sync.Mutex
+	stats   Stats
+	oldest  time.Time     // event time of the oldest unacknowledged entry read
+	changed chan struct{} // closed and replaced whenever stats change
+}
+
+// New checks opts and returns an Uplink; nothing connects until Run.
+func New(opts Options) (*Uplink, error) {
+	if err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	return &Uplink{
+		opts:     opts,
+		topics:   Topics{Prefix: opts.Prefix},
+		log:      opts.Logger.With("component", "uplink", "gateway", opts.Gateway),
+		started:  opts.Now(),
+		wake:     make(chan struct{}, 1),
+		connEv:   make(chan struct{}, 1),
+		ackEv:    make(chan struct{}, 1),
+		controls: make(chan []byte, controlQueue),
+		changed:  make(chan struct{}),
+	}, nil
+}
+
+// Notify tells the uplink that the outbox has new entries. It never
+// blocks; call it from a driver.Observer.
+func (u *Uplink) Notify() { signal(u.wake) }
+
+// Observe implements driver.Observer by calling Notify, so an Uplink can
+// be registered with the driver directly.
+func (u *Uplink) Observe(driver.Event, *driver.Mission) { u.Notify() }
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the uplink's counters.
+func (u *Uplink) Stats() Stats {
+	u.mu.Lock()
+	s := u.stats
+	oldest := u.oldest
+	u.mu.Unlock()
+	s.Backlog = u.opts.Source.OutboxLen()
+	if !oldest.IsZero() && s.Backlog > 0 {
+		s.Lag = max(u.opts.Now().Sub(oldest), 0)
+	}
+	return s
+}
+
+// update changes the stats and wakes waitStats callers.
+func (u *Uplink) update(f func(s *Stats)) {
+	u.mu.Lock()
+	f(&u.stats)
+	close(u.changed)
+	u.changed = make(chan struct{})
+	u.mu.Unlock()
+}
+
+// waitStats waits until cond holds for the stats or ctx ends.
+func (u *Uplink) waitStats(ctx context.Context, cond func(Stats) bool) (Stats, error) {
+	for {
+		u.mu.Lock()
+		ch := u.changed
+		u.mu.Unlock()
+		if s := u.Stats(); cond(s) {
+			return s, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return u.Stats(), ctx.Err()
+		}
+	}
+}
+
+// Run connects to the hub broker and syncs until ctx ends; it then
+// publishes the offline status, disconnects and returns nil. The hub
+// being unreachable is not an error: Run keeps retrying, and the outbox
+// keeps what is not yet acknowledged. Run may be called once.
+func (u *Uplink) Run(ctx context.Context) error {
+	if !u.ran.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	offline, err := json.Marshal(Status{Gateway: u.opts.Gateway, State: StateOffline, Version: u.opts.Version, Started: u.started})
+	if err != nil {
+		return fmt.Errorf("uplink: encode will: %w", err)
+	}
+	o := u.opts
+	po := mqtt.NewClientOptions().
+		AddBroker(o.Broker).
+		SetClientID(o.ClientID).
+		SetCleanSession(true).
+		// Subscriptions are made by the sync loop after every connect.
+		SetResumeSubs(false).
+		SetStore(noStore{}).
+		SetOrderMatters(false).
+		SetAutoReconnect(true).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(time.Second).
+		SetConnectTimeout(o.Timeout).
+		SetWriteTimeout(o.Timeout).
+		SetMaxReconnectInterval(o.MaxReconnectInterval).
+		SetKeepAlive(30*time.Second).
+		SetBinaryWill(u.topics.Status(o.Gateway), offline, 1, true).
+		SetOnConnectHandler(func(mqtt.Client) {
+			u.connGen.Add(1)
+			signal(u.connEv)
+		}).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			u.log.Warn("hub connection lost", "err", err)
+			signal(u.connEv)
+		})
+	if o.Username != "" {
+		po.SetUsername(o.Username)
+		po.SetPassword(o.Password)
+	}
+	if o.TLS != nil {
+		po.SetTLSConfig(o.TLS)
+	}
+	client := mqtt.NewClient(po)
+	// With ConnectRetry the token completes only once connected (or on
+	// Disconnect); the OnConnect handler tells the loop instead.
+	_ = client.Connect()
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { u.serveControls(ctx, client) })
+	s := &sender{u: u, client: client}
+	s.run(ctx)
+	cancel()
+	wg.Wait()
+	u.goodbye(client)
+	return nil
+}
+
+// goodbye publishes the offline status itself, since a clean disconnect
+// suppresses the will, and disconnects.
+func (u *Uplink) goodbye(client mqtt.Client) {
+	if client.IsConnectionOpen() {
+		st := Status{Gateway: u.opts.Gateway, State: StateOffline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+		if b, err := json.Marshal(st); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), u.opts.Timeout)
+			if err := waitToken(ctx, client.Publish(u.topics.Status(u.opts.Gateway), 1, true, b)); err != nil {
+				u.log.Warn("publish offline status", "err", err)
+			}
+			cancel()
+		}
+	}
+	client.Disconnect(250)
+	u.update(func(s *Stats) { s.Connected = false })
+}
+
+// waitToken waits for a paho token until ctx ends.
+func waitToken(ctx context.Context, tok mqtt.Token) error {
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	case <-ctx.Done():
+		return fmt.Errorf("no answer from the hub broker: %w", ctx.Err())
+	}
+}
+
+// publish sends one message and waits for the broker to take it, at most
+// Options.Timeout.
+func (u *Uplink) publish(ctx context.Context, client mqtt.Client, topic string, retained bool, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode for %s: %w", topic, err)
+	}
+	return u.publishRaw(ctx, client, topic, retained, b)
+}
+
+func (u *Uplink) publishRaw(ctx context.Context, client mqtt.Client, topic string, retained bool, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
+	defer cancel()
+	if err := waitToken(ctx, client.Publish(topic, 1, retained, b)); err != nil {
+		return fmt.Errorf("publish %s: %w", topic, err)
+	}
+	return nil
+}
+
+// onAck is paho's handler for the ack topic: it records the highest ack
+// and wakes the loop, never blocking. An ack beyond what this uplink has
+// published is cut down to it on arrival: a stray or forged ack must not
+// delete entries the hub never had, now or once they are sent.
+func (u *Uplink) onAck(_ mqtt.Client, m mqtt.Message) {
+	a, err := DecodeAck(m.Payload())
+	if err != nil {
+		u.log.Warn("bad ack from hub", "err", err)
+		return
+	}
+	upto := min(a.Upto, u.maxSent.Load())
+	for {
+		cur := u.ackUpto.Load()
+		if upto <= cur || u.ackUpto.CompareAndSwap(cur, upto) {
+			break
+		}
+	}
+	signal(u.ackEv)
+}
+
+// onControl is paho's handler for the control topic: it queues the
+// payload for serveControls, never blocking.
+func (u *Uplink) onControl(_ mqtt.Client, m mqtt.Message) {
+	if m.Topic() != u.topics.Control(u.opts.Gateway) {
+		u.log.Warn("control message on a foreign topic ignored", "topic", m.Topic())
+		u.update(func(s *Stats) { s.ControlDropped++ })
+		return
+	}
+	select {
+	case u.controls <- m.Payload():
+	default:
+		u.log.Warn("control queue full; request dropped")
+		u.update(func(s *Stats) { s.ControlDropped++ })
+	}
+}
+
+// serveControls answers queued control requests one at a time.
+func (u *Uplink) serveControls(ctx context.Context, client mqtt.Client) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-u.controls:
+			res := u.control(ctx, b)
+			if err := u.publish(ctx, client, u.topics.ControlResult(u.opts.Gateway), false, res); err != nil {
+				u.log.Warn("control result not delivered", "id", res.ID, "err", err)
+			}
+			u.update(func(s *Stats) {
+				s.Controls++
+				if !res.OK {
+					s.ControlErrors++
+				}
+			})
+		}
+	}
+}
+
+// control decodes and performs one request. A request that does not
+// decode is answered with its id when one can be read.
+func (u *Uplink) control(ctx context.Context, b []byte) (res ControlResult) {
+	c, err := DecodeControl(b)
+	if err != nil {
+		var loose struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(b, &loose)
+		if driver.ValidateID("control id", loose.ID) != nil {
+			loose.ID = "invalid"
+		}
+		return ControlResult{ID: loose.ID, Error: err.Error(), Code: CodeInvalid}
+	}
+	if u.opts.Control == nil {
+		return ControlResult{ID: c.ID, Error: "this gateway takes no control requests", Code: CodeUnsupported}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			u.log.Error("control handler panicked", "id", c.ID, "action", c.Action, "panic", r)
+			res = ControlResult{ID: c.ID, Error: fmt.Sprintf("internal error: %v", r), Code: CodeInternal}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, u.opts.ControlTimeout)
+	defer cancel()
+	res = u.opts.Control.Control(ctx, c)
+	res.ID = c.ID
+	return res
+}
+
+// noStore is a paho Store that keeps nothing. paho would otherwise resend
+// its in-flight publishes after a reconnect, racing its own writer
+// (eclipse-paho/paho.mqtt.golang#703); the uplink resends from the outbox
+// anyway, so paho's copy only adds duplicates.
+type noStore struct{}
+
+func (noStore) Open()                             {}
+func (noStore) Put(string, packets.ControlPacket) {}
+func (noStore) Get(string) packets.ControlPacket  { return nil }
+func (noStore) All() []string                     { return nil }
+func (noStore) Del(string)                        {}
+func (noStore) Close()                            {}
+func (noStore) Reset()                            {}
