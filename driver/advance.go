@@ -340,7 +340,9 @@ func (d *Driver) commit(e *entry, t *txn) bool {
 		d.mu.Unlock()
 		return false
 	}
-	snap := t.m.Clone()
+	// t.m is private to this transaction and never changed again, so it
+	// can become the shared snapshot without a copy.
+	snap := t.m
 	d.mu.Lock()
 	e.m = snap
 	obs := d.observers
@@ -358,6 +360,7 @@ func (d *Driver) commit(e *entry, t *txn) bool {
 func (d *Driver) execute(e *entry, act action) {
 	d.mu.Lock()
 	m := e.m.Clone()
+	e.idle = false
 	d.mu.Unlock()
 	comp := act == actCompExc
 	idx := m.Progress.Step
@@ -413,11 +416,17 @@ func (d *Driver) execute(e *entry, act action) {
 	} else {
 		d.stepOutcome(t, idx, policy, out, err, elapsed, log)
 	}
-	if _, serr := d.settle(t); serr != nil {
+	act, serr := d.settle(t)
+	if serr != nil {
 		log.Error("settle after step", "err", serr)
 		return
 	}
-	d.commit(e, t)
+	if d.commit(e, t) && act != actRest {
+		// The next step is begun (write-ahead) but waits for a worker.
+		d.mu.Lock()
+		e.idle = true
+		d.mu.Unlock()
+	}
 }
 
 // run calls the handler with a timeout driven by the injected clock, and
@@ -502,6 +511,8 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 		m.Due = due
 		m.Control.Wait = true
 		log.Info("step not ready; waiting", "err", err, "until", due)
+	case errors.Is(err, ErrDeadline):
+		d.stepFailed(t, k, err.Error(), "deadline")
 	case class == Permanent:
 		d.stepFailed(t, k, err.Error(), code)
 	case r.Attempts >= p.MaxAttempts:
@@ -558,7 +569,11 @@ func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
 		_ = t.fire(InNext, k, "continue_on_error: "+msg)
 		return
 	}
-	_ = d.stop(t, StateFailed, "step_failed", fmt.Sprintf("step %s failed: %s", m.Steps[k].ID, msg))
+	reason := "step_failed"
+	if code == "deadline" {
+		reason = "deadline"
+	}
+	_ = d.stop(t, StateFailed, reason, fmt.Sprintf("step %s failed: %s", m.Steps[k].ID, msg))
 }
 
 // compOutcome applies a compensation's result.

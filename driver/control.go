@@ -103,7 +103,19 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 		MissionID: m.ID, Seq: 1, Type: m.Type, TraceID: m.Meta.TraceID, Input: InSubmit,
 		To: m.State, Step: -1, Time: now, Detail: spec.Source,
 	}
-	existing, created, err := d.store.Create(ctx, m, []Event{ev})
+	// The creation commit also starts the mission and begins its first
+	// step: one fsync fewer before the first command goes out. Until a
+	// worker takes the step, Pause and Cancel can still take it back.
+	t := &txn{m: m, now: now, events: []Event{ev}}
+	begun := false
+	if !spec.Hold {
+		act, err := d.settle(t)
+		if err != nil {
+			return nil, false, err
+		}
+		begun = act != actRest
+	}
+	existing, created, err := d.store.Create(ctx, m, t.events)
 	if err != nil {
 		return nil, false, fmt.Errorf("submit %s: %w", spec.Type, err)
 	}
@@ -112,13 +124,15 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 	}
 	snap := m.Clone()
 	d.mu.Lock()
-	e := &entry{m: snap, ready: -1, timer: -1}
+	e := &entry{m: snap, ready: -1, timer: -1, idle: begun}
 	d.entries[m.ID] = e
 	d.placeLocked(e, now)
 	obs := d.observers
 	d.mu.Unlock()
-	for _, o := range obs {
-		o.Observe(ev, snap)
+	for _, ev := range t.events {
+		for _, o := range obs {
+			o.Observe(ev, snap)
+		}
 	}
 	d.signal()
 	return m, true, nil
@@ -128,6 +142,34 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 // it changed. Control operations serialise with the mission's worker
 // through the entry's lock; a step in flight is not interrupted.
 func (d *Driver) control(ctx context.Context, id string, fn func(t *txn, running bool) error) (*Mission, error) {
+	return d.controlEntry(ctx, id, func(t *txn, e *entry, running bool) error { return fn(t, running) })
+}
+
+// unbegin takes back a step that was begun but never handed to a
+// handler, so a pause or cancel need not wait for it to run.
+func (d *Driver) unbegin(t *txn, e *entry, running bool) bool {
+	m := t.m
+	d.mu.Lock()
+	idle := e.idle && !running
+	d.mu.Unlock()
+	if !idle || m.State != StateStepRunning || m.Lease.Owner != d.opts.Owner {
+		return false
+	}
+	r := &m.Results[m.Progress.Step]
+	r.Attempts--
+	r.Status = StepPending
+	if r.Attempts > 0 {
+		r.Status = StepWaiting
+	}
+	m.Progress.Attempt = r.Attempts
+	m.Lease = Lease{}
+	d.mu.Lock()
+	e.idle = false
+	d.mu.Unlock()
+	return true
+}
+
+func (d *Driver) controlEntry(ctx context.Context, id string, fn func(t *txn, e *entry, running bool) error) (*Mission, error) {
 	if err := d.load(ctx); err != nil {
 		return nil, err
 	}
@@ -156,7 +198,7 @@ func (d *Driver) control(ctx context.Context, id string, fn func(t *txn, running
 	d.mu.Unlock()
 	t := d.begin(e)
 	before := t.m.Version
-	if err := fn(t, running); err != nil {
+	if err := fn(t, e, running); err != nil {
 		d.forgetIfTerminal(e)
 		return t.m, err
 	}
@@ -189,7 +231,7 @@ func (d *Driver) forgetIfTerminal(e *entry) {
 // Pause holds a mission at its next step boundary. A mission with a
 // step in flight stays STEP_RUNNING until that step ends.
 func (d *Driver) Pause(ctx context.Context, id string) (*Mission, error) {
-	return d.control(ctx, id, func(t *txn, running bool) error {
+	return d.controlEntry(ctx, id, func(t *txn, e *entry, running bool) error {
 		m := t.m
 		switch {
 		case m.State == StatePaused:
@@ -201,6 +243,10 @@ func (d *Driver) Pause(ctx context.Context, id string) (*Mission, error) {
 		}
 		m.Control.Pause = true
 		t.dirty = true
+		if d.unbegin(t, e, running) {
+			m.Control.Pause = false
+			return t.fire(InPause, m.Progress.Step, "paused before the step ran")
+		}
 		if running || m.State == StateStepRunning {
 			return nil
 		}
@@ -229,7 +275,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (*Mission, error) {
 // Cancel stops a mission: a step in flight finishes (or times out),
 // then completed steps are compensated in reverse order.
 func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
-	return d.control(ctx, id, func(t *txn, running bool) error {
+	return d.controlEntry(ctx, id, func(t *txn, e *entry, running bool) error {
 		m := t.m
 		switch {
 		case m.State.Terminal():
@@ -239,6 +285,9 @@ func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
 		}
 		m.Control.Cancel = true
 		t.dirty = true
+		if d.unbegin(t, e, running) {
+			return d.stop(t, StateCancelled, "cancelled", "cancelled before the step ran")
+		}
 		if running || m.State == StateStepRunning {
 			return nil
 		}

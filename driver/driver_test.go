@@ -166,9 +166,9 @@ func TestSuccess(t *testing.T) {
 	if got.Meta.Finished.IsZero() || got.Meta.Started.IsZero() {
 		t.Errorf("meta times not set: %+v", got.Meta)
 	}
-	// One commit starts the mission and its first step; then one commit
-	// per step: the result of k together with the begin of k+1.
-	eq(t, "saves", st.saves, 4)
+	// The creation commit starts the mission and begins its first step;
+	// then one commit per step: the result of k with the begin of k+1.
+	eq(t, "saves after create", st.saves, 3)
 	keys := map[string]bool{}
 	for _, c := range sc.calls {
 		keys[c.IdempotencyKey] = true
@@ -411,23 +411,25 @@ func TestCancelPendingAndTerminal(t *testing.T) {
 func TestPauseResumeMidMission(t *testing.T) {
 	d, clk, _, sc := fixture(t, Options{})
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a", "b", "c")})
-	d.Step(context.Background()) // a done, b begun (write-ahead)
+	d.Step(context.Background()) // a done, b begun (write-ahead) but not run
 	pm, err := d.Pause(context.Background(), m.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq(t, "pause waits for the boundary", pm.State, StateStepRunning)
+	eq(t, "a step not yet run is taken back", pm.State, StatePaused)
 	drain(t, d, clk)
 	got := get(t, d, m.ID)
 	eq(t, "state", got.State, StatePaused)
-	eq(t, "trace", sc.trace(), []string{"a", "b"})
-	eq(t, "progress", got.Progress.Step, 2)
+	eq(t, "trace", sc.trace(), []string{"a"})
+	eq(t, "progress", got.Progress.Step, 1)
+	eq(t, "b attempts", got.Results[1].Attempts, 0)
 	if _, err := d.Resume(context.Background(), m.ID); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, d, clk)
 	eq(t, "state", get(t, d, m.ID).State, StateSucceeded)
 	eq(t, "trace", sc.trace(), []string{"a", "b", "c"})
+	eq(t, "b attempts", get(t, d, m.ID).Results[1].Attempts, 1)
 	if _, err := d.Resume(context.Background(), m.ID); !errors.Is(err, ErrTerminal) {
 		t.Errorf("resume succeeded mission: %v, want ErrTerminal", err)
 	}
@@ -659,7 +661,9 @@ func TestSaveFailureDoesNotLoseMission(t *testing.T) {
 	st.failNext = errors.New("disk full")
 	st.mu.Unlock()
 	d.Step(context.Background())
-	eq(t, "unchanged after failed save", get(t, d, m.ID).State, StatePending)
+	got := get(t, d, m.ID)
+	eq(t, "unchanged after failed save", got.State, StateStepRunning)
+	eq(t, "a not recorded", got.Results[0].Status, StepRunning)
 	drain(t, d, clk)
 	eq(t, "state", get(t, d, m.ID).State, StateSucceeded)
 }
@@ -698,4 +702,45 @@ func TestHoldThenResume(t *testing.T) {
 	if got.Meta.Started.IsZero() {
 		t.Error("started time not set")
 	}
+}
+
+func TestPauseWaitsForRunningStep(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	inA := make(chan struct{})
+	release := make(chan struct{})
+	sc.do["a"] = func(StepRequest) (map[string]any, error) {
+		close(inA)
+		<-release
+		return nil, nil
+	}
+	m := submit(t, d, Spec{Type: "t", Steps: steps("a", "b")})
+	done := make(chan struct{})
+	go func() { d.Step(context.Background()); close(done) }()
+	<-inA
+	pm, err := d.Pause(context.Background(), m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "pause waits for the running step", pm.State, StateStepRunning)
+	close(release)
+	<-done
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	eq(t, "state", got.State, StatePaused)
+	eq(t, "a done", got.Results[0].Status, StepSucceeded)
+	eq(t, "trace", sc.trace(), []string{"a"})
+}
+
+func TestCancelBeforeFirstStepRuns(t *testing.T) {
+	d, _, _, sc := fixture(t, Options{})
+	m := submit(t, d, Spec{Type: "t", Steps: steps("a!", "b!")})
+	eq(t, "begun at submit", m.State, StateStepRunning)
+	got, err := d.Cancel(context.Background(), m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "state", got.State, StateCancelled)
+	d.Step(context.Background())
+	eq(t, "nothing ran", len(sc.trace()), 0)
+	eq(t, "a skipped", get(t, d, m.ID).Results[0].Status, StepSkipped)
 }

@@ -21,6 +21,10 @@ type entry struct {
 	backoff time.Time
 	// woken is set by Wake and consumed by the next advance.
 	woken bool
+	// idle means the mission's current step was begun (committed
+	// STEP_RUNNING under our lease) but no worker has executed it yet, so
+	// a pause or cancel may still take it back.
+	idle bool
 }
 
 // readyHeap orders due missions: priority first, then due time, then

@@ -97,6 +97,11 @@ var transitions = map[edge]State{
 	{StateStepRunning, InStepOK}:    StateStepSucceeded,
 	{StateStepRunning, InStepError}: StateStepFailed,
 	{StateStepRunning, InRecover}:   StateStepRunning,
+	// Only for a step begun but never handed to a handler (the driver
+	// knows); one that may have run must finish first.
+	{StateStepRunning, InPause}:      StatePaused,
+	{StateStepRunning, InCancel}:     StateCancelled,
+	{StateStepRunning, InCompensate}: StateCompensating,
 
 	{StateStepSucceeded, InNext}:       StateRunning,
 	{StateStepSucceeded, InPause}:      StatePaused,

@@ -48,8 +48,13 @@ func newFeed(log *slog.Logger, pub publisher, topics agentTopics, gateway string
 	return &feed{log: log, pub: pub, topics: topics, gateway: gateway, q: make(chan eventMsg, 1024)}
 }
 
-// Observe implements driver.Observer.
+// Observe implements driver.Observer. The internal "next" transition
+// (STEP_SUCCEEDED -> RUNNING) carries nothing an app needs and is not
+// published.
 func (f *feed) Observe(ev driver.Event, m *driver.Mission) {
+	if ev.Input == driver.InNext && ev.Error == "" {
+		return
+	}
 	msg := eventMsg{
 		Gateway: f.gateway, MissionID: ev.MissionID, Scene: ev.Type, Seq: ev.Seq, Input: ev.Input,
 		From: ev.From, To: ev.To, Step: ev.Step, StepID: ev.StepID, Steps: len(m.Steps), Attempt: ev.Attempt,
@@ -76,7 +81,10 @@ func (f *feed) Run(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
-			if err := f.pub.Publish(f.topics.Events(msg.MissionID), 1, false, b); err != nil {
+			// QoS 0: progress is advisory and must not cost a broker round
+			// trip per event; the timeline (API) and the hub outbox are the
+			// durable records.
+			if err := f.pub.Publish(f.topics.Events(msg.MissionID), 0, false, b); err != nil {
 				f.log.Debug("publish event", "mission", msg.MissionID, "err", err)
 			}
 		}
