@@ -115,9 +115,8 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	// Submit everything before the loop starts, so the kill cannot come
+	// before every mission is stored.
 	for i := range crashMissions {
 		var steps []driver.Step
 		for j := range crashSteps {
@@ -126,6 +125,9 @@ func TestCrashChild(t *testing.T) {
 		if _, _, err := d.Submit(context.Background(), driver.Spec{Type: "crash", Steps: steps, RequestKey: fmt.Sprintf("req-%d", i)}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	select {} // killed by the parent
 }
