@@ -180,6 +180,10 @@ type Client struct {
 
 	done chan struct{} // closed by Close
 
+	inMu   sync.Mutex
+	inbox  []mqtt.Message // received, not yet applied
+	inWake chan struct{}  // cap 1: the inbox has messages
+
 	mu        sync.Mutex
 	closed    bool
 	ready     chan struct{} // closed while connected and subscribed
@@ -209,6 +213,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		log:     opts.Logger.With("component", "devices", "client_id", opts.ClientID),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
+		inWake:  make(chan struct{}, 1),
 		pending: make(map[ackKey]chan Ack),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
@@ -221,7 +226,11 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		// Subscriptions are remade in onConnect; paho's own resubscription
 		// would race with it.
 		SetResumeSubs(false).
-		SetOrderMatters(false).
+		// In order: availability and state must be applied in the order
+		// the broker sent them, or a quick offline→online could end as
+		// offline. The handler only queues (see receive), so it never
+		// blocks paho's router.
+		SetOrderMatters(true).
 		SetAutoReconnect(true).
 		SetConnectRetry(false).
 		SetConnectTimeout(opts.ConnectTimeout).
@@ -238,6 +247,8 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		po.SetTLSConfig(opts.TLS)
 	}
 	c.paho = mqtt.NewClient(po)
+	c.wg.Add(1)
+	go c.dispatch()
 
 	tok := c.paho.Connect()
 	if err := waitToken(ctx, tok, opts.ConnectTimeout); err != nil {
@@ -301,7 +312,7 @@ func (c *Client) onConnect(pc mqtt.Client) {
 	// Without subscriptions we would be deaf, so keep trying while this
 	// connection lasts; a lost connection calls onConnect again later.
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		tok := pc.SubscribeMultiple(filters, c.onMessage)
+		tok := pc.SubscribeMultiple(filters, c.receive)
 		if tok.WaitTimeout(c.opts.ConnectTimeout) && tok.Error() == nil {
 			break
 		}
@@ -531,11 +542,43 @@ func (c *Client) finish(device string, ack Ack) (Ack, error) {
 	return ack, e
 }
 
-// onMessage is paho's handler for every subscription. With
-// SetOrderMatters(false) paho calls it in its own goroutine per message;
-// it still only decodes and does O(1) work under the mutex, and the hooks
-// it calls must not block.
-func (c *Client) onMessage(_ mqtt.Client, m mqtt.Message) {
+// receive is paho's handler for every subscription. paho calls it in
+// order on its router goroutine, so it only appends the message to the
+// inbox, which never blocks; dispatch processes the inbox in order.
+func (c *Client) receive(_ mqtt.Client, m mqtt.Message) {
+	c.inMu.Lock()
+	c.inbox = append(c.inbox, m)
+	c.inMu.Unlock()
+	select {
+	case c.inWake <- struct{}{}:
+	default: // already signalled
+	}
+}
+
+// dispatch drains the inbox until Close. It is the only goroutine that
+// applies device messages, which keeps them in arrival order.
+func (c *Client) dispatch() {
+	defer c.wg.Done()
+	var batch []mqtt.Message
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.inWake:
+		}
+		c.inMu.Lock()
+		batch, c.inbox = c.inbox, batch[:0]
+		c.inMu.Unlock()
+		for i, m := range batch {
+			c.onMessage(m)
+			batch[i] = nil
+		}
+	}
+}
+
+// onMessage applies one device message: decoding and O(1) work under the
+// mutex. The hooks it calls must not block.
+func (c *Client) onMessage(m mqtt.Message) {
 	id, kind, ok := c.topics.DeviceOf(m.Topic())
 	if !ok || ValidateDeviceID(id) != nil {
 		c.stats.malformed.Add(1)

@@ -14,6 +14,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/simulator"
 )
 
 // reply is what a fake device does with one received command. n counts
@@ -66,7 +67,7 @@ var effectsOf = map[string]map[string]any{
 	"close":    {"position": 0},
 }
 
-func startDevice(t testing.TB, brokerURL, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
+func startDevice(t testing.TB, b *simulator.Broker, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
 	t.Helper()
 	d := &fakeDevice{
 		t: t, id: id, script: script,
@@ -83,7 +84,7 @@ func startDevice(t testing.TB, brokerURL, id string, state map[string]any, scrip
 	if d.script == nil {
 		d.script = func(devices.Command, int) reply { return reply{} }
 	}
-	o := mqtt.NewClientOptions().AddBroker(brokerURL).SetClientID("dev-"+id).
+	o := mqtt.NewClientOptions().AddBroker(b.URL()).SetClientID("dev-"+id).
 		SetOrderMatters(false).SetAutoReconnect(true).SetCleanSession(true).
 		SetMaxReconnectInterval(200*time.Millisecond).SetConnectTimeout(time.Second).
 		SetWill(d.topics.Availability(id), devices.Offline, 1, true).
@@ -128,6 +129,7 @@ func startDevice(t testing.TB, brokerURL, id string, state map[string]any, scrip
 	d.wg.Add(1)
 	go d.loop()
 	t.Cleanup(d.close)
+	closeBrokerFirst(t, b)
 	select {
 	case <-d.ready:
 	case <-time.After(5 * time.Second):
@@ -307,10 +309,10 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 var clientSeq atomic.Int64
 
 // dial connects a Client for a test with short timeouts.
-func dial(t testing.TB, brokerURL string, mod func(*devices.Options)) *devices.Client {
+func dial(t testing.TB, b *simulator.Broker, mod func(*devices.Options)) *devices.Client {
 	t.Helper()
 	o := devices.Options{
-		Broker:     brokerURL,
+		Broker:     b.URL(),
 		ClientID:   fmt.Sprintf("agent-%d", clientSeq.Add(1)),
 		AckTimeout: 300 * time.Millisecond,
 		Logger:     discard(),
@@ -323,7 +325,36 @@ func dial(t testing.TB, brokerURL string, mod func(*devices.Options)) *devices.C
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	closeBrokerFirst(t, b)
 	return c
+}
+
+// waitGone waits until the broker has forgotten a client that
+// disconnected during the test, so that the broker's own Close cannot
+// race with that departure (see closeBrokerFirst). mochi offers no event
+// for it (OnDisconnect runs before the client is deleted), so this polls.
+func waitGone(t testing.TB, b *simulator.Broker, clientID string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := b.Server().Clients.Get(clientID); !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker still has client %s", clientID)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// closeBrokerFirst makes the test's cleanup close the broker before the
+// clients registered so far. mochi v2.7.9 can deadlock in Server.Close
+// when a client disconnects at the same moment (Clients.GetByListener
+// takes its read lock twice, and a Delete from the departing client queues
+// for the write lock in between); idle clients of a closing broker never
+// trigger that.
+func closeBrokerFirst(t testing.TB, b *simulator.Broker) {
+	t.Cleanup(func() { _ = b.Close() })
 }
 
 // waitUntil waits for cond to hold, re-checking at each change of the

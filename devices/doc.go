@@ -1,7 +1,23 @@
-// Package devices speaks the Sortie device protocol over MQTT 3.1.1: it
-// publishes commands, correlates acks by command ID, tracks each device's
-// availability and reported state, and provides the "device.command"
-// step handler for the driver.
+// Package devices speaks the Sortie device protocol over MQTT 3.1.1 and
+// gives the driver its device step handlers.
+//
+// A Client (Dial) holds one paho connection. It publishes commands at
+// QoS 1 and correlates acks by device and command ID (Send), and it
+// tracks each device's availability and last reported state from their
+// retained topics (Available, State, Changed, Options.OnChange). The
+// command ID is the step's idempotency key: a device applies an ID once
+// and re-acks repeats with its first result, so Send may be retried
+// freely; an ack that arrives after its Send gave up is kept and
+// completes the retry without publishing again.
+//
+// A Registry (LoadRegistry) is the catalogue of device types, their
+// actions and parameter limits, and the home's devices, read from TOML
+// (configs/devices.toml). Commands are checked against it before anything
+// is published.
+//
+// Handlers serves the step kinds "device.command", "device.restore" and
+// "device.wait_state"; register them with the driver through
+// Handlers.Register.
 //
 // The wire contract is documented in docs/protocol.md.
 package devices

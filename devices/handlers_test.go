@@ -23,7 +23,7 @@ type rig struct {
 func newRig(t *testing.T, opts devices.HandlerOptions) *rig {
 	t.Helper()
 	b := simulator.TestBroker(t)
-	c := dial(t, b.URL(), nil)
+	c := dial(t, b, nil)
 	h := devices.NewHandlers(c, loadHome(t), opts)
 	r := &rig{broker: b, client: c, h: h, kinds: map[string]driver.Handler{}}
 	h.Register(func(kind string, x driver.Handler) { r.kinds[kind] = x })
@@ -33,7 +33,7 @@ func newRig(t *testing.T, opts devices.HandlerOptions) *rig {
 // device starts a fake device and waits until the client has its state.
 func (r *rig) device(t *testing.T, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
 	t.Helper()
-	d := startDevice(t, r.broker.URL(), id, state, script)
+	d := startDevice(t, r.broker, id, state, script)
 	waitUntil(t, r.client, id, "first state", func() bool { _, ok := r.client.State(id); return ok })
 	return d
 }
