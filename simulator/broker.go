@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // BrokerOptions configures an embedded broker.
@@ -78,8 +79,26 @@ func (b *Broker) Server() *mqtt.Server { return b.srv }
 // more than once.
 func (b *Broker) Close() error {
 	var err error
-	b.once.Do(func() { err = b.srv.Close() })
+	b.once.Do(func() {
+		// mochi v2.7.9's own listener shutdown (Clients.GetByListener)
+		// takes the clients' read lock twice; a client disconnecting at
+		// that moment queues for the write lock between the two, and
+		// Close deadlocks. Closing the listeners first with a closer that
+		// locks once means Server.Close finds them closed and skips its
+		// own.
+		b.srv.Listeners.CloseAll(b.disconnectClients)
+		err = b.srv.Close()
+	})
 	return err
+}
+
+// disconnectClients disconnects the clients of one listener.
+func (b *Broker) disconnectClients(listener string) {
+	for _, cl := range b.srv.Clients.GetAll() {
+		if cl.Net.Listener == listener && !cl.Closed() {
+			_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
 }
 
 // TestBroker starts a broker on 127.0.0.1:0 for a test and closes it in
