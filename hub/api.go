@@ -262,8 +262,15 @@ type ControlRequest struct {
 
 func (a *API) control(w http.ResponseWriter, r *http.Request) {
 	gw := r.PathValue("gw")
-	if _, err := a.st.Gateway(gw); err != nil {
+	g, err := a.st.Gateway(gw)
+	if err != nil {
 		a.fail(w, r, err)
+		return
+	}
+	// A control sent to an offline gateway would be lost (sessions are
+	// clean) and the caller would wait out the timeout for nothing.
+	if g.State != uplink.StateOnline {
+		writeError(w, http.StatusServiceUnavailable, "gateway_offline", fmt.Sprintf("gateway %s is %s; try again when it is online", gw, g.State))
 		return
 	}
 	var req ControlRequest

@@ -139,7 +139,9 @@ func (s *Store) Close() error { return s.db.Close() }
 
 // Register makes configured gateways known before they first connect,
 // so the dashboard lists them (as "unknown") and control requests to
-// them fail as offline rather than as unknown.
+// them fail as offline rather than as unknown. It runs at start-up, when
+// presence recorded by the previous run is stale: gateways seen online
+// become "unknown" until their (retained) status arrives again.
 func (s *Store) Register(now time.Time, ids ...string) error {
 	for _, id := range ids {
 		if err := driver.ValidateID("gateway", id); err != nil {
@@ -149,7 +151,15 @@ func (s *Store) Register(now time.Time, ids ...string) error {
 	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketGateways)
 		for _, id := range ids {
-			if b.Get([]byte(id)) != nil {
+			if raw := b.Get([]byte(id)); raw != nil {
+				var g Gateway
+				if err := json.Unmarshal(raw, &g); err != nil || g.State != StateOnline {
+					continue
+				}
+				g.State, g.Since = StateUnknown, now
+				if err := putJSON(b, []byte(id), &g); err != nil {
+					return err
+				}
 				continue
 			}
 			if err := putJSON(b, []byte(id), &Gateway{ID: id, State: StateUnknown, Since: now}); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 // runFlags are the command-line overrides of run; set flags win over the
@@ -123,6 +124,7 @@ type agent struct {
 	metrics *metrics
 	http    *http.Server
 	httpLn  net.Listener
+	up      *uplink.Uplink
 	closers []func()
 }
 
@@ -170,7 +172,11 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	if a.db, err = store.Open(filepath.Join(dataDir, "missions.db"), store.Options{Logger: log}); err != nil {
+	// With a hub, every event is also written to the outbox in the same
+	// transaction as the change it reports.
+	if a.db, err = store.Open(filepath.Join(dataDir, "missions.db"), store.Options{
+		Logger: log, Outbox: cfg.Hub.URL != "", OutboxMax: cfg.Hub.OutboxMax,
+	}); err != nil {
 		return err
 	}
 	a.closers = append(a.closers, func() {
@@ -230,7 +236,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	a.dev, err = devices.Dial(ctx, devices.Options{
 		Broker: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-devices", Username: cfg.Broker.Username,
 		Password: password, TLS: tlsCfg, Prefix: cfg.Broker.Prefix, AckTimeout: cfg.Broker.AckTimeout.D(),
-		Logger: log.With("component", "devices"),
+		Logger: log,
 		// A device coming online or reporting state may unblock waiting steps.
 		OnChange: func(string) { drv.Wake() },
 	})
@@ -267,6 +273,11 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	a.metrics.watch(drv, a.dev, func() (int, error) { s, err := a.db.Stats(); return s.Missions, err })
 	if counts, err := terminalCounts(ctx, a.db); err == nil {
 		a.metrics.setTerminal(counts)
+	}
+	if cfg.Hub.URL != "" {
+		if err := a.startUplink(); err != nil {
+			return err
+		}
 	}
 	if err := drv.Start(ctx); err != nil {
 		return err
@@ -314,6 +325,9 @@ func (a *agent) serve(ctx context.Context, rf *runFlags) error {
 		})
 	}
 	g.Go(func() error { return a.retention(gctx) })
+	if a.up != nil {
+		g.Go(func() error { return a.up.Run(gctx) })
+	}
 	if rf.trigger != "" {
 		if err := a.selfTrigger(rf.trigger); err != nil {
 			a.log.Error("demo trigger", "err", err)

@@ -95,6 +95,29 @@ type SimulatorConfig struct {
 // HubConfig connects the agent to a hub (store-and-forward sync).
 type HubConfig struct {
 	URL string `toml:"url"` // "" disables sync
+	// Username defaults to the gateway ID, which is what the hub's ACL
+	// expects.
+	Username     string `toml:"username"`
+	Password     string `toml:"password"`
+	PasswordFile string `toml:"password_file"`
+	CAFile       string `toml:"ca_file"`
+	CertFile     string `toml:"cert_file"`
+	KeyFile      string `toml:"key_file"`
+	Insecure     bool   `toml:"insecure_skip_verify"`
+	Prefix       string `toml:"prefix"`
+	// OutboxMax bounds the events kept for the hub while it is
+	// unreachable; past it, each mission keeps only its latest event.
+	OutboxMax int             `toml:"outbox_max"`
+	Heartbeat driver.Duration `toml:"heartbeat"`
+}
+
+// broker views the hub connection settings as a BrokerConfig, to share
+// the TLS and password handling.
+func (h HubConfig) broker() BrokerConfig {
+	return BrokerConfig{
+		URL: h.URL, Username: h.Username, Password: h.Password, PasswordFile: h.PasswordFile,
+		CAFile: h.CAFile, CertFile: h.CertFile, KeyFile: h.KeyFile, Insecure: h.Insecure,
+	}
 }
 
 // RetentionConfig bounds how many finished missions are kept.
@@ -118,6 +141,7 @@ func DefaultConfig() Config {
 			AckTimeout: driver.Duration(2 * time.Second),
 		},
 		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080"},
+		Hub:    HubConfig{Prefix: "sortie", OutboxMax: 10000, Heartbeat: driver.Duration(30 * time.Second)},
 		Log:    LogConfig{Level: "info", Format: "text"},
 		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second)},
 		Retention: RetentionConfig{
@@ -240,6 +264,15 @@ func (c Config) Validate(file string) error {
 	if c.Hub.URL != "" {
 		if u, err := url.Parse(c.Hub.URL); err != nil || u.Host == "" {
 			return bad("hub.url", "%q is not a broker URL like tcp://hub:1883", c.Hub.URL)
+		}
+		if (c.Hub.CertFile == "") != (c.Hub.KeyFile == "") {
+			return bad("hub.cert_file", "cert_file and key_file go together")
+		}
+		if c.Hub.Prefix == "" || strings.ContainsAny(c.Hub.Prefix, "+#") {
+			return bad("hub.prefix", "%q must be non-empty and without wildcards", c.Hub.Prefix)
+		}
+		if c.Hub.Heartbeat <= 0 {
+			return bad("hub.heartbeat", "must be positive")
 		}
 	}
 	if c.Retention.MaxCount < 0 {

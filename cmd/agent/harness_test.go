@@ -22,9 +22,9 @@ import (
 	"github.com/sortie-edge/sortie/simulator"
 )
 
-// agentBin is the agent binary built once for the tests that need a real
-// process (signals, crashes, restarts).
-var agentBin string
+// agentBin and hubBin are the binaries built once for the tests that need
+// real processes (signals, crashes, restarts).
+var agentBin, hubBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sortie-agent-test")
@@ -32,16 +32,19 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	agentBin = filepath.Join(dir, "agent")
-	args := []string{"build", "-o", agentBin}
+	agentBin, hubBin = filepath.Join(dir, "agent"), filepath.Join(dir, "hub")
+	var flags []string
 	if raceEnabled {
-		args = append(args, "-race")
+		flags = append(flags, "-race")
 	}
-	cmd := exec.Command("go", append(args, ".")...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build agent:", err)
-		os.Exit(1)
+	for _, b := range []struct{ out, pkg string }{{agentBin, "."}, {hubBin, "../hub"}} {
+		args := append(append([]string{"build", "-o", b.out}, flags...), b.pkg)
+		cmd := exec.Command("go", args...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", b.pkg, err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -58,6 +61,7 @@ func repoPath(t testing.TB, p string) string {
 // test process (so they survive the agent's restarts), and an app client.
 type testEnv struct {
 	t       *testing.T
+	gw      string
 	dir     string
 	broker  *simulator.Broker
 	home    *simulator.Home
@@ -86,7 +90,13 @@ type agentProc struct {
 // faults) and an app client, and writes an agent config that uses them.
 func newEnv(t *testing.T, extraConfig string) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, dir: t.TempDir(), replies: map[string]chan map[string]any{}, events: map[string][]eventMsg{}, evCh: make(chan eventMsg, 1024)}
+	return newGatewayEnv(t, "test", extraConfig)
+}
+
+// newGatewayEnv is newEnv for a gateway with the given ID.
+func newGatewayEnv(t *testing.T, gw, extraConfig string) *testEnv {
+	t.Helper()
+	e := &testEnv{t: t, gw: gw, dir: t.TempDir(), replies: map[string]chan map[string]any{}, events: map[string][]eventMsg{}, evCh: make(chan eventMsg, 1024)}
 	e.broker = simulator.TestBroker(t)
 	hc, err := simulator.LoadHome(repoPath(t, "configs/home.toml"))
 	if err != nil {
@@ -104,7 +114,7 @@ func newEnv(t *testing.T, extraConfig string) *testEnv {
 	}
 	t.Cleanup(func() { e.home.Close() })
 
-	opts := paho.NewClientOptions().AddBroker(e.broker.URL()).SetClientID("test-app").SetOrderMatters(false)
+	opts := paho.NewClientOptions().AddBroker(e.broker.URL()).SetClientID("test-app-" + gw).SetOrderMatters(false)
 	e.app = paho.NewClient(opts)
 	if tok := e.app.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("app connect: %v", tok.Error())
@@ -115,16 +125,17 @@ func newEnv(t *testing.T, extraConfig string) *testEnv {
 			t.Fatalf("subscribe %s: %v", topic, tok.Error())
 		}
 	}
-	sub("sortie/gateways/test/replies/#", func(_ paho.Client, m paho.Message) {
+	base := "sortie/gateways/" + gw
+	sub(base+"/replies/#", func(_ paho.Client, m paho.Message) {
 		var r map[string]any
 		if err := json.Unmarshal(m.Payload(), &r); err != nil {
 			t.Errorf("reply is not JSON: %s", m.Payload())
 			return
 		}
-		id := strings.TrimPrefix(m.Topic(), "sortie/gateways/test/replies/")
+		id := strings.TrimPrefix(m.Topic(), base+"/replies/")
 		e.replyChan(id) <- r
 	})
-	sub("sortie/gateways/test/missions/+/events", func(_ paho.Client, m paho.Message) {
+	sub(base+"/missions/+/events", func(_ paho.Client, m paho.Message) {
 		var ev eventMsg
 		if err := json.Unmarshal(m.Payload(), &ev); err != nil {
 			t.Errorf("event is not JSON: %s", m.Payload())
@@ -139,7 +150,7 @@ func newEnv(t *testing.T, extraConfig string) *testEnv {
 		}
 	})
 	e.cfgPath = filepath.Join(e.dir, "agent.toml")
-	cfg := fmt.Sprintf(`gateway_id = "test"
+	cfg := fmt.Sprintf(`gateway_id = %q
 data_dir = %q
 devices = %q
 scenes = %q
@@ -155,7 +166,7 @@ format = "json"
 [driver]
 stop_grace = "5s"
 %s
-`, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), e.broker.URL(), extraConfig)
+`, gw, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), e.broker.URL(), extraConfig)
 	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +266,7 @@ func (p *agentProc) stop(t *testing.T, sig syscall.Signal) int {
 // trigger publishes a raw trigger payload.
 func (e *testEnv) publish(payload string) {
 	e.t.Helper()
-	if tok := e.app.Publish("sortie/gateways/test/trigger", 1, false, payload); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+	if tok := e.app.Publish("sortie/gateways/"+e.gw+"/trigger", 1, false, payload); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		e.t.Fatalf("publish trigger: %v", tok.Error())
 	}
 }

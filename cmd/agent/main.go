@@ -4,6 +4,11 @@
 //	agent run      [-config FILE] [flags]   run the agent
 //	agent validate [-config FILE]           check config, devices and scenes
 //	agent version                           print the version
+//	agent missions list|show|pause|resume|cancel|retry|priority ...
+//	agent trigger  SCENE [key=value ...]    run a scene
+//	agent devices | agent scenes            list devices or scenes
+//
+// The last four talk to a running agent's management API (docs/api.md).
 package main
 
 import (
@@ -52,6 +57,17 @@ Usage:
   agent validate [-config FILE]          check the config, device registry and scenes
   agent version                          print the version
 
+Talking to a running agent (its HTTP API, see docs/api.md):
+  agent missions list [-state S] [-scene X] [-since T] [-limit N] [-json]
+  agent missions show ID [-v] [-json]    a mission and its timeline
+  agent missions pause|resume|cancel|retry ID
+  agent missions priority ID N
+  agent trigger SCENE [key=value ...] [-request-id R]
+  agent devices [-json]                  devices, availability, last state
+  agent scenes [-json]                   scenes and their parameters
+  Each takes -addr HOST:PORT, -token T (or $SORTIE_TOKEN) and -config FILE
+  (to take both from the agent's config); flags may follow arguments.
+
 Run "agent run -h" for the flags of run.
 `
 
@@ -67,6 +83,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args, stdout, stderr)
 	case "validate":
 		err = cmdValidate(args, stdout, stderr)
+	case "missions":
+		err = cmdMissions(ctx, args, newCLIOut(stdout, stderr))
+	case "trigger":
+		err = cmdTrigger(ctx, args, newCLIOut(stdout, stderr))
+	case "devices":
+		err = cmdDevices(ctx, args, newCLIOut(stdout, stderr))
+	case "scenes":
+		err = cmdScenes(ctx, args, newCLIOut(stdout, stderr))
 	case "version":
 		fmt.Fprintln(stdout, "sortie agent", Version)
 	case "help", "-h", "--help":

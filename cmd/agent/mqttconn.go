@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -77,6 +78,16 @@ func dialConn(ctx context.Context, o connOptions) (*conn, error) {
 	})
 	opts.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 		cn.log.Warn("mqtt connection lost; reconnecting", "err", err)
+	})
+	// paho retries silently; say why, at most every 30s.
+	var lastFail atomic.Int64
+	opts.SetConnectionNotificationHandler(func(_ mqtt.Client, n mqtt.ConnectionNotification) {
+		if f, ok := n.(mqtt.ConnectionNotificationFailed); ok {
+			now, last := time.Now().UnixNano(), lastFail.Load()
+			if now-last >= int64(30*time.Second) && lastFail.CompareAndSwap(last, now) {
+				cn.log.Warn("cannot connect to the broker; retrying", "broker", o.URL, "err", f.Reason)
+			}
+		}
 	})
 	cn.c = mqtt.NewClient(opts)
 	tok := cn.c.Connect()

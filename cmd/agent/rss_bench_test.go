@@ -62,7 +62,7 @@ func fillFinished(b *testing.B, path string, n int) {
 
 // agentRSS starts the agent binary on dataDir and returns its resident
 // set size once it is ready and has settled.
-func agentRSS(b *testing.B, dataDir string) float64 {
+func agentRSS(b *testing.B, dataDir string) (rss, anon float64) {
 	cfg := filepath.Join(b.TempDir(), "agent.toml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`data_dir = %q
 devices = %q
@@ -97,7 +97,6 @@ format = "json"
 	}()
 	// Resident size after start-up work is done: sample until it stops
 	// growing (bounded).
-	var rss float64
 	for range 20 {
 		r := readRSS(b, cmd.Process.Pid)
 		if r <= rss {
@@ -106,10 +105,16 @@ format = "json"
 		rss = r
 		time.Sleep(100 * time.Millisecond) // sampling interval, not synchronisation
 	}
-	return rss
+	return rss, readAnon(b, cmd.Process.Pid)
 }
 
-func readRSS(b *testing.B, pid int) float64 {
+// readRSS returns VmRSS in MiB; readAnon the anonymous part (heap and
+// stacks), without the file-backed bbolt pages the kernel can reclaim.
+func readRSS(b *testing.B, pid int) float64 { return readStatus(b, pid, "VmRSS:") }
+
+func readAnon(b *testing.B, pid int) float64 { return readStatus(b, pid, "RssAnon:") }
+
+func readStatus(b *testing.B, pid int, field string) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
@@ -117,12 +122,12 @@ func readRSS(b *testing.B, pid int) float64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, _ := strconv.Atoi(strings.Fields(v)[0])
 			return float64(kb) / 1024
 		}
 	}
-	b.Fatal("no VmRSS")
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
 
@@ -136,14 +141,16 @@ func BenchmarkAgentRSS(b *testing.B) {
 	fullDir := b.TempDir()
 	fillFinished(b, filepath.Join(fullDir, "missions.db"), 10000)
 	b.ResetTimer()
-	var idle, full float64
+	var idle, full, idleAnon, fullAnon float64
 	for range b.N {
-		idle = agentRSS(b, idleDir)
-		full = agentRSS(b, fullDir)
+		idle, idleAnon = agentRSS(b, idleDir)
+		full, fullAnon = agentRSS(b, fullDir)
 	}
 	fi, _ := os.Stat(filepath.Join(fullDir, "missions.db"))
 	b.ReportMetric(idle, "rss-idle-MiB")
 	b.ReportMetric(full, "rss-10k-MiB")
+	b.ReportMetric(idleAnon, "anon-idle-MiB")
+	b.ReportMetric(fullAnon, "anon-10k-MiB")
 	b.ReportMetric(float64(fi.Size())/(1<<20), "db-10k-MiB")
 	b.ReportMetric(0, "ns/op")
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
@@ -58,10 +56,13 @@ type publisher interface {
 }
 
 // triggerJob is one unit of work for the trigger goroutine: a trigger
-// payload, or (scene set) a note that a run of scene ended.
+// payload, a decoded trigger whose reply goes to done (HTTP), or (ended
+// set) a note that a run of scene ended.
 type triggerJob struct {
 	payload []byte
 	ended   string
+	trigger *scenes.Trigger
+	done    chan<- scenes.Reply
 }
 
 // triggers turns trigger messages into missions and replies, and runs
@@ -159,11 +160,14 @@ func (t *triggers) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case j := <-t.jobs:
-			if j.ended != "" {
+			switch {
+			case j.ended != "":
 				t.startQueued(ctx, j.ended)
-				continue
+			case j.trigger != nil:
+				j.done <- t.submit(ctx, *j.trigger) // buffered: never blocks
+			default:
+				t.handle(ctx, j.payload)
 			}
-			t.handle(ctx, j.payload)
 		}
 	}
 }
@@ -221,12 +225,6 @@ func (t *triggers) reply(r scenes.Reply) {
 	}
 }
 
-func (t *triggers) reject(tr scenes.Trigger, reason, msg string) {
-	t.metrics.rejected(reason)
-	t.log.Warn("trigger rejected", "request", tr.RequestID, "scene", tr.Scene, "source", tr.Source, "reason", reason, "msg", msg)
-	t.reply(scenes.Reply{RequestID: tr.RequestID, Scene: tr.Scene, Status: scenes.StatusRejected, Reason: reason, Message: msg})
-}
-
 // requestIDOf digs the request ID out of a payload that failed to
 // decode, so the rejection can still reach the sender when possible.
 func requestIDOf(b []byte) string {
@@ -240,78 +238,15 @@ func requestIDOf(b []byte) string {
 	return s
 }
 
-// handle decides and submits one trigger, and replies.
+// handle decodes one MQTT trigger, decides it and replies.
 func (t *triggers) handle(ctx context.Context, payload []byte) {
 	tr, err := scenes.DecodeTrigger(payload)
 	if err != nil {
-		var te *scenes.TriggerError
-		if !errors.As(err, &te) {
-			te = &scenes.TriggerError{Reason: scenes.ReasonBadJSON, Msg: err.Error()}
-		}
 		tr.RequestID = requestIDOf(payload)
-		t.reject(tr, te.Reason, te.Msg)
+		t.reply(t.rejectedErr(tr, err, scenes.ReasonBadJSON))
 		return
 	}
-	// A re-sent request returns the mission it made, whatever its state.
-	if m, err := t.driver.Lookup(ctx, tr.RequestID); err == nil {
-		t.accept(tr, m, true)
-		return
-	} else if !errors.Is(err, driver.ErrNotFound) {
-		t.reject(tr, reasonInternal, "looking up the request failed")
-		t.log.Error("lookup request", "request", tr.RequestID, "err", err)
-		return
-	}
-	spec, err := t.cat.Build(tr.Scene, tr.Params)
-	if err != nil {
-		var te *scenes.TriggerError
-		if errors.As(err, &te) {
-			t.reject(tr, te.Reason, te.Msg)
-		} else {
-			t.reject(tr, scenes.ReasonInvalidParam, err.Error())
-		}
-		return
-	}
-	spec.RequestKey = tr.RequestID
-	spec.Source = tr.Source
-	spec.Labels = map[string]string{"gateway": t.gateway}
-	info, _ := t.cat.Scene(tr.Scene)
-	running := t.runs(tr.Scene)
-	switch info.Mode {
-	case scenes.ModeSingle:
-		if len(running) > 0 {
-			t.reject(tr, reasonAlreadyRunning, fmt.Sprintf("scene %s is already running as mission %s (mode single)", tr.Scene, running[0]))
-			return
-		}
-	case scenes.ModeRestart:
-		for _, id := range running {
-			if _, err := t.driver.Cancel(ctx, id); err != nil && !errors.Is(err, driver.ErrTerminal) {
-				t.log.Warn("restart: cancel previous run", "mission", id, "err", err)
-			}
-		}
-	case scenes.ModeQueued:
-		spec.Hold = len(running) > 0
-	}
-	m, created, err := t.driver.Submit(ctx, spec)
-	if err != nil {
-		reason := reasonInternal
-		switch {
-		case errors.Is(err, driver.ErrClosed):
-			reason = reasonShuttingDown
-		case errors.Is(err, driver.ErrInvalid):
-			reason = scenes.ReasonInvalidParam
-		}
-		t.reject(tr, reason, err.Error())
-		return
-	}
-	t.accept(tr, m, !created)
-}
-
-func (t *triggers) accept(tr scenes.Trigger, m *driver.Mission, duplicate bool) {
-	t.log.Info("trigger accepted", "request", tr.RequestID, "scene", m.Type, "mission", m.ID, "trace", m.Meta.TraceID, "source", tr.Source, "duplicate", duplicate)
-	t.reply(scenes.Reply{
-		RequestID: tr.RequestID, Status: scenes.StatusAccepted, MissionID: m.ID, Scene: m.Type,
-		State: m.State, Duplicate: duplicate,
-	})
+	t.reply(t.submit(ctx, tr))
 }
 
 // runs lists the scene's active missions, oldest first.

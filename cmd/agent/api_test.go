@@ -1,0 +1,535 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/store"
+)
+
+// apiScenes are the scenes of the API tests: a held single-mode scene,
+// a parallel one for volume, and one with a bounded trigger parameter.
+const apiScenes = `
+[[scene]]
+name = "solo"
+description = "One step the test lets through."
+mode = "single"
+[[scene.step]]
+id = "hold"
+delay = "1s"
+
+[[scene]]
+name = "many"
+mode = "parallel"
+[[scene.step]]
+delay = "1s"
+[[scene.step]]
+delay = "1s"
+
+[[scene]]
+name = "cool"
+mode = "parallel"
+[[scene.step]]
+device = "living-ac"
+action = "set"
+params = { power = "on", target = { from = "temperature", default = 24 } }
+`
+
+// gate is the step handler of the API tests: it fails on demand, and
+// while hold is set each attempt waits for a release.
+type gate struct {
+	hold    atomic.Bool
+	fail    atomic.Bool
+	entered chan string
+	release chan struct{}
+}
+
+func (g *gate) Execute(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
+	if g.fail.Load() {
+		return nil, driver.PermanentError("broken", errors.New("broken on purpose"))
+	}
+	if g.hold.Load() {
+		g.entered <- req.MissionID
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return nil, nil
+}
+
+// watcher records each mission's latest state and wakes waiters.
+type watcher struct {
+	mu     sync.Mutex
+	states map[string]driver.State
+	ch     chan struct{}
+}
+
+func (w *watcher) Observe(_ driver.Event, m *driver.Mission) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.states[m.ID] = m.State
+	close(w.ch)
+	w.ch = make(chan struct{})
+}
+
+func (w *watcher) wait(t *testing.T, id string, want driver.State) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		w.mu.Lock()
+		got, ch := w.states[id], w.ch
+		w.mu.Unlock()
+		if got == want {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("mission %s is %s, want %s", id, got, want)
+		}
+	}
+}
+
+// fakeDevices stands in for the devices client: the API only reads it.
+type fakeDevices struct {
+	connected atomic.Bool
+	offline   map[string]bool
+	states    map[string]map[string]any
+}
+
+func (f *fakeDevices) Connected() bool          { return f.connected.Load() }
+func (f *fakeDevices) Available(id string) bool { return !f.offline[id] }
+func (f *fakeDevices) State(id string) (map[string]any, bool) {
+	s, ok := f.states[id]
+	return s, ok
+}
+
+// apiFixture is the API over a real driver, a real bbolt store and the
+// real trigger service.
+type apiFixture struct {
+	api   *api
+	srv   *httptest.Server
+	drv   *driver.Driver
+	gate  *gate
+	watch *watcher
+	devs  *fakeDevices
+	token string
+}
+
+func newAPIFixture(t *testing.T, token string) *apiFixture {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := scenes.Parse([]byte(apiScenes), "api.toml", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(filepath.Join(t.TempDir(), "missions.db"), store.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	drv, err := driver.New(driver.Options{Store: db, Logger: log, StopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &apiFixture{
+		drv: drv, token: token,
+		gate:  &gate{entered: make(chan string, 16), release: make(chan struct{})},
+		watch: &watcher{states: map[string]driver.State{}, ch: make(chan struct{})},
+		devs: &fakeDevices{
+			offline: map[string]bool{"living-ac": true},
+			states:  map[string]map[string]any{"living-light": {"power": "on", "brightness": int64(80)}},
+		},
+	}
+	f.devs.connected.Store(true)
+	drv.Register(scenes.DelayKind, f.gate)
+	drv.Register(devices.KindCommand, f.gate)
+	trig := newTriggers(log, cat, drv, discardPublisher{}, newAgentTopics("sortie", "test"), "test", newMetrics())
+	drv.Observe(f.watch)
+	drv.Observe(trig)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := drv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trigDone := make(chan struct{})
+	go func() { defer close(trigDone); _ = trig.Run(ctx) }()
+	f.api = newAPI(apiOptions{Log: log, Token: token, Driver: drv, Devices: f.devs, Registry: reg, Catalog: cat, Triggers: trig})
+	mux := http.NewServeMux()
+	f.api.register(mux)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		f.srv.Close()
+		cancel()
+		<-trigDone
+		// A held step must not keep Stop waiting.
+		f.gate.hold.Store(false)
+		close(f.gate.release)
+		if err := drv.Stop(context.Background()); err != nil {
+			t.Errorf("driver stop: %v", err)
+		}
+	})
+	return f
+}
+
+type discardPublisher struct{}
+
+func (discardPublisher) Publish(string, byte, bool, []byte) error { return nil }
+
+// do calls the API and decodes the answer into out (when not nil).
+func (f *apiFixture) do(t *testing.T, method, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// submit runs scene and returns the new mission's ID.
+func (f *apiFixture) submit(t *testing.T, scene, requestID string) string {
+	t.Helper()
+	var rep scenes.Reply
+	body := `{"scene":"` + scene + `","request_id":"` + requestID + `"}`
+	if code := f.do(t, "POST", "/api/missions", body, &rep); code != http.StatusCreated || rep.MissionID == "" {
+		t.Fatalf("submit %s: %d %+v", scene, code, rep)
+	}
+	return rep.MissionID
+}
+
+// wantError checks an error answer's status and code.
+func (f *apiFixture) wantError(t *testing.T, method, path, body string, status int, code string) apiError {
+	t.Helper()
+	var e apiError
+	if got := f.do(t, method, path, body, &e); got != status || e.Error.Code != code || e.Error.Message == "" {
+		t.Errorf("%s %s: %d %+v, want %d %s with a message", method, path, got, e, status, code)
+	}
+	return e
+}
+
+func TestAPIAuth(t *testing.T) {
+	f := newAPIFixture(t, "s3cret")
+	cases := []struct {
+		name, path, header string
+		want               int
+	}{
+		{"no token", "/api/missions", "", http.StatusUnauthorized},
+		{"wrong token", "/api/missions", "Bearer nope", http.StatusUnauthorized},
+		{"not bearer", "/api/missions", "Basic czNjcmV0", http.StatusUnauthorized},
+		{"prefix of token", "/api/scenes", "Bearer s3c", http.StatusUnauthorized},
+		{"good token", "/api/missions", "Bearer s3cret", http.StatusOK},
+		{"unknown path needs a token too", "/api/nope", "", http.StatusUnauthorized},
+		{"healthz is open", "/healthz", "", http.StatusOK},
+		{"readyz is open", "/readyz", "", http.StatusOK},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", f.srv.URL+c.path, nil)
+			if c.header != "" {
+				req.Header.Set("Authorization", c.header)
+			}
+			resp, err := f.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e apiError
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			if resp.StatusCode != c.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, c.want)
+			}
+			if c.want == http.StatusUnauthorized && (e.Error.Code != codeUnauthorized || resp.Header.Get("WWW-Authenticate") == "") {
+				t.Errorf("401 without the error body or challenge: %+v", e)
+			}
+		})
+	}
+}
+
+func TestAPIBadInput(t *testing.T) {
+	f := newAPIFixture(t, "")
+	id := f.submit(t, "many", "bad-input-1")
+	f.watch.wait(t, id, driver.StateSucceeded)
+	big := `{"scene":"many","request_id":"big","params":{"x":"` + strings.Repeat("a", maxBodySize) + `"}}`
+	mid := `{"scene":"many","request_id":"mid","params":{"x":"` + strings.Repeat("a", scenes.MaxTriggerSize) + `"}}`
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"unknown mission", "GET", "/api/missions/nope", "", 404, codeNotFound},
+		{"control unknown mission", "POST", "/api/missions/nope/cancel", "", 404, codeNotFound},
+		{"unknown action", "POST", "/api/missions/" + id + "/explode", "", 404, codeNotFound},
+		{"unknown endpoint", "GET", "/api/nope", "", 404, codeNotFound},
+		{"wrong method", "DELETE", "/api/missions/" + id, "", 405, codeMethodNotAllowed},
+		{"wrong method on a list", "PUT", "/api/missions", "", 405, codeMethodNotAllowed},
+		{"wrong method on an action", "GET", "/api/missions/" + id + "/cancel", "", 405, codeMethodNotAllowed},
+		{"not json", "POST", "/api/missions", "hello", 400, scenes.ReasonBadJSON},
+		{"trailing data", "POST", "/api/missions", `{"scene":"many"} {}`, 400, scenes.ReasonBadJSON},
+		{"unknown field", "POST", "/api/missions", `{"scene":"many","sceen":"x"}`, 400, scenes.ReasonBadJSON},
+		{"missing scene", "POST", "/api/missions", `{"request_id":"r"}`, 400, scenes.ReasonMissingField},
+		{"unknown scene", "POST", "/api/missions", `{"scene":"nope"}`, 404, scenes.ReasonUnknownScene},
+		{"unsafe request id", "POST", "/api/missions", `{"scene":"many","request_id":"a/b"}`, 400, scenes.ReasonInvalidField},
+		{"param out of range", "POST", "/api/missions", `{"scene":"cool","params":{"temperature":40}}`, 400, scenes.ReasonInvalidParam},
+		{"params not object", "POST", "/api/missions", `{"scene":"cool","params":[1]}`, 400, scenes.ReasonInvalidField},
+		{"body over the API limit", "POST", "/api/missions", big, 413, codeTooLarge},
+		{"trigger over the trigger limit", "POST", "/api/missions", mid, 413, scenes.ReasonTooLarge},
+		{"body on an action", "POST", "/api/missions/" + id + "/cancel", `{"force":true}`, 400, codeBadRequest},
+		{"cancel finished", "POST", "/api/missions/" + id + "/cancel", "", 409, codeConflict},
+		{"pause finished", "POST", "/api/missions/" + id + "/pause", "{}", 409, codeConflict},
+		{"retry succeeded", "POST", "/api/missions/" + id + "/retry", "", 409, codeConflict},
+		{"resume not paused", "POST", "/api/missions/" + id + "/resume", "", 409, codeConflict},
+		{"priority missing", "POST", "/api/missions/" + id + "/priority", `{}`, 400, codeBadRequest},
+		{"priority not a number", "POST", "/api/missions/" + id + "/priority", `{"priority":"high"}`, 400, scenes.ReasonBadJSON},
+		{"priority out of range", "POST", "/api/missions/" + id + "/priority", `{"priority":101}`, 400, codeBadRequest},
+		{"priority of finished", "POST", "/api/missions/" + id + "/priority", `{"priority":10}`, 409, codeConflict},
+		{"bad state", "GET", "/api/missions?state=DONE", "", 400, codeBadRequest},
+		{"bad limit", "GET", "/api/missions?limit=0", "", 400, codeBadRequest},
+		{"limit too big", "GET", "/api/missions?limit=100000", "", 400, codeBadRequest},
+		{"bad since", "GET", "/api/missions?since=yesterday", "", 400, codeBadRequest},
+		{"bad cursor", "GET", "/api/missions?cursor=zz", "", 400, codeBadRequest},
+		{"unknown parameter", "GET", "/api/missions?sate=RUNNING", "", 400, codeBadRequest},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.code == "" {
+				if got := f.do(t, c.method, c.path, c.body, nil); got != c.status {
+					t.Errorf("status %d, want %d", got, c.status)
+				}
+				return
+			}
+			f.wantError(t, c.method, c.path, c.body, c.status, c.code)
+		})
+	}
+	e := f.wantError(t, "GET", "/api/missions/0190nope", "", 404, codeNotFound)
+	if e.Error.Message != "mission 0190nope not found" {
+		t.Errorf("message %q, want it to name the mission", e.Error.Message)
+	}
+}
+
+func TestAPISubmitModesAndIdempotency(t *testing.T) {
+	f := newAPIFixture(t, "")
+	f.gate.hold.Store(true)
+	id := f.submit(t, "solo", "solo-1")
+	<-f.gate.entered
+	var rep scenes.Reply
+	if code := f.do(t, "POST", "/api/missions", `{"scene":"solo","request_id":"solo-1"}`, &rep); code != 200 || !rep.Duplicate || rep.MissionID != id {
+		t.Errorf("repeated request: %d %+v, want 200 duplicate of %s", code, rep, id)
+	}
+	e := f.wantError(t, "POST", "/api/missions", `{"scene":"solo","request_id":"solo-2"}`, 409, reasonAlreadyRunning)
+	if !strings.Contains(e.Error.Message, id) {
+		t.Errorf("already_running message %q does not name %s", e.Error.Message, id)
+	}
+	f.gate.release <- struct{}{}
+	f.watch.wait(t, id, driver.StateSucceeded)
+	// Without a request ID each submit is new; params reach the mission.
+	f.gate.hold.Store(false)
+	var a, b scenes.Reply
+	f.do(t, "POST", "/api/missions", `{"scene":"cool","params":{"temperature":21}}`, &a)
+	f.do(t, "POST", "/api/missions", `{"scene":"cool"}`, &b)
+	if a.MissionID == "" || a.MissionID == b.MissionID || !strings.HasPrefix(a.RequestID, "http-") {
+		t.Fatalf("submits without request IDs: %+v %+v", a, b)
+	}
+	var d missionDetail
+	f.do(t, "GET", "/api/missions/"+a.MissionID, "", &d)
+	var p devices.CommandParams
+	_ = json.Unmarshal(d.Mission.Steps[0].Params, &p)
+	if d.Mission.Meta.Source != "http" || p.Params["target"] != float64(21) {
+		t.Errorf("mission from HTTP: source %q, step params %s", d.Mission.Meta.Source, d.Mission.Steps[0].Params)
+	}
+}
+
+func TestAPIPauseResumeCancelRetry(t *testing.T) {
+	f := newAPIFixture(t, "")
+	f.gate.hold.Store(true)
+	control := func(id, action, body string) missionItem {
+		t.Helper()
+		var it missionItem
+		if code := f.do(t, "POST", "/api/missions/"+id+"/"+action, body, &it); code != 200 {
+			t.Fatalf("%s: status %d", action, code)
+		}
+		return it
+	}
+
+	// Pause while a step runs: requested now, taken at the step boundary.
+	id := f.submit(t, "many", "prc-1")
+	<-f.gate.entered
+	if it := control(id, "pause", ""); !it.Control.Pause || it.State != driver.StateStepRunning {
+		t.Errorf("pause during a step: %+v", it)
+	}
+	f.gate.release <- struct{}{}
+	f.watch.wait(t, id, driver.StatePaused)
+	if it := control(id, "priority", `{"priority":90}`); it.Priority != 90 {
+		t.Errorf("priority: %+v", it)
+	}
+	if it := control(id, "resume", ""); it.State != driver.StateRunning {
+		t.Errorf("resume: %+v", it)
+	}
+	<-f.gate.entered
+	f.gate.release <- struct{}{}
+	f.watch.wait(t, id, driver.StateSucceeded)
+
+	// Cancel while paused.
+	id = f.submit(t, "many", "prc-2")
+	<-f.gate.entered
+	control(id, "pause", "")
+	f.gate.release <- struct{}{}
+	f.watch.wait(t, id, driver.StatePaused)
+	if it := control(id, "cancel", ""); it.State != driver.StateCancelled {
+		t.Errorf("cancel paused: %+v", it)
+	}
+
+	// Retry a failed mission.
+	f.gate.hold.Store(false)
+	f.gate.fail.Store(true)
+	id = f.submit(t, "many", "prc-3")
+	f.watch.wait(t, id, driver.StateFailed)
+	f.gate.fail.Store(false)
+	control(id, "retry", "")
+	f.watch.wait(t, id, driver.StateSucceeded)
+
+	var d missionDetail
+	f.do(t, "GET", "/api/missions/"+id, "", &d)
+	var inputs []string
+	for _, ev := range d.Timeline {
+		inputs = append(inputs, string(ev.Input))
+	}
+	if got := strings.Join(inputs, " "); !strings.Contains(got, "step_error fail retry") || !strings.HasSuffix(got, "complete") {
+		t.Errorf("timeline of the retried mission: %s", got)
+	}
+	if d.Mission.Progress.Gen != 1 {
+		t.Errorf("retried mission has gen %d, want 1", d.Mission.Progress.Gen)
+	}
+}
+
+func TestAPIListPaging(t *testing.T) {
+	f := newAPIFixture(t, "")
+	var ids []string
+	for i := range 5 {
+		id := f.submit(t, "many", "page-"+string(rune('a'+i)))
+		f.watch.wait(t, id, driver.StateSucceeded)
+		ids = append(ids, id)
+	}
+	var got []string
+	cursor, pages := "", 0
+	for {
+		var l missionList
+		path := "/api/missions?limit=2&state=succeeded,failed&scene=many"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		if code := f.do(t, "GET", path, "", &l); code != 200 {
+			t.Fatalf("list: %d", code)
+		}
+		pages++
+		for _, m := range l.Missions {
+			got = append(got, m.ID)
+		}
+		if cursor = l.NextCursor; cursor == "" {
+			break
+		}
+	}
+	want := []string{ids[4], ids[3], ids[2], ids[1], ids[0]}
+	if strings.Join(got, ",") != strings.Join(want, ",") || pages != 3 {
+		t.Errorf("paged list %v in %d pages, want %v in 3 (newest first)", got, pages, want)
+	}
+	var l missionList
+	f.do(t, "GET", "/api/missions?state=FAILED", "", &l)
+	if len(l.Missions) != 0 {
+		t.Errorf("state filter: %d missions, want none", len(l.Missions))
+	}
+	f.do(t, "GET", "/api/missions?since=1h&until="+time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "", &l)
+	if len(l.Missions) != 5 {
+		t.Errorf("since/until: %d missions, want 5", len(l.Missions))
+	}
+}
+
+func TestAPIDevicesAndScenes(t *testing.T) {
+	f := newAPIFixture(t, "")
+	var dl deviceList
+	if code := f.do(t, "GET", "/api/devices", "", &dl); code != 200 || !dl.Connected {
+		t.Fatalf("devices: %d %+v", code, dl)
+	}
+	byID := map[string]deviceItem{}
+	for _, d := range dl.Devices {
+		byID[d.ID] = d
+	}
+	if d := byID["living-light"]; d.Type != "light" || d.Room != "living" || !d.Available || d.State["brightness"] != float64(80) {
+		t.Errorf("living-light: %+v", d)
+	}
+	if d := byID["living-ac"]; d.Available || d.State != nil {
+		t.Errorf("offline living-ac without state: %+v", d)
+	}
+	var sl sceneList
+	f.do(t, "GET", "/api/scenes", "", &sl)
+	if len(sl.Scenes) != 3 {
+		t.Fatalf("scenes: %+v", sl)
+	}
+	cool := sl.Scenes[0]
+	if cool.Name != "cool" || cool.Mode != scenes.ModeParallel || cool.Steps != 1 || len(cool.Params) != 1 ||
+		cool.Params[0].Name != "temperature" || cool.Params[0].Required || cool.Params[0].Default != float64(24) {
+		t.Errorf("scene cool: %+v", cool)
+	}
+	if solo := sl.Scenes[2]; solo.Name != "solo" || solo.Deadline.D() != scenes.DefaultDeadline || solo.Description == "" {
+		t.Errorf("scene solo: %+v", solo)
+	}
+}
+
+func TestAPIReadinessAndShutdown(t *testing.T) {
+	f := newAPIFixture(t, "")
+	var r readiness
+	if code := f.do(t, "GET", "/readyz", "", &r); code != 200 || r.Status != "ready" {
+		t.Errorf("readyz: %d %+v", code, r)
+	}
+	f.devs.connected.Store(false)
+	if code := f.do(t, "GET", "/readyz", "", &r); code != 503 || len(r.Reasons) != 1 || !strings.HasPrefix(r.Reasons[0], "devices:") {
+		t.Errorf("readyz without broker: %d %+v", code, r)
+	}
+	f.devs.connected.Store(true)
+	f.api.shutdown()
+	if code := f.do(t, "GET", "/readyz", "", &r); code != 503 || !strings.Contains(strings.Join(r.Reasons, ";"), "shutting down") {
+		t.Errorf("readyz while stopping: %d %+v", code, r)
+	}
+	f.wantError(t, "POST", "/api/missions", `{"scene":"many"}`, 503, codeShuttingDown)
+	if code := f.do(t, "GET", "/healthz", "", nil); code != 200 {
+		t.Errorf("healthz while stopping: %d", code)
+	}
+}

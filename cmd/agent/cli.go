@@ -1,0 +1,547 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+)
+
+// The client subcommands (missions, trigger, devices, scenes) talk to a
+// running agent's management API.
+
+const (
+	// defaultAPIAddr is where the client looks without -addr or -config.
+	defaultAPIAddr = "127.0.0.1:8080"
+	// tokenEnv holds the API token; safer than -token, which other users
+	// can see in the process list.
+	tokenEnv = "SORTIE_TOKEN"
+	// clientTimeout bounds one API call.
+	clientTimeout = 30 * time.Second
+)
+
+// clientFlags are the flags of every client subcommand.
+type clientFlags struct {
+	addr, token, config string
+	json                bool
+}
+
+func newClientFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
+	cf := &clientFlags{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cf.addr, "addr", "", "agent API address host:port or URL (default: http.listen of -config, else "+defaultAPIAddr+")")
+	fs.StringVar(&cf.token, "token", "", "API token (default: $"+tokenEnv+", else the token of -config)")
+	fs.StringVar(&cf.config, "config", "", "agent config file to take the address and token from")
+	fs.BoolVar(&cf.json, "json", false, "print the API's JSON instead of a table")
+	return fs, cf
+}
+
+// parseArgs parses flags wherever they appear among the arguments
+// ("missions show ID --json"), returning the positional ones.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if len(args) > 0 && args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+}
+
+// client calls the management API.
+type client struct {
+	base  string // http://host:port
+	token string
+	http  *http.Client
+}
+
+// client resolves the address and token: flags, then the environment,
+// then the config file, then the default.
+func (cf *clientFlags) client() (*client, error) {
+	c := &client{token: cf.token, http: &http.Client{Timeout: clientTimeout}}
+	addr := cf.addr
+	if c.token == "" {
+		c.token = os.Getenv(tokenEnv)
+	}
+	if cf.config != "" {
+		cfg, err := LoadConfig(cf.config)
+		if err != nil {
+			return nil, err
+		}
+		if addr == "" {
+			if cfg.HTTP.Listen == "" {
+				return nil, fmt.Errorf("%s: http.listen is empty: the agent serves no API; pass -addr", cf.config)
+			}
+			addr = cfg.HTTP.Listen
+		}
+		if c.token == "" {
+			if c.token, err = httpToken(cfg); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if addr == "" {
+		addr = defaultAPIAddr
+	}
+	base, err := baseURL(addr)
+	if err != nil {
+		return nil, err
+	}
+	c.base = base
+	return c, nil
+}
+
+// baseURL turns a listen address into a URL to dial: a wildcard host
+// means this host.
+func baseURL(addr string) (string, error) {
+	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+		u, err := url.Parse(addr)
+		if err != nil || u.Host == "" {
+			return "", &usageError{fmt.Sprintf("-addr %q is not a URL", addr)}
+		}
+		return strings.TrimSuffix(addr, "/"), nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", &usageError{fmt.Sprintf("-addr %q is not host:port", addr)}
+	}
+	if port == "0" {
+		return "", fmt.Errorf("address %s has port 0 (chosen at start): pass the agent's real address with -addr", addr)
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// callError is an error answer of the API.
+type callError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *callError) Error() string {
+	if e.Status == http.StatusUnauthorized {
+		return fmt.Sprintf("%s (set $%s, -token or -config)", e.Message, tokenEnv)
+	}
+	return e.Message
+}
+
+// call sends one request and returns the raw JSON answer; out, when not
+// nil, receives it decoded.
+func (c *client) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the agent at %s (is it running? see -addr): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		var ae apiError
+		if json.Unmarshal(raw, &ae) != nil || ae.Error.Message == "" {
+			return raw, &callError{Status: resp.StatusCode, Code: "http", Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
+		}
+		return raw, &callError{Status: resp.StatusCode, Code: ae.Error.Code, Message: ae.Error.Message}
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return raw, fmt.Errorf("answer of %s %s is not what this client expects (version mismatch?): %w", method, path, err)
+		}
+	}
+	return raw, nil
+}
+
+// cliOut is where a client subcommand writes.
+type cliOut struct {
+	stdout, stderr io.Writer
+	loc            *time.Location
+	now            func() time.Time
+}
+
+func newCLIOut(stdout, stderr io.Writer) cliOut {
+	return cliOut{stdout: stdout, stderr: stderr, loc: time.Local, now: time.Now}
+}
+
+const missionsUsage = `usage:
+  agent missions list [-state S[,S]] [-scene X] [-since T] [-limit N] [-cursor C] [-json]
+  agent missions show ID [-v] [-json]
+  agent missions pause|resume|cancel|retry ID [-json]
+  agent missions priority ID N [-json]
+(and -addr, -token, -config on each)`
+
+// cmdMissions lists, shows and controls missions.
+func cmdMissions(ctx context.Context, args []string, o cliOut) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return &usageError{"missions needs an action\n" + missionsUsage}
+	}
+	action, args := args[0], args[1:]
+	fs, cf := newClientFlagSet("missions "+action, o.stderr)
+	var (
+		state, scene, since, cursor string
+		limit                       int
+		verbose                     bool
+	)
+	switch action {
+	case "list":
+		fs.StringVar(&state, "state", "", "only these states, comma-separated (e.g. RUNNING,FAILED)")
+		fs.StringVar(&scene, "scene", "", "only this scene")
+		fs.StringVar(&since, "since", "", "only missions created since: RFC 3339 time or duration ago (2h)")
+		fs.StringVar(&cursor, "cursor", "", "continue a list after this cursor")
+		fs.IntVar(&limit, "limit", 50, "at most this many missions")
+	case "show":
+		fs.BoolVar(&verbose, "v", false, "also list every event")
+	case "pause", "resume", "cancel", "retry", "priority":
+	default:
+		return &usageError{fmt.Sprintf("unknown missions action %q\n%s", action, missionsUsage)}
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	want := 1
+	switch action {
+	case "list":
+		want = 0
+	case "priority":
+		want = 2
+	}
+	if len(pos) != want {
+		return &usageError{fmt.Sprintf("missions %s takes %d argument(s), got %d\n%s", action, want, len(pos), missionsUsage)}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "list":
+		q := url.Values{}
+		for k, v := range map[string]string{"state": state, "scene": scene, "since": since, "cursor": cursor} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		q.Set("limit", strconv.Itoa(limit))
+		var list missionList
+		raw, err := c.call(ctx, http.MethodGet, "/api/missions?"+q.Encode(), nil, &list)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			_, err = o.stdout.Write(raw)
+			return err
+		}
+		_, err = io.WriteString(o.stdout, renderList(list, o.loc))
+		return err
+	case "show":
+		var d missionDetail
+		raw, err := c.call(ctx, http.MethodGet, "/api/missions/"+url.PathEscape(pos[0]), nil, &d)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			_, err = o.stdout.Write(raw)
+			return err
+		}
+		if d.Mission == nil {
+			return fmt.Errorf("mission %s: the answer holds no mission", pos[0])
+		}
+		_, err = io.WriteString(o.stdout, renderMission(d.Mission, d.Timeline, viewOptions{Verbose: verbose, Loc: o.loc, Now: o.now()}))
+		return err
+	}
+	var body any
+	if action == "priority" {
+		p, err := strconv.Atoi(pos[1])
+		if err != nil {
+			return &usageError{fmt.Sprintf("priority %q is not a whole number (%d..%d)", pos[1], driver.MinPriority, driver.MaxPriority)}
+		}
+		body = priorityRequest{Priority: &p}
+	}
+	var it missionItem
+	raw, err := c.call(ctx, http.MethodPost, "/api/missions/"+url.PathEscape(pos[0])+"/"+action, body, &it)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		_, err = o.stdout.Write(raw)
+		return err
+	}
+	_, err = fmt.Fprintln(o.stdout, controlLine(action, it))
+	return err
+}
+
+// controlLine says what a control request did; pause and cancel of a
+// mission with a step in flight take effect when that step ends.
+func controlLine(action string, it missionItem) string {
+	switch {
+	case action == "priority":
+		return fmt.Sprintf("mission %s: priority %d (%s)", it.ID, it.Priority, it.State)
+	case action == "cancel" && it.Control.Cancel && !it.State.Terminal():
+		return fmt.Sprintf("mission %s: cancel requested; it stops when the running step ends (%s)", it.ID, it.State)
+	case action == "pause" && it.Control.Pause && it.State != driver.StatePaused:
+		return fmt.Sprintf("mission %s: pause requested; it holds when the running step ends (%s)", it.ID, it.State)
+	}
+	return fmt.Sprintf("mission %s: %s", it.ID, it.State)
+}
+
+// renderList draws a page of missions as a table.
+func renderList(list missionList, loc *time.Location) string {
+	var b strings.Builder
+	if len(list.Missions) == 0 {
+		b.WriteString("no missions\n")
+		return b.String()
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSCENE\tSTATE\tDONE\tCREATED\tDURATION\tSOURCE\tERROR")
+	for _, m := range list.Missions {
+		took := "-"
+		if !m.Finished.IsZero() {
+			took = span(m.Finished.Sub(m.Created))
+		}
+		done := m.Step
+		if m.State == driver.StateSucceeded {
+			done = m.Steps
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", m.ID, m.Scene, m.State, min(done, m.Steps), m.Steps,
+			m.Created.In(loc).Format("2006-01-02 15:04:05"), took, orDash(m.Source), oneLine(m.Error, 60))
+	}
+	_ = tw.Flush()
+	trimmed := trimLines(b.String())
+	b.Reset()
+	b.WriteString(trimmed)
+	if list.NextCursor != "" {
+		fmt.Fprintf(&b, "more: agent missions list -cursor %s\n", list.NextCursor)
+	}
+	return b.String()
+}
+
+// oneLine shortens s to max runes on one line, for table cells.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+const triggerUsage = `usage: agent trigger SCENE [key=value ...] [-request-id R] [-source S] [-json]
+(values that look like numbers or true/false are sent as such; quote them, key='"42"', to send a string)`
+
+// cmdTrigger runs a scene through the API, as an MQTT trigger would.
+func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
+	fs, cf := newClientFlagSet("trigger", o.stderr)
+	requestID := fs.String("request-id", "", "request ID; repeating it returns the same mission (default: a new one)")
+	source := fs.String("source", "cli", "who asks, recorded on the mission")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return &usageError{"trigger needs a scene\n" + triggerUsage}
+	}
+	params := map[string]any{}
+	for _, kv := range pos[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return &usageError{fmt.Sprintf("parameter %q is not key=value\n%s", kv, triggerUsage)}
+		}
+		params[k] = paramValue(v)
+	}
+	req := submitRequest{Scene: pos[0], RequestID: *requestID, Source: *source}
+	if len(params) > 0 {
+		if req.Params, err = json.Marshal(params); err != nil {
+			return err
+		}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var rep scenes.Reply
+	raw, err := c.call(ctx, http.MethodPost, "/api/missions", req, &rep)
+	if err != nil {
+		var ce *callError
+		if errors.As(err, &ce) && ce.Status != http.StatusUnauthorized && ce.Status < 500 {
+			return fmt.Errorf("scene %s rejected (%s): %s", pos[0], ce.Code, ce.Message)
+		}
+		return err
+	}
+	if cf.json {
+		_, err = o.stdout.Write(raw)
+		return err
+	}
+	if rep.Duplicate {
+		_, err = fmt.Fprintf(o.stdout, "request %s was already accepted as mission %s (%s, %s)\n", rep.RequestID, rep.MissionID, rep.Scene, rep.State)
+		return err
+	}
+	_, err = fmt.Fprintf(o.stdout, "mission %s accepted (%s, %s, request %s)\nfollow it: agent missions show %s\n",
+		rep.MissionID, rep.Scene, rep.State, rep.RequestID, rep.MissionID)
+	return err
+}
+
+// jsonNumber matches JSON's number grammar: such values are sent as
+// numbers, exactly as typed.
+var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+// paramValue reads a command-line parameter value: a number or boolean
+// when it looks like one, a string otherwise ("..." forces a string).
+func paramValue(v string) any {
+	switch {
+	case v == "true":
+		return true
+	case v == "false":
+		return false
+	case jsonNumber.MatchString(v):
+		return json.Number(v)
+	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"':
+		return v[1 : len(v)-1]
+	}
+	return v
+}
+
+// cmdDevices lists the registry's devices with their last known state.
+func cmdDevices(ctx context.Context, args []string, o cliOut) error {
+	fs, cf := newClientFlagSet("devices", o.stderr)
+	if pos, err := parseArgs(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return &usageError{fmt.Sprintf("devices takes no arguments, got %q", pos)}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var list deviceList
+	raw, err := c.call(ctx, http.MethodGet, "/api/devices", nil, &list)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		_, err = o.stdout.Write(raw)
+		return err
+	}
+	if !list.Connected {
+		fmt.Fprintln(o.stderr, "warning: the agent is not connected to the broker; availability and state may be stale")
+	}
+	_, err = io.WriteString(o.stdout, renderDevices(list))
+	return err
+}
+
+func renderDevices(list deviceList) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tROOM\tNAME\tONLINE\tSTATE")
+	for _, d := range list.Devices {
+		online := "yes"
+		if !d.Available {
+			online = "NO"
+		}
+		state := "-"
+		if d.State != nil {
+			state = kv(d.State)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Type, orDash(d.Room), orDash(d.Name), online, state)
+	}
+	_ = tw.Flush()
+	return trimLines(b.String())
+}
+
+// cmdScenes lists the scenes the agent can run.
+func cmdScenes(ctx context.Context, args []string, o cliOut) error {
+	fs, cf := newClientFlagSet("scenes", o.stderr)
+	if pos, err := parseArgs(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return &usageError{fmt.Sprintf("scenes takes no arguments, got %q", pos)}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var list sceneList
+	raw, err := c.call(ctx, http.MethodGet, "/api/scenes", nil, &list)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		_, err = o.stdout.Write(raw)
+		return err
+	}
+	_, err = io.WriteString(o.stdout, renderScenes(list))
+	return err
+}
+
+func renderScenes(list sceneList) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMODE\tPRIORITY\tDEADLINE\tSTEPS\tPARAMS\tDESCRIPTION")
+	for _, s := range list.Scenes {
+		var ps []string
+		for _, p := range s.Params {
+			switch {
+			case p.Required:
+				ps = append(ps, p.Name+" (required)")
+			case p.Default != nil:
+				ps = append(ps, fmt.Sprintf("%s=%v", p.Name, p.Default))
+			default:
+				ps = append(ps, p.Name)
+			}
+		}
+		sort.Strings(ps)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Mode, s.Priority, s.Deadline, s.Steps,
+			orDash(strings.Join(ps, " ")), oneLine(orDash(s.Description), 60))
+	}
+	_ = tw.Flush()
+	return trimLines(b.String())
+}

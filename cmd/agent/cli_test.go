@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+)
+
+func TestRenderList(t *testing.T) {
+	list := missionList{
+		Missions: []missionItem{
+			{ID: "0195508a1f400003c0ffee00", Scene: "go_home", State: driver.StateStepRunning, Step: 1, Steps: 3, Source: "alexa", Created: at(60000)},
+			{ID: "0195508a1f400002c0ffee00", Scene: "movie_night", State: driver.StateFailed, Step: 2, Steps: 5, Source: "cli", Created: at(30000), Finished: at(34310),
+				Error: "step 3-front-door failed: gave up after 3 attempts: device jammed; compensation of 2-living-ac failed: ack timeout"},
+			{ID: "0195508a1f400001c0ffee00", Scene: "go_home", State: driver.StateSucceeded, Step: 3, Steps: 3, Created: t0, Finished: at(1250)},
+		},
+		NextCursor: "0000000000000007",
+	}
+	golden(t, "list.golden", renderList(list, time.UTC))
+	if got := renderList(missionList{}, time.UTC); got != "no missions\n" {
+		t.Errorf("empty list: %q", got)
+	}
+}
+
+func TestRenderDevicesAndScenes(t *testing.T) {
+	devs := deviceList{Connected: true, Devices: []deviceItem{
+		{ID: "living-light", Type: "light", Room: "living", Name: "Living room light", Available: true, State: map[string]any{"power": "on", "brightness": 80}},
+		{ID: "front-door", Type: "lock", Available: false},
+	}}
+	sl := sceneList{Scenes: []sceneItem{
+		{Name: "go_home", Mode: scenes.ModeRestart, Priority: 60, Deadline: driver.Duration(2 * time.Minute), Steps: 3,
+			Description: "Welcome home.", Params: []sceneParam{{Name: "temperature", Default: 24}, {Name: "room", Required: true}}},
+		{Name: "good_night", Mode: scenes.ModeSingle, Priority: 70, Deadline: driver.Duration(3 * time.Minute), Steps: 6, Params: []sceneParam{}},
+	}}
+	golden(t, "devices_scenes.golden", renderDevices(devs)+"\n"+renderScenes(sl))
+}
+
+func TestParamValue(t *testing.T) {
+	cases := []struct {
+		in   string
+		want any
+	}{
+		{"23", json.Number("23")},
+		{"-1.5", json.Number("-1.5")},
+		{"1e3", json.Number("1e3")},
+		{"true", true},
+		{"false", false},
+		{"hello", "hello"},
+		{`"42"`, "42"},
+		{"007", "007"},
+		{"NaN", "NaN"},
+		{"", ""},
+		{"1.", "1."},
+	}
+	for _, c := range cases {
+		if got := paramValue(c.in); got != c.want {
+			t.Errorf("paramValue(%q) = %#v, want %#v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestBaseURL(t *testing.T) {
+	cases := []struct{ in, want, err string }{
+		{"127.0.0.1:8080", "http://127.0.0.1:8080", ""},
+		{":8080", "http://127.0.0.1:8080", ""},
+		{"0.0.0.0:9000", "http://127.0.0.1:9000", ""},
+		{"[::]:9000", "http://[::1]:9000", ""},
+		{"http://gw.local:8080/", "http://gw.local:8080", ""},
+		{"127.0.0.1:0", "", "port 0"},
+		{"localhost", "", "not host:port"},
+	}
+	for _, c := range cases {
+		got, err := baseURL(c.in)
+		if got != c.want || (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("baseURL(%q) = %q, %v; want %q, error %q", c.in, got, err, c.want, c.err)
+		}
+	}
+}
+
+// runCLI runs the agent's command line in-process.
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb strings.Builder
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCLIAgainstAPI(t *testing.T) {
+	const token = "cli-s3cret"
+	f := newAPIFixture(t, token)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "agent.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[http]\nlisten = %q\ntoken_file = \"token\"\n", strings.TrimPrefix(f.srv.URL, "http://"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(tokenEnv, "")
+
+	code, out, errOut := runCLI("trigger", "cool", "temperature=21", "-request-id", "cli-1", "-config", cfg)
+	if code != 0 || !strings.Contains(out, "accepted (cool") {
+		t.Fatalf("trigger: exit %d\n%s%s", code, out, errOut)
+	}
+	id := regexp.MustCompile(`mission ([0-9a-f]{24}) accepted`).FindStringSubmatch(out)
+	if id == nil {
+		t.Fatalf("no mission ID in %q", out)
+	}
+	f.watch.wait(t, id[1], driver.StateSucceeded)
+	if code, out, _ := runCLI("trigger", "cool", "-request-id", "cli-1", "-config", cfg); code != 0 || !strings.Contains(out, "already accepted as mission "+id[1]) {
+		t.Errorf("repeated trigger: exit %d %q", code, out)
+	}
+
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string
+		stderr string
+	}{
+		{"list", []string{"missions", "list", "-config", cfg}, 0, []string{"ID", "SCENE", id[1], "SUCCEEDED", "1/1"}, ""},
+		{"list json", []string{"missions", "list", "--json", "-state", "succeeded", "-config", cfg}, 0, []string{`"missions"`, `"id": "` + id[1]}, ""},
+		{"show", []string{"missions", "show", id[1], "-v", "-config", cfg}, 0, []string{"Scene     cool", "State     SUCCEEDED", "living-ac set power=on target=21", "Events (", "complete"}, ""},
+		{"show json", []string{"missions", "show", id[1], "--json", "-config", cfg}, 0, []string{`"timeline"`, `"trace_id"`}, ""},
+		{"show unknown", []string{"missions", "show", "0190abcdef", "-config", cfg}, 1, nil, "agent: mission 0190abcdef not found\n"},
+		{"cancel finished", []string{"missions", "cancel", id[1], "-config", cfg}, 1, nil, "is SUCCEEDED"},
+		{"priority not a number", []string{"missions", "priority", id[1], "high", "-config", cfg}, 2, nil, "not a whole number"},
+		{"unknown scene", []string{"trigger", "nope", "-config", cfg}, 1, nil, "scene nope rejected (unknown_scene)"},
+		{"bad param", []string{"trigger", "cool", "temperature=hot", "-config", cfg}, 1, nil, "invalid_param"},
+		{"param not key=value", []string{"trigger", "cool", "hot", "-config", cfg}, 2, nil, "not key=value"},
+		{"devices", []string{"devices", "-config", cfg}, 0, []string{"living-light", "brightness=80 power=on", "living-ac", "NO"}, ""},
+		{"scenes", []string{"scenes", "-config", cfg}, 0, []string{"cool", "temperature=24", "solo", "parallel"}, ""},
+		{"wrong token", []string{"scenes", "-config", cfg, "-token", "nope"}, 1, nil, "wrong bearer token (set $SORTIE_TOKEN"},
+		{"no agent", []string{"scenes", "-addr", "127.0.0.1:1"}, 1, nil, "cannot reach the agent at http://127.0.0.1:1"},
+		{"missing action", []string{"missions"}, 2, nil, "missions needs an action"},
+		{"unknown action", []string{"missions", "explode", "x"}, 2, nil, `unknown missions action "explode"`},
+		{"missing ID", []string{"missions", "show", "-config", cfg}, 2, nil, "takes 1 argument(s), got 0"},
+		{"unknown flag", []string{"devices", "-bogus"}, 2, nil, "flag provided but not defined"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := runCLI(c.args...)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, c.code, out, errOut)
+			}
+			for _, want := range c.stdout {
+				if !strings.Contains(out, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, out)
+				}
+			}
+			if c.stderr != "" && !strings.Contains(errOut, c.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", c.stderr, errOut)
+			}
+		})
+	}
+
+	// Control through the CLI, with the token from the environment.
+	t.Setenv(tokenEnv, token)
+	addr := strings.TrimPrefix(f.srv.URL, "http://")
+	f.gate.hold.Store(true)
+	id2 := f.submit(t, "many", "cli-2")
+	<-f.gate.entered
+	if code, out, errOut := runCLI("missions", "pause", id2, "-addr", addr); code != 0 || !strings.Contains(out, "pause requested") {
+		t.Errorf("pause: exit %d %q %q", code, out, errOut)
+	}
+	if code, out, _ := runCLI("missions", "priority", id2, "80", "-addr", addr); code != 0 || !strings.Contains(out, "priority 80") {
+		t.Errorf("priority: exit %d %q", code, out)
+	}
+	f.gate.release <- struct{}{}
+	f.watch.wait(t, id2, driver.StatePaused)
+	if code, out, _ := runCLI("missions", "cancel", id2, "-addr", addr); code != 0 || !strings.Contains(out, "CANCELLED") {
+		t.Errorf("cancel: exit %d %q", code, out)
+	}
+}
+
+// TestCLIEndToEnd drives the real agent binary: a trigger over MQTT,
+// then the CLI lists and shows it, and starts a mission of its own.
+func TestCLIEndToEnd(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	r := e.trigger("go_home", "e2e-cli", map[string]any{"temperature": 22})
+	id := r["mission_id"].(string)
+	e.waitState(id, driver.StateSucceeded, 20*time.Second)
+	e.proc.mu.Lock()
+	addr := e.proc.http
+	e.proc.mu.Unlock()
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(agentBin, append(args, "-addr", addr)...)
+		cmd.Env = append(os.Environ(), tokenEnv+"=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("agent %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	list := cli("missions", "list")
+	if !strings.Contains(list, id) || !strings.Contains(list, "SUCCEEDED") || !strings.Contains(list, "go_home") {
+		t.Errorf("missions list lacks the mission:\n%s", list)
+	}
+	show := cli("missions", "show", id)
+	for _, want := range []string{"State     SUCCEEDED", "Source    test  (request e2e-cli)", "living-light-on: living-light turn_on", "living-ac set mode=cool power=on target=22", "succeeded  1 attempt"} {
+		if !strings.Contains(show, want) {
+			t.Errorf("missions show lacks %q:\n%s", want, show)
+		}
+	}
+	out := cli("trigger", "good_night", "-request-id", "e2e-cli-2")
+	m := regexp.MustCompile(`mission ([0-9a-f]{24}) accepted \(good_night`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("agent trigger: %s", out)
+	}
+	e.waitState(m[1], driver.StateSucceeded, 30*time.Second)
+	if dev := cli("devices"); !strings.Contains(dev, "front-door") || !strings.Contains(dev, "locked=true") {
+		t.Errorf("devices after good_night:\n%s", dev)
+	}
+}

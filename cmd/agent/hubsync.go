@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// Heartbeat implements uplink.HeartbeatSource: the device inventory with
+// availability and last reported state, and the number of live missions.
+func (a *agent) Heartbeat(context.Context) uplink.Heartbeat {
+	q := a.drv.Queue()
+	active := 0
+	for _, n := range q.ByState {
+		active += n
+	}
+	hb := uplink.Heartbeat{Active: active}
+	for _, d := range a.reg.Devices {
+		ds := uplink.DeviceState{ID: d.ID, Type: d.Type, Name: d.Name, Room: d.Room, Online: a.dev.Available(d.ID)}
+		if st, ok := a.dev.State(d.ID); ok {
+			ds.State = st
+		}
+		hb.Devices = append(hb.Devices, ds)
+	}
+	return hb
+}
+
+// Control implements uplink.ControlHandler: the hub's requests go through
+// the same paths as local ones (a trigger through the scene modes and
+// request-ID idempotency; the rest to the driver).
+func (a *agent) Control(ctx context.Context, c uplink.Control) uplink.ControlResult {
+	res := uplink.ControlResult{ID: c.ID}
+	fail := func(code string, err error) uplink.ControlResult {
+		res.Error, res.Code = err.Error(), code
+		return res
+	}
+	if c.Action == uplink.ActionTrigger {
+		reqID := c.RequestID
+		if reqID == "" {
+			reqID = "hub-" + c.ID
+		}
+		// Through the trigger decoder, so a hub request is checked and
+		// normalised exactly like one from an app.
+		payload, err := json.Marshal(map[string]any{"scene": c.Scene, "request_id": reqID, "source": "hub", "params": c.Params})
+		if err != nil {
+			return fail("invalid", err)
+		}
+		tr, err := scenes.DecodeTrigger(payload)
+		if err != nil {
+			var te *scenes.TriggerError
+			if errors.As(err, &te) {
+				return fail(te.Reason, errors.New(te.Msg))
+			}
+			return fail("invalid", err)
+		}
+		reply, err := a.trig.call(ctx, tr)
+		if err != nil {
+			return fail("unavailable", err)
+		}
+		if reply.Status != scenes.StatusAccepted {
+			return fail(reply.Reason, errors.New(reply.Message))
+		}
+		res.OK, res.MissionID, res.State = true, reply.MissionID, reply.State
+		return res
+	}
+	var op func(context.Context, string) (*driver.Mission, error)
+	switch c.Action {
+	case uplink.ActionPause:
+		op = a.drv.Pause
+	case uplink.ActionResume:
+		op = a.drv.Resume
+	case uplink.ActionCancel:
+		op = a.drv.Cancel
+	case uplink.ActionRetry:
+		op = a.drv.Retry
+	default:
+		return fail("invalid", fmt.Errorf("unknown action %q", c.Action))
+	}
+	m, err := op(ctx, c.MissionID)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		return fail("not_found", err)
+	case errors.Is(err, driver.ErrTerminal), errors.Is(err, driver.ErrIllegalTransition):
+		return fail("conflict", err)
+	case err != nil:
+		return fail("internal", err)
+	}
+	res.OK, res.MissionID, res.State = true, m.ID, m.State
+	a.log.Info("hub control", "action", c.Action, "mission", m.ID, "state", m.State, "control_id", c.ID)
+	return res
+}
+
+// startUplink connects the store's outbox to the hub.
+func (a *agent) startUplink() error {
+	h := a.cfg.Hub
+	hb := h.broker()
+	password, err := hb.password(a.cfg)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	tlsCfg, err := hb.tlsConfig(a.cfg)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	user := h.Username
+	if user == "" {
+		user = a.cfg.GatewayID
+	}
+	a.up, err = uplink.New(uplink.Options{
+		Broker: h.URL, Gateway: a.cfg.GatewayID, Username: user, Password: password, TLS: tlsCfg,
+		Prefix: h.Prefix, Source: a.db, Heartbeat: a, Control: a,
+		Logger: a.log, Version: Version, HeartbeatInterval: h.Heartbeat.D(),
+	})
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	a.drv.Observe(a.up)
+	return nil
+}

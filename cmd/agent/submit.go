@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+)
+
+// submit decides one decoded trigger and returns the reply to it: the
+// mission a request ID already made, a rejection, or a new mission under
+// the scene's mode. MQTT and HTTP triggers both end here, so they share
+// idempotency and modes. It must run on the trigger goroutine, which is
+// what keeps two triggers of one scene from racing.
+func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
+	// A re-sent request returns the mission it made, whatever its state.
+	if m, err := t.driver.Lookup(ctx, tr.RequestID); err == nil {
+		return t.accepted(tr, m, true)
+	} else if !errors.Is(err, driver.ErrNotFound) {
+		t.log.Error("lookup request", "request", tr.RequestID, "err", err)
+		return t.rejected(tr, reasonInternal, "looking up the request failed")
+	}
+	spec, err := t.cat.Build(tr.Scene, tr.Params)
+	if err != nil {
+		return t.rejectedErr(tr, err, scenes.ReasonInvalidParam)
+	}
+	spec.RequestKey = tr.RequestID
+	spec.Source = tr.Source
+	spec.Labels = map[string]string{"gateway": t.gateway}
+	info, _ := t.cat.Scene(tr.Scene)
+	running := t.runs(tr.Scene)
+	switch info.Mode {
+	case scenes.ModeSingle:
+		if len(running) > 0 {
+			return t.rejected(tr, reasonAlreadyRunning, fmt.Sprintf("scene %s is already running as mission %s (mode single)", tr.Scene, running[0]))
+		}
+	case scenes.ModeRestart:
+		for _, id := range running {
+			if _, err := t.driver.Cancel(ctx, id); err != nil && !errors.Is(err, driver.ErrTerminal) {
+				t.log.Warn("restart: cancel previous run", "mission", id, "err", err)
+			}
+		}
+	case scenes.ModeQueued:
+		spec.Hold = len(running) > 0
+	}
+	m, created, err := t.driver.Submit(ctx, spec)
+	if err != nil {
+		reason := reasonInternal
+		switch {
+		case errors.Is(err, driver.ErrClosed):
+			reason = reasonShuttingDown
+		case errors.Is(err, driver.ErrInvalid):
+			reason = scenes.ReasonInvalidParam
+		}
+		return t.rejected(tr, reason, err.Error())
+	}
+	return t.accepted(tr, m, !created)
+}
+
+// rejectedErr rejects for err, taking the reason and message from a
+// *scenes.TriggerError when there is one and fallback otherwise.
+func (t *triggers) rejectedErr(tr scenes.Trigger, err error, fallback string) scenes.Reply {
+	r := scenes.Rejection(tr.RequestID, tr.Scene, err, fallback)
+	return t.rejected(tr, r.Reason, r.Message)
+}
+
+// rejected counts and logs a rejection and returns its reply.
+func (t *triggers) rejected(tr scenes.Trigger, reason, msg string) scenes.Reply {
+	t.metrics.rejected(reason)
+	t.log.Warn("trigger rejected", "request", tr.RequestID, "scene", tr.Scene, "source", tr.Source, "reason", reason, "msg", msg)
+	return scenes.Reply{RequestID: tr.RequestID, Scene: tr.Scene, Status: scenes.StatusRejected, Reason: reason, Message: msg}
+}
+
+// accepted logs an acceptance and returns its reply.
+func (t *triggers) accepted(tr scenes.Trigger, m *driver.Mission, duplicate bool) scenes.Reply {
+	t.log.Info("trigger accepted", "request", tr.RequestID, "scene", m.Type, "mission", m.ID, "trace", m.Meta.TraceID, "source", tr.Source, "duplicate", duplicate)
+	return scenes.Reply{
+		RequestID: tr.RequestID, Status: scenes.StatusAccepted, MissionID: m.ID, Scene: m.Type,
+		State: m.State, Duplicate: duplicate,
+	}
+}
+
+// errTriggerQueueFull is returned by call when the trigger goroutine is
+// too far behind to take another request.
+var errTriggerQueueFull = errors.New("trigger queue is full")
+
+// call hands a decoded trigger to the trigger goroutine and waits for
+// its reply: the HTTP API's way in. It fails with errTriggerQueueFull
+// when the queue is full, and with ctx's error when ctx ends first (the
+// trigger may still be decided later; its request ID makes a retry
+// safe).
+func (t *triggers) call(ctx context.Context, tr scenes.Trigger) (scenes.Reply, error) {
+	done := make(chan scenes.Reply, 1)
+	select {
+	case t.jobs <- triggerJob{trigger: &tr, done: done}:
+	default:
+		t.metrics.rejected(reasonOverloaded)
+		return scenes.Reply{}, errTriggerQueueFull
+	}
+	select {
+	case r := <-done:
+		return r, nil
+	case <-ctx.Done():
+		return scenes.Reply{}, context.Cause(ctx)
+	}
+}

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// viewOptions says how missions are drawn for a terminal.
+type viewOptions struct {
+	// Verbose appends every event of the timeline.
+	Verbose bool
+	// Loc is the zone times are shown in; nil means UTC.
+	Loc *time.Location
+	// Now dates unfinished missions ("running for 3s"); zero leaves it out.
+	Now time.Time
+}
+
+func (o viewOptions) loc() *time.Location {
+	if o.Loc == nil {
+		return time.UTC
+	}
+	return o.Loc
+}
+
+// stampLayout is how absolute times are shown.
+const stampLayout = "2006-01-02 15:04:05.000 MST"
+
+// renderMission draws a mission and its timeline for people: a header,
+// then each step with its outcome and the story of its attempts (failed
+// attempts with their backoff, not-ready waits, recoveries), then the
+// compensations that undid steps, then (Verbose) every event. It is a
+// pure function of its arguments, so it can be golden-tested.
+func renderMission(m *driver.Mission, evs []driver.Event, o viewOptions) string {
+	var b strings.Builder
+	renderHeader(&b, m, o)
+	notes := stepNotes(m, evs)
+	if m.State.Terminal() || m.State == driver.StateCompensating {
+		b.WriteString("\nSteps\n")
+	} else {
+		fmt.Fprintf(&b, "\nSteps (at %d of %d)\n", min(m.Progress.Step+1, len(m.Steps)), len(m.Steps))
+	}
+	for i, st := range m.Steps {
+		r := driver.StepResult{Status: driver.StepPending}
+		if i < len(m.Results) {
+			r = m.Results[i]
+		}
+		current := !m.State.Terminal() && m.State != driver.StateCompensating && i == m.Progress.Step
+		mark := ""
+		if current {
+			mark = "  <- current"
+		}
+		fmt.Fprintf(&b, "  %d. %s: %s%s\n", i+1, st.ID, stepLabel(st), mark)
+		fmt.Fprintf(&b, "     %s\n", resultLine(r, st.ContinueOnError))
+		writeNotes(&b, notes.forward[i], r)
+	}
+	if order := undoOrder(m, evs); len(order) > 0 {
+		b.WriteString("\nUndo (compensations, in the order they ran)\n")
+		for _, i := range order {
+			u := m.Undo[i]
+			fmt.Fprintf(&b, "  %d. %s: undo: %s\n", i+1, m.Steps[i].ID, undoLabel(m.Steps[i]))
+			fmt.Fprintf(&b, "     %s\n", resultLine(u, false))
+			writeNotes(&b, notes.undo[i], u)
+		}
+	}
+	if o.Verbose {
+		renderEvents(&b, m, evs)
+	}
+	return b.String()
+}
+
+func renderHeader(b *strings.Builder, m *driver.Mission, o viewOptions) {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	stamp := func(t time.Time) string { return t.In(o.loc()).Format(stampLayout) }
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row("Mission", "%s", m.ID)
+	row("Scene", "%s  (priority %d)", m.Type, m.Priority)
+	state := string(m.State)
+	if m.Reason != "" {
+		state += "  (" + m.Reason + ")"
+	}
+	if m.Control.Cancel && !m.State.Terminal() {
+		state += "  cancel requested"
+	} else if m.Control.Pause && m.State != driver.StatePaused {
+		state += "  pause requested"
+	}
+	row("State", "%s", state)
+	if m.Meta.Source != "" || m.Meta.RequestKey != "" {
+		row("Source", "%s  (request %s)", orDash(m.Meta.Source), orDash(m.Meta.RequestKey))
+	}
+	row("Trace", "%s", m.Meta.TraceID)
+	row("Created", "%s", stamp(m.Meta.Created))
+	if !m.Meta.Started.IsZero() {
+		row("Started", "%s  (%s)", stamp(m.Meta.Started), rel(m.Meta.Started.Sub(m.Meta.Created)))
+	}
+	switch {
+	case !m.Meta.Finished.IsZero():
+		row("Finished", "%s  (%s)", stamp(m.Meta.Finished), rel(m.Meta.Finished.Sub(m.Meta.Created)))
+		row("Duration", "%s", span(m.Meta.Finished.Sub(m.Meta.Created)))
+	case !o.Now.IsZero():
+		row("Duration", "%s so far", span(o.Now.Sub(m.Meta.Created)))
+	}
+	if !m.Meta.Deadline.IsZero() {
+		row("Deadline", "%s", stamp(m.Meta.Deadline))
+	}
+	if m.Progress.Gen > 0 {
+		row("Retried", "%s by an operator", times(m.Progress.Gen))
+	}
+	if m.Error != "" {
+		row("Error", "%s", m.Error)
+	}
+	_ = tw.Flush()
+}
+
+// resultLine summarises one step (or compensation) result.
+func resultLine(r driver.StepResult, continueOnError bool) string {
+	parts := []string{string(r.Status)}
+	if r.Status == driver.StepFailed && continueOnError {
+		parts[0] += " (on_error = continue)"
+	}
+	var facts []string
+	if r.Attempts > 0 {
+		facts = append(facts, plural(r.Attempts, "attempt"))
+	}
+	if r.Waits > 0 {
+		facts = append(facts, plural(r.Waits, "not-ready wait"))
+	}
+	if r.Duration > 0 {
+		facts = append(facts, span(r.Duration.D()))
+	}
+	if r.LateAcks > 0 {
+		facts = append(facts, plural(r.LateAcks, "late ack")+" ignored")
+	}
+	if len(facts) > 0 {
+		parts = append(parts, strings.Join(facts, ", "))
+	}
+	return strings.Join(parts, "  ")
+}
+
+// note is one line of a step's story, possibly standing for several
+// identical not-ready waits in a row.
+type note struct {
+	at    time.Duration // since the mission was created
+	last  time.Duration
+	text  string
+	count int
+	key   string // equal keys in a row collapse
+}
+
+type notes struct {
+	forward map[int][]note
+	undo    map[int][]note
+}
+
+// stepNotes turns the events into per-step stories. Events of earlier
+// runs (before an operator retry) are labelled with their run.
+func stepNotes(m *driver.Mission, evs []driver.Event) notes {
+	ns := notes{forward: map[int][]note{}, undo: map[int][]note{}}
+	retried := false
+	for _, ev := range evs {
+		if ev.Input == driver.InRetry {
+			retried = true
+		}
+	}
+	run := 1
+	add := func(to map[int][]note, ev driver.Event, text, key string) {
+		if retried {
+			text = fmt.Sprintf("[run %d] %s", run, text)
+			key = fmt.Sprintf("%d/%s", run, key)
+		}
+		at := ev.Time.Sub(m.Meta.Created)
+		list := to[ev.Step]
+		if n := len(list); n > 0 && key != "" && list[n-1].key == key {
+			list[n-1].count++
+			list[n-1].last = at
+			return
+		}
+		to[ev.Step] = append(list, note{at: at, last: at, text: text, count: 1, key: key})
+	}
+	for _, ev := range evs {
+		undo := ev.From == driver.StateCompensating || ev.Input == driver.InCompBegin || ev.Input == driver.InCompResult
+		target := ns.forward
+		if undo {
+			target = ns.undo
+		}
+		switch ev.Input {
+		case driver.InRetry:
+			run++
+			add(ns.forward, ev, "retried by an operator "+strings.TrimPrefix(ev.Detail, "retry "), "")
+		case driver.InStepError, driver.InCompResult:
+			if ev.Input == driver.InCompResult && ev.Error == "" {
+				continue // the outcome line says it
+			}
+			text, key := failureNote(ev)
+			add(target, ev, text, key)
+		case driver.InRecover:
+			add(target, ev, "recovered after a restart; re-executed with the same idempotency key", "")
+		case driver.InNext:
+			if strings.HasPrefix(ev.Detail, "continue_on_error") {
+				add(ns.forward, ev, "failed; the mission went on (on_error = continue)", "")
+			}
+		}
+	}
+	return ns
+}
+
+// failureNote words one failed attempt: a retry with its backoff, a
+// not-ready wait (which spends no attempt) or a final failure.
+func failureNote(ev driver.Event) (text, key string) {
+	msg := ev.Error + codeSuffix(ev.Code)
+	what := "attempt"
+	if ev.Input == driver.InCompResult {
+		what = "undo attempt"
+	}
+	switch {
+	case ev.Detail == driver.NotReady.String() || ev.Detail == "not_ready":
+		return "not ready, waiting: " + msg, "wait/" + msg
+	case strings.HasPrefix(ev.Detail, "retry in "):
+		return fmt.Sprintf("%s %d failed: %s; %s", what, ev.Attempt, msg, ev.Detail), ""
+	case ev.Detail == "compensation failed":
+		return "undo gave up: " + msg, ""
+	default:
+		return fmt.Sprintf("%s %d failed (%s): %s", what, ev.Attempt, orDash(ev.Detail), msg), ""
+	}
+}
+
+// writeNotes writes a step's story, then its last error unless the
+// story already ends with it.
+func writeNotes(b *strings.Builder, ns []note, r driver.StepResult) {
+	for _, n := range ns {
+		if n.count > 1 {
+			fmt.Fprintf(b, "     %-9s %s  (x%d until %s)\n", rel(n.at), n.text, n.count, rel(n.last))
+			continue
+		}
+		fmt.Fprintf(b, "     %-9s %s\n", rel(n.at), n.text)
+	}
+	if r.Error == "" || r.Status == driver.StepSucceeded {
+		return
+	}
+	if len(ns) == 0 || !strings.Contains(ns[len(ns)-1].text, r.Error) {
+		fmt.Fprintf(b, "     last error%s: %s\n", codeSuffix(r.Code), r.Error)
+	}
+}
+
+// undoOrder lists the steps that have a compensation result, in the
+// order their compensations began (reverse step order by design).
+func undoOrder(m *driver.Mission, evs []driver.Event) []int {
+	seen := map[int]bool{}
+	var order []int
+	has := func(i int) bool { return i >= 0 && i < len(m.Undo) && m.Undo[i].Status != "" && i < len(m.Steps) }
+	for _, ev := range evs {
+		if ev.Input == driver.InCompBegin && has(ev.Step) && !seen[ev.Step] {
+			seen[ev.Step] = true
+			order = append(order, ev.Step)
+		}
+	}
+	for i := len(m.Undo) - 1; i >= 0; i-- {
+		if has(i) && !seen[i] {
+			order = append(order, i)
+		}
+	}
+	return order
+}
+
+// undoLabel says what undoing a step does.
+func undoLabel(st driver.Step) string {
+	c := st.Compensate
+	if c == nil {
+		return "-"
+	}
+	if c.Kind == devices.KindRestore {
+		var p devices.RestoreParams
+		_ = json.Unmarshal(c.Params, &p)
+		if p.Device == "" {
+			p.Device, _ = stepTargetRaw(st.Params)
+		}
+		return "restore " + p.Device + " to its state before the step"
+	}
+	return stepLabel(driver.Step{ID: st.ID, Kind: c.Kind, Params: c.Params})
+}
+
+// renderEvents lists every event with its time since creation.
+func renderEvents(b *strings.Builder, m *driver.Mission, evs []driver.Event) {
+	fmt.Fprintf(b, "\nEvents (%d)\n", len(evs))
+	var table strings.Builder
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SEQ\tTIME\tINPUT\tTRANSITION\tSTEP\tATTEMPT\tNOTE")
+	for _, ev := range evs {
+		step, attempt := "", ""
+		if ev.StepID != "" {
+			step = ev.StepID
+		} else if ev.Step >= 0 && ev.Step < len(m.Steps) {
+			step = m.Steps[ev.Step].ID
+		}
+		if ev.Attempt > 0 {
+			attempt = fmt.Sprint(ev.Attempt)
+		}
+		transition := string(ev.To)
+		if ev.From != "" && ev.From != ev.To {
+			transition = string(ev.From) + " -> " + string(ev.To)
+		}
+		var noteParts []string
+		if ev.Detail != "" {
+			noteParts = append(noteParts, ev.Detail)
+		}
+		if ev.Error != "" {
+			noteParts = append(noteParts, ev.Error+codeSuffix(ev.Code))
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.Seq, rel(ev.Time.Sub(m.Meta.Created)), ev.Input, transition,
+			orDash(step), orDash(attempt), strings.Join(noteParts, ": "))
+	}
+	_ = tw.Flush()
+	b.WriteString(trimLines(table.String()))
+}
+
+// rel shows an offset from the mission's creation: "+1.234s".
+func rel(d time.Duration) string {
+	if d < 0 {
+		return "-" + span(-d)
+	}
+	return "+" + span(d)
+}
+
+// span shows a duration to the millisecond, or to the second past a
+// minute.
+func span(d time.Duration) string {
+	if d >= time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func codeSuffix(code string) string {
+	if code == "" {
+		return ""
+	}
+	return " [" + code + "]"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// trimLines drops trailing spaces, which tabwriter leaves on rows whose
+// last cell is empty.
+func trimLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return strings.Join(lines, "\n")
+}
