@@ -180,10 +180,6 @@ type Client struct {
 
 	done chan struct{} // closed by Close
 
-	inMu   sync.Mutex
-	inbox  []mqtt.Message // received, not yet applied
-	inWake chan struct{}  // cap 1: the inbox has messages
-
 	mu        sync.Mutex
 	closed    bool
 	ready     chan struct{} // closed while connected and subscribed
@@ -213,7 +209,6 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		log:     opts.Logger.With("component", "devices", "client_id", opts.ClientID),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
-		inWake:  make(chan struct{}, 1),
 		pending: make(map[ackKey]chan Ack),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
@@ -228,8 +223,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		SetResumeSubs(false).
 		// In order: availability and state must be applied in the order
 		// the broker sent them, or a quick offline→online could end as
-		// offline. The handler only queues (see receive), so it never
-		// blocks paho's router.
+		// offline. The handler never blocks (see receive).
 		SetOrderMatters(true).
 		SetAutoReconnect(true).
 		SetConnectRetry(false).
@@ -247,8 +241,6 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		po.SetTLSConfig(opts.TLS)
 	}
 	c.paho = mqtt.NewClient(po)
-	c.wg.Add(1)
-	go c.dispatch()
 
 	tok := c.paho.Connect()
 	if err := waitToken(ctx, tok, opts.ConnectTimeout); err != nil {
@@ -543,37 +535,14 @@ func (c *Client) finish(device string, ack Ack) (Ack, error) {
 }
 
 // receive is paho's handler for every subscription. paho calls it in
-// order on its router goroutine, so it only appends the message to the
-// inbox, which never blocks; dispatch processes the inbox in order.
+// order on its router goroutine (SetOrderMatters(true)), which keeps a
+// device's availability and state updates in the order the broker sent
+// them. So it must never block, and it does not: it decodes one bounded
+// payload and does O(1) work under the mutex, and the hooks it calls must
+// not block either. (Handing each message to a goroutine of its own, as
+// SetOrderMatters(false) does, would lose that order.)
 func (c *Client) receive(_ mqtt.Client, m mqtt.Message) {
-	c.inMu.Lock()
-	c.inbox = append(c.inbox, m)
-	c.inMu.Unlock()
-	select {
-	case c.inWake <- struct{}{}:
-	default: // already signalled
-	}
-}
-
-// dispatch drains the inbox until Close. It is the only goroutine that
-// applies device messages, which keeps them in arrival order.
-func (c *Client) dispatch() {
-	defer c.wg.Done()
-	var batch []mqtt.Message
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-c.inWake:
-		}
-		c.inMu.Lock()
-		batch, c.inbox = c.inbox, batch[:0]
-		c.inMu.Unlock()
-		for i, m := range batch {
-			c.onMessage(m)
-			batch[i] = nil
-		}
-	}
+	c.onMessage(m)
 }
 
 // onMessage applies one device message: decoding and O(1) work under the
