@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,8 +44,10 @@ func rawCommitRate(b *testing.B, n int) float64 {
 
 // BenchmarkDriverSteps measures durable steps per second through the
 // driver and the bbolt store with a no-op handler and 3-step missions,
-// with 1 and 64 missions in flight, beside the raw commit rate measured
-// in the same run. Submits are included: they are durable writes too.
+// with 1 and 64 missions in flight (each in-flight slot is a client
+// submitting a mission and waiting for it to finish, back to back),
+// beside the raw commit rate measured in the same run. Submits are
+// included: they are durable writes too.
 func BenchmarkDriverSteps(b *testing.B) {
 	noop := driver.HandlerFunc(func(context.Context, driver.StepRequest) (map[string]any, error) { return nil, nil })
 	for _, conc := range []int{1, 64} {
@@ -54,12 +58,23 @@ func BenchmarkDriverSteps(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer db.Close()
-			slots := make(chan struct{}, conc)
+			var mu sync.Mutex
+			done := map[string]chan struct{}{}
+			waiter := func(id string) chan struct{} {
+				mu.Lock()
+				defer mu.Unlock()
+				ch := done[id]
+				if ch == nil {
+					ch = make(chan struct{}, 1)
+					done[id] = ch
+				}
+				return ch
+			}
 			d, err := driver.New(driver.Options{
 				Store: db, Handlers: map[string]driver.Handler{"noop": noop}, Workers: 64,
 				Observers: []driver.Observer{driver.ObserverFunc(func(ev driver.Event, m *driver.Mission) {
 					if ev.To.Terminal() {
-						<-slots
+						waiter(m.ID) <- struct{}{}
 					}
 				})},
 			})
@@ -70,17 +85,26 @@ func BenchmarkDriverSteps(b *testing.B) {
 				b.Fatal(err)
 			}
 			steps := []driver.Step{{ID: "a", Kind: "noop"}, {ID: "b", Kind: "noop"}, {ID: "c", Kind: "noop"}}
+			var next atomic.Int64
 			b.ResetTimer()
 			start := time.Now()
-			for range b.N {
-				slots <- struct{}{}
-				if _, _, err := d.Submit(context.Background(), driver.Spec{Type: "bench", Steps: steps}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			var wg sync.WaitGroup
 			for range conc {
-				slots <- struct{}{}
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						m, _, err := d.Submit(context.Background(), driver.Spec{Type: "bench", Steps: steps})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						<-waiter(m.ID)
+						mu.Lock()
+						delete(done, m.ID)
+						mu.Unlock()
+					}
+				})
 			}
+			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
 			if err := d.Stop(context.Background()); err != nil {
