@@ -329,9 +329,12 @@ func (c *Client) onConnect(pc mqtt.Client) {
 	c.log.Info("connected", "broker", c.opts.Broker)
 }
 
-func (c *Client) onConnectionLost(_ mqtt.Client, err error) {
+func (c *Client) onConnectionLost(pc mqtt.Client, err error) {
 	c.mu.Lock()
-	if c.connected {
+	// paho runs this in a goroutine of its own; if it is so late that the
+	// next connection is already up, marking us disconnected now would
+	// stall every Send until the connection after that.
+	if c.connected && !pc.IsConnectionOpen() {
 		c.connected = false
 		c.ready = make(chan struct{})
 	}

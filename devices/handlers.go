@@ -33,6 +33,7 @@ const (
 	CodeBadStep       = "invalid_step"   // permanent: the step's params do not decode
 	CodeAckTimeout    = "ack_timeout"    // retryable: no ack in time
 	CodeNotConnected  = "not_connected"  // retryable: the broker connection is down
+	CodeInFlight      = "in_flight"      // retryable: the same command is already waiting for its ack
 	CodeVerifyFailed  = "verify_failed"  // permanent: acked, but the state never matched
 	CodeWaitingState  = "waiting_state"  // not ready: wait_state is still waiting
 	CodeWaitTimeout   = "wait_timeout"   // permanent: wait_state's timeout passed
@@ -241,7 +242,9 @@ func classifySend(err error) error {
 		return driver.RetryableError(CodeAckTimeout, err)
 	case errors.Is(err, ErrInvalidCommand), errors.Is(err, ErrInvalidID):
 		return driver.PermanentError(CodeInvalidParam, err)
-	case errors.Is(err, ErrNotConnected), errors.Is(err, ErrInFlight), errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrInFlight):
+		return driver.RetryableError(CodeInFlight, err)
+	case errors.Is(err, ErrNotConnected), errors.Is(err, ErrClosed):
 		return driver.RetryableError(CodeNotConnected, err)
 	}
 	return err

@@ -331,7 +331,7 @@ func (r *Registry) action(deviceID, action string) (*Action, error) {
 	a := r.Types[d.Type].Actions[action]
 	if a == nil {
 		return nil, &CheckError{Device: deviceID, Action: action, Field: "action",
-			Reason: fmt.Sprintf("a %s has no such action (has %s)", d.Type, strings.Join(sortedKeys(r.Types[d.Type].Actions), ", "))}
+			Reason: fmt.Sprintf("no such action for type %s (it has %s)", d.Type, strings.Join(sortedKeys(r.Types[d.Type].Actions), ", "))}
 	}
 	return a, nil
 }

@@ -91,7 +91,7 @@ func TestCheck(t *testing.T) {
 		{"string too long", "living-speaker", "play", map[string]any{"playlist": strings.Repeat("x", 65)}, "playlist: is 65 bytes long (max 64)", "playlist"},
 		{"unknown param", "living-light", "turn_off", map[string]any{"brightness": 3}, "brightness: unknown param", "brightness"},
 		{"required", "bedroom-curtain", "set_position", nil, "position: missing required param", "position"},
-		{"unknown action", "front-door", "explode", nil, `action "explode": a lock has no such action`, "action"},
+		{"unknown action", "front-door", "explode", nil, `action "explode": no such action for type lock`, "action"},
 		{"unknown device", "garage", "open", nil, `device "garage": unknown device`, "device"},
 		{"unsafe device", "a/+", "open", nil, "invalid device id", "device"},
 		{"null", "living-ac", "set", map[string]any{"target": nil}, "target: null is not a number", "target"},
