@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,10 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/conf"
 )
 
 // Config is the agent's configuration file (configs/agent.toml).
@@ -151,18 +149,7 @@ func DefaultConfig() Config {
 }
 
 // ConfigError names the file and field of a bad setting.
-type ConfigError struct {
-	File  string
-	Field string
-	Msg   string
-}
-
-func (e *ConfigError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("%s: %s", e.File, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s: %s", e.File, e.Field, e.Msg)
-}
+type ConfigError = conf.Error
 
 // LoadConfig reads path over the defaults, rejecting unknown keys.
 // An empty path means defaults relative to the working directory.
@@ -173,30 +160,15 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, nil
 	}
 	cfg.dir = filepath.Dir(path)
-	md, err := toml.DecodeFile(path, &cfg)
-	if err != nil {
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
-			return cfg, &ConfigError{File: path, Msg: fmt.Sprintf("line %d: %s", perr.Position.Line, perr.Message)}
-		}
-		return cfg, &ConfigError{File: path, Msg: err.Error()}
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return cfg, &ConfigError{File: path, Field: keys[0], Msg: "unknown key (all unknown: " + strings.Join(keys, ", ") + ")"}
+	if err := conf.Decode(path, &cfg); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
 
 // Path resolves a path from the config file against its directory.
 func (c Config) Path(p string) string {
-	if p == "" || filepath.IsAbs(p) {
-		return p
-	}
-	return filepath.Join(c.dir, p)
+	return conf.Resolve(c.dir, p)
 }
 
 // Validate checks every field and names the first bad one.

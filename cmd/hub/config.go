@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/conf"
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -117,16 +115,7 @@ func DefaultConfig() Config {
 }
 
 // ConfigError names the file and field of a bad setting.
-type ConfigError struct {
-	File, Field, Msg string
-}
-
-func (e *ConfigError) Error() string {
-	if e.Field == "" {
-		return e.File + ": " + e.Msg
-	}
-	return e.File + ": " + e.Field + ": " + e.Msg
-}
+type ConfigError = conf.Error
 
 // LoadConfig decodes path over the defaults and rejects unknown keys.
 // An empty path means the defaults.
@@ -137,30 +126,15 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, nil
 	}
 	cfg.dir = filepath.Dir(path)
-	md, err := toml.DecodeFile(path, &cfg)
-	if err != nil {
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
-			return cfg, &ConfigError{File: path, Msg: fmt.Sprintf("line %d: %s", perr.Position.Line, perr.Message)}
-		}
-		return cfg, &ConfigError{File: path, Msg: err.Error()}
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return cfg, &ConfigError{File: path, Field: keys[0], Msg: "unknown key (unknown: " + strings.Join(keys, ", ") + ")"}
+	if err := conf.Decode(path, &cfg); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
 
 // path resolves p against the config file's directory.
 func (c Config) path(p string) string {
-	if p == "" || filepath.IsAbs(p) {
-		return p
-	}
-	return filepath.Join(c.dir, p)
+	return conf.Resolve(c.dir, p)
 }
 
 // Validate checks every field and names the first bad one.

@@ -1,0 +1,57 @@
+// Package conf holds what the agent's and the hub's configuration loaders
+// share: strict TOML decoding over defaults, errors that name the file and
+// field, and paths relative to the config file.
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Error names the file and field of a bad setting.
+type Error struct {
+	File  string
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s: %s", e.File, e.Field, e.Msg)
+}
+
+// Decode reads the TOML file at path into v, which holds the defaults,
+// and rejects unknown keys: a misspelt key must not silently leave a
+// default in place.
+func Decode(path string, v any) error {
+	md, err := toml.DecodeFile(path, v)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return &Error{File: path, Msg: fmt.Sprintf("line %d: %s", perr.Position.Line, perr.Message)}
+		}
+		return &Error{File: path, Msg: err.Error()}
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return &Error{File: path, Field: keys[0], Msg: "unknown key (all unknown: " + strings.Join(keys, ", ") + ")"}
+	}
+	return nil
+}
+
+// Resolve makes p relative to dir unless it is empty or absolute.
+func Resolve(dir, p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}
