@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/conf"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/conf"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
