@@ -62,7 +62,7 @@ const (
 // deadline, pause, cancel, begin the next step) and commits that
 // write-ahead, executes at most one step or compensation, then commits
 // the outcome together with the next step's begin.
-func (d *Driver) advance(e *entry) {
+func (d *Driver) advance(e *entry, gen uint64) {
 	e.mu.Lock()
 	locked := true
 	defer func() {
@@ -102,7 +102,7 @@ func (d *Driver) advance(e *entry) {
 	}
 	e.mu.Unlock()
 	locked = false
-	d.execute(e, act)
+	d.execute(e, act, gen)
 }
 
 // begin opens a transaction on a copy of e's latest committed mission.
@@ -357,11 +357,12 @@ func (d *Driver) commit(e *entry, t *txn) bool {
 
 // execute runs the begun step (or compensation), then commits its
 // outcome together with whatever settle decides next.
-func (d *Driver) execute(e *entry, act action) {
+func (d *Driver) execute(e *entry, act action, gen uint64) {
 	d.mu.Lock()
 	m := e.m.Clone()
 	e.idle = false
 	d.mu.Unlock()
+	lease := m.Lease
 	comp := act == actCompExc
 	idx := m.Progress.Step
 	if comp {
@@ -394,7 +395,12 @@ func (d *Driver) execute(e *entry, act action) {
 	d.mu.Unlock()
 	log := d.log.With("mission", m.ID, "trace", m.Meta.TraceID, "step", step.ID, "kind", kind, "attempt", req.Attempt)
 
+	// A handler that ignores its context past the lease is a zombie: the
+	// lease timer gives the step to a new execution (same idempotency
+	// key) and this one's outcome is dropped when it finally returns.
+	stopLease := d.clock.AfterFunc(lease.Expires.Sub(now), func() { d.expire(e, gen, lease) })
 	out, err := d.run(h, req, timeout)
+	stopLease()
 	if d.runCtx.Err() != nil {
 		// Stop ran out of grace and cancelled us: the outcome is unknown, so
 		// leave the step leased and STEP_RUNNING for the next start.
@@ -405,6 +411,13 @@ func (d *Driver) execute(e *entry, act action) {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	d.mu.Lock()
+	lost := e.gen != gen
+	d.mu.Unlock()
+	if lost {
+		log.Warn("step returned after its lease expired; it was re-executed and this outcome is dropped", "err", err)
+		return
+	}
 	t := d.begin(e)
 	m = t.m
 	if m.State != StateStepRunning && m.State != StateCompensating {
@@ -638,4 +651,38 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 		_ = t.fire(InCompResult, j, "retry in "+backoff.Round(time.Millisecond).String())
 		t.annotate(u.Error, code)
 	}
+}
+
+// expire takes a mission away from a worker whose lease ran out (its
+// handler ignored the step timeout) and queues the step to run again,
+// recording the recovery on the timeline.
+func (d *Driver) expire(e *entry, gen uint64, lease Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d.mu.Lock()
+	stale := e.gen != gen || !e.running
+	d.mu.Unlock()
+	if stale {
+		return
+	}
+	t := d.begin(e)
+	if t.m.Lease.Owner != lease.Owner || !t.m.Lease.Expires.Equal(lease.Expires) {
+		return
+	}
+	t.m.Lease = d.lease(t.m, t.now)
+	if err := t.fire(InRecover, d.current(t.m), "lease expired: the handler outlived its timeout; re-executing"); err != nil {
+		d.log.Error("expire lease", "mission", t.m.ID, "err", err)
+		return
+	}
+	if !d.commit(e, t) {
+		return
+	}
+	d.mu.Lock()
+	e.gen++
+	e.running = false
+	e.idle = true
+	d.placeLocked(e, t.now)
+	d.mu.Unlock()
+	d.log.Warn("step lease expired; re-executing with the same idempotency key", "mission", t.m.ID, "step", d.current(t.m))
+	d.signal()
 }

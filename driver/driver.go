@@ -290,7 +290,7 @@ func (d *Driver) loop() {
 			e.running = true
 			d.running++
 			d.workers.Add(1)
-			go d.work(e)
+			go d.work(e, e.gen)
 		}
 		d.armLocked(d.sched.next(), now)
 		d.mu.Unlock()
@@ -310,14 +310,19 @@ func (d *Driver) armLocked(at, now time.Time) {
 	d.timerStop = d.clock.AfterFunc(at.Sub(now), d.signal)
 }
 
-// work advances one mission by one step in a worker goroutine.
-func (d *Driver) work(e *entry) {
+// work advances one mission by one step in a worker goroutine. gen is
+// the entry's generation at dispatch: if the worker's lease expired and
+// the mission was handed to another worker meanwhile, this one no longer
+// owns the entry and leaves it alone (it still held a worker slot).
+func (d *Driver) work(e *entry, gen uint64) {
 	defer d.workers.Done()
-	d.advance(e)
+	d.advance(e, gen)
 	d.mu.Lock()
-	e.running = false
 	d.running--
-	d.placeLocked(e, d.clock.Now())
+	if e.gen == gen {
+		e.running = false
+		d.placeLocked(e, d.clock.Now())
+	}
 	d.mu.Unlock()
 	d.signal()
 }
@@ -334,16 +339,20 @@ func (d *Driver) Step(ctx context.Context) (int, error) {
 	now := d.clock.Now()
 	d.sched.promote(now)
 	var batch []*entry
+	var gens []uint64
 	for e := d.sched.popReady(); e != nil; e = d.sched.popReady() {
 		e.running = true
 		batch = append(batch, e)
+		gens = append(gens, e.gen)
 	}
 	d.mu.Unlock()
-	for _, e := range batch {
-		d.advance(e)
+	for i, e := range batch {
+		d.advance(e, gens[i])
 		d.mu.Lock()
-		e.running = false
-		d.placeLocked(e, d.clock.Now())
+		if e.gen == gens[i] {
+			e.running = false
+			d.placeLocked(e, d.clock.Now())
+		}
 		d.mu.Unlock()
 	}
 	return len(batch), ctx.Err()

@@ -310,3 +310,61 @@ func checkCompensationOrder(t *testing.T, st *memStore, id string) {
 	}
 	check()
 }
+
+// TestZombieStepLeaseExpires: a handler that ignores its context keeps
+// running past timeout + lease grace; the lease timer gives the step to a
+// new execution with the same idempotency key, the mission finishes, and
+// the zombie's late outcome is dropped.
+func TestZombieStepLeaseExpires(t *testing.T) {
+	clk := newFakeClock()
+	st := newMemStore(t)
+	entered := make(chan string, 2)
+	releaseZombie := make(chan struct{})
+	zombieDone := make(chan struct{})
+	var calls atomic.Int32
+	h := HandlerFunc(func(ctx context.Context, req StepRequest) (map[string]any, error) {
+		if calls.Add(1) == 1 {
+			entered <- req.IdempotencyKey
+			<-releaseZombie // ignores ctx
+			defer close(zombieDone)
+			return nil, PermanentError("zombie", errors.New("late and wrong"))
+		}
+		entered <- req.IdempotencyKey
+		return nil, nil
+	})
+	done := make(chan *Mission, 1)
+	d, _ := New(Options{Store: st, Clock: clk, Handlers: map[string]Handler{"test": h},
+		StepTimeout: time.Second, LeaseGrace: time.Second, StopGrace: 100 * time.Millisecond,
+		Observers: []Observer{ObserverFunc(func(ev Event, m *Mission) {
+			if ev.To.Terminal() {
+				done <- m
+			}
+		})}})
+	d.Start(context.Background())
+	m, _, _ := d.Submit(context.Background(), Spec{Type: "t", Steps: steps("a")})
+	first := <-entered
+	clk.Advance(2 * time.Second) // timeout + grace: the lease expires
+	second := <-entered
+	if first != second {
+		t.Errorf("re-execution used key %s, first %s", second, first)
+	}
+	var got *Mission
+	select {
+	case got = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("mission did not finish after the lease expired")
+	}
+	if got.State != StateSucceeded {
+		t.Fatalf("state %s", got.State)
+	}
+	close(releaseZombie)
+	<-zombieDone
+	d.Stop(context.Background())
+	final := get(t, d, m.ID)
+	if final.State != StateSucceeded || final.Results[0].Attempts != 1 {
+		t.Errorf("zombie outcome leaked: state %s attempts %d", final.State, final.Results[0].Attempts)
+	}
+	if in := inputs(t, d, m.ID); !contains(in, "recover") {
+		t.Errorf("no recovery on the timeline: %s", in)
+	}
+}

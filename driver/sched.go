@@ -21,6 +21,9 @@ type entry struct {
 	backoff time.Time
 	// woken is set by Wake and consumed by the next advance.
 	woken bool
+	// gen counts workers that lost the mission to an expired lease; a
+	// worker compares it with the value at its dispatch.
+	gen uint64
 	// idle means the mission's current step was begun (committed
 	// STEP_RUNNING under our lease) but no worker has executed it yet, so
 	// a pause or cancel may still take it back.
