@@ -147,7 +147,7 @@ func (d *Device) connect() (*session, error) {
 	s := &session{lost: make(chan struct{})}
 	opts := paho.NewClientOptions().
 		AddBroker(d.broker).
-		SetClientID(d.clientID).
+		SetClientID(d.nextClientID()).
 		SetCleanSession(true).
 		SetAutoReconnect(false).
 		SetConnectRetry(false).
@@ -167,6 +167,17 @@ func (d *Device) connect() (*session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// nextClientID gives each session its own client ID. A broker may still
+// be tearing down a cut connection when the device comes back; mochi, for
+// one, then drops the subscriptions of whatever client holds the same ID,
+// which would leave the new session deaf.
+func (d *Device) nextClientID() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sessions++
+	return fmt.Sprintf("%s.%d", d.clientID, d.sessions)
 }
 
 // onConnect subscribes to the command topic, then announces the device:
@@ -294,7 +305,17 @@ func (d *Device) run(ctx context.Context) {
 		if d.serve(ctx, s) {
 			// The connection broke on its own: do not hammer the broker.
 			d.pause(ctx, minBackoff)
+			continue
 		}
+		// After a cut, give the broker time to publish the last will
+		// before announcing "online" again, whatever pokes say: the
+		// retained availability must end up "online", not "offline".
+		t := time.NewTimer(minBackoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 }
 

@@ -63,6 +63,7 @@ type Device struct {
 	forcedOff    bool
 	offlineUntil time.Time
 	conn         *session // current connection, nil while offline
+	sessions     int      // sessions opened, for unique client IDs
 	onlineWait   chan struct{}
 }
 

@@ -162,7 +162,7 @@ func TestFaultOffline(t *testing.T) {
 	h, a := rig(t, DeviceConfig{ID: "light", Type: TypeLight}, DeviceConfig{ID: "ac", Type: TypeAC})
 	d := h.Device("light")
 
-	t.Run("SetOnline", func(t *testing.T) {
+	{ // SetOnline
 		d.SetOnline(false)
 		// Nobody publishes "offline" but the broker, as the last will.
 		a.awaitAvail("light", devices.Offline)
@@ -177,8 +177,8 @@ func TestFaultOffline(t *testing.T) {
 		}
 		// It listens again after the reconnect.
 		wantOK(t, a.call("light", "after", "turn_on", ""))
-	})
-	t.Run("GoOffline", func(t *testing.T) {
+	}
+	{ // GoOffline
 		start := time.Now()
 		d.GoOffline(100 * time.Millisecond)
 		a.awaitAvail("light", devices.Offline)
@@ -186,15 +186,15 @@ func TestFaultOffline(t *testing.T) {
 		if el := time.Since(start); el < 100*time.Millisecond {
 			t.Fatalf("back online after %v, want at least 100ms", el)
 		}
-	})
-	t.Run("Scheduled", func(t *testing.T) {
+	}
+	{ // scheduled outages
 		setFaults(t, d, Faults{OfflineEvery: 20 * time.Millisecond, OfflineFor: 20 * time.Millisecond})
 		for range 2 {
 			a.awaitAvail("light", devices.Offline)
 			a.awaitAvail("light", devices.Online)
 		}
 		setFaults(t, d, Faults{})
-	})
+	}
 	// The other device never blinked.
 	select {
 	case m := <-a.ch("availability", "ac"):
