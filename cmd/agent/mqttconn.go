@@ -67,8 +67,11 @@ func dialConn(ctx context.Context, o connOptions) (*conn, error) {
 		// Subscribing waits for the broker; do it off the paho callback.
 		go func() {
 			for topic, h := range subs {
-				if tok := c.Subscribe(topic, 1, h); !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
+				tok := c.Subscribe(topic, 1, h)
+				if !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
 					cn.log.Error("resubscribe", "topic", topic, "err", tokenErr(tok))
+				} else if err := subscribeResult(tok, topic); err != nil {
+					cn.log.Error("resubscribe", "topic", topic, "err", err)
 				}
 			}
 			if o.OnConnect != nil {
@@ -115,8 +118,20 @@ func (cn *conn) Subscribe(topic string, h mqtt.MessageHandler) error {
 	cn.mu.Lock()
 	cn.subs[topic] = h
 	cn.mu.Unlock()
-	if tok := cn.c.Subscribe(topic, 1, h); !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
+	tok := cn.c.Subscribe(topic, 1, h)
+	if !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
 		return fmt.Errorf("subscribe %s: %w", topic, tokenErr(tok))
+	}
+	return subscribeResult(tok, topic)
+}
+
+// subscribeResult turns a refused subscription into an error: paho reports
+// a SUBACK failure code (0x80) as success.
+func subscribeResult(tok mqtt.Token, topic string) error {
+	if st, ok := tok.(*mqtt.SubscribeToken); ok {
+		if code, ok := st.Result()[topic]; ok && code >= 0x80 {
+			return fmt.Errorf("subscribe %s: broker refused (code %#x)", topic, code)
+		}
 	}
 	return nil
 }
