@@ -12,9 +12,18 @@ import (
 // submit decides one decoded trigger and returns the reply to it: the
 // mission a request ID already made, a rejection, or a new mission under
 // the scene's mode. MQTT and HTTP triggers both end here, so they share
-// idempotency and modes. It must run on the trigger goroutine, which is
-// what keeps two triggers of one scene from racing.
+// idempotency and modes. It runs on one of the trigger workers.
 func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
+	// Mode decisions read the scene's active runs and then change them,
+	// and a re-sent request must find its first mission rather than be
+	// judged as a second run: hold the scene's lock across all of it.
+	// Parallel runs need no order (the store's request-key index still
+	// makes concurrent duplicates one mission).
+	if info, ok := t.cat.Scene(tr.Scene); ok && info.Mode != scenes.ModeParallel {
+		l := t.sceneLock(tr.Scene)
+		l.Lock()
+		defer l.Unlock()
+	}
 	// A re-sent request returns the mission it made, whatever its state.
 	if m, err := t.driver.Lookup(ctx, tr.RequestID); err == nil {
 		return t.accepted(tr, m, true)
@@ -82,11 +91,11 @@ func (t *triggers) accepted(tr scenes.Trigger, m *driver.Mission, duplicate bool
 	}
 }
 
-// errTriggerQueueFull is returned by call when the trigger goroutine is
+// errTriggerQueueFull is returned by call when the trigger workers are
 // too far behind to take another request.
 var errTriggerQueueFull = errors.New("trigger queue is full")
 
-// call hands a decoded trigger to the trigger goroutine and waits for
+// call hands a decoded trigger to the trigger workers and waits for
 // its reply: the HTTP API's way in. It fails with errTriggerQueueFull
 // when the queue is full, and with ctx's error when ctx ends first (the
 // trigger may still be decided later; its request ID makes a retry

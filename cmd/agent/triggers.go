@@ -55,7 +55,7 @@ type publisher interface {
 	Publish(topic string, qos byte, retained bool, payload []byte) error
 }
 
-// triggerJob is one unit of work for the trigger goroutine: a trigger
+// triggerJob is one unit of work for the trigger workers: a trigger
 // payload, a decoded trigger whose reply goes to done (HTTP), or (ended
 // set) a note that a run of scene ended.
 type triggerJob struct {
@@ -66,8 +66,8 @@ type triggerJob struct {
 }
 
 // triggers turns trigger messages into missions and replies, and runs
-// the scene modes (single, restart, queued, parallel). All decisions are
-// made on one goroutine so that two triggers of one scene cannot race.
+// the scene modes (single, restart, queued, parallel). Decisions for one
+// scene are serialised by its lock so that two triggers cannot race.
 type triggers struct {
 	log     *slog.Logger
 	cat     *scenes.Catalog
@@ -80,6 +80,7 @@ type triggers struct {
 
 	mu     sync.Mutex
 	active map[string]map[string]activeRun // scene -> mission ID -> run
+	locks  map[string]*sync.Mutex           // scene -> lock over its mode decisions
 }
 
 type activeRun struct {
@@ -92,6 +93,7 @@ func newTriggers(log *slog.Logger, cat *scenes.Catalog, d missionAPI, pub publis
 		log: log, cat: cat, driver: d, pub: pub, topics: topics, gateway: gateway, metrics: m,
 		jobs:   make(chan triggerJob, 256),
 		active: map[string]map[string]activeRun{},
+		locks:  map[string]*sync.Mutex{},
 	}
 }
 
@@ -149,27 +151,51 @@ func (t *triggers) onMessage(_ mqtt.Client, msg mqtt.Message) {
 	}
 }
 
+// triggerWorkers decide triggers concurrently, so one trigger's commit
+// does not hold up the next; triggers of one scene still serialise
+// (sceneLock) unless the scene runs in parallel mode.
+const triggerWorkers = 8
+
 // Run processes jobs until ctx ends. At start it resumes queued runs
 // whose predecessor finished while the agent was down.
 func (t *triggers) Run(ctx context.Context) error {
 	for _, scene := range t.scenesWithRuns() {
 		t.startQueued(ctx, scene)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case j := <-t.jobs:
-			switch {
-			case j.ended != "":
-				t.startQueued(ctx, j.ended)
-			case j.trigger != nil:
-				j.done <- t.submit(ctx, *j.trigger) // buffered: never blocks
-			default:
-				t.handle(ctx, j.payload)
+	var wg sync.WaitGroup
+	for range triggerWorkers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case j := <-t.jobs:
+					switch {
+					case j.ended != "":
+						t.startQueued(ctx, j.ended)
+					case j.trigger != nil:
+						j.done <- t.submit(ctx, *j.trigger) // buffered: never blocks
+					default:
+						t.handle(ctx, j.payload)
+					}
+				}
 			}
-		}
+		})
 	}
+	wg.Wait()
+	return nil
+}
+
+// sceneLock returns the lock that serialises mode decisions for a scene.
+func (t *triggers) sceneLock(scene string) *sync.Mutex {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.locks[scene]
+	if l == nil {
+		l = new(sync.Mutex)
+		t.locks[scene] = l
+	}
+	return l
 }
 
 func (t *triggers) scenesWithRuns() []string {
@@ -187,6 +213,9 @@ func (t *triggers) scenesWithRuns() []string {
 
 // startQueued resumes the oldest held run of scene if no run is going.
 func (t *triggers) startQueued(ctx context.Context, scene string) {
+	l := t.sceneLock(scene)
+	l.Lock()
+	defer l.Unlock()
 	t.mu.Lock()
 	var next string
 	var nextAt time.Time
