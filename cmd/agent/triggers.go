@@ -80,7 +80,7 @@ type triggers struct {
 
 	mu     sync.Mutex
 	active map[string]map[string]activeRun // scene -> mission ID -> run
-	locks  map[string]*sync.Mutex           // scene -> lock over its mode decisions
+	locks  map[string]*sync.Mutex          // scene -> lock over its mode decisions
 }
 
 type activeRun struct {
