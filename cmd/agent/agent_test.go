@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -247,4 +248,58 @@ params = { target = 35 }
 	if err != nil {
 		t.Errorf("shipped config does not validate: %v\n%s", err, ok)
 	}
+}
+
+// TestSceneModes: single rejects a second run, queued holds it until the
+// first ends, restart cancels the first (compensating it).
+func TestSceneModes(t *testing.T) {
+	e := newEnv(t, "")
+	e.start()
+	// A slow bedroom light keeps good_night's first step in flight.
+	slow := simulator.Faults{AckDelay: 300 * time.Millisecond}
+	e.device("bedroom-light").SetFaults(slow)
+	first := e.trigger("good_night", "single-1", nil)["mission_id"].(string)
+	b, _ := json.Marshal(map[string]any{"scene": "good_night", "request_id": "single-2"})
+	e.publish(string(b))
+	if r := e.reply("single-2"); r["status"] != "rejected" || r["reason"] != "already_running" {
+		t.Errorf("second single run: %v", r)
+	}
+	e.waitState(first, driver.StateSucceeded, 30*time.Second)
+	e.device("bedroom-light").SetFaults(simulator.Faults{})
+
+	// queued: the second run waits, paused, and starts when the first ends.
+	e.device("living-light").SetFaults(slow)
+	q1 := e.trigger("leave_home", "queued-1", nil)["mission_id"].(string)
+	r2 := e.trigger("leave_home", "queued-2", nil)
+	if r2["state"] != string(driver.StatePaused) {
+		t.Errorf("queued run state %v, want PAUSED", r2["state"])
+	}
+	q2 := r2["mission_id"].(string)
+	e.waitState(q1, driver.StateSucceeded, 30*time.Second)
+	e.waitState(q2, driver.StateSucceeded, 30*time.Second)
+	e.mu.Lock()
+	var q1End, q2Start time.Time
+	for _, ev := range e.events[q1] {
+		if ev.To.Terminal() {
+			q1End = ev.Time
+		}
+	}
+	for _, ev := range e.events[q2] {
+		if ev.Input == driver.InResume {
+			q2Start = ev.Time
+		}
+	}
+	e.mu.Unlock()
+	if q2Start.IsZero() || q2Start.Before(q1End) {
+		t.Errorf("queued run resumed at %v, before the first ended at %v", q2Start, q1End)
+	}
+	e.device("living-light").SetFaults(simulator.Faults{})
+
+	// restart: the running go_home is cancelled (and undone), the new one runs.
+	e.device("living-ac").SetFaults(simulator.Faults{AckDelay: 500 * time.Millisecond})
+	g1 := e.trigger("go_home", "restart-1", nil)["mission_id"].(string)
+	e.waitEvent(g1, func(ev eventMsg) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
+	g2 := e.trigger("go_home", "restart-2", nil)["mission_id"].(string)
+	e.waitState(g1, driver.StateCancelled, 30*time.Second)
+	e.waitState(g2, driver.StateSucceeded, 30*time.Second)
 }
