@@ -247,7 +247,11 @@ func (d *Driver) Pause(ctx context.Context, id string) (*Mission, error) {
 			m.Control.Pause = false
 			return t.fire(InPause, m.Progress.Step, "paused before the step ran")
 		}
-		if running || m.State == StateStepRunning {
+		// A worker holding the mission now is either executing its step
+		// (STEP_RUNNING: the flag waits for the boundary) or done with
+		// its commits (we hold the entry lock), so anything else can be
+		// settled here.
+		if m.State == StateStepRunning {
 			return nil
 		}
 		_, err := d.settle(t)
@@ -288,7 +292,11 @@ func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
 		if d.unbegin(t, e, running) {
 			return d.stop(t, StateCancelled, "cancelled", "cancelled before the step ran")
 		}
-		if running || m.State == StateStepRunning {
+		// A worker holding the mission now is either executing its step
+		// (STEP_RUNNING: the flag waits for the boundary) or done with
+		// its commits (we hold the entry lock), so anything else can be
+		// settled here.
+		if m.State == StateStepRunning {
 			return nil
 		}
 		_, err := d.settle(t)
