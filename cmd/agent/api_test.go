@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -132,7 +133,7 @@ type apiFixture struct {
 	token string
 }
 
-func newAPIFixture(t *testing.T, token string) *apiFixture {
+func newAPIFixture(t testing.TB, token string) *apiFixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
@@ -533,4 +534,59 @@ func TestAPIReadinessAndShutdown(t *testing.T) {
 	if code := f.do(t, "GET", "/healthz", "", nil); code != 200 {
 		t.Errorf("healthz while stopping: %d", code)
 	}
+}
+
+// FuzzMissionFilter: any query either parses into a filter the store
+// accepts or is refused with an error; it never panics.
+func FuzzMissionFilter(f *testing.F) {
+	for _, q := range []string{"", "state=running,FAILED&scene=go_home", "since=2h&until=2025-03-01T21:30:00Z", "limit=0", "limit=1000", "cursor=zz", "state=", "since=-1h", "x=1"} {
+		f.Add(q)
+	}
+	now := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		flt, err := missionFilter(q, now)
+		if err != nil {
+			return
+		}
+		if flt.Limit < 0 || flt.Limit > store.MaxLimit {
+			t.Errorf("limit %d accepted from %q", flt.Limit, raw)
+		}
+		for _, s := range flt.States {
+			if !s.Valid() {
+				t.Errorf("state %q accepted from %q", s, raw)
+			}
+		}
+	})
+}
+
+// FuzzAPISubmit: whatever the body, a submit answers JSON with a 2xx or
+// a 4xx and a coded error, never a 5xx.
+func FuzzAPISubmit(f *testing.F) {
+	for _, b := range []string{
+		`{"scene":"many"}`, `{"scene":"cool","params":{"temperature":21},"request_id":"r1","source":"fuzz"}`,
+		`{"scene":"cool","params":{"temperature":1e400}}`, `{"scene":"solo","params":{"a":[1]}}`, `{}`, `[]`, `null`, `{"scene":"x/y"}`,
+		`{"scene":"many","request_id":"` + strings.Repeat("r", 200) + `"}`, "\x00", `{"scene":"many"}garbage`,
+	} {
+		f.Add(b)
+	}
+	fx := newAPIFixture(f, "")
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", "/api/missions", strings.NewReader(body))
+		fx.srv.Config.Handler.ServeHTTP(rec, req)
+		var e apiError
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+			t.Fatalf("answer to %q is not JSON: %v: %s", body, err, rec.Body)
+		}
+		switch {
+		case rec.Code == 200 || rec.Code == 201:
+		case rec.Code >= 400 && rec.Code < 500 && e.Error.Code != "" && e.Error.Message != "":
+		default:
+			t.Fatalf("answer to %q: %d %s", body, rec.Code, rec.Body)
+		}
+	})
 }
