@@ -218,6 +218,14 @@ func (c Config) Validate(file string) error {
 			return bad("http.listen", "%q is not host:port: %v", c.HTTP.Listen, err)
 		}
 	}
+	if c.HTTP.Token != "" && c.HTTP.TokenFile != "" {
+		return bad("http.token_file", "set either http.token or http.token_file, not both")
+	}
+	if c.HTTP.TokenFile != "" {
+		if _, err := os.Stat(c.Path(c.HTTP.TokenFile)); err != nil {
+			return bad("http.token_file", "%v", err)
+		}
+	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		return bad("log.level", "%v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -32,9 +33,12 @@ func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	serving := len(os.Args) < 2 || os.Args[1] == "run" || strings.HasPrefix(os.Args[1], "-")
 	go func() {
 		<-sigs
-		fmt.Fprintln(os.Stderr, "shutting down: finishing in-flight steps (signal again to exit now)")
+		if serving {
+			fmt.Fprintln(os.Stderr, "shutting down: finishing in-flight steps (signal again to exit now)")
+		}
 		cancel()
 		<-sigs
 		// Leases and write-ahead state make an abrupt exit safe: the next
