@@ -303,3 +303,26 @@ func TestSceneModes(t *testing.T) {
 	e.waitState(g1, driver.StateCancelled, 30*time.Second)
 	e.waitState(g2, driver.StateSucceeded, 30*time.Second)
 }
+
+// TestCompactCommand: `agent compact` refuses while the agent runs and
+// shrinks the database once it is stopped.
+func TestCompactCommand(t *testing.T) {
+	e := newEnv(t, "")
+	p := e.start()
+	id := e.trigger("go_home", "c1", nil)["mission_id"].(string)
+	e.waitState(id, driver.StateSucceeded, 20*time.Second)
+	out, err := exec.Command(agentBin, "compact", "-config", e.cfgPath).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "stop the agent first") {
+		t.Fatalf("compact while running: %v\n%s", err, out)
+	}
+	p.stop(t, syscall.SIGTERM)
+	out, err = exec.Command(agentBin, "compact", "-config", e.cfgPath).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "compacted") {
+		t.Fatalf("compact: %v\n%s", err, out)
+	}
+	e.start()
+	var m map[string]any
+	if code := e.get("/api/missions/"+id, &m); code != 200 {
+		t.Fatalf("mission after compaction: %d", code)
+	}
+}

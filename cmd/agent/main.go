@@ -3,6 +3,7 @@
 //
 //	agent run      [-config FILE] [flags]   run the agent
 //	agent validate [-config FILE]           check config, devices and scenes
+//	agent compact  [-config FILE]           shrink the database (agent stopped)
 //	agent version                           print the version
 //	agent missions list|show|pause|resume|cancel|retry|priority ...
 //	agent trigger  SCENE [key=value ...]    run a scene
@@ -59,6 +60,7 @@ const usage = `Sortie agent - mission-driven automations for your gateway.
 Usage:
   agent run      [-config FILE] [flags]  run the agent (default)
   agent validate [-config FILE]          check the config, device registry and scenes
+  agent compact  [-config FILE]          shrink the mission database (agent stopped)
   agent version                          print the version
 
 Talking to a running agent (its HTTP API, see docs/api.md):
@@ -95,6 +97,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdDevices(ctx, args, newCLIOut(stdout, stderr))
 	case "scenes":
 		err = cmdScenes(ctx, args, newCLIOut(stdout, stderr))
+	case "compact":
+		err = cmdCompact(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sortie agent", Version)
 	case "help", "-h", "--help":
