@@ -54,10 +54,10 @@ cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/hub-linux-armv7 ./cmd/hub
 	@ls -l dist | awk 'NR>1 {printf "%-24s %6.1f MiB\n", $$9, $$5/1048576}'
 
-# Benchmarks, each reporting its ratio to a raw baseline measured in the
-# same run.
+# Benchmarks, each reporting its figures beside a raw baseline measured in
+# the same run; prints a Markdown table at the end (raw output on stderr).
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(PKGS) 2>&1 | $(GO) run ./internal/benchtable
 
 clean:
 	rm -rf bin dist
