@@ -12,7 +12,7 @@ ifeq ($(ENABLE_RACE),true)
 RACE := -race
 endif
 
-.PHONY: all fmt fmt-check vet lint test build run sim cross bench clean
+.PHONY: all fmt fmt-check vet lint test build run demo-hub sim cross bench clean
 
 all: build
 
@@ -38,7 +38,15 @@ build:
 # The demo: the agent with its embedded broker and a simulated home, then
 # go_home triggered and followed step by step. Ctrl-C stops it cleanly.
 run: build
-	./bin/agent run -config configs/agent.toml -progress -trigger go_home
+	./bin/agent run -config configs/agent.toml -progress -trigger go_home -log-level warn
+
+# The hub (its embedded broker on 127.0.0.1:1884, dashboard on
+# http://127.0.0.1:8090/?token=demo-token-change-me) and the demo agent
+# syncing to it. Ctrl-C stops both.
+demo-hub: build
+	@./bin/hub run -config configs/hub.toml & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT INT TERM; \
+	sleep 1; SORTIE_HUB_PASSWORD=home-demo-password ./bin/agent run -config configs/agent.toml \
+	  -hub tcp://127.0.0.1:1884 -progress -trigger go_home
 
 # The simulated home alone, against the broker given by BROKER (default:
 # its own embedded broker).

@@ -155,6 +155,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := a.start(ctx, rf, stdout); err != nil {
 		return err
 	}
+	if rf.progress {
+		a.banner(stdout)
+	}
 	return a.serve(ctx, rf)
 }
 
@@ -394,4 +397,24 @@ func deviceTypes(reg *devices.Registry) map[string]string {
 		out[d.ID] = d.Type
 	}
 	return out
+}
+
+// banner tells someone watching the progress view what is running and
+// how to drive it.
+func (a *agent) banner(w io.Writer) {
+	broker := a.cfg.Broker.URL
+	host := "BROKER"
+	if a.broker != nil {
+		broker = a.broker.Addr()
+		host, _, _ = net.SplitHostPort(broker)
+	}
+	api := "(disabled)"
+	if a.httpLn != nil {
+		api = "http://" + a.httpLn.Addr().String()
+	}
+	topics := newAgentTopics(a.cfg.Broker.Prefix, a.cfg.GatewayID)
+	fmt.Fprintf(w, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", a.cfg.GatewayID, broker, api, strings.Join(a.cat.Names(), ", "))
+	fmt.Fprintf(w, "Trigger one from another terminal:\n  ./bin/agent trigger movie_night\n")
+	fmt.Fprintf(w, "  mosquitto_pub -h %s -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"r-1\"}'\n", host, topics.Trigger())
+	fmt.Fprintf(w, "Ctrl-C stops (in-flight steps finish first).\n\n")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
@@ -102,6 +103,10 @@ func (a *agent) startUplink() error {
 	password, err := hb.password(a.cfg)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
+	}
+	// The environment can carry the secret instead of a file on disk.
+	if p := os.Getenv("SORTIE_HUB_PASSWORD"); p != "" {
+		password = p
 	}
 	tlsCfg, err := hb.tlsConfig(a.cfg)
 	if err != nil {

@@ -101,7 +101,7 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 	case driver.InStepOK:
 		msg = step(ev.Step) + " ok"
 		if ev.Step < len(m.Results) {
-			msg += fmt.Sprintf(" (%s)", m.Results[ev.Step].Duration.D().Round(time.Millisecond))
+			msg += fmt.Sprintf(" (%s)", roundDur(m.Results[ev.Step].Duration.D()))
 		}
 	case driver.InStepError:
 		msg = step(ev.Step) + " failed: " + ev.Error
@@ -157,4 +157,16 @@ func (p *progress) Observe(ev driver.Event, m *driver.Mission) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fmt.Fprintln(p.out, line)
+}
+
+// roundDur keeps two or three significant digits: 812µs, 4.2ms, 1.35s.
+func roundDur(d time.Duration) time.Duration {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond)
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond)
+	default:
+		return d.Round(10 * time.Millisecond)
+	}
 }
