@@ -208,6 +208,21 @@ func (h *hubProc) waitMission(gw, id string, want driver.State, events int) hubM
 	}
 }
 
+// metricsText fetches the agent's /metrics.
+func (e *testEnv) metricsText() string {
+	e.t.Helper()
+	e.proc.mu.Lock()
+	addr := e.proc.http
+	e.proc.mu.Unlock()
+	resp, err := httpClient.Get("http://" + addr + "/metrics")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 // agentTimeline reads a mission's timeline from the agent's API.
 func (e *testEnv) timeline(id string) []driver.Event {
 	e.t.Helper()
@@ -273,6 +288,20 @@ func TestHubThreeGateways(t *testing.T) {
 		h.api("GET", "/api/missions?state=SUCCEEDED", nil, &list)
 		if len(list.Missions) != 3 {
 			t.Errorf("hub lists %d succeeded missions, want 3", len(list.Missions))
+		}
+		// The gateway's sync shows in its metrics.
+		metrics := envs["gw1"].metricsText()
+		for _, want := range []string{"sortie_hub_connected 1", "sortie_outbox_entries", "sortie_hub_sync_lag_seconds", "sortie_outbox_compacted_total 0"} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("gw1 /metrics lacks %q", want)
+			}
+		}
+		if promtool, err := exec.LookPath("promtool"); err == nil {
+			cmd := exec.Command(promtool, "check", "metrics")
+			cmd.Stdin = strings.NewReader(metrics)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("promtool: %v\n%s", err, out)
+			}
 		}
 	}
 

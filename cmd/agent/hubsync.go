@@ -125,5 +125,6 @@ func (a *agent) startUplink() error {
 		return fmt.Errorf("hub: %w", err)
 	}
 	a.drv.Observe(a.up)
+	a.metrics.watchSync(a.up, a.db)
 	return nil
 }

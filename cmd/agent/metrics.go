@@ -10,6 +10,8 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 // namespace prefixes every metric the agent exports.
@@ -37,6 +39,16 @@ type metrics struct {
 	begins   map[string]time.Time // mission ID -> begin of the running attempt
 	kinds    map[string]string    // device ID -> type, for labels
 	terminal map[driver.State]int // finished missions kept in the store
+}
+
+// syncSource feeds the hub sync gauges; nil when no hub is configured.
+type syncSource interface {
+	Stats() uplink.Stats
+}
+
+// outboxSource reports the store's outbox.
+type outboxSource interface {
+	OutboxStats() store.OutboxStats
 }
 
 // queueSource and brokerSource feed the gauges computed at scrape time.
@@ -102,6 +114,47 @@ func (m *metrics) rejected(reason string) {
 // watch registers the gauges read at scrape time.
 func (m *metrics) watch(q queueSource, b brokerSource, stored func() (int, error)) {
 	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b, stored: stored})
+}
+
+// watchSync registers the hub sync gauges.
+func (m *metrics) watchSync(up syncSource, ob outboxSource) {
+	m.reg.MustRegister(&syncCollector{up: up, ob: ob})
+}
+
+var (
+	descOutbox     = prometheus.NewDesc(namespace+"_outbox_entries", "Mission events waiting for the hub's acknowledgement.", nil, nil)
+	descCompacted  = prometheus.NewDesc(namespace+"_outbox_compacted_total", "Outbox events dropped by compaction (the outbox was full; each mission kept its latest).", nil, nil)
+	descSyncLag    = prometheus.NewDesc(namespace+"_hub_sync_lag_seconds", "Age of the oldest event the hub has not acknowledged; 0 when in sync.", nil, nil)
+	descHubUp      = prometheus.NewDesc(namespace+"_hub_connected", "1 when the connection to the hub is up.", nil, nil)
+	descHubAcked   = prometheus.NewDesc(namespace+"_hub_acked_entries_total", "Outbox entries the hub acknowledged.", nil, nil)
+	descHubResends = prometheus.NewDesc(namespace+"_hub_resends_total", "Times unacknowledged events were sent to the hub again.", nil, nil)
+)
+
+// syncCollector reads the uplink and outbox at scrape time.
+type syncCollector struct {
+	up syncSource
+	ob outboxSource
+}
+
+func (c *syncCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descOutbox, descCompacted, descSyncLag, descHubUp, descHubAcked, descHubResends} {
+		ch <- d
+	}
+}
+
+func (c *syncCollector) Collect(ch chan<- prometheus.Metric) {
+	ob := c.ob.OutboxStats()
+	st := c.up.Stats()
+	up := 0.0
+	if st.Connected {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, float64(ob.Len))
+	ch <- prometheus.MustNewConstMetric(descCompacted, prometheus.CounterValue, float64(ob.Compacted))
+	ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, st.Lag.Seconds())
+	ch <- prometheus.MustNewConstMetric(descHubUp, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(descHubAcked, prometheus.CounterValue, float64(st.Acked))
+	ch <- prometheus.MustNewConstMetric(descHubResends, prometheus.CounterValue, float64(st.Resends))
 }
 
 // setDeviceTypes gives the metrics the device-type label of each device.
