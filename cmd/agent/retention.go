@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"time"
+
+	"github.com/sortie-edge/sortie/store"
 )
 
-// retention deletes finished missions older than max_age beyond the
-// newest max_count, in the background; the store prunes in small
-// transactions so the loop's commits are never held up for long.
+// retention deletes finished missions by the policy of prune, in the
+// background; the store prunes in small transactions so the loop's
+// commits are never held up for long.
 func (a *agent) retention(ctx context.Context) error {
 	r := a.cfg.Retention
 	if r.Interval <= 0 || (r.MaxAge <= 0 && r.MaxCount <= 0) {
@@ -27,15 +29,9 @@ func (a *agent) retention(ctx context.Context) error {
 }
 
 func (a *agent) pruneOnce(ctx context.Context) {
-	r := a.cfg.Retention
-	cutoff := time.Now()
-	if r.MaxAge > 0 {
-		cutoff = cutoff.Add(-r.MaxAge.D())
-	}
-	n, err := a.db.Prune(ctx, cutoff, r.MaxCount)
+	n, err := prune(ctx, a.db, a.cfg.Retention, time.Now())
 	if err != nil {
 		a.log.Error("retention", "err", err)
-		return
 	}
 	if n > 0 {
 		a.log.Info("retention deleted finished missions", "count", n)
@@ -43,4 +39,28 @@ func (a *agent) pruneOnce(ctx context.Context) {
 			a.metrics.setTerminal(counts)
 		}
 	}
+}
+
+// prune applies the retention policy: a finished mission is deleted when
+// it is older than max_age, or when more than max_count finished missions
+// are stored (oldest first). The count is a hard cap so that a busy
+// gateway's database stays bounded on small flash, whatever the age.
+func prune(ctx context.Context, db *store.DB, r RetentionConfig, now time.Time) (int, error) {
+	total := 0
+	if r.MaxAge > 0 {
+		n, err := db.Prune(ctx, now.Add(-r.MaxAge.D()), 0)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	if r.MaxCount > 0 {
+		// Everything finished up to now is a candidate; keep the newest.
+		n, err := db.Prune(ctx, now.Add(time.Second), r.MaxCount)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
