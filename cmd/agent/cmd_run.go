@@ -375,6 +375,14 @@ type logObserver struct{ log *slog.Logger }
 func (o logObserver) Observe(ev driver.Event, m *driver.Mission) {
 	l := o.log.With("mission", m.ID, "trace", m.Meta.TraceID, "scene", m.Type)
 	switch {
+	case ev.Input == driver.InStepError && ev.Detail == driver.NotReady.String():
+		// Waiting is normal (a delay step, an offline device); say so
+		// quietly.
+		lvl := slog.LevelInfo
+		if ev.Code == "delay" {
+			lvl = slog.LevelDebug
+		}
+		l.Log(context.Background(), lvl, "step waiting", "step", ev.StepID, "code", ev.Code, "reason", ev.Error)
 	case ev.Input == driver.InStepError:
 		l.Warn("step failed", "step", ev.StepID, "attempt", ev.Attempt, "class", ev.Detail, "code", ev.Code, "err", ev.Error)
 	case ev.To.Terminal():
