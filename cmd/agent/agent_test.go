@@ -92,6 +92,8 @@ func TestOfflineDeviceDelaysStep(t *testing.T) {
 	ac.SetOnline(true)
 	e.waitState(id, driver.StateSucceeded, 30*time.Second)
 	wantState(t, ac, map[string]any{"power": "on", "target": 24})
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, ev := range e.events[id] {
 		if ev.StepID == "2-living-ac" && ev.Input == driver.InBeginStep && ev.Attempt > 1 {
 			t.Errorf("waiting for an offline device spent attempts: %+v", ev)
