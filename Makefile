@@ -44,9 +44,10 @@ run: build
 # http://127.0.0.1:8090/?token=demo-token-change-me) and the demo agent
 # syncing to it. Ctrl-C stops both.
 demo-hub: build
-	@./bin/hub run -config configs/hub.toml & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT INT TERM; \
-	sleep 1; SORTIE_HUB_PASSWORD=home-demo-password ./bin/agent run -config configs/agent.toml \
-	  -hub tcp://127.0.0.1:1884 -progress -trigger go_home
+	@./bin/hub run -config configs/hub.toml -log-level warn & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT INT TERM; \
+	sleep 1; echo "Hub dashboard: http://127.0.0.1:8090/?token=demo-token-change-me"; \
+	SORTIE_HUB_PASSWORD=home-demo-password ./bin/agent run -config configs/agent.toml \
+	  -hub tcp://127.0.0.1:1884 -progress -trigger go_home -log-level warn
 
 # The simulated home alone, against the broker given by BROKER (default:
 # its own embedded broker).

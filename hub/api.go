@@ -297,7 +297,9 @@ func (a *API) control(w http.ResponseWriter, r *http.Request) {
 // decodeBody reads one JSON object of at most MaxBody bytes with no
 // unknown fields.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, string, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+	// curl -d sends application/x-www-form-urlencoded by default; the body
+	// is still parsed as JSON, so let that through as the agent's API does.
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
 		return http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Errorf("content type %q: want application/json", ct)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))

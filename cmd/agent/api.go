@@ -305,8 +305,54 @@ func (s *api) listMissions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// shortIDMin is the shortest ID suffix the API resolves: the progress
+// view shows the last 8 characters of mission IDs.
+const shortIDMin = 6
+
+// resolve turns a unique suffix of a recent mission's ID (as the progress
+// view prints) into the full ID; a full or unknown ID comes back as is.
+func (s *api) resolve(ctx context.Context, id string) (string, error) {
+	if len(id) < shortIDMin || len(id) >= 24 {
+		return id, nil
+	}
+	if _, err := s.Driver.Get(ctx, id); err == nil {
+		return id, nil
+	}
+	var found []string
+	f := driver.Filter{Limit: 1000}
+	for range 10 { // the 10,000 newest missions
+		ms, next, err := s.Driver.List(ctx, f)
+		if err != nil {
+			return "", err
+		}
+		for _, m := range ms {
+			if strings.HasSuffix(m.ID, id) {
+				found = append(found, m.ID)
+			}
+		}
+		if next == "" {
+			break
+		}
+		f.After = next
+	}
+	switch len(found) {
+	case 0:
+		return id, nil
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("%w: %q matches %d missions (%s, ...); give more of the ID", errAmbiguous, id, len(found), strings.Join(found[:2], ", "))
+}
+
+// errAmbiguous means a short mission ID matched several missions.
+var errAmbiguous = errors.New("ambiguous mission id")
+
 func (s *api) getMission(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, err := s.resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return
+	}
 	m, err := s.Driver.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err, id)
@@ -404,6 +450,11 @@ func (s *api) control(w http.ResponseWriter, r *http.Request) {
 		"pause": s.Driver.Pause, "resume": s.Driver.Resume, "cancel": s.Driver.Cancel, "retry": s.Driver.Retry,
 	}
 	action, id := r.PathValue("action"), r.PathValue("id")
+	id, err := s.resolve(r.Context(), id)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return
+	}
 	op := ops[action]
 	if op == nil {
 		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no action %q (want pause, resume, cancel, retry or priority)", action))
@@ -421,7 +472,11 @@ type priorityRequest struct {
 }
 
 func (s *api) setPriority(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, err := s.resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return
+	}
 	var req priorityRequest
 	if !s.decode(w, r, &req) {
 		return

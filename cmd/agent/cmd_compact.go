@@ -17,6 +17,7 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("config", "", "config file (TOML); its data_dir holds missions.db")
+	data := fs.String("data", "", "data directory (overrides the config's data_dir)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -27,7 +28,11 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(cfg.Path(cfg.DataDir), "missions.db")
+	dir := cfg.Path(cfg.DataDir)
+	if *data != "" {
+		dir = *data
+	}
+	path := filepath.Join(dir, "missions.db")
 	before, after, err := store.Compact(path, store.Options{})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("%w (stop the agent first)", err)

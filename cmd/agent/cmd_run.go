@@ -180,6 +180,9 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	if a.db, err = store.Open(filepath.Join(dataDir, "missions.db"), store.Options{
 		Logger: log, Outbox: cfg.Hub.URL != "", OutboxMax: cfg.Hub.OutboxMax,
 	}); err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return fmt.Errorf("%w (is another agent running with this data_dir?)", err)
+		}
 		return err
 	}
 	a.closers = append(a.closers, func() {
@@ -423,6 +426,6 @@ func (a *agent) banner(w io.Writer) {
 	topics := newAgentTopics(a.cfg.Broker.Prefix, a.cfg.GatewayID)
 	fmt.Fprintf(w, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", a.cfg.GatewayID, broker, api, strings.Join(a.cat.Names(), ", "))
 	fmt.Fprintf(w, "Trigger one from another terminal:\n  ./bin/agent trigger movie_night\n")
-	fmt.Fprintf(w, "  mosquitto_pub -h %s -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"r-1\"}'\n", host, topics.Trigger())
+	fmt.Fprintf(w, "  mosquitto_pub -h %s -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"night-%d\"}'\n", host, topics.Trigger(), time.Now().Unix())
 	fmt.Fprintf(w, "Ctrl-C stops (in-flight steps finish first).\n\n")
 }

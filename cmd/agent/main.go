@@ -58,7 +58,7 @@ func (e *usageError) Error() string { return e.msg }
 const usage = `Sortie agent - mission-driven automations for your gateway.
 
 Usage:
-  agent run      [-config FILE] [flags]  run the agent (default)
+  agent run      [-config FILE] [flags]  run the agent (also: agent -config FILE ...)
   agent validate [-config FILE]          check the config, device registry and scenes
   agent compact  [-config FILE]          shrink the mission database (agent stopped)
   agent version                          print the version
@@ -80,7 +80,13 @@ Run "agent run -h" for the flags of run.
 // run dispatches a subcommand and maps its error to an exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
+		cmd = "help"
+	case len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
 	}
 	var err error

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+)
+
+// TestAPIShortIDs: the 8-character IDs the progress view prints work in
+// the API (and so in the CLI); too short or unknown ones do not.
+func TestAPIShortIDs(t *testing.T) {
+	f := newAPIFixture(t, "")
+	id := f.submit(t, "many", "short-1")
+	var got struct {
+		Mission struct {
+			ID string `json:"id"`
+		} `json:"mission"`
+	}
+	if code := f.do(t, "GET", "/api/missions/"+id[len(id)-8:], "", &got); code != http.StatusOK || got.Mission.ID != id {
+		t.Fatalf("GET by short ID: %d %+v, want %s", code, got, id)
+	}
+	f.wantError(t, "GET", "/api/missions/"+id[len(id)-3:], "", http.StatusNotFound, codeNotFound)
+	f.wantError(t, "GET", "/api/missions/zzzzzzzz", "", http.StatusNotFound, codeNotFound)
+}
