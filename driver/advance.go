@@ -180,7 +180,9 @@ func (d *Driver) settle(t *txn) (action, error) {
 			case m.Control.Pause:
 				m.Control.Pause = false
 				return actRest, t.fire(InPause, m.Progress.Step, "paused at step boundary")
-			case retrying && t.now.Before(m.Due) && !t.woken:
+			case t.now.Before(m.Due) && !t.woken:
+				// A retry's backoff (STEP_FAILED) or a not-ready wait
+				// (RUNNING) that has not run out.
 				return actRest, nil
 			case !retrying && m.Progress.Step >= len(m.Steps):
 				d.finish(t)
@@ -496,8 +498,6 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 	}
 	class, code := Classify(err)
 	r.Error, r.Code = err.Error(), code
-	_ = t.fire(InStepError, k, class.String())
-	t.annotate(r.Error, code)
 	p := policy.WithDefaults()
 	retryAfter := time.Duration(0)
 	var se *StepError
@@ -505,14 +505,15 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 		retryAfter = se.RetryAfter
 	}
 	limit := d.waitLimit(m, r.Started, p)
-	switch {
-	case class == NotReady:
+	if class == NotReady {
 		r.Attempts-- // not-ready waits spend no attempt
 		r.Waits++
 		if retryAfter <= 0 {
 			retryAfter = d.opts.NotReadyRetry
 		}
 		if !limit.IsZero() && !t.now.Before(limit) {
+			_ = t.fire(InStepError, k, class.String())
+			t.annotate(r.Error, code)
 			d.stepFailed(t, k, fmt.Sprintf("not ready until %s: %v", limit.UTC().Format(time.RFC3339), err), "not_ready_timeout")
 			return
 		}
@@ -520,10 +521,19 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 		if !limit.IsZero() && due.After(limit) {
 			due = limit
 		}
+		// Waiting is not failing: the step goes back to "not started" and
+		// the mission rests in RUNNING until due or woken.
 		r.Status = StepWaiting
 		m.Due = due
 		m.Control.Wait = true
+		_ = t.fire(InStepWait, k, "until "+due.UTC().Format(time.RFC3339Nano))
+		t.annotate(r.Error, code)
 		log.Info("step not ready; waiting", "err", err, "until", due)
+		return
+	}
+	_ = t.fire(InStepError, k, class.String())
+	t.annotate(r.Error, code)
+	switch {
 	case errors.Is(err, ErrDeadline):
 		d.stepFailed(t, k, err.Error(), "deadline")
 	case class == Permanent:

@@ -397,9 +397,11 @@ func wakeTime(m *Mission, now time.Time) (time.Time, bool) {
 			return time.Time{}, true
 		}
 		return dl, false
-	case StateStepFailed, StateCompensating:
+	case StateStepFailed, StateCompensating, StateRunning:
 		w := m.Due
-		if m.State == StateStepFailed && !dl.IsZero() && dl.Before(w) {
+		// A retry or wait that would outlast the deadline wakes at the
+		// deadline instead, to fail the mission on time.
+		if m.State != StateCompensating && !w.IsZero() && !dl.IsZero() && dl.Before(w) {
 			w = dl
 		}
 		return w, false

@@ -293,7 +293,8 @@ func TestNotReadyWaitsWithoutSpendingAttempts(t *testing.T) {
 		clk.AdvanceTo(d.NextWake())
 	}
 	got := get(t, d, m.ID)
-	eq(t, "state while waiting", got.State, StateStepFailed)
+	eq(t, "state while waiting", got.State, StateRunning)
+	eq(t, "step status while waiting", got.Results[0].Status, StepWaiting)
 	eq(t, "attempts spent", got.Results[0].Attempts, 0)
 	eq(t, "waits", got.Results[0].Waits, 5)
 	// The device comes back: Wake makes the step due at once, without

@@ -49,7 +49,8 @@ const (
 	InStart        Input = "start"       // the loop picks a pending mission
 	InBeginStep    Input = "begin_step"  // an attempt of the current step is about to execute
 	InStepOK       Input = "step_ok"     // the attempt succeeded
-	InStepError    Input = "step_error"  // the attempt failed (any class)
+	InStepError    Input = "step_error"  // the attempt failed (retryable or permanent)
+	InStepWait     Input = "step_wait"   // the target is not ready: wait, spending no attempt
 	InNext         Input = "next"        // move past the current step (done, or failed with on_error=continue)
 	InComplete     Input = "complete"    // all steps are done
 	InPause        Input = "pause"       // hold at a step boundary
@@ -66,7 +67,7 @@ const (
 
 // Inputs lists every input.
 var Inputs = []Input{
-	InStart, InBeginStep, InStepOK, InStepError, InNext, InComplete, InPause, InResume,
+	InStart, InBeginStep, InStepOK, InStepError, InStepWait, InNext, InComplete, InPause, InResume,
 	InCancel, InFail, InCompensate, InCompBegin, InCompResult, InRetry, InRecover, InReprioritise,
 }
 
@@ -96,6 +97,7 @@ var transitions = map[edge]State{
 
 	{StateStepRunning, InStepOK}:    StateStepSucceeded,
 	{StateStepRunning, InStepError}: StateStepFailed,
+	{StateStepRunning, InStepWait}:  StateRunning,
 	{StateStepRunning, InRecover}:   StateStepRunning,
 	// Only for a step begun but never handed to a handler (the driver
 	// knows); one that may have run must finish first.

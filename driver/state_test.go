@@ -13,7 +13,7 @@ func TestStateTable(t *testing.T) {
 		StateRunning: {InBeginStep: StateStepRunning, InComplete: StateSucceeded, InPause: StatePaused,
 			InCancel: StateCancelled, InFail: StateFailed, InCompensate: StateCompensating},
 		StatePaused: {InResume: StateRunning, InCancel: StateCancelled, InFail: StateFailed, InCompensate: StateCompensating},
-		StateStepRunning: {InStepOK: StateStepSucceeded, InStepError: StateStepFailed, InRecover: StateStepRunning,
+		StateStepRunning: {InStepOK: StateStepSucceeded, InStepError: StateStepFailed, InStepWait: StateRunning, InRecover: StateStepRunning,
 			InPause: StatePaused, InCancel: StateCancelled, InCompensate: StateCompensating},
 		StateStepSucceeded: {InNext: StateRunning, InPause: StatePaused, InCancel: StateCancelled, InCompensate: StateCompensating},
 		StateStepFailed: {InBeginStep: StateStepRunning, InNext: StateRunning, InPause: StatePaused,

@@ -198,6 +198,9 @@ func Timings(sum driver.Summary, events []driver.Event) []StepTiming {
 			st.Status = driver.StepRunning
 		case driver.InStepOK:
 			st.Status, st.Finished, st.Error, st.Code = driver.StepSucceeded, ev.Time, "", ""
+		case driver.InStepWait:
+			// Not ready (offline device, delay): waiting, not failed.
+			st.Status, st.Error, st.Code = driver.StepWaiting, ev.Error, ev.Code
 		case driver.InStepError:
 			// A later begin_step (a retry) sets it running again.
 			st.Status, st.Finished, st.Error, st.Code = driver.StepFailed, ev.Time, ev.Error, ev.Code
@@ -215,7 +218,7 @@ func Timings(sum driver.Summary, events []driver.Event) []StepTiming {
 		if !st.Started.IsZero() && !st.Finished.IsZero() && st.Finished.After(st.Started) {
 			st.DurationMS = st.Finished.Sub(st.Started).Milliseconds()
 		}
-		if st.Status == driver.StepPending && sum.State.Terminal() && !st.Started.IsZero() {
+		if (st.Status == driver.StepPending || st.Status == driver.StepWaiting) && sum.State.Terminal() && !st.Started.IsZero() {
 			st.Status = driver.StepSkipped
 		}
 	}

@@ -88,7 +88,7 @@ func TestOfflineDeviceDelaysStep(t *testing.T) {
 	r := e.trigger("go_home", "r-off", nil)
 	id := r["mission_id"].(string)
 	// The AC step waits (not-ready) instead of failing.
-	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InStepError && ev.Code == "device_offline" }, 20*time.Second)
+	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InStepWait && ev.Code == "device_offline" }, 20*time.Second)
 	ac.SetOnline(true)
 	e.waitState(id, driver.StateSucceeded, 30*time.Second)
 	wantState(t, ac, map[string]any{"power": "on", "target": 24})

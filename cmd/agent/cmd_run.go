@@ -378,7 +378,7 @@ type logObserver struct{ log *slog.Logger }
 func (o logObserver) Observe(ev driver.Event, m *driver.Mission) {
 	l := o.log.With("mission", m.ID, "trace", m.Meta.TraceID, "scene", m.Type)
 	switch {
-	case ev.Input == driver.InStepError && ev.Detail == driver.NotReady.String():
+	case ev.Input == driver.InStepWait:
 		// Waiting is normal (a delay step, an offline device); say so
 		// quietly.
 		lvl := slog.LevelInfo

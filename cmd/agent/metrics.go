@@ -30,6 +30,7 @@ type metrics struct {
 	ackLatency   *prometheus.HistogramVec
 	stepFailures *prometheus.CounterVec
 	retries      *prometheus.CounterVec
+	waits        *prometheus.CounterVec
 	compensation *prometheus.CounterVec
 	inFlight     prometheus.Gauge
 	rejections   *prometheus.CounterVec
@@ -85,6 +86,9 @@ func newMetrics() *metrics {
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "step_retries_total", Help: "Step attempts after the first, by scene.",
 	}, []string{"scene"})
+	m.waits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "step_waits_total", Help: "Steps that waited because their target was not ready (offline device, delay), by code; no attempt is spent.",
+	}, []string{"code"})
 	m.compensation = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "compensations_total", Help: "Compensation attempts that finished, by result (succeeded, failed, retry).",
 	}, []string{"result"})
@@ -94,7 +98,7 @@ func newMetrics() *metrics {
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "trigger_rejections_total", Help: "Triggers rejected, by reason.",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.stepFailures, m.retries,
+	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.stepFailures, m.retries, m.waits,
 		m.compensation, m.inFlight, m.rejections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", reasonAlreadyRunning, reasonOverloaded} {
@@ -186,6 +190,11 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 		if ev.Attempt > 1 {
 			m.retries.WithLabelValues(ms.Type).Inc()
 		}
+	case driver.InStepWait:
+		m.mu.Lock()
+		delete(m.begins, ms.ID)
+		m.mu.Unlock()
+		m.waits.WithLabelValues(codeLabel(ev.Code)).Inc()
 	case driver.InStepOK, driver.InStepError:
 		m.mu.Lock()
 		began, ok := m.begins[ms.ID]
@@ -228,7 +237,7 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 // third-party device could invent its own.
 func codeLabel(code string) string {
 	switch code {
-	case "", "timeout", "ack_timeout", "panic", "not_ready_timeout", "device_offline", "verify_failed", "wait_timeout",
+	case "", "timeout", "ack_timeout", "panic", "not_ready_timeout", "device_offline", "verify_failed", "wait_timeout", "delay", "deadline",
 		devices.CodeBusy, devices.CodeExpired, devices.CodeInternal, devices.CodeInvalidParam,
 		devices.CodeUnknownAction, devices.CodeJammed, devices.CodeUnsupported:
 		return code

@@ -107,9 +107,9 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 		msg = step(ev.Step) + " failed: " + ev.Error
 		if ev.Detail != "" && strings.HasPrefix(ev.Detail, "retry") {
 			msg += " - " + ev.Detail
-		} else if ev.Detail == driver.NotReady.String() {
-			msg = step(ev.Step) + " waiting: " + ev.Error
 		}
+	case driver.InStepWait:
+		msg = step(ev.Step) + " waiting: " + ev.Error
 	case driver.InRecover:
 		msg = step(ev.Step) + " recovered after restart (" + ev.Detail + ")"
 	case driver.InPause:

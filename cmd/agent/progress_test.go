@@ -28,7 +28,7 @@ func TestProgressLines(t *testing.T) {
 		{driver.Event{Input: driver.InBeginStep, Step: 0, Attempt: 2}, "step 1/2 living-light turn_on brightness=80 ... (attempt 2)"},
 		{driver.Event{Input: driver.InStepOK, Step: 0}, "step 1/2 living-light turn_on brightness=80 ok (812µs)"},
 		{driver.Event{Input: driver.InStepError, Step: 0, Error: "ack timeout", Detail: "retry in 250ms"}, "failed: ack timeout - retry in 250ms"},
-		{driver.Event{Input: driver.InStepError, Step: 0, Error: "device offline", Detail: "not_ready"}, "step 1/2 living-light turn_on brightness=80 waiting: device offline"},
+		{driver.Event{Input: driver.InStepWait, Step: 0, Error: "device offline"}, "step 1/2 living-light turn_on brightness=80 waiting: device offline"},
 		{driver.Event{Input: driver.InBeginStep, Step: 1, Attempt: 1}, "step 2/2 wait 2s ..."},
 		{driver.Event{Input: driver.InCompBegin, Step: 0}, "undo step 1/2"},
 		{driver.Event{Input: driver.InFail, To: driver.StateFailed}, "FAILED in 2.5s: step s2 failed: boom"},

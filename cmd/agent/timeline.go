@@ -192,6 +192,9 @@ func stepNotes(m *driver.Mission, evs []driver.Event) notes {
 		case driver.InRetry:
 			run++
 			add(ns.forward, ev, "retried by an operator "+strings.TrimPrefix(ev.Detail, "retry "), "")
+		case driver.InStepWait:
+			msg := ev.Error + codeSuffix(ev.Code)
+			add(target, ev, "not ready, waiting: "+msg, "wait/"+msg)
 		case driver.InStepError, driver.InCompResult:
 			if ev.Input == driver.InCompResult && ev.Error == "" {
 				continue // the outcome line says it
