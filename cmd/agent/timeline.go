@@ -171,7 +171,9 @@ func stepNotes(m *driver.Mission, evs []driver.Event) notes {
 	add := func(to map[int][]note, ev driver.Event, text, key string) {
 		if retried {
 			text = fmt.Sprintf("[run %d] %s", run, text)
-			key = fmt.Sprintf("%d/%s", run, key)
+			if key != "" { // an empty key means "never collapse"
+				key = fmt.Sprintf("%d/%s", run, key)
+			}
 		}
 		at := ev.Time.Sub(m.Meta.Created)
 		list := to[ev.Step]

@@ -87,10 +87,10 @@ func failedMission() (*driver.Mission, []driver.Event) {
 		{Input: driver.InStepOK, From: driver.StateStepRunning, To: driver.StateStepSucceeded, Step: 0, Attempt: 1, Time: at(130)},
 		{Input: driver.InNext, From: driver.StateStepSucceeded, To: driver.StateRunning, Step: 0, Time: at(131)},
 		{Input: driver.InBeginStep, From: driver.StateRunning, To: driver.StateStepRunning, Step: 1, Attempt: 1, Time: at(132)},
-		{Input: driver.InStepError, From: driver.StateStepRunning, To: driver.StateStepFailed, Step: 1, Attempt: 1, Time: at(140), Detail: "not_ready", Error: "device living-ac is offline", Code: "device_offline"},
-		{Input: driver.InBeginStep, From: driver.StateStepFailed, To: driver.StateStepRunning, Step: 1, Attempt: 1, Time: at(1140)},
-		{Input: driver.InStepError, From: driver.StateStepRunning, To: driver.StateStepFailed, Step: 1, Attempt: 1, Time: at(1150), Detail: "not_ready", Error: "device living-ac is offline", Code: "device_offline"},
-		{Input: driver.InBeginStep, From: driver.StateStepFailed, To: driver.StateStepRunning, Step: 1, Attempt: 1, Time: at(2000)},
+		{Input: driver.InStepWait, From: driver.StateStepRunning, To: driver.StateRunning, Step: 1, Attempt: 1, Time: at(140), Error: "device living-ac is offline", Code: "device_offline"},
+		{Input: driver.InBeginStep, From: driver.StateRunning, To: driver.StateStepRunning, Step: 1, Attempt: 1, Time: at(1140)},
+		{Input: driver.InStepWait, From: driver.StateStepRunning, To: driver.StateRunning, Step: 1, Attempt: 1, Time: at(1150), Error: "device living-ac is offline", Code: "device_offline"},
+		{Input: driver.InBeginStep, From: driver.StateRunning, To: driver.StateStepRunning, Step: 1, Attempt: 1, Time: at(2000)},
 		{Input: driver.InStepError, From: driver.StateStepRunning, To: driver.StateStepFailed, Step: 1, Attempt: 1, Time: at(2300), Detail: "retry in 200ms", Error: "ack timeout after 300ms", Code: "ack_timeout"},
 		{Input: driver.InBeginStep, From: driver.StateStepFailed, To: driver.StateStepRunning, Step: 1, Attempt: 2, Time: at(2500)},
 		{Input: driver.InStepOK, From: driver.StateStepRunning, To: driver.StateStepSucceeded, Step: 1, Attempt: 2, Time: at(2600)},
@@ -161,6 +161,19 @@ func TestRenderRunningMission(t *testing.T) {
 	for _, want := range []string{"pause requested", "<- current", "[run 1] attempt 1 failed (permanent)", "6.5s so far", "Retried   once"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestRenderKeepsAttemptsAfterRetry: after an operator retry, the first
+// run's attempts are still listed one by one, not folded into one line.
+func TestRenderKeepsAttemptsAfterRetry(t *testing.T) {
+	m, evs := failedMission()
+	evs = append(evs, driver.Event{MissionID: m.ID, Seq: uint64(len(evs) + 1), Input: driver.InRetry, From: driver.StateFailed, To: driver.StateRunning, Step: 0, Time: at(5000), Detail: "retry from step 1-living-light"})
+	out := renderMission(m, evs, viewOptions{Now: at(9000)})
+	for _, want := range []string{"[run 1] attempt 1 failed: device jammed", "[run 1] attempt 2 failed: device jammed", "retry in 400ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render after retry lacks %q:\n%s", want, out)
 		}
 	}
 }
