@@ -183,7 +183,7 @@ func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandPa
 		return nil, driver.PermanentError(CodeInvalidParam, err)
 	}
 	if !h.client.Available(p.Device) {
-		return nil, driver.NotReadyError(CodeDeviceOffline, h.opts.OfflineRetry,
+		return nil, driver.WaitError(p.Device, CodeDeviceOffline, h.opts.OfflineRetry,
 			fmt.Errorf("device %s is offline", p.Device))
 	}
 	prior := h.prior(req.IdempotencyKey, p.Device)
@@ -369,6 +369,6 @@ func (h *Handlers) WaitState(_ context.Context, req driver.StepRequest) (map[str
 		return nil, driver.PermanentError(CodeWaitTimeout,
 			fmt.Errorf("device %s reported %v, not %v, within %v", p.Device, got, p.State, timeout))
 	}
-	return nil, driver.NotReadyError(CodeWaitingState, min(remaining, h.opts.MaxRetryAfter),
+	return nil, driver.WaitError(p.Device, CodeWaitingState, min(remaining, h.opts.MaxRetryAfter),
 		fmt.Errorf("device %s has not reported %v yet", p.Device, p.State))
 }

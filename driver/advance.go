@@ -71,9 +71,17 @@ func (d *Driver) advance(e *entry, gen uint64) {
 		}
 	}()
 	t := d.begin(e)
+	d.mu.Lock()
+	// A Wake ends a not-ready wait early; only an advance may use it up.
+	t.woken = e.woken && t.m.Control.Wait
+	e.woken = false
+	d.mu.Unlock()
 	act, err := d.settle(t)
 	if err != nil {
 		d.log.Error("settle mission", "mission", t.m.ID, "err", err)
+		d.mu.Lock()
+		e.backoff = t.now.Add(time.Second) // do not spin on a bug
+		d.mu.Unlock()
 		return
 	}
 	if act != actRest {
@@ -93,7 +101,7 @@ func (d *Driver) advance(e *entry, gen uint64) {
 		}
 	}
 	if len(t.events) > 0 {
-		if !d.commit(e, t) {
+		if d.commit(e, t) != nil {
 			return
 		}
 	}
@@ -109,10 +117,8 @@ func (d *Driver) advance(e *entry, gen uint64) {
 func (d *Driver) begin(e *entry) *txn {
 	d.mu.Lock()
 	m := e.m.Clone()
-	woken := e.woken
-	e.woken = false
 	d.mu.Unlock()
-	return &txn{m: m, now: d.clock.Now(), woken: woken && m.Control.Wait}
+	return &txn{m: m, now: d.clock.Now()}
 }
 
 // current is the step index an in-flight execution concerns.
@@ -175,6 +181,15 @@ func (d *Driver) settle(t *txn) (action, error) {
 			switch {
 			case m.Control.Cancel:
 				return actRest, d.stop(t, StateCancelled, "cancelled", "cancelled by request")
+			case !retrying && m.Progress.Step >= len(m.Steps):
+				// Done: a last step that finished on the deadline still
+				// counts, so completion is checked before lateness.
+				d.finish(t)
+				if failed := d.failedSteps(m); failed > 0 {
+					m.Reason = "completed_with_errors"
+					m.Error = fmt.Sprintf("%d step(s) failed and were skipped (continue_on_error)", failed)
+				}
+				return actRest, t.fire(InComplete, -1, "")
 			case late:
 				return actRest, d.stop(t, StateFailed, "deadline", fmt.Sprintf("%v at %s", ErrDeadline, dl.UTC().Format(time.RFC3339)))
 			case m.Control.Pause:
@@ -184,13 +199,6 @@ func (d *Driver) settle(t *txn) (action, error) {
 				// A retry's backoff (STEP_FAILED) or a not-ready wait
 				// (RUNNING) that has not run out.
 				return actRest, nil
-			case !retrying && m.Progress.Step >= len(m.Steps):
-				d.finish(t)
-				if failed := d.failedSteps(m); failed > 0 {
-					m.Reason = "completed_with_errors"
-					m.Error = fmt.Sprintf("%d step(s) failed and were skipped (continue_on_error)", failed)
-				}
-				return actRest, t.fire(InComplete, -1, "")
 			}
 			d.beginStep(t)
 			return actExec, t.fire(InBeginStep, m.Progress.Step, "")
@@ -323,7 +331,7 @@ func (d *Driver) stop(t *txn, cause State, reason, msg string) error {
 
 // commit saves t and publishes its events. On failure the entry keeps
 // its last committed copy and the mission is retried later.
-func (d *Driver) commit(e *entry, t *txn) bool {
+func (d *Driver) commit(e *entry, t *txn) error {
 	t.m.Version++
 	t.m.Meta.Updated = t.now
 	err := d.store.Save(context.Background(), t.m, t.events)
@@ -340,7 +348,7 @@ func (d *Driver) commit(e *entry, t *txn) bool {
 		// Try again after a pause rather than spinning on a broken disk.
 		e.backoff = t.now.Add(time.Second)
 		d.mu.Unlock()
-		return false
+		return fmt.Errorf("save mission %s: %w", t.m.ID, err)
 	}
 	// t.m is private to this transaction and never changed again, so it
 	// can become the shared snapshot without a copy.
@@ -354,7 +362,7 @@ func (d *Driver) commit(e *entry, t *txn) bool {
 			o.Observe(ev, snap)
 		}
 	}
-	return true
+	return nil
 }
 
 // execute runs the begun step (or compensation), then commits its
@@ -400,7 +408,11 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	// A handler that ignores its context past the lease is a zombie: the
 	// lease timer gives the step to a new execution (same idempotency
 	// key) and this one's outcome is dropped when it finally returns.
-	stopLease := d.clock.AfterFunc(lease.Expires.Sub(now), func() { d.expire(e, gen, lease) })
+	// The stored lease dates from when the step was begun, which may be
+	// long before a worker took it; the clock for abandoning starts now.
+	stopLease := d.clock.AfterFunc(timeout+d.opts.LeaseGrace, func() {
+		d.expire(e, gen, lease, comp, idx, policy, now)
+	})
 	out, err := d.run(h, req, timeout)
 	stopLease()
 	if d.runCtx.Err() != nil {
@@ -436,7 +448,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		log.Error("settle after step", "err", serr)
 		return
 	}
-	if d.commit(e, t) && act != actRest {
+	if d.commit(e, t) == nil && act != actRest {
 		// The next step is begun (write-ahead) but waits for a worker.
 		d.mu.Lock()
 		e.idle = true
@@ -504,7 +516,7 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 	if errors.As(err, &se) {
 		retryAfter = se.RetryAfter
 	}
-	limit := d.waitLimit(m, r.Started, p)
+	limit := d.waitLimit(m, r.Started, p, class == NotReady)
 	if class == NotReady {
 		r.Attempts-- // not-ready waits spend no attempt
 		r.Waits++
@@ -526,6 +538,7 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 		r.Status = StepWaiting
 		m.Due = due
 		m.Control.Wait = true
+		m.Control.WaitFor = waitKey(err)
 		_ = t.fire(InStepWait, k, "until "+due.UTC().Format(time.RFC3339Nano))
 		t.annotate(r.Error, code)
 		log.Info("step not ready; waiting", "err", err, "until", due)
@@ -556,14 +569,16 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 		}
 		r.Status = StepWaiting
 		m.Due = due
-		t.events[len(t.events)-1].Detail = "retry in " + backoff.Round(time.Millisecond).String()
+		t.events[len(t.events)-1].Backoff = Duration(backoff)
 		log.Info("step failed; retrying", "err", err, "backoff", backoff)
 	}
 }
 
 // waitLimit is the latest time the step may still be retried or waited
-// for: the earliest of its max_elapsed, the mission deadline and MaxWait.
-func (d *Driver) waitLimit(m *Mission, started time.Time, p RetryPolicy) time.Time {
+// for: the earlier of its max_elapsed and the mission deadline. A
+// not-ready wait with neither is bounded by Options.MaxWait; retries
+// are bounded by max_attempts anyway.
+func (d *Driver) waitLimit(m *Mission, started time.Time, p RetryPolicy, notReady bool) time.Time {
 	var limit time.Time
 	if p.MaxElapsed > 0 {
 		limit = started.Add(p.MaxElapsed.D())
@@ -571,7 +586,7 @@ func (d *Driver) waitLimit(m *Mission, started time.Time, p RetryPolicy) time.Ti
 	if dl := m.Meta.Deadline; !dl.IsZero() && (limit.IsZero() || dl.Before(limit)) {
 		limit = dl
 	}
-	if limit.IsZero() {
+	if limit.IsZero() && notReady {
 		limit = started.Add(d.opts.MaxWait)
 	}
 	return limit
@@ -615,13 +630,15 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 		u.Finished = t.now
 		m.Results[j].Status = StepCompensated
 		m.Progress.Undo = j - 1
+		m.Due = time.Time{}
+		m.Control.Wait = false
 		_ = t.fire(InCompResult, j, "compensated")
 		return
 	}
 	class, code := Classify(err)
 	u.Error, u.Code = err.Error(), code
 	p := policy.WithDefaults()
-	limit := d.waitLimit(&Mission{}, u.Started, p) // compensation ignores the mission deadline
+	limit := d.waitLimit(&Mission{}, u.Started, p, class == NotReady) // compensation ignores the mission deadline
 	giveUp := func(msg string) {
 		u.Status = StepFailed
 		u.Finished = t.now
@@ -642,11 +659,17 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 			giveUp(fmt.Sprintf("not ready until %s: %v", limit.UTC().Format(time.RFC3339), err))
 			return
 		}
+		wait := d.opts.NotReadyRetry
+		var se *StepError
+		if errors.As(err, &se) && se.RetryAfter > 0 {
+			wait = se.RetryAfter
+		}
 		u.Status = StepWaiting
-		m.Due = t.now.Add(d.opts.NotReadyRetry)
+		m.Due = t.now.Add(wait)
 		if m.Due.After(limit) {
 			m.Due = limit
 		}
+		m.Control.WaitFor = waitKey(err)
 		m.Control.Wait = true
 		_ = t.fire(InCompResult, j, "not_ready")
 		t.annotate(u.Error, code)
@@ -658,15 +681,18 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 		backoff := d.jitter(p, u.Attempts+1)
 		u.Status = StepWaiting
 		m.Due = t.now.Add(backoff)
-		_ = t.fire(InCompResult, j, "retry in "+backoff.Round(time.Millisecond).String())
+		_ = t.fire(InCompResult, j, "retry")
+		t.events[len(t.events)-1].Backoff = Duration(backoff)
 		t.annotate(u.Error, code)
 	}
 }
 
-// expire takes a mission away from a worker whose lease ran out (its
-// handler ignored the step timeout) and queues the step to run again,
-// recording the recovery on the timeline.
-func (d *Driver) expire(e *entry, gen uint64, lease Lease) {
+// expire takes a mission away from a worker whose handler outlived its
+// timeout and lease grace (a zombie that ignores its context): the
+// attempt counts as failed (retryable, code lease_expired) under the
+// step's retry policy, the worker's slot is given back, and the zombie's
+// outcome is dropped if it ever returns.
+func (d *Driver) expire(e *entry, gen uint64, lease Lease, comp bool, idx int, policy RetryPolicy, started time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	d.mu.Lock()
@@ -679,20 +705,42 @@ func (d *Driver) expire(e *entry, gen uint64, lease Lease) {
 	if t.m.Lease.Owner != lease.Owner || !t.m.Lease.Expires.Equal(lease.Expires) {
 		return
 	}
-	t.m.Lease = d.lease(t.m, t.now)
-	if err := t.fire(InRecover, d.current(t.m), "lease expired: the handler outlived its timeout; re-executing"); err != nil {
-		d.log.Error("expire lease", "mission", t.m.ID, "err", err)
+	if (comp && t.m.State != StateCompensating) || (!comp && t.m.State != StateStepRunning) {
 		return
 	}
-	if !d.commit(e, t) {
+	log := d.log.With("mission", t.m.ID, "trace", t.m.Meta.TraceID, "step", t.m.Steps[idx].ID)
+	err := RetryableError("lease_expired", fmt.Errorf("%w: the handler ignored its timeout and was abandoned", ErrStepTimeout))
+	elapsed := t.now.Sub(started)
+	if comp {
+		d.compOutcome(t, idx, policy, nil, err, elapsed, log)
+	} else {
+		d.stepOutcome(t, idx, policy, nil, err, elapsed, log)
+	}
+	act, serr := d.settle(t)
+	if serr != nil {
+		log.Error("settle after lease expiry", "err", serr)
+		return
+	}
+	if d.commit(e, t) != nil {
 		return
 	}
 	d.mu.Lock()
 	e.gen++
 	e.running = false
-	e.idle = true
+	e.idle = act != actRest
+	d.running-- // the zombie keeps its goroutine, not its slot
+	d.zombies++
 	d.placeLocked(e, t.now)
 	d.mu.Unlock()
-	d.log.Warn("step lease expired; re-executing with the same idempotency key", "mission", t.m.ID, "step", d.current(t.m))
+	log.Warn("step lease expired: the handler ignored its timeout; counted as a failed attempt")
 	d.signal()
+}
+
+// waitKey is what a not-ready step waits for, from its error.
+func waitKey(err error) string {
+	var se *StepError
+	if errors.As(err, &se) {
+		return se.WaitFor
+	}
+	return ""
 }

@@ -123,10 +123,9 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 		return existing, false, nil
 	}
 	snap := m.Clone()
+	// Observers hear the creation before any worker can produce the
+	// mission's next events: per-mission order holds.
 	d.mu.Lock()
-	e := &entry{m: snap, ready: -1, timer: -1, idle: begun}
-	d.entries[m.ID] = e
-	d.placeLocked(e, now)
 	obs := d.observers
 	d.mu.Unlock()
 	for _, ev := range t.events {
@@ -134,6 +133,11 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 			o.Observe(ev, snap)
 		}
 	}
+	d.mu.Lock()
+	e := &entry{m: snap, ready: -1, timer: -1, idle: begun}
+	d.entries[m.ID] = e
+	d.placeLocked(e, now)
+	d.mu.Unlock()
 	d.signal()
 	return m, true, nil
 }
@@ -173,31 +177,15 @@ func (d *Driver) controlEntry(ctx context.Context, id string, fn func(t *txn, e 
 	if err := d.load(ctx); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	e := d.entries[id]
-	d.mu.Unlock()
-	if e == nil {
-		m, err := d.store.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if m.State.Terminal() && m.State != StateFailed {
-			return m, fmt.Errorf("%w: %s is %s", ErrTerminal, id, m.State)
-		}
-		d.mu.Lock()
-		if e = d.entries[id]; e == nil {
-			e = &entry{m: m, ready: -1, timer: -1}
-			d.entries[id] = e
-		}
-		d.mu.Unlock()
+	e, err := d.lockEntry(ctx, id)
+	if err != nil {
+		return e.mOrNil(), err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
 	d.mu.Lock()
 	running := e.running
 	d.mu.Unlock()
 	t := d.begin(e)
-	before := t.m.Version
 	if err := fn(t, e, running); err != nil {
 		d.forgetIfTerminal(e)
 		return t.m, err
@@ -206,8 +194,9 @@ func (d *Driver) controlEntry(ctx context.Context, id string, fn func(t *txn, e 
 		d.forgetIfTerminal(e)
 		return t.m, nil
 	}
-	if !d.commit(e, t) {
-		return nil, fmt.Errorf("save %s after version %d failed", id, before)
+	if err := d.commit(e, t); err != nil {
+		d.forgetIfTerminal(e)
+		return nil, err
 	}
 	d.mu.Lock()
 	d.placeLocked(e, d.clock.Now())
@@ -215,6 +204,55 @@ func (d *Driver) controlEntry(ctx context.Context, id string, fn func(t *txn, e 
 	d.mu.Unlock()
 	d.signal()
 	return m.Clone(), nil
+}
+
+// lockEntry returns the mission's entry locked, loading a terminal
+// FAILED mission from the store (for Retry). While it waited for the
+// lock, the mission may have finished and its entry left the table (a
+// Retry racing the failure), or another entry may have taken its place:
+// it always returns the one the table holds, so no second entry for the
+// mission can ever be scheduled.
+func (d *Driver) lockEntry(ctx context.Context, id string) (*entry, error) {
+	for {
+		d.mu.Lock()
+		e := d.entries[id]
+		d.mu.Unlock()
+		if e == nil {
+			m, err := d.store.Get(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if m.State.Terminal() && m.State != StateFailed {
+				return &entry{m: m}, fmt.Errorf("%w: %s is %s", ErrTerminal, id, m.State)
+			}
+			d.mu.Lock()
+			if e = d.entries[id]; e == nil {
+				e = &entry{m: m, ready: -1, timer: -1}
+				d.entries[id] = e
+			}
+			d.mu.Unlock()
+		}
+		e.mu.Lock()
+		d.mu.Lock()
+		cur := d.entries[id]
+		if cur == nil {
+			d.entries[id] = e
+			cur = e
+		}
+		d.mu.Unlock()
+		if cur == e {
+			return e, nil
+		}
+		e.mu.Unlock()
+	}
+}
+
+// mOrNil is the mission of an entry lockEntry gave back with an error.
+func (e *entry) mOrNil() *Mission {
+	if e == nil {
+		return nil
+	}
+	return e.m
 }
 
 // forgetIfTerminal drops an entry that control loaded for a terminal
@@ -388,6 +426,9 @@ type QueueStats struct {
 	ByState map[State]int // active missions by state
 	Due     int           // due now and waiting for a worker
 	Running int           // steps executing
+	// Zombies are handlers that ignored their timeout, were abandoned,
+	// and have not returned yet (each still holds a goroutine).
+	Zombies int
 	// OldestDue is the earliest wake time among due missions (zero when
 	// none is due): how long the oldest runnable mission has waited.
 	OldestDue time.Time
@@ -397,7 +438,7 @@ type QueueStats struct {
 func (d *Driver) Queue() QueueStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	q := QueueStats{ByState: make(map[State]int), Due: len(d.sched.ready), Running: d.running}
+	q := QueueStats{ByState: make(map[State]int), Due: len(d.sched.ready), Running: d.running, Zombies: d.zombies}
 	for _, e := range d.entries {
 		q.ByState[e.m.State]++
 	}

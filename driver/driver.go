@@ -98,6 +98,7 @@ type Driver struct {
 	entries   map[string]*entry
 	sched     scheduler
 	running   int  // workers in flight
+	zombies   int  // abandoned handlers still running (see expire)
 	started   bool // Start has run
 	stopping  bool // Stop has begun: take no new steps
 	randMu    sync.Mutex
@@ -307,7 +308,16 @@ func (d *Driver) armLocked(at, now time.Time) {
 		d.timerStop()
 	}
 	d.timerAt = at
-	d.timerStop = d.clock.AfterFunc(at.Sub(now), d.signal)
+	d.timerStop = d.clock.AfterFunc(at.Sub(now), func() {
+		// Forget the fired timer, so the next arm for the same instant
+		// (a wall-clock step back can make it fire early) sets a new one.
+		d.mu.Lock()
+		if d.timerAt.Equal(at) {
+			d.timerStop, d.timerAt = nil, time.Time{}
+		}
+		d.mu.Unlock()
+		d.signal()
+	})
 }
 
 // work advances one mission by one step in a worker goroutine. gen is
@@ -317,14 +327,23 @@ func (d *Driver) armLocked(at, now time.Time) {
 func (d *Driver) work(e *entry, gen uint64) {
 	defer d.workers.Done()
 	d.advance(e, gen)
-	d.mu.Lock()
-	d.running--
-	if e.gen == gen {
-		e.running = false
-		d.placeLocked(e, d.clock.Now())
-	}
-	d.mu.Unlock()
+	d.finishWork(e, gen)
 	d.signal()
+}
+
+// finishWork hands the entry back after a worker's turn. A worker whose
+// lease expired meanwhile (a zombie) gave its slot and the entry up in
+// expire already.
+func (d *Driver) finishWork(e *entry, gen uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.gen != gen {
+		d.zombies--
+		return
+	}
+	d.running--
+	e.running = false
+	d.placeLocked(e, d.clock.Now())
 }
 
 // Step advances, one step each, every mission that is due now, in
@@ -342,18 +361,14 @@ func (d *Driver) Step(ctx context.Context) (int, error) {
 	var gens []uint64
 	for e := d.sched.popReady(); e != nil; e = d.sched.popReady() {
 		e.running = true
+		d.running++
 		batch = append(batch, e)
 		gens = append(gens, e.gen)
 	}
 	d.mu.Unlock()
 	for i, e := range batch {
 		d.advance(e, gens[i])
-		d.mu.Lock()
-		if e.gen == gens[i] {
-			e.running = false
-			d.placeLocked(e, d.clock.Now())
-		}
-		d.mu.Unlock()
+		d.finishWork(e, gens[i])
 	}
 	return len(batch), ctx.Err()
 }
@@ -380,6 +395,9 @@ func (d *Driver) placeLocked(e *entry, now time.Time) {
 		return
 	}
 	wake, sleeping := wakeTime(m, now)
+	if e.woken && m.Control.Wait {
+		wake, sleeping = now, false // a Wake not yet used by an advance
+	}
 	if e.backoff.After(now) {
 		wake, sleeping = e.backoff, false
 	}
@@ -410,14 +428,19 @@ func wakeTime(m *Mission, now time.Time) (time.Time, bool) {
 	}
 }
 
-// Wake makes every mission waiting on a not-ready step due now, e.g.
-// because a device came back online.
-func (d *Driver) Wake() {
+// Wake makes the missions waiting on key due now: not-ready steps whose
+// error named it in StepError.WaitFor (the device handlers use the
+// device ID), e.g. because that device came back online. Waits that name
+// nothing (a delay) are not woken.
+func (d *Driver) Wake(key string) {
+	if key == "" {
+		return
+	}
 	d.mu.Lock()
 	now := d.clock.Now()
 	n := 0
 	for _, e := range d.entries {
-		if e.running || !e.m.Control.Wait {
+		if e.running || !e.m.Control.Wait || e.m.Control.WaitFor != key {
 			continue
 		}
 		if e.timer >= 0 {

@@ -283,7 +283,7 @@ func TestNotReadyWaitsWithoutSpendingAttempts(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		if offline {
-			return nil, NotReadyError("device_offline", 0, errors.New("light offline"))
+			return nil, WaitError("light-1", "device_offline", 0, errors.New("light offline"))
 		}
 		return nil, nil
 	}
@@ -303,7 +303,11 @@ func TestNotReadyWaitsWithoutSpendingAttempts(t *testing.T) {
 	mu.Lock()
 	offline = false
 	mu.Unlock()
-	d.Wake()
+	d.Wake("another-device")
+	if n, _ := d.Step(context.Background()); n != 0 {
+		t.Fatalf("Wake of another key woke the mission (advanced %d)", n)
+	}
+	d.Wake("light-1")
 	if n, _ := d.Step(context.Background()); n != 1 {
 		t.Fatalf("Wake did not make the waiting mission due (advanced %d)", n)
 	}

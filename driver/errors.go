@@ -72,7 +72,10 @@ type StepError struct {
 	Code string
 	// RetryAfter overrides the backoff for this failure when positive.
 	RetryAfter time.Duration
-	Err        error
+	// WaitFor names what a NotReady step waits for (a device ID); Wake
+	// with that key ends the wait early.
+	WaitFor string
+	Err     error
 }
 
 func (e *StepError) Error() string {
@@ -107,9 +110,15 @@ func RetryableError(code string, err error) error {
 }
 
 // NotReadyError marks err as "not ready": the step is tried again after
-// retryAfter (or when the driver is woken) without spending an attempt.
+// retryAfter without spending an attempt.
 func NotReadyError(code string, retryAfter time.Duration, err error) error {
 	return &StepError{Class: NotReady, Code: code, RetryAfter: retryAfter, Err: err}
+}
+
+// WaitError is NotReadyError for a step waiting on something named by
+// key (a device ID): Driver.Wake(key) retries it at once.
+func WaitError(key, code string, retryAfter time.Duration, err error) error {
+	return &StepError{Class: NotReady, Code: code, RetryAfter: retryAfter, WaitFor: key, Err: err}
 }
 
 // Classify returns the class and code of a handler error. Unclassified

@@ -22,8 +22,12 @@ type Event struct {
 	Error     string    `json:"error,omitempty"`
 	Code      string    `json:"code,omitempty"`
 	Time      time.Time `json:"time"`
-	// Detail is a short human-readable note ("retry in 400ms", "compensation").
+	// Detail is a short note: the error class on step_error, the
+	// outcome on comp_result, a reason elsewhere.
 	Detail string `json:"detail,omitempty"`
+	// Backoff is set when a failed attempt is retried: the wait before
+	// the next one.
+	Backoff Duration `json:"backoff,omitempty"`
 }
 
 // Store persists missions and their timelines. Implementations must be

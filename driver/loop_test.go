@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,9 +313,9 @@ func checkCompensationOrder(t *testing.T, st *memStore, id string) {
 }
 
 // TestZombieStepLeaseExpires: a handler that ignores its context keeps
-// running past timeout + lease grace; the lease timer gives the step to a
-// new execution with the same idempotency key, the mission finishes, and
-// the zombie's late outcome is dropped.
+// running past timeout + lease grace; the attempt counts as failed, the
+// retry runs with the same idempotency key, the mission finishes, and the
+// zombie's late outcome is dropped.
 func TestZombieStepLeaseExpires(t *testing.T) {
 	clk := newFakeClock()
 	st := newMemStore(t)
@@ -344,6 +345,13 @@ func TestZombieStepLeaseExpires(t *testing.T) {
 	m, _, _ := d.Submit(context.Background(), Spec{Type: "t", Steps: steps("a")})
 	first := <-entered
 	clk.Advance(2 * time.Second) // timeout + grace: the lease expires
+	// The abandoned attempt counts as failed; its retry waits the backoff.
+	var w time.Time
+	for w.IsZero() {
+		w = d.NextWake()
+		runtime.Gosched()
+	}
+	clk.AdvanceTo(w)
 	second := <-entered
 	if first != second {
 		t.Errorf("re-execution used key %s, first %s", second, first)
@@ -361,10 +369,81 @@ func TestZombieStepLeaseExpires(t *testing.T) {
 	<-zombieDone
 	d.Stop(context.Background())
 	final := get(t, d, m.ID)
-	if final.State != StateSucceeded || final.Results[0].Attempts != 1 {
-		t.Errorf("zombie outcome leaked: state %s attempts %d", final.State, final.Results[0].Attempts)
+	if final.State != StateSucceeded || final.Results[0].Attempts != 2 {
+		t.Errorf("zombie outcome leaked or attempt not counted: state %s attempts %d", final.State, final.Results[0].Attempts)
 	}
-	if in := inputs(t, d, m.ID); !contains(in, "recover") {
-		t.Errorf("no recovery on the timeline: %s", in)
+	evs, _ := d.Timeline(context.Background(), m.ID)
+	expired := false
+	for _, ev := range evs {
+		expired = expired || (ev.Input == InStepError && ev.Code == "lease_expired")
+	}
+	if !expired {
+		t.Errorf("no lease_expired attempt on the timeline: %s", inputs(t, d, m.ID))
+	}
+}
+
+// TestZombiesDoNotExhaustWorkers: handlers that ignore their timeout are
+// abandoned with their attempts counted, so the step fails after
+// max_attempts instead of being re-run forever, and the abandoned
+// handlers do not keep worker slots from other missions.
+func TestZombiesDoNotExhaustWorkers(t *testing.T) {
+	clk := newFakeClock()
+	st := newMemStore(t)
+	release := make(chan struct{})
+	entered := make(chan StepRequest, 16)
+	okRan := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req StepRequest) (map[string]any, error) {
+		if req.MissionType == "ok" {
+			close(okRan)
+			return nil, nil
+		}
+		entered <- req
+		<-release // ignores ctx
+		return nil, nil
+	})
+	done := make(chan *Mission, 4)
+	d, _ := New(Options{Store: st, Clock: clk, Handlers: map[string]Handler{"test": h}, Workers: 2,
+		StepTimeout: time.Second, LeaseGrace: time.Second, StopGrace: 50 * time.Millisecond,
+		Observers: []Observer{ObserverFunc(func(ev Event, m *Mission) {
+			if ev.To.Terminal() {
+				done <- m
+			}
+		})}})
+	d.Start(context.Background())
+	defer func() { close(release); d.Stop(context.Background()) }()
+	zs := steps("a")
+	zs[0].Retry = RetryPolicy{MaxAttempts: 2, InitialBackoff: Duration(100 * time.Millisecond)}
+	z, _, _ := d.Submit(context.Background(), Spec{Type: "zombie", Steps: zs})
+	for i := range 2 {
+		req := <-entered
+		if req.Attempt != i+1 {
+			t.Fatalf("execution %d has attempt %d", i+1, req.Attempt)
+		}
+		clk.Advance(2 * time.Second) // the lease expires
+		if i == 0 {
+			var w time.Time
+			for w.IsZero() {
+				w = d.NextWake()
+				runtime.Gosched()
+			}
+			clk.AdvanceTo(w) // the retry's backoff
+		}
+	}
+	select {
+	case m := <-done:
+		if m.ID != z.ID || m.State != StateFailed || m.Results[0].Code != "lease_expired" {
+			t.Fatalf("zombie mission ended %s (%s), want FAILED with lease_expired", m.State, m.Results[0].Code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("zombie mission did not fail after its attempts: %s", inputs(t, d, z.ID))
+	}
+	if q := d.Queue(); q.Zombies != 2 || q.Running != 0 {
+		t.Errorf("queue %+v: want 2 zombies and no slot held", q)
+	}
+	d.Submit(context.Background(), Spec{Type: "ok", Steps: steps("b")})
+	select {
+	case <-okRan:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an unrelated mission never ran: zombies hold the worker slots")
 	}
 }

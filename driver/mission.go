@@ -153,9 +153,11 @@ type Lease struct {
 type Control struct {
 	Pause  bool `json:"pause,omitempty"`
 	Cancel bool `json:"cancel,omitempty"`
-	// Wait marks a step waiting because its target was not ready; Wake
-	// makes such missions due at once.
-	Wait bool `json:"wait,omitempty"`
+	// Wait marks a step waiting because its target was not ready, and
+	// WaitFor names that target; Wake(WaitFor) makes the mission due at
+	// once.
+	Wait    bool   `json:"wait,omitempty"`
+	WaitFor string `json:"wait_for,omitempty"`
 }
 
 // Clone returns a deep copy, so snapshots handed out never alias the

@@ -243,8 +243,9 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		Broker: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-devices", Username: cfg.Broker.Username,
 		Password: password, TLS: tlsCfg, Prefix: cfg.Broker.Prefix, AckTimeout: cfg.Broker.AckTimeout.D(),
 		Logger: log,
-		// A device coming online or reporting state may unblock waiting steps.
-		OnChange: func(string) { drv.Wake() },
+		// A device coming online or reporting state may unblock the steps
+		// waiting on that device (and only those).
+		OnChange: drv.Wake,
 	})
 	if err != nil {
 		return err

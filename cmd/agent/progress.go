@@ -105,8 +105,8 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 		}
 	case driver.InStepError:
 		msg = step(ev.Step) + " failed: " + ev.Error
-		if ev.Detail != "" && strings.HasPrefix(ev.Detail, "retry") {
-			msg += " - " + ev.Detail
+		if ev.Backoff > 0 {
+			msg += " - retry in " + ev.Backoff.D().Round(time.Millisecond).String()
 		}
 	case driver.InStepWait:
 		msg = step(ev.Step) + " waiting: " + ev.Error

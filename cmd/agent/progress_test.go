@@ -27,7 +27,7 @@ func TestProgressLines(t *testing.T) {
 		{driver.Event{Input: driver.InSubmit, To: driver.StatePending}, "accepted (2 steps, from alexa)"},
 		{driver.Event{Input: driver.InBeginStep, Step: 0, Attempt: 2}, "step 1/2 living-light turn_on brightness=80 ... (attempt 2)"},
 		{driver.Event{Input: driver.InStepOK, Step: 0}, "step 1/2 living-light turn_on brightness=80 ok (812µs)"},
-		{driver.Event{Input: driver.InStepError, Step: 0, Error: "ack timeout", Detail: "retry in 250ms"}, "failed: ack timeout - retry in 250ms"},
+		{driver.Event{Input: driver.InStepError, Step: 0, Error: "ack timeout", Detail: "retryable", Backoff: driver.Duration(250 * time.Millisecond)}, "failed: ack timeout - retry in 250ms"},
 		{driver.Event{Input: driver.InStepWait, Step: 0, Error: "device offline"}, "step 1/2 living-light turn_on brightness=80 waiting: device offline"},
 		{driver.Event{Input: driver.InBeginStep, Step: 1, Attempt: 1}, "step 2/2 wait 2s ..."},
 		{driver.Event{Input: driver.InCompBegin, Step: 0}, "undo step 1/2"},

@@ -225,7 +225,9 @@ func failureNote(ev driver.Event) (text, key string) {
 	switch {
 	case ev.Detail == driver.NotReady.String() || ev.Detail == "not_ready":
 		return "not ready, waiting: " + msg, "wait/" + msg
-	case strings.HasPrefix(ev.Detail, "retry in "):
+	case ev.Backoff > 0:
+		return fmt.Sprintf("%s %d failed: %s; retry in %s", what, ev.Attempt, msg, ev.Backoff.D().Round(time.Millisecond)), ""
+	case strings.HasPrefix(ev.Detail, "retry in "): // events recorded before Backoff existed
 		return fmt.Sprintf("%s %d failed: %s; %s", what, ev.Attempt, msg, ev.Detail), ""
 	case ev.Detail == "compensation failed":
 		return "undo gave up: " + msg, ""
@@ -310,8 +312,16 @@ func renderEvents(b *strings.Builder, m *driver.Mission, evs []driver.Event) {
 			transition = string(ev.From) + " -> " + string(ev.To)
 		}
 		var noteParts []string
-		if ev.Detail != "" {
-			noteParts = append(noteParts, ev.Detail)
+		if ev.Detail != "" && ev.Detail != ev.Error {
+			d := ev.Detail
+			if ev.Backoff > 0 {
+				if d == "retry" {
+					d = "retry in " + ev.Backoff.D().Round(time.Millisecond).String()
+				} else {
+					d += ", retry in " + ev.Backoff.D().Round(time.Millisecond).String()
+				}
+			}
+			noteParts = append(noteParts, d)
 		}
 		if ev.Error != "" {
 			noteParts = append(noteParts, ev.Error+codeSuffix(ev.Code))
