@@ -315,6 +315,17 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 // order: stop taking triggers, let in-flight steps finish, close.
 func (a *agent) serve(ctx context.Context, rf *runFlags) error {
 	g, gctx := errgroup.WithContext(ctx)
+	// First thing on shutdown: stop taking steps and let those in flight
+	// finish, alongside (not after) the HTTP drain and the other loops.
+	g.Go(func() error {
+		<-gctx.Done()
+		stopCtx, cancel := context.WithTimeout(context.Background(), a.cfg.Driver.StopGrace.D()+time.Second)
+		defer cancel()
+		if err := a.drv.Stop(stopCtx); err != nil {
+			a.log.Warn("driver stop", "err", err)
+		}
+		return nil
+	})
 	g.Go(func() error { return a.trig.Run(gctx) })
 	g.Go(func() error { return a.feed.Run(gctx) })
 	if a.http != nil {

@@ -46,9 +46,17 @@ func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 			return t.rejected(tr, reasonAlreadyRunning, fmt.Sprintf("scene %s is already running as mission %s (mode single)", tr.Scene, running[0]))
 		}
 	case scenes.ModeRestart:
+		// Cancelling only asks: a step in flight finishes and the run's
+		// done steps are undone afterwards. The new run waits, held, until
+		// every cancelled run has ended, so their undo cannot reverse it.
 		for _, id := range running {
-			if _, err := t.driver.Cancel(ctx, id); err != nil && !errors.Is(err, driver.ErrTerminal) {
+			m, err := t.driver.Cancel(ctx, id)
+			switch {
+			case err == nil && !m.State.Terminal():
+				spec.Hold = true
+			case err != nil && !errors.Is(err, driver.ErrTerminal):
 				t.log.Warn("restart: cancel previous run", "mission", id, "err", err)
+				spec.Hold = true // still going: wait for it
 			}
 		}
 	case scenes.ModeQueued:

@@ -56,11 +56,9 @@ type publisher interface {
 }
 
 // triggerJob is one unit of work for the trigger workers: a trigger
-// payload, a decoded trigger whose reply goes to done (HTTP), or (ended
-// set) a note that a run of scene ended.
+// payload, or a decoded trigger whose reply goes to done (HTTP).
 type triggerJob struct {
 	payload []byte
-	ended   string
 	trigger *scenes.Trigger
 	done    chan<- scenes.Reply
 }
@@ -81,6 +79,10 @@ type triggers struct {
 	mu     sync.Mutex
 	active map[string]map[string]activeRun // scene -> mission ID -> run
 	locks  map[string]*sync.Mutex          // scene -> lock over its mode decisions
+	// endedScenes are scenes a run of which ended since the last look;
+	// ended wakes the goroutine that starts their held runs.
+	endedScenes map[string]bool
+	ended       chan struct{}
 }
 
 type activeRun struct {
@@ -91,9 +93,11 @@ type activeRun struct {
 func newTriggers(log *slog.Logger, cat *scenes.Catalog, d missionAPI, pub publisher, topics agentTopics, gateway string, m *metrics) *triggers {
 	return &triggers{
 		log: log, cat: cat, driver: d, pub: pub, topics: topics, gateway: gateway, metrics: m,
-		jobs:   make(chan triggerJob, 256),
-		active: map[string]map[string]activeRun{},
-		locks:  map[string]*sync.Mutex{},
+		jobs:        make(chan triggerJob, 256),
+		active:      map[string]map[string]activeRun{},
+		locks:       map[string]*sync.Mutex{},
+		endedScenes: map[string]bool{},
+		ended:       make(chan struct{}, 1),
 	}
 }
 
@@ -115,15 +119,19 @@ func (t *triggers) trackLocked(m *driver.Mission) {
 	runs[m.ID] = activeRun{created: m.Meta.Created, held: m.State == driver.StatePaused && m.Meta.Started.IsZero()}
 }
 
-// Observe keeps the active-run table current and queues a "run ended"
-// job so a queued run can start. It never blocks the driver.
+// Observe keeps the active-run table current and notes scenes whose run
+// ended, so a held run can start. It never blocks the driver, and a note
+// is never lost: it is a set entry plus a wake-up, not a queue slot.
 func (t *triggers) Observe(ev driver.Event, m *driver.Mission) {
 	t.mu.Lock()
 	switch {
-	case ev.Input == driver.InSubmit:
-		t.trackLocked(m)
+	case ev.Input == driver.InSubmit, ev.Input == driver.InRetry:
+		if !m.State.Terminal() { // a snapshot already past its end adds no run
+			t.trackLocked(m)
+		}
 	case ev.To.Terminal():
 		delete(t.active[m.Type], m.ID)
+		t.endedScenes[m.Type] = true
 	case ev.Input == driver.InResume || ev.Input == driver.InStart:
 		if r, ok := t.active[m.Type][m.ID]; ok {
 			r.held = false
@@ -133,11 +141,23 @@ func (t *triggers) Observe(ev driver.Event, m *driver.Mission) {
 	t.mu.Unlock()
 	if ev.To.Terminal() {
 		select {
-		case t.jobs <- triggerJob{ended: m.Type}:
-		default:
-			t.log.Warn("trigger queue full; queued run will start on the next event", "scene", m.Type)
+		case t.ended <- struct{}{}:
+		default: // a wake-up is already pending; it will see this scene
 		}
 	}
+}
+
+// takeEnded returns and clears the scenes whose runs ended.
+func (t *triggers) takeEnded() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.endedScenes))
+	for s := range t.endedScenes {
+		out = append(out, s)
+	}
+	clear(t.endedScenes)
+	sort.Strings(out)
+	return out
 }
 
 // onMessage is the paho handler: it only hands the payload on.
@@ -163,6 +183,18 @@ func (t *triggers) Run(ctx context.Context) error {
 		t.startQueued(ctx, scene)
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.ended:
+				for _, scene := range t.takeEnded() {
+					t.startQueued(ctx, scene)
+				}
+			}
+		}
+	})
 	for range triggerWorkers {
 		wg.Go(func() {
 			for {
@@ -171,8 +203,6 @@ func (t *triggers) Run(ctx context.Context) error {
 					return
 				case j := <-t.jobs:
 					switch {
-					case j.ended != "":
-						t.startQueued(ctx, j.ended)
 					case j.trigger != nil:
 						j.done <- t.submit(ctx, *j.trigger) // buffered: never blocks
 					default:
