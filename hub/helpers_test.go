@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,7 +185,9 @@ func dialGateway(url, id string, o gatewayOpts) (*fakeGateway, error) {
 		o.password = gatewayPassword(id)
 	}
 	if o.clientID == "" {
-		o.clientID = "gw-" + id
+		// A fresh ID per connection: mochi can drop the subscriptions of a
+		// client that reconnects under an ID it is still tearing down.
+		o.clientID = fmt.Sprintf("gw-%s-%d", id, clientSeq.Add(1))
 	}
 	if o.will == "" {
 		o.will = g.topics.Status(id)
@@ -240,6 +243,9 @@ func dialGateway(url, id string, o gatewayOpts) (*fakeGateway, error) {
 	}
 	return g, nil
 }
+
+// clientSeq numbers the fake gateways' connections.
+var clientSeq atomic.Int64
 
 func newGateway(tb testing.TB, url, id string) *fakeGateway {
 	tb.Helper()
