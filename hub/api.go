@@ -205,7 +205,12 @@ func parseQuery(r *http.Request) (Query, error) {
 		if s := v.Get(p.name); s != "" {
 			t, err := time.Parse(time.RFC3339, s)
 			if err != nil {
-				return q, fmt.Errorf("%w: %s must be RFC 3339, e.g. 2025-06-01T12:00:00Z", ErrInvalid, p.name)
+				// As the agent's API: a duration means "that long ago".
+				d, derr := time.ParseDuration(s)
+				if derr != nil || d < 0 {
+					return q, fmt.Errorf("%w: %s must be RFC 3339 (2025-06-01T12:00:00Z) or a duration ago (2h)", ErrInvalid, p.name)
+				}
+				t = time.Now().Add(-d)
 			}
 			*p.dst = t
 		}

@@ -128,6 +128,12 @@ func TestAPIReads(t *testing.T) {
 	if s := e.do(t, "GET", "/api/missions?state=succeeded", "", &page); s != 200 || len(page.Missions) != 1 || page.Missions[0].ID != "m2" {
 		t.Fatalf("by state: status %d %+v", s, page)
 	}
+	var recent struct {
+		Missions []json.RawMessage `json:"missions"`
+	}
+	if s := e.do(t, "GET", "/api/missions?since=1h", "", &recent); s != 200 || len(recent.Missions) == 0 {
+		t.Fatalf("since=1h: status %d, %d missions", s, len(recent.Missions))
+	}
 	since := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	if s := e.do(t, "GET", "/api/missions?since="+since, "", &page); s != 200 || len(page.Missions) != 0 {
 		t.Fatalf("since future: status %d %+v", s, page)
