@@ -256,6 +256,8 @@ func TestParseErrors(t *testing.T) {
 			[]FieldError{{Step: 1, Field: "retry.jitter", Msg: "between 0 and 1"}}},
 		{"bad retry backoffs", head + "[[scene.step]]\ndevice = \"front-door\"\naction = \"lock\"\nretry = { initial_backoff = \"10s\", max_backoff = \"1s\" }\n",
 			[]FieldError{{Step: 1, Field: "retry.initial_backoff", Msg: "must not exceed"}}},
+		{"every bad retry key", head + "[[scene.step]]\ndevice = \"front-door\"\naction = \"lock\"\nretry = { initial_backoff = \"3s\", max_backoff = \"1s\", multiplier = 0.5, jitter = 2 }\n",
+			[]FieldError{{Step: 1, Field: "retry.multiplier", Msg: "at least 1"}, {Step: 1, Field: "retry.jitter", Msg: "between 0 and 1"}, {Step: 1, Field: "retry.initial_backoff", Msg: "must not exceed"}}},
 		{"bad retry attempts", head + "[[scene.step]]\ndevice = \"front-door\"\naction = \"lock\"\nretry = { max_attempts = 0 }\n",
 			[]FieldError{{Step: 1, Field: "retry.max_attempts", Msg: "at least 1"}}},
 		{"unknown retry key", head + "[[scene.step]]\ndevice = \"front-door\"\naction = \"lock\"\nretry = { attempts = 3 }\n",

@@ -469,6 +469,24 @@ func (p *parser) retry(t *table) driver.RetryPolicy {
 		rp.Jitter = f
 	}
 	t.done()
+	// Check each rule on its own so that every bad key is reported, not
+	// just the first Validate would return.
+	bad := false
+	if rp.Multiplier != 0 && rp.Multiplier < 1 {
+		t.fail("multiplier", "%g must be at least 1", rp.Multiplier)
+		bad = true
+	}
+	if rp.Jitter < 0 || rp.Jitter > 1 {
+		t.fail("jitter", "%g must be between 0 and 1", rp.Jitter)
+		bad = true
+	}
+	if rp.MaxBackoff != 0 && rp.InitialBackoff > rp.MaxBackoff {
+		t.fail("initial_backoff", "%s must not exceed max_backoff %s", rp.InitialBackoff, rp.MaxBackoff)
+		bad = true
+	}
+	if bad {
+		return rp
+	}
 	if err := rp.Validate(); err != nil {
 		// The driver's messages name the key ("retry.jitter must be ...");
 		// split it off so Field carries it like every other error.
