@@ -282,6 +282,7 @@ var (
 	descMissions  = prometheus.NewDesc(namespace+"_missions", "Missions by state (active ones from the loop, finished ones stored).", []string{"state"}, nil)
 	descRunnable  = prometheus.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", nil, nil)
 	descRunning   = prometheus.NewDesc(namespace+"_running_steps", "Steps executing now.", nil, nil)
+	descZombies   = prometheus.NewDesc(namespace+"_abandoned_handlers", "Step handlers that ignored their timeout, were abandoned and have not returned.", nil, nil)
 	descOldest    = prometheus.NewDesc(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", nil, nil)
 	descConnected = prometheus.NewDesc(namespace+"_broker_connected", "1 when the device connection to the broker is up.", nil, nil)
 	descReconnect = prometheus.NewDesc(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", nil, nil)
@@ -292,7 +293,7 @@ var (
 )
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMissions, descRunnable, descRunning, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored} {
+	for _, d := range []*prometheus.Desc{descMissions, descRunnable, descRunning, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored} {
 		ch <- d
 	}
 }
@@ -314,6 +315,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descRunnable, prometheus.GaugeValue, float64(q.Due))
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(q.Running))
+	ch <- prometheus.MustNewConstMetric(descZombies, prometheus.GaugeValue, float64(q.Zombies))
 	age := 0.0
 	if !q.OldestDue.IsZero() {
 		age = max(time.Since(q.OldestDue).Seconds(), 0)

@@ -42,6 +42,7 @@ func TestMetricsChangeAndPassPromtool(t *testing.T) {
 		`sortie_step_duration_seconds_count{action="turn_on",device_type="light",result="ok"} 1`,
 		`sortie_device_ack_latency_seconds_count{device_type="ac"} 1`,
 		`sortie_broker_connected 1`,
+		`sortie_abandoned_handlers 0`,
 		`sortie_trigger_rejections_total{reason="bad_json"} 0`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {
