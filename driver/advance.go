@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime/debug"
 	"time"
@@ -486,10 +487,7 @@ func (d *Driver) run(h Handler, req StepRequest, timeout time.Duration) (out map
 }
 
 // stepOutcome applies a forward step's result and decides retry.
-func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log interface {
-	Info(string, ...any)
-	Warn(string, ...any)
-}) {
+func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log *slog.Logger) {
 	m := t.m
 	r := &m.Results[k]
 	r.Duration += Duration(elapsed)
@@ -615,10 +613,7 @@ func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
 }
 
 // compOutcome applies a compensation's result.
-func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log interface {
-	Info(string, ...any)
-	Warn(string, ...any)
-}) {
+func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log *slog.Logger) {
 	m := t.m
 	u := &m.Undo[j]
 	u.Duration += Duration(elapsed)

@@ -145,35 +145,7 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 // control runs fn on a fresh transaction of the mission and commits what
 // it changed. Control operations serialise with the mission's worker
 // through the entry's lock; a step in flight is not interrupted.
-func (d *Driver) control(ctx context.Context, id string, fn func(t *txn, running bool) error) (*Mission, error) {
-	return d.controlEntry(ctx, id, func(t *txn, e *entry, running bool) error { return fn(t, running) })
-}
-
-// unbegin takes back a step that was begun but never handed to a
-// handler, so a pause or cancel need not wait for it to run.
-func (d *Driver) unbegin(t *txn, e *entry, running bool) bool {
-	m := t.m
-	d.mu.Lock()
-	idle := e.idle && !running
-	d.mu.Unlock()
-	if !idle || m.State != StateStepRunning || m.Lease.Owner != d.opts.Owner {
-		return false
-	}
-	r := &m.Results[m.Progress.Step]
-	r.Attempts--
-	r.Status = StepPending
-	if r.Attempts > 0 {
-		r.Status = StepWaiting
-	}
-	m.Progress.Attempt = r.Attempts
-	m.Lease = Lease{}
-	d.mu.Lock()
-	e.idle = false
-	d.mu.Unlock()
-	return true
-}
-
-func (d *Driver) controlEntry(ctx context.Context, id string, fn func(t *txn, e *entry, running bool) error) (*Mission, error) {
+func (d *Driver) control(ctx context.Context, id string, fn func(t *txn, e *entry, running bool) error) (*Mission, error) {
 	if err := d.load(ctx); err != nil {
 		return nil, err
 	}
@@ -204,6 +176,30 @@ func (d *Driver) controlEntry(ctx context.Context, id string, fn func(t *txn, e 
 	d.mu.Unlock()
 	d.signal()
 	return m.Clone(), nil
+}
+
+// unbegin takes back a step that was begun but never handed to a
+// handler, so a pause or cancel need not wait for it to run.
+func (d *Driver) unbegin(t *txn, e *entry, running bool) bool {
+	m := t.m
+	d.mu.Lock()
+	idle := e.idle && !running
+	d.mu.Unlock()
+	if !idle || m.State != StateStepRunning || m.Lease.Owner != d.opts.Owner {
+		return false
+	}
+	r := &m.Results[m.Progress.Step]
+	r.Attempts--
+	r.Status = StepPending
+	if r.Attempts > 0 {
+		r.Status = StepWaiting
+	}
+	m.Progress.Attempt = r.Attempts
+	m.Lease = Lease{}
+	d.mu.Lock()
+	e.idle = false
+	d.mu.Unlock()
+	return true
 }
 
 // lockEntry returns the mission's entry locked, loading a terminal
@@ -269,7 +265,7 @@ func (d *Driver) forgetIfTerminal(e *entry) {
 // Pause holds a mission at its next step boundary. A mission with a
 // step in flight stays STEP_RUNNING until that step ends.
 func (d *Driver) Pause(ctx context.Context, id string) (*Mission, error) {
-	return d.controlEntry(ctx, id, func(t *txn, e *entry, running bool) error {
+	return d.control(ctx, id, func(t *txn, e *entry, running bool) error {
 		m := t.m
 		switch {
 		case m.State == StatePaused:
@@ -299,7 +295,7 @@ func (d *Driver) Pause(ctx context.Context, id string) (*Mission, error) {
 
 // Resume lets a paused mission go on from where it stopped.
 func (d *Driver) Resume(ctx context.Context, id string) (*Mission, error) {
-	return d.control(ctx, id, func(t *txn, running bool) error {
+	return d.control(ctx, id, func(t *txn, _ *entry, running bool) error {
 		m := t.m
 		if m.State != StatePaused {
 			if m.Control.Pause {
@@ -317,7 +313,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (*Mission, error) {
 // Cancel stops a mission: a step in flight finishes (or times out),
 // then completed steps are compensated in reverse order.
 func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
-	return d.controlEntry(ctx, id, func(t *txn, e *entry, running bool) error {
+	return d.control(ctx, id, func(t *txn, e *entry, running bool) error {
 		m := t.m
 		switch {
 		case m.State.Terminal():
@@ -347,7 +343,7 @@ func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
 // work, so the mission's goal is reached again as a whole. A mission
 // with a deadline gets the same time budget again from now.
 func (d *Driver) Retry(ctx context.Context, id string) (*Mission, error) {
-	return d.control(ctx, id, func(t *txn, running bool) error {
+	return d.control(ctx, id, func(t *txn, _ *entry, running bool) error {
 		m := t.m
 		if m.State != StateFailed {
 			return &TransitionError{From: m.State, Input: InRetry}
@@ -380,7 +376,7 @@ func (d *Driver) SetPriority(ctx context.Context, id string, p int) (*Mission, e
 	if p < MinPriority || p > MaxPriority {
 		return nil, fmt.Errorf("%w: priority %d is outside %d..%d", ErrInvalid, p, MinPriority, MaxPriority)
 	}
-	return d.control(ctx, id, func(t *txn, running bool) error {
+	return d.control(ctx, id, func(t *txn, _ *entry, running bool) error {
 		if t.m.State.Terminal() {
 			return fmt.Errorf("%w: %s is %s", ErrTerminal, id, t.m.State)
 		}
@@ -411,14 +407,6 @@ func (d *Driver) Lookup(ctx context.Context, requestKey string) (*Mission, error
 // Timeline returns a mission's events in order.
 func (d *Driver) Timeline(ctx context.Context, id string) ([]Event, error) {
 	return d.store.Timeline(ctx, id)
-}
-
-// Active reports how many missions the driver is tracking and how many
-// of them are due now; a gauge for metrics.
-func (d *Driver) Active() (active, due int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.entries), len(d.sched.ready)
 }
 
 // QueueStats is a snapshot of the loop's work, for metrics.

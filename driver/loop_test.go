@@ -79,8 +79,8 @@ func TestConcurrentMissionsNeverShareAWorker(t *testing.T) {
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := d.Active(); a != 0 {
-		t.Errorf("%d missions still tracked", a)
+	if q := d.Queue(); len(q.ByState) != 0 {
+		t.Errorf("missions still tracked: %v", q.ByState)
 	}
 }
 
