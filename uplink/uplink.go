@@ -14,6 +14,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/mqttlog"
 	"github.com/sortie-edge/sortie/store"
 )
 
@@ -183,7 +184,6 @@ type Uplink struct {
 	ackUpto  atomic.Uint64 // highest ack received, capped by maxSent on arrival
 	maxSent  atomic.Uint64 // highest seq this uplink has started to publish
 	connGen  atomic.Uint64
-	failLog  atomic.Int64 // unix nanos of the last connect-failure log
 	ran      atomic.Bool
 
 	mu      sync.Mutex
@@ -301,19 +301,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 			u.log.Warn("hub connection lost", "err", err)
 			signal(u.connEv)
 		}).
-		// With ConnectRetry paho retries silently; say why, at most every
-		// 30s, so a wrong password or URL is visible in the log.
-		SetConnectionNotificationHandler(func(_ mqtt.Client, n mqtt.ConnectionNotification) {
-			f, ok := n.(mqtt.ConnectionNotificationFailed)
-			if !ok {
-				return
-			}
-			now := time.Now().UnixNano()
-			last := u.failLog.Load()
-			if now-last >= int64(30*time.Second) && u.failLog.CompareAndSwap(last, now) {
-				u.log.Warn("cannot connect to the hub; retrying", "broker", o.Broker, "err", f.Reason)
-			}
-		})
+		SetConnectionNotificationHandler(mqttlog.Failures(u.log, "cannot connect to the hub; retrying", o.Broker, 30*time.Second))
 	if o.Username != "" {
 		po.SetUsername(o.Username)
 		po.SetPassword(o.Password)

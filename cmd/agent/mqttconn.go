@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sortie-edge/sortie/internal/mqttlog"
 )
 
 // conn is the agent's own MQTT connection, for triggers, replies and
@@ -82,16 +83,7 @@ func dialConn(ctx context.Context, o connOptions) (*conn, error) {
 	opts.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 		cn.log.Warn("mqtt connection lost; reconnecting", "err", err)
 	})
-	// paho retries silently; say why, at most every 30s.
-	var lastFail atomic.Int64
-	opts.SetConnectionNotificationHandler(func(_ mqtt.Client, n mqtt.ConnectionNotification) {
-		if f, ok := n.(mqtt.ConnectionNotificationFailed); ok {
-			now, last := time.Now().UnixNano(), lastFail.Load()
-			if now-last >= int64(30*time.Second) && lastFail.CompareAndSwap(last, now) {
-				cn.log.Warn("cannot connect to the broker; retrying", "broker", o.URL, "err", f.Reason)
-			}
-		}
-	})
+	opts.SetConnectionNotificationHandler(mqttlog.Failures(o.Log, "cannot connect to the broker; retrying", o.URL, 30*time.Second))
 	cn.c = mqtt.NewClient(opts)
 	tok := cn.c.Connect()
 	select {
