@@ -126,9 +126,7 @@ func (t *triggers) Observe(ev driver.Event, m *driver.Mission) {
 	t.mu.Lock()
 	switch {
 	case ev.Input == driver.InSubmit, ev.Input == driver.InRetry:
-		if !m.State.Terminal() { // a snapshot already past its end adds no run
-			t.trackLocked(m)
-		}
+		t.trackLocked(m)
 	case ev.To.Terminal():
 		delete(t.active[m.Type], m.ID)
 		t.endedScenes[m.Type] = true
