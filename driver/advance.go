@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"time"
 )
 
@@ -404,7 +405,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	d.mu.Lock()
 	h := d.handlers[kind]
 	d.mu.Unlock()
-	log := d.log.With("mission", m.ID, "trace", m.Meta.TraceID, "step", step.ID, "kind", kind, "attempt", req.Attempt)
+	log := stepLog{d.log, []any{"mission", m.ID, "trace", m.Meta.TraceID, "step", step.ID, "kind", kind, "attempt", req.Attempt}}
 
 	// A handler that ignores its context past the lease is a zombie: the
 	// lease timer gives the step to a new execution (same idempotency
@@ -487,7 +488,7 @@ func (d *Driver) run(h Handler, req StepRequest, timeout time.Duration) (out map
 }
 
 // stepOutcome applies a forward step's result and decides retry.
-func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log *slog.Logger) {
+func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log stepLog) {
 	m := t.m
 	r := &m.Results[k]
 	r.Duration += Duration(elapsed)
@@ -613,7 +614,7 @@ func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
 }
 
 // compOutcome applies a compensation's result.
-func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log *slog.Logger) {
+func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log stepLog) {
 	m := t.m
 	u := &m.Undo[j]
 	u.Duration += Duration(elapsed)
@@ -703,7 +704,7 @@ func (d *Driver) expire(e *entry, gen uint64, lease Lease, comp bool, idx int, p
 	if (comp && t.m.State != StateCompensating) || (!comp && t.m.State != StateStepRunning) {
 		return
 	}
-	log := d.log.With("mission", t.m.ID, "trace", t.m.Meta.TraceID, "step", t.m.Steps[idx].ID)
+	log := stepLog{d.log, []any{"mission", t.m.ID, "trace", t.m.Meta.TraceID, "step", t.m.Steps[idx].ID}}
 	err := RetryableError("lease_expired", fmt.Errorf("%w: the handler ignored its timeout and was abandoned", ErrStepTimeout))
 	elapsed := t.now.Sub(started)
 	if comp {
@@ -739,3 +740,16 @@ func waitKey(err error) string {
 	}
 	return ""
 }
+
+// stepLog is a logger with a step's attributes, which it formats only
+// when a record is logged: slog's With would format them for every step.
+type stepLog struct {
+	l     *slog.Logger
+	attrs []any
+}
+
+func (s stepLog) with(args []any) []any { return append(slices.Clip(s.attrs), args...) }
+
+func (s stepLog) Info(msg string, args ...any)  { s.l.Info(msg, s.with(args)...) }
+func (s stepLog) Warn(msg string, args ...any)  { s.l.Warn(msg, s.with(args)...) }
+func (s stepLog) Error(msg string, args ...any) { s.l.Error(msg, s.with(args)...) }

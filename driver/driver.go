@@ -320,30 +320,58 @@ func (d *Driver) armLocked(at, now time.Time) {
 	})
 }
 
-// work advances one mission by one step in a worker goroutine. gen is
+// work advances one mission by one step in a worker goroutine, then,
+// keeping its slot, whichever mission is due next, until none is: a
+// mission whose step just ended is usually due again at once, and going
+// through the loop would cost two goroutine hand-offs per step. gen is
 // the entry's generation at dispatch: if the worker's lease expired and
 // the mission was handed to another worker meanwhile, this one no longer
 // owns the entry and leaves it alone (it still held a worker slot).
 func (d *Driver) work(e *entry, gen uint64) {
 	defer d.workers.Done()
-	d.advance(e, gen)
-	d.finishWork(e, gen)
-	d.signal()
+	for e != nil {
+		d.advance(e, gen)
+		var wakeLoop bool
+		e, gen, wakeLoop = d.finishWork(e, gen, true)
+		if wakeLoop {
+			d.signal()
+		}
+	}
 }
 
 // finishWork hands the entry back after a worker's turn. A worker whose
 // lease expired meanwhile (a zombie) gave its slot and the entry up in
-// expire already.
-func (d *Driver) finishWork(e *entry, gen uint64) {
+// expire already. With next set, a worker that still holds its slot
+// takes the next due mission, if any, and keeps the slot for it;
+// wakeLoop says the loop has work the worker does not do: a timer to
+// arm earlier, or more due missions for free slots.
+func (d *Driver) finishWork(e *entry, gen uint64, next bool) (*entry, uint64, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.gen != gen {
 		d.zombies--
-		return
+		return nil, 0, true
 	}
 	d.running--
 	e.running = false
-	d.placeLocked(e, d.clock.Now())
+	now := d.clock.Now()
+	d.placeLocked(e, now)
+	var n *entry
+	if next && !d.stopping {
+		d.sched.promote(now)
+		if n = d.sched.popReady(); n != nil {
+			n.running = true
+			d.running++
+		}
+	}
+	at := d.sched.next()
+	wakeLoop := n == nil ||
+		!at.IsZero() && (d.timerStop == nil || at.Before(d.timerAt)) ||
+		d.running < d.opts.Workers && d.sched.hasReady()
+	if n == nil {
+		return nil, 0, wakeLoop
+	}
+	return n, n.gen, wakeLoop
 }
 
 // Step advances, one step each, every mission that is due now, in
@@ -368,7 +396,7 @@ func (d *Driver) Step(ctx context.Context) (int, error) {
 	d.mu.Unlock()
 	for i, e := range batch {
 		d.advance(e, gens[i])
-		d.finishWork(e, gens[i])
+		d.finishWork(e, gens[i], false)
 	}
 	return len(batch), ctx.Err()
 }

@@ -139,3 +139,6 @@ func (s *scheduler) popReady() *entry {
 	}
 	return heap.Pop(&s.ready).(*entry)
 }
+
+// hasReady says whether a due mission is waiting for a worker.
+func (s *scheduler) hasReady() bool { return len(s.ready) > 0 }

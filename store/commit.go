@@ -69,7 +69,6 @@ type write struct {
 	body     []byte
 	events   []eventRec
 	outbox   [][]byte // outbox values, one per event; nil when the outbox is off
-	obPut    int      // outbox entries apply wrote
 
 	// Set by the leader before done is closed.
 	existing []byte // Create: the record that owns reqKey
@@ -203,8 +202,11 @@ func (db *DB) promoteLocked() {
 	close(next.lead)
 }
 
-// commitBatch applies every write in one transaction. A write that fails
-// its own checks records its error and writes nothing; the others commit.
+// commitBatch checks every write against the state acknowledged so far,
+// logs those that pass in one append (one fdatasync), and makes them
+// visible to reads through the overlay until a checkpoint applies them to
+// bbolt. A write that fails its own checks records its error and logs
+// nothing; the others commit.
 func (db *DB) commitBatch(batch []*write) {
 	finished := false
 	defer func() {
@@ -216,30 +218,194 @@ func (db *DB) commitBatch(batch []*write) {
 			}
 		}
 	}()
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		b := bucketsOf(tx)
-		for _, w := range batch {
-			if err := w.apply(b); err != nil {
-				return fmt.Errorf("mission %q: %w", w.id, err)
-			}
+	db.wmu.Lock()
+	defer db.wmu.Unlock()
+	err := db.makeRoom()
+	var logged []*write
+	var staged *stage
+	if err == nil {
+		logged, staged, err = db.check(batch)
+	}
+	if err == nil && len(logged) > 0 {
+		payloads := make([][]byte, len(logged))
+		for i, w := range logged {
+			payloads[i] = encodeWrite(nil, w)
 		}
-		return nil
-	})
+		var first uint64
+		if first, err = db.wal.append(payloads); err == nil {
+			db.publish(logged, staged, first)
+		}
+	}
 	if err == nil {
 		db.commits.Add(1)
 		db.writes.Add(uint64(len(batch)))
-		if db.ob.enabled {
-			db.outboxAdded(batch)
-		}
 	}
 	for _, w := range batch {
-		if err != nil {
-			// Nothing was committed, not even the writes that passed.
-			w.err, w.existing = fmt.Errorf("commit: %w", err), nil
+		if err != nil && w.existing == nil && w.err == nil {
+			// Nothing was logged, not even the writes that passed.
+			w.err = fmt.Errorf("commit: %w", err)
 		}
 		close(w.done)
 	}
 	finished = true
+}
+
+// makeRoom rewinds the log once a checkpoint has caught up with it, and
+// checkpoints first when it has grown past walLimit because the
+// background checkpoint never caught up. db.wmu is held.
+func (db *DB) makeRoom() error {
+	if db.wal.off > walLimit {
+		if err := db.checkpoint(); err != nil {
+			return err
+		}
+	}
+	if db.wal.off > walHeaderLen && db.appliedLSN() == db.wal.lsn {
+		db.wal.rewind()
+	}
+	return nil
+}
+
+// check runs each write's checks against the acknowledged state: this
+// batch's earlier writes, then the overlay, then bbolt. It returns the
+// writes that passed and what they change. db.ovMu is held throughout, so
+// a checkpoint cannot drop an overlay entry between the overlay lookup
+// and the bbolt read that would replace it.
+func (db *DB) check(batch []*write) ([]*write, *stage, error) {
+	db.ovMu.Lock()
+	defer db.ovMu.Unlock()
+	tx, err := db.bolt.Begin(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback()
+	v := &view{ov: &db.ov, missions: tx.Bucket(bMissions), requests: tx.Bucket(bRequests), st: newStage()}
+	var logged []*write
+	for _, w := range batch {
+		if w.create {
+			v.checkCreate(w)
+		} else {
+			v.checkSave(w)
+		}
+		if w.err == nil && w.existing == nil {
+			logged = append(logged, w)
+		}
+	}
+	return logged, v.st, nil
+}
+
+// view is the state a batch's checks see.
+type view struct {
+	ov                 *overlay
+	missions, requests *bolt.Bucket
+	st                 *stage
+}
+
+// record returns the mission's current envelope, or nil.
+func (v *view) record(id string) []byte {
+	if p := v.st.missions[id]; p != nil {
+		return p.rec
+	}
+	if p := v.ov.missions[id]; p != nil {
+		return p.rec
+	}
+	return v.missions.Get([]byte(id))
+}
+
+// owner returns the mission ID a request key belongs to, or "".
+func (v *view) owner(key string) string {
+	if id, ok := v.st.requests[key]; ok {
+		return id
+	}
+	if p, ok := v.ov.requests[key]; ok {
+		return p.id
+	}
+	return string(v.requests.Get([]byte(key)))
+}
+
+func (v *view) checkCreate(w *write) {
+	if w.reqKey != "" {
+		if id := v.owner(w.reqKey); id != "" {
+			rec := v.record(id)
+			if rec == nil {
+				w.err = fmt.Errorf("create mission %q: %w: request key %q names missing mission %q", w.id, ErrCorrupt, w.reqKey, id)
+				return
+			}
+			w.existing = bytes.Clone(rec)
+			return
+		}
+	}
+	if v.record(w.id) != nil {
+		w.err = fmt.Errorf("create mission %q: %w: id exists", w.id, driver.ErrConflict)
+		return
+	}
+	// The creation sequence is assigned when a checkpoint inserts the
+	// mission; reads of the overlay do not need it.
+	v.st.put(w, envelope{schema: driver.SchemaVersion, version: w.version, finished: w.finished, seq: w.seq, body: w.body})
+}
+
+func (v *view) checkSave(w *write) {
+	old := v.record(w.id)
+	if old == nil {
+		w.err = fmt.Errorf("save mission %q: %w", w.id, driver.ErrNotFound)
+		return
+	}
+	h, err := parseEnvelope(old)
+	if err != nil {
+		w.err = fmt.Errorf("save mission %q: %w", w.id, err)
+		return
+	}
+	if w.version == 0 || h.version != w.version-1 {
+		w.err = fmt.Errorf("save mission %q at version %d: stored version is %d: %w", w.id, w.version, h.version, driver.ErrConflict)
+		return
+	}
+	if w.err = w.checkEvents(h.seq); w.err != nil {
+		return
+	}
+	v.st.put(w, envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, seq: max(w.seq, h.seq), body: w.body})
+}
+
+// stage is what a batch's passing writes change, until they are logged.
+type stage struct {
+	missions map[string]*stagedMission
+	requests map[string]string // request key -> mission ID
+}
+
+type stagedMission struct {
+	rec []byte // the envelope the write leaves
+	w   *write // the batch's last write of the mission
+}
+
+func newStage() *stage {
+	return &stage{missions: map[string]*stagedMission{}, requests: map[string]string{}}
+}
+
+func (s *stage) put(w *write, e envelope) {
+	s.missions[w.id] = &stagedMission{rec: e.encode(), w: w}
+	if w.create && w.reqKey != "" {
+		s.requests[w.reqKey] = w.id
+	}
+}
+
+// publish makes logged writes, whose first LSN is first, visible to
+// reads and queues them for the checkpoint.
+func (db *DB) publish(logged []*write, st *stage, first uint64) {
+	db.ovMu.Lock()
+	for i, w := range logged {
+		lsn := first + uint64(i)
+		db.ov.pend = append(db.ov.pend, pendingWrite{lsn: lsn, w: w})
+		if p := st.missions[w.id]; p != nil && p.w == w {
+			db.ov.missions[w.id] = &pendingMission{rec: p.rec, lsn: lsn}
+		}
+		if w.create && w.reqKey != "" {
+			db.ov.requests[w.reqKey] = pendingRequest{id: w.id, lsn: lsn}
+		}
+	}
+	n := len(db.ov.pend)
+	db.ovMu.Unlock()
+	if db.ob.enabled {
+		db.outboxAdded(logged)
+	}
+	db.kickCheckpoint(n)
 }
 
 type txBuckets struct {
@@ -258,38 +424,44 @@ func bucketsOf(tx *bolt.Tx) *txBuckets {
 	}
 }
 
-// apply checks w against the transaction's view, which includes earlier
-// writes of the same batch, and writes it if the checks pass. A failed
-// check sets w.err; the returned error is a storage failure that aborts
-// the whole transaction.
-func (w *write) apply(b *txBuckets) error {
+// applyTo writes a logged write into bbolt; a checkpoint and the replay
+// at Open call it. The write passed its checks when it was logged, so a
+// failed expectation here means the file changed behind the store's back:
+// it is reported wrapping ErrCorrupt and the write is skipped, while any
+// other error is a storage failure that aborts the transaction.
+func (w *write) applyTo(b *txBuckets) error {
 	if w.create {
-		return w.applyCreate(b)
-	}
-	return w.applySave(b)
-}
-
-func (w *write) applyCreate(b *txBuckets) error {
-	if w.reqKey != "" {
-		if id := b.requests.Get([]byte(w.reqKey)); id != nil {
-			rec := b.missions.Get(id)
-			if rec == nil {
-				w.err = fmt.Errorf("create mission %q: %w: request key %q names missing mission %q", w.id, ErrCorrupt, w.reqKey, id)
-				return nil
-			}
-			w.existing = bytes.Clone(rec)
-			return nil
+		if b.missions.Get([]byte(w.id)) != nil {
+			return fmt.Errorf("%w: logged create of mission %q, which exists", ErrCorrupt, w.id)
 		}
+		order, err := b.order.NextSequence()
+		if err != nil {
+			return err
+		}
+		return w.insert(b, order)
 	}
-	if b.missions.Get([]byte(w.id)) != nil {
-		w.err = fmt.Errorf("create mission %q: %w: id exists", w.id, driver.ErrConflict)
-		return nil
+	id := []byte(w.id)
+	old := b.missions.Get(id)
+	if old == nil {
+		return fmt.Errorf("%w: logged save of mission %q, which is missing", ErrCorrupt, w.id)
 	}
-	order, err := b.order.NextSequence()
+	h, err := parseEnvelope(old)
 	if err != nil {
+		return fmt.Errorf("logged save of mission %q: %w", w.id, err)
+	}
+	rec := envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, seq: max(w.seq, h.seq), body: w.body}
+	if err := b.missions.Put(id, rec.encode()); err != nil {
 		return err
 	}
-	return w.insert(b, order)
+	if h.finished != w.finished {
+		if err := w.unindex(b, h.finished); err != nil {
+			return err
+		}
+		if err := w.index(b); err != nil {
+			return err
+		}
+	}
+	return w.putEvents(b)
 }
 
 // insert writes a new mission and its index entries and events.
@@ -309,40 +481,6 @@ func (w *write) insert(b *txBuckets, order uint64) error {
 	}
 	if err := w.index(b); err != nil {
 		return err
-	}
-	return w.putEvents(b)
-}
-
-func (w *write) applySave(b *txBuckets) error {
-	id := []byte(w.id)
-	old := b.missions.Get(id)
-	if old == nil {
-		w.err = fmt.Errorf("save mission %q: %w", w.id, driver.ErrNotFound)
-		return nil
-	}
-	h, err := parseEnvelope(old)
-	if err != nil {
-		w.err = fmt.Errorf("save mission %q: %w", w.id, err)
-		return nil
-	}
-	if w.version == 0 || h.version != w.version-1 {
-		w.err = fmt.Errorf("save mission %q at version %d: stored version is %d: %w", w.id, w.version, h.version, driver.ErrConflict)
-		return nil
-	}
-	if w.err = w.checkEvents(h.seq); w.err != nil {
-		return nil
-	}
-	rec := envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, seq: max(w.seq, h.seq), body: w.body}
-	if err := b.missions.Put(id, rec.encode()); err != nil {
-		return err
-	}
-	if h.finished != w.finished {
-		if err := w.unindex(b, h.finished); err != nil {
-			return err
-		}
-		if err := w.index(b); err != nil {
-			return err
-		}
 	}
 	return w.putEvents(b)
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -33,26 +31,13 @@ func (db *DB) queueState() (leading bool, queued int) {
 	return db.leading, len(db.queue)
 }
 
-// holdWriter takes bbolt's writer lock until the returned func is called,
-// so that writes pile up behind a leader deterministically.
+// holdWriter holds the lock the commit leader writes under until the
+// returned func is called, so that writes pile up behind a leader
+// deterministically.
 func holdWriter(tb testing.TB, db *DB) (release func()) {
 	tb.Helper()
-	held, done := make(chan struct{}), make(chan struct{})
-	finished := make(chan error, 1)
-	go func() {
-		finished <- db.bolt.Update(func(*bolt.Tx) error {
-			close(held)
-			<-done
-			return nil
-		})
-	}()
-	<-held
-	return func() {
-		close(done)
-		if err := <-finished; err != nil {
-			tb.Errorf("held writer: %v", err)
-		}
-	}
+	db.wmu.Lock()
+	return db.wmu.Unlock
 }
 
 func TestGroupCommitBatches(t *testing.T) {

@@ -17,6 +17,16 @@ import (
 // after.
 func Compact(path string, opts Options) (before, after int64, err error) {
 	opts = opts.withDefaults()
+	// Opening and closing the store applies a log a crash left behind, so
+	// the copy has every acknowledged write, and brings the schema up to
+	// date.
+	db, err := Open(path, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := db.Close(); err != nil {
+		return 0, 0, err
+	}
 	src, err := openBolt(path, opts)
 	if err != nil {
 		return 0, 0, err

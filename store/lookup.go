@@ -16,6 +16,9 @@ func (db *DB) Lookup(ctx context.Context, requestKey string) (*driver.Mission, e
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if id := db.overlayOwner(requestKey); id != "" {
+		return db.Get(ctx, id)
+	}
 	var id []byte
 	err := db.view(func(tx *bolt.Tx) error {
 		id = bytes.Clone(tx.Bucket(bRequests).Get([]byte(requestKey)))

@@ -301,6 +301,9 @@ func TestRecordSchema(t *testing.T) {
 	db := openTest(t)
 	m := newMission(mid(1))
 	mustCreate(t, db, m)
+	if err := db.checkpoint(); err != nil { // the record is edited in bbolt
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		schema byte
 		want   error

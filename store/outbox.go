@@ -124,7 +124,6 @@ func (w *write) putOutbox(b *txBuckets) error {
 		if err := b.outbox.Put(be64(seq), v); err != nil {
 			return err
 		}
-		w.obPut++
 	}
 	return nil
 }
@@ -134,7 +133,7 @@ func (w *write) putOutbox(b *txBuckets) error {
 func (db *DB) outboxAdded(batch []*write) {
 	n := 0
 	for _, w := range batch {
-		n += w.obPut
+		n += len(w.outbox)
 	}
 	if n > 0 {
 		db.ob.n.Add(int64(n))
@@ -192,7 +191,7 @@ func (db *DB) Outbox(ctx context.Context, after uint64, limit int) ([]OutboxEntr
 		val []byte
 	}
 	var recs []rec
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.scan(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bOutbox).Cursor()
 		for k, v := c.Seek(be64(after + 1)); k != nil && len(recs) < limit; k, v = c.Next() {
 			if len(k) != 8 {
@@ -220,6 +219,16 @@ func (db *DB) Outbox(ctx context.Context, after uint64, limit int) ([]OutboxEntr
 // for long, and returns how many it deleted (including those deleted
 // before an error). Acknowledging again is harmless.
 func (db *DB) AckOutbox(ctx context.Context, upto uint64) (int, error) {
+	// Entries get their seqs when a checkpoint applies them: apply the
+	// log first, so every seq up to upto that was handed out is in bbolt.
+	if err := db.enter(); err != nil {
+		return 0, err
+	}
+	err := db.checkpoint()
+	db.leave()
+	if err != nil {
+		return 0, fmt.Errorf("ack outbox up to %d: %w", upto, err)
+	}
 	deleted := 0
 	for {
 		if err := ctx.Err(); err != nil {
@@ -324,7 +333,7 @@ type missionPlan struct {
 func (db *DB) compactionPlan(ctx context.Context) ([]*missionPlan, error) {
 	byMission := map[string]*missionPlan{}
 	var order []*missionPlan
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.scan(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bOutbox).Cursor()
 		n := 0
 		for k, v := c.First(); k != nil; k, v = c.Next() {

@@ -51,6 +51,13 @@ func (db *DB) pruneOnce(cutoff []byte, keep int) (int, error) {
 		return 0, err
 	}
 	defer db.leave()
+	// Under wmu, with the log applied: no save of a mission deleted here
+	// can be checked before the deletion and applied after it.
+	db.wmu.Lock()
+	defer db.wmu.Unlock()
+	if err := db.checkpoint(); err != nil {
+		return 0, err
+	}
 	n := 0
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		b := bucketsOf(tx)
@@ -152,7 +159,7 @@ type Stats struct {
 // its records' JSON), so it is cheap enough for a metrics scrape.
 func (db *DB) Stats() (Stats, error) {
 	var s Stats
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.scan(func(tx *bolt.Tx) error {
 		s.Missions = tx.Bucket(bMissions).Stats().KeyN
 		s.Active = tx.Bucket(bActive).Stats().KeyN
 		s.Finished = tx.Bucket(bFinished).Stats().KeyN

@@ -27,11 +27,14 @@ func (db *DB) Get(ctx context.Context, id string) (*driver.Mission, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec []byte
-	err := db.view(func(tx *bolt.Tx) error {
-		rec = bytes.Clone(tx.Bucket(bMissions).Get([]byte(id)))
-		return nil
-	})
+	rec := db.overlayRecord(id)
+	var err error
+	if rec == nil {
+		err = db.view(func(tx *bolt.Tx) error {
+			rec = bytes.Clone(tx.Bucket(bMissions).Get([]byte(id)))
+			return nil
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get mission %q: %w", id, err)
 	}
@@ -52,7 +55,7 @@ func (db *DB) Active(ctx context.Context) ([]*driver.Mission, error) {
 		return nil, err
 	}
 	var recs [][]byte
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.scan(func(tx *bolt.Tx) error {
 		missions := tx.Bucket(bMissions)
 		return tx.Bucket(bActive).ForEach(func(id, _ []byte) error {
 			rec := missions.Get(id)
@@ -100,7 +103,7 @@ func (db *DB) List(ctx context.Context, f driver.Filter) ([]*driver.Mission, str
 		last uint64
 		next string
 	)
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.scan(func(tx *bolt.Tx) error {
 		missions := tx.Bucket(bMissions)
 		c := tx.Bucket(bOrder).Cursor()
 		k, id := c.Last()
@@ -165,7 +168,7 @@ func (db *DB) Timeline(ctx context.Context, id string) ([]driver.Event, error) {
 	}
 	var recs [][]byte
 	found := false
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.scan(func(tx *bolt.Tx) error {
 		if tx.Bucket(bMissions).Get([]byte(id)) == nil {
 			return nil
 		}

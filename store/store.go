@@ -103,8 +103,22 @@ type DB struct {
 	closed   bool
 	inflight sync.WaitGroup // calls that Close must wait for
 
-	commits atomic.Uint64 // write transactions of commitBatch
-	writes  atomic.Uint64 // Create and Save calls they carried
+	commits     atomic.Uint64 // log appends of commitBatch
+	writes      atomic.Uint64 // Create and Save calls they carried
+	checkpoints atomic.Uint64 // bbolt transactions applying them
+
+	// wmu orders everything that decides against the acknowledged state:
+	// the commit leader's checks and log append, and Prune, which must not
+	// delete a mission between a save's check and its checkpoint.
+	wmu  sync.Mutex
+	wal  *walFile // appended under wmu
+	ovMu sync.Mutex
+	ov   overlay
+	ckMu sync.Mutex // one checkpoint at a time
+
+	ckKick chan int
+	ckStop chan struct{}
+	ckDone chan struct{}
 
 	ob outbox
 }
@@ -121,13 +135,38 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{bolt: bdb, path: path, log: opts.Logger.With("store", path)}
-	if err := db.init(); err != nil {
+	db := &DB{
+		bolt: bdb, path: path, log: opts.Logger.With("store", path),
+		ov:     overlay{missions: map[string]*pendingMission{}, requests: map[string]pendingRequest{}},
+		ckKick: make(chan int, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{}),
+	}
+	if err := db.openWAL(opts); err != nil {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	go db.checkpointer()
 	db.openOutbox(opts)
 	return db, nil
+}
+
+// openWAL replays what a crash left in the log, prepares the file
+// (schema, buckets, migrations) and starts a fresh log.
+func (db *DB) openWAL(opts Options) error {
+	last, err := db.replayWAL()
+	if err != nil {
+		return err
+	}
+	if err := db.init(); err != nil {
+		return err
+	}
+	var id uint64
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		id, _ = walMeta(tx)
+		return nil
+	})
+	db.ov.applied = last
+	db.wal, err = createWAL(walPath(db.path), id, last, opts.Mode)
+	return err
 }
 
 // openBolt turns bbolt's failures, including panics on damaged files,
@@ -197,6 +236,9 @@ func (db *DB) init() (err error) {
 				return fmt.Errorf("migrate schema %d to %d (%s): %w", v, v+1, mig.name, err)
 			}
 		}
+		if err := ensureWALID(tx); err != nil {
+			return err
+		}
 		return tx.Bucket(bMeta).Put(kSchema, be64(Schema))
 	})
 }
@@ -235,8 +277,9 @@ func schemaOf(tx *bolt.Tx) (int, error) {
 // Path returns the file the DB was opened on.
 func (db *DB) Path() string { return db.path }
 
-// Close waits for queued writes to commit, then closes the file and
-// releases its lock. Closing twice is harmless.
+// Close waits for queued writes to commit, applies the log to the file
+// and removes it, then closes the file and releases its lock. Closing
+// twice is harmless.
 func (db *DB) Close() error {
 	db.mu.Lock()
 	if db.closed {
@@ -247,7 +290,15 @@ func (db *DB) Close() error {
 	db.mu.Unlock()
 	db.inflight.Wait()
 	db.ob.bg.Wait() // a compaction stops at its next transaction
+	close(db.ckStop)
+	<-db.ckDone
+	// A failed checkpoint leaves the log in place for the next Open.
+	ckErr := db.checkpoint()
+	walErr := db.wal.close(ckErr == nil)
 	if err := db.bolt.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", db.path, err)
+	}
+	if err := errors.Join(ckErr, walErr); err != nil {
 		return fmt.Errorf("close store %s: %w", db.path, err)
 	}
 	return nil
@@ -272,6 +323,20 @@ func (db *DB) view(fn func(tx *bolt.Tx) error) error {
 		return err
 	}
 	defer db.leave()
+	return db.bolt.View(fn)
+}
+
+// scan is view for reads that walk bbolt's buckets (lists, timelines,
+// the outbox, counts): it checkpoints first, so they see every
+// acknowledged write.
+func (db *DB) scan(fn func(tx *bolt.Tx) error) error {
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.leave()
+	if err := db.checkpoint(); err != nil {
+		return err
+	}
 	return db.bolt.View(fn)
 }
 

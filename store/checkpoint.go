@@ -1,0 +1,238 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Checkpoint pacing: a checkpoint waits up to checkpointDelay for
+// checkpointBatch logged writes, so one bbolt transaction (two fsyncs)
+// carries many of them; a read that needs bbolt checkpoints at once.
+const (
+	checkpointBatch = 512
+	checkpointDelay = 50 * time.Millisecond
+	// checkpointRetry paces attempts after a failed checkpoint; the
+	// writes stay safe in the log meanwhile.
+	checkpointRetry = time.Second
+)
+
+// overlay holds the writes that are logged but not yet in bbolt: the
+// latest envelope of each mission they touched, the request keys they
+// claimed, and the writes themselves in LSN order for the checkpoint.
+// Guarded by DB.ovMu.
+type overlay struct {
+	missions map[string]*pendingMission
+	requests map[string]pendingRequest
+	pend     []pendingWrite
+	applied  uint64 // last LSN in bbolt
+}
+
+type pendingMission struct {
+	rec []byte
+	lsn uint64
+}
+
+type pendingRequest struct {
+	id  string
+	lsn uint64
+}
+
+type pendingWrite struct {
+	lsn uint64
+	w   *write
+}
+
+func (db *DB) appliedLSN() uint64 {
+	db.ovMu.Lock()
+	defer db.ovMu.Unlock()
+	return db.ov.applied
+}
+
+// overlayRecord returns a copy of the mission's logged envelope when it
+// is newer than bbolt's, or nil. A miss is safe to follow by a bbolt read:
+// an entry leaves the overlay only after its checkpoint committed.
+func (db *DB) overlayRecord(id string) []byte {
+	db.ovMu.Lock()
+	defer db.ovMu.Unlock()
+	if p := db.ov.missions[id]; p != nil {
+		return append([]byte(nil), p.rec...)
+	}
+	return nil
+}
+
+// overlayOwner is overlayRecord for a request key.
+func (db *DB) overlayOwner(key string) string {
+	db.ovMu.Lock()
+	defer db.ovMu.Unlock()
+	return db.ov.requests[key].id
+}
+
+// checkpoint applies every logged write not yet in bbolt in one
+// transaction, recording the last LSN with them. Reads that scan bbolt
+// (lists, timelines, the outbox) call it first, so they see every
+// acknowledged write.
+func (db *DB) checkpoint() error {
+	db.ckMu.Lock()
+	defer db.ckMu.Unlock()
+	db.ovMu.Lock()
+	recs := db.ov.pend
+	db.ovMu.Unlock()
+	if len(recs) == 0 {
+		return nil
+	}
+	last := recs[len(recs)-1].lsn
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		return db.applyLogged(tx, recs, last)
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	db.ovMu.Lock()
+	// Writes logged meanwhile were appended behind recs.
+	db.ov.pend = append([]pendingWrite(nil), db.ov.pend[len(recs):]...)
+	for _, r := range recs {
+		if p := db.ov.missions[r.w.id]; p != nil && p.lsn <= last {
+			delete(db.ov.missions, r.w.id)
+		}
+		if r.w.create && r.w.reqKey != "" {
+			if p, ok := db.ov.requests[r.w.reqKey]; ok && p.lsn <= last {
+				delete(db.ov.requests, r.w.reqKey)
+			}
+		}
+	}
+	db.ov.applied = last
+	db.ovMu.Unlock()
+	db.checkpoints.Add(1)
+	return nil
+}
+
+// applyLogged writes recs into bbolt and records last as applied.
+func (db *DB) applyLogged(tx *bolt.Tx, recs []pendingWrite, last uint64) error {
+	b := bucketsOf(tx)
+	for _, r := range recs {
+		if err := r.w.applyTo(b); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				return err
+			}
+			db.log.Error("logged write skipped", "lsn", r.lsn, "mission", r.w.id, "err", err)
+		}
+	}
+	return tx.Bucket(bMeta).Put(kWALLSN, be64(last))
+}
+
+// kickCheckpoint tells the checkpointer that n writes are waiting.
+func (db *DB) kickCheckpoint(n int) {
+	select {
+	case db.ckKick <- n:
+	default:
+	}
+}
+
+// checkpointer applies logged writes in the background: after the first
+// write of a batch it waits for checkpointBatch of them or
+// checkpointDelay, whichever comes first.
+func (db *DB) checkpointer() {
+	defer close(db.ckDone)
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-db.ckStop:
+			return
+		case <-retry:
+		case n := <-db.ckKick:
+			if n < checkpointBatch {
+				t := time.NewTimer(checkpointDelay)
+			wait:
+				for n < checkpointBatch {
+					select {
+					case <-db.ckStop:
+						t.Stop()
+						return
+					case <-t.C:
+						break wait
+					case n = <-db.ckKick:
+					}
+				}
+				t.Stop()
+			}
+		}
+		retry = nil
+		if err := db.checkpoint(); err != nil {
+			db.log.Warn("checkpoint failed; the writes are safe in the log and will be applied later", "err", err)
+			retry = time.After(checkpointRetry)
+		}
+	}
+}
+
+// walMeta reads the store's WAL ID and last applied LSN; a file that has
+// neither (new, or from before the log) reads as zero.
+func walMeta(tx *bolt.Tx) (id, lsn uint64) {
+	meta := tx.Bucket(bMeta)
+	if meta == nil {
+		return 0, 0
+	}
+	if v := meta.Get(kWALID); len(v) == 8 {
+		id = binary.BigEndian.Uint64(v)
+	}
+	if v := meta.Get(kWALLSN); len(v) == 8 {
+		lsn = binary.BigEndian.Uint64(v)
+	}
+	return id, lsn
+}
+
+// replayWAL applies the writes a crash left in the log, in one
+// transaction, and returns the last LSN used. It runs before
+// migrations: the log was written by a build at the file's own schema.
+func (db *DB) replayWAL() (uint64, error) {
+	var id, applied uint64
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		id, applied = walMeta(tx)
+		return nil
+	})
+	recs, err := readWAL(walPath(db.path), id)
+	if err != nil {
+		return 0, err
+	}
+	var todo []pendingWrite
+	for _, r := range recs {
+		if r.lsn <= applied {
+			continue
+		}
+		if len(todo) == 0 && r.lsn != applied+1 {
+			return 0, fmt.Errorf("%w: %s starts at LSN %d but the store applied only up to %d", ErrCorrupt, walPath(db.path), r.lsn, applied)
+		}
+		w, err := decodeWrite(r.payload)
+		if err != nil {
+			return 0, fmt.Errorf("%s LSN %d: %w", walPath(db.path), r.lsn, err)
+		}
+		todo = append(todo, pendingWrite{lsn: r.lsn, w: w})
+	}
+	if len(todo) == 0 {
+		return applied, nil
+	}
+	last := todo[len(todo)-1].lsn
+	if err := db.bolt.Update(func(tx *bolt.Tx) error { return db.applyLogged(tx, todo, last) }); err != nil {
+		return 0, fmt.Errorf("replay %s: %w", walPath(db.path), err)
+	}
+	db.log.Info("replayed write-ahead log", "writes", len(todo), "last_lsn", last)
+	return last, nil
+}
+
+// ensureWALID gives the store an ID its log carries, so a log is never
+// replayed into another file (a store restored from a backup, say).
+func ensureWALID(tx *bolt.Tx) error {
+	meta := tx.Bucket(bMeta)
+	if v := meta.Get(kWALID); len(v) == 8 && binary.BigEndian.Uint64(v) != 0 {
+		return nil
+	}
+	var b [8]byte
+	for binary.BigEndian.Uint64(b[:]) == 0 {
+		_, _ = rand.Read(b[:])
+	}
+	return meta.Put(kWALID, b[:])
+}
