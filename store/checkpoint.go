@@ -77,20 +77,27 @@ func (db *DB) overlayOwner(key string) string {
 // (lists, timelines, the outbox) call it first, so they see every
 // acknowledged write.
 func (db *DB) checkpoint() error {
+	_, err := db.checkpointLeft()
+	return err
+}
+
+// checkpointLeft is checkpoint, also returning how many writes were
+// logged meanwhile and wait for the next one.
+func (db *DB) checkpointLeft() (int, error) {
 	db.ckMu.Lock()
 	defer db.ckMu.Unlock()
 	db.ovMu.Lock()
 	recs := db.ov.pend
 	db.ovMu.Unlock()
 	if len(recs) == 0 {
-		return nil
+		return 0, nil
 	}
 	last := recs[len(recs)-1].lsn
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		return db.applyLogged(tx, recs, last)
 	})
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return len(recs), fmt.Errorf("checkpoint: %w", err)
 	}
 	db.ovMu.Lock()
 	// Writes logged meanwhile were appended behind recs.
@@ -106,9 +113,10 @@ func (db *DB) checkpoint() error {
 		}
 	}
 	db.ov.applied = last
+	left := len(db.ov.pend)
 	db.ovMu.Unlock()
 	db.checkpoints.Add(1)
-	return nil
+	return left, nil
 }
 
 // applyLogged writes recs into bbolt and records last as applied.
@@ -133,38 +141,52 @@ func (db *DB) kickCheckpoint(n int) {
 	}
 }
 
-// checkpointer applies logged writes in the background: after the first
-// write of a batch it waits for checkpointBatch of them or
-// checkpointDelay, whichever comes first.
+// checkpointer applies logged writes in the background: once writes
+// are waiting it lets checkpointDelay pass, or checkpointBatch of them
+// gather, whichever comes first. Commits wake it only for the first
+// write of a batch and for a full one; writes that arrive during a
+// checkpoint are left for the next round, which it starts itself.
 func (db *DB) checkpointer() {
 	defer close(db.ckDone)
-	var retry <-chan time.Time
+	waiting := 0
+	for {
+		if waiting == 0 {
+			select {
+			case <-db.ckStop:
+				return
+			case waiting = <-db.ckKick:
+			}
+		}
+		if waiting < checkpointBatch && !db.sleep(checkpointDelay, &waiting) {
+			return
+		}
+		var err error
+		if waiting, err = db.checkpointLeft(); err != nil {
+			db.log.Warn("checkpoint failed; the writes are safe in the log and will be applied later", "err", err)
+			if !db.sleep(checkpointRetry, nil) {
+				return
+			}
+		}
+	}
+}
+
+// sleep waits d, or until a kick reports a full batch when waiting is
+// set; it returns false when the store is closing.
+func (db *DB) sleep(d time.Duration, waiting *int) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
 	for {
 		select {
 		case <-db.ckStop:
-			return
-		case <-retry:
+			return false
+		case <-t.C:
+			return true
 		case n := <-db.ckKick:
-			if n < checkpointBatch {
-				t := time.NewTimer(checkpointDelay)
-			wait:
-				for n < checkpointBatch {
-					select {
-					case <-db.ckStop:
-						t.Stop()
-						return
-					case <-t.C:
-						break wait
-					case n = <-db.ckKick:
-					}
+			if waiting != nil {
+				if *waiting = n; n >= checkpointBatch {
+					return true
 				}
-				t.Stop()
 			}
-		}
-		retry = nil
-		if err := db.checkpoint(); err != nil {
-			db.log.Warn("checkpoint failed; the writes are safe in the log and will be applied later", "err", err)
-			retry = time.After(checkpointRetry)
 		}
 	}
 }

@@ -390,6 +390,7 @@ func (s *stage) put(w *write, e envelope) {
 // reads and queues them for the checkpoint.
 func (db *DB) publish(logged []*write, st *stage, first uint64) {
 	db.ovMu.Lock()
+	before := len(db.ov.pend)
 	for i, w := range logged {
 		lsn := first + uint64(i)
 		db.ov.pend = append(db.ov.pend, pendingWrite{lsn: lsn, w: w})
@@ -405,7 +406,12 @@ func (db *DB) publish(logged []*write, st *stage, first uint64) {
 	if db.ob.enabled {
 		db.outboxAdded(logged)
 	}
-	db.kickCheckpoint(n)
+	// Waking the checkpointer costs the leader a goroutine switch, so
+	// only the first write of a batch starts its wait, and only a full
+	// batch cuts it short.
+	if before == 0 || before < checkpointBatch && n >= checkpointBatch {
+		db.kickCheckpoint(n)
+	}
 }
 
 type txBuckets struct {

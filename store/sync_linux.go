@@ -16,8 +16,9 @@ func datasync(f *os.File) error {
 	}
 }
 
-// preallocate reserves n bytes for f. It is only an optimisation: a file
-// system without fallocate just grows the file as it is written.
-func preallocate(f *os.File, n int64) {
-	_ = syscall.Fallocate(int(f.Fd()), 0, 0, n)
+// openDirect opens the log for writes that bypass the page cache and are
+// durable on return. File systems without O_DIRECT (tmpfs) refuse it, and
+// the log then uses buffered writes and fdatasync.
+func openDirect(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDWR|syscall.O_DIRECT|syscall.O_DSYNC, 0)
 }

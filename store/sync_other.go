@@ -2,8 +2,11 @@
 
 package store
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 func datasync(f *os.File) error { return f.Sync() }
 
-func preallocate(*os.File, int64) {}
+func openDirect(string) (*os.File, error) { return nil, errors.ErrUnsupported }
