@@ -5,7 +5,8 @@
 //
 // Every bucket is created by Open:
 //
-//	meta      "schema" → layout version (big-endian uint64)
+//	meta      "schema" → layout version (big-endian uint64);
+//	          "wal_id" → the store's random log ID; "wal_lsn" → last LSN applied
 //	missions  mission ID → envelope (a fixed header, then the mission as JSON)
 //	order     creation sequence (big-endian, from NextSequence) → mission ID
 //	active    mission ID → nothing, for every mission that is not terminal
@@ -19,14 +20,33 @@
 // rewrite history and moves index entries without decoding the stored
 // JSON or reading the timeline.
 //
+// # Write-ahead log and checkpoints
+//
+// A Create or Save is durable once it is in the write-ahead log beside
+// the file ("<path>-wal"): one append, written O_DIRECT|O_DSYNC where the
+// file system allows it and with write plus fdatasync elsewhere, where a
+// bbolt commit would cost two fsyncs and the pages of every bucket the
+// write touches. A checkpoint then applies logged writes to bbolt, many
+// per transaction, and records the last LSN applied in the meta bucket
+// ("wal_lsn") in the same transaction; it runs in the background 50 ms
+// after the first write of a batch (or at once for 512 writes), and
+// before any read that scans bbolt (List, Active, Timeline, Outbox,
+// Stats, AckOutbox, Prune). Get and Lookup see logged writes at once
+// through an in-memory overlay. Open replays what a crash left in the
+// log; Close checkpoints everything and deletes the log, so a stopped
+// store is the one file. The log's header carries the store's random ID
+// ("wal_id"), so a log is never replayed into another file, such as one
+// restored from a backup.
+//
 // # Group commit
 //
-// Create and Save calls that arrive together share one bbolt transaction,
-// and so one pair of fsyncs: the first caller to find no commit in flight
-// leads, committing every queued call; calls that arrive meanwhile wait
-// for the next leader. A lone caller commits at once, without the delay
-// of bbolt's Batch. Each call's version check runs on its own inside the
-// shared transaction, so a conflict fails only that call.
+// Create and Save calls that arrive together share one log append: the
+// first caller to find no commit in flight leads, checking and logging
+// every queued call; calls that arrive meanwhile wait for the next
+// leader. A lone caller commits at once, without a batching delay. Each
+// call's version check runs on its own against the state acknowledged so
+// far (this batch, the overlay, then bbolt), so a conflict fails only
+// that call.
 //
 // # Concurrency and lifetime
 //
