@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -19,6 +20,9 @@ const (
 	// checkpointRetry paces attempts after a failed checkpoint; the
 	// writes stay safe in the log meanwhile.
 	checkpointRetry = time.Second
+	// checkpointYield is how many writes a checkpoint applies between
+	// yields of its core.
+	checkpointYield = 16
 )
 
 // overlay holds the writes that are logged but not yet in bbolt: the
@@ -33,7 +37,7 @@ type overlay struct {
 }
 
 type pendingMission struct {
-	rec []byte
+	env envelope // its body is the logged write's, never modified
 	lsn uint64
 }
 
@@ -60,7 +64,7 @@ func (db *DB) overlayRecord(id string) []byte {
 	db.ovMu.Lock()
 	defer db.ovMu.Unlock()
 	if p := db.ov.missions[id]; p != nil {
-		return append([]byte(nil), p.rec...)
+		return p.env.encode()
 	}
 	return nil
 }
@@ -122,7 +126,12 @@ func (db *DB) checkpointLeft() (int, error) {
 // applyLogged writes recs into bbolt and records last as applied.
 func (db *DB) applyLogged(tx *bolt.Tx, recs []pendingWrite, last uint64) error {
 	b := bucketsOf(tx)
-	for _, r := range recs {
+	for i, r := range recs {
+		if i%checkpointYield == checkpointYield-1 {
+			// A checkpoint is bulk work on one of the gateway's few
+			// cores: let waiting goroutines (a trigger, an ack) run.
+			runtime.Gosched()
+		}
 		if err := r.w.applyTo(b); err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				return err

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -300,15 +299,22 @@ type view struct {
 	st                 *stage
 }
 
-// record returns the mission's current envelope, or nil.
-func (v *view) record(id string) []byte {
+// current returns the mission's current envelope; found is false when
+// there is none. An envelope read from bbolt aliases the transaction's
+// memory.
+func (v *view) current(id string) (e envelope, found bool, err error) {
 	if p := v.st.missions[id]; p != nil {
-		return p.rec
+		return p.env, true, nil
 	}
 	if p := v.ov.missions[id]; p != nil {
-		return p.rec
+		return p.env, true, nil
 	}
-	return v.missions.Get([]byte(id))
+	rec := v.missions.Get([]byte(id))
+	if rec == nil {
+		return envelope{}, false, nil
+	}
+	e, err = parseEnvelope(rec)
+	return e, true, err
 }
 
 // owner returns the mission ID a request key belongs to, or "".
@@ -325,16 +331,19 @@ func (v *view) owner(key string) string {
 func (v *view) checkCreate(w *write) {
 	if w.reqKey != "" {
 		if id := v.owner(w.reqKey); id != "" {
-			rec := v.record(id)
-			if rec == nil {
+			e, found, err := v.current(id)
+			switch {
+			case err != nil:
+				w.err = fmt.Errorf("create mission %q: request key %q: %w", w.id, w.reqKey, err)
+			case !found:
 				w.err = fmt.Errorf("create mission %q: %w: request key %q names missing mission %q", w.id, ErrCorrupt, w.reqKey, id)
-				return
+			default:
+				w.existing = e.encode() // a copy, whatever e aliases
 			}
-			w.existing = bytes.Clone(rec)
 			return
 		}
 	}
-	if v.record(w.id) != nil {
+	if _, found, _ := v.current(w.id); found {
 		w.err = fmt.Errorf("create mission %q: %w: id exists", w.id, driver.ErrConflict)
 		return
 	}
@@ -344,12 +353,11 @@ func (v *view) checkCreate(w *write) {
 }
 
 func (v *view) checkSave(w *write) {
-	old := v.record(w.id)
-	if old == nil {
+	h, found, err := v.current(w.id)
+	if !found {
 		w.err = fmt.Errorf("save mission %q: %w", w.id, driver.ErrNotFound)
 		return
 	}
-	h, err := parseEnvelope(old)
 	if err != nil {
 		w.err = fmt.Errorf("save mission %q: %w", w.id, err)
 		return
@@ -371,8 +379,8 @@ type stage struct {
 }
 
 type stagedMission struct {
-	rec []byte // the envelope the write leaves
-	w   *write // the batch's last write of the mission
+	env envelope // what the write leaves
+	w   *write   // the batch's last write of the mission
 }
 
 func newStage() *stage {
@@ -380,7 +388,7 @@ func newStage() *stage {
 }
 
 func (s *stage) put(w *write, e envelope) {
-	s.missions[w.id] = &stagedMission{rec: e.encode(), w: w}
+	s.missions[w.id] = &stagedMission{env: e, w: w}
 	if w.create && w.reqKey != "" {
 		s.requests[w.reqKey] = w.id
 	}
@@ -395,7 +403,7 @@ func (db *DB) publish(logged []*write, st *stage, first uint64) {
 		lsn := first + uint64(i)
 		db.ov.pend = append(db.ov.pend, pendingWrite{lsn: lsn, w: w})
 		if p := st.missions[w.id]; p != nil && p.w == w {
-			db.ov.missions[w.id] = &pendingMission{rec: p.rec, lsn: lsn}
+			db.ov.missions[w.id] = &pendingMission{env: p.env, lsn: lsn}
 		}
 		if w.create && w.reqKey != "" {
 			db.ov.requests[w.reqKey] = pendingRequest{id: w.id, lsn: lsn}

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"unsafe"
 )
 
@@ -273,6 +274,14 @@ func (w *walFile) close(remove bool) error {
 //	events     uvarint count, then each: uvarint seq, uvarint length + bytes
 //	outbox     uvarint count, then each: uvarint length + bytes
 func encodeWrite(dst []byte, w *write) []byte {
+	n := 64 + len(w.id) + len(w.reqKey) + len(w.body)
+	for _, ev := range w.events {
+		n += 16 + len(ev.data)
+	}
+	for _, v := range w.outbox {
+		n += 8 + len(v)
+	}
+	dst = slices.Grow(dst, n)
 	var flags byte
 	if w.create {
 		flags = 1
