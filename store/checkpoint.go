@@ -81,7 +81,12 @@ func (db *DB) overlayOwner(key string) string {
 // (lists, timelines, the outbox) call it first, so they see every
 // acknowledged write.
 func (db *DB) checkpoint() error {
-	_, err := db.checkpointLeft()
+	left, err := db.checkpointLeft()
+	if left > 0 {
+		// Writes logged meanwhile found a batch waiting and woke no one;
+		// the background checkpointer may be idle.
+		db.kickCheckpoint(left)
+	}
 	return err
 }
 

@@ -77,6 +77,10 @@ type walFile struct {
 	hdr    []byte
 	tail   []byte
 	blk    []byte // aligned write buffer
+
+	// failedEnd is where bytes of a failed append may reach, while the
+	// log has not been written past them in this pass; zero otherwise.
+	failedEnd int64
 }
 
 // walBlock is the alignment of direct writes: the largest logical block
@@ -178,9 +182,12 @@ func createWAL(path string, id, lsn uint64, mode os.FileMode) (*walFile, error) 
 }
 
 // append writes the payloads as consecutive records and makes them
-// durable. It returns the LSN of the first. On failure the log is
-// unchanged as far as readers are concerned: the offset and LSN are not
-// advanced, so the next append overwrites whatever partial bytes landed.
+// durable. It returns the LSN of the first. On failure the offset and
+// LSN are not advanced, so the next append takes the same place and
+// LSNs; but the failed bytes may have landed, and if the next batch is
+// shorter, the failed one's later records would continue the sequence
+// and be replayed as if acknowledged. So until the log is written past
+// them, every append ends with a zero frame, where reading stops.
 func (w *walFile) append(payloads [][]byte) (uint64, error) {
 	w.buf = w.buf[:0]
 	first := w.lsn + 1
@@ -192,43 +199,52 @@ func (w *walFile) append(payloads [][]byte) (uint64, error) {
 		w.buf = append(w.buf, p...)
 		binary.BigEndian.PutUint32(w.buf[start+4:start+8], crc32.Checksum(w.buf[start+8:], castagn))
 	}
+	records := len(w.buf)
+	if w.failedEnd > w.off+int64(records) {
+		w.buf = append(w.buf, make([]byte, walFrameLen)...)
+	}
+	var err error
 	if w.direct {
-		if err := w.writeDirect(); err != nil {
-			return 0, fmt.Errorf("write %s: %w", w.path, err)
-		}
-	} else {
-		if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
-			return 0, fmt.Errorf("write %s: %w", w.path, err)
-		}
-		if err := datasync(w.f); err != nil {
-			return 0, fmt.Errorf("sync %s: %w", w.path, err)
+		err = w.writeDirect(records)
+	} else if _, err = w.f.WriteAt(w.buf, w.off); err == nil {
+		if err = datasync(w.f); err != nil {
+			err = fmt.Errorf("sync: %w", err)
 		}
 	}
-	w.off += int64(len(w.buf))
+	if err != nil {
+		// A direct write's padding is zeros, where reading stops anyway.
+		w.failedEnd = max(w.failedEnd, w.off+int64(len(w.buf)))
+		return 0, fmt.Errorf("write %s: %w", w.path, err)
+	}
+	w.off += int64(records)
+	if w.off >= w.failedEnd {
+		w.failedEnd = 0
+	}
 	w.lsn = first + uint64(len(payloads)) - 1
 	return first, nil
 }
 
 // writeDirect writes tail and buf from the start of off's block, padded
-// with zeros to whole blocks, and keeps the new tail. The bytes before
-// off are the ones already on disk, so rewriting them changes nothing a
-// torn write could lose.
-func (w *walFile) writeDirect() error {
+// with zeros to whole blocks, and keeps as the new tail what precedes the
+// end of buf's first n bytes (its records). The bytes before off are the
+// ones already on disk, so rewriting them changes nothing a torn write
+// could lose.
+func (w *walFile) writeDirect(n int) error {
 	start := w.off - int64(len(w.tail))
-	n := len(w.tail) + len(w.buf)
-	size := (n + walBlock - 1) / walBlock * walBlock
+	total := len(w.tail) + len(w.buf)
+	size := (total + walBlock - 1) / walBlock * walBlock
 	if len(w.blk) < size {
 		w.blk = alignedBlock(size * 2)
 	}
 	blk := w.blk[:size]
 	copy(blk, w.tail)
 	copy(blk[len(w.tail):], w.buf)
-	clear(blk[n:])
+	clear(blk[total:])
 	if _, err := w.f.WriteAt(blk, start); err != nil {
 		return err
 	}
-	keep := n % walBlock
-	w.tail = append(w.tail[:0], blk[n-keep:n]...)
+	end := len(w.tail) + n
+	w.tail = append(w.tail[:0], blk[end-end%walBlock:end]...)
 	return nil
 }
 
@@ -243,7 +259,9 @@ func alignedBlock(n int) []byte {
 // rewind starts the next append right after the header. The caller
 // guarantees every record written so far is checkpointed.
 func (w *walFile) rewind() {
-	w.off = walHeaderLen
+	// Bytes a failed append left behind carry LSNs below every later
+	// record, so no record of the new pass can be continued by them.
+	w.off, w.failedEnd = walHeaderLen, 0
 	if w.direct {
 		w.tail = append(w.tail[:0], w.hdr...)
 	}
