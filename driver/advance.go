@@ -371,7 +371,9 @@ func (d *Driver) commit(e *entry, t *txn) error {
 // outcome together with whatever settle decides next.
 func (d *Driver) execute(e *entry, act action, gen uint64) {
 	d.mu.Lock()
-	m := e.m.Clone()
+	// Read only: committed snapshots are replaced, never modified, and
+	// what the handler gets (context, forward outputs) is copied below.
+	m := e.m
 	e.idle = false
 	d.mu.Unlock()
 	lease := m.Lease
