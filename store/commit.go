@@ -95,7 +95,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 			return nil, err
 		}
 	}
-	body, err := json.Marshal(m)
+	body, err := m.AppendJSON(make([]byte, 0, 2048))
 	if err != nil {
 		return nil, fmt.Errorf("encode mission %q: %w", m.ID, err)
 	}
