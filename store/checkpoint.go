@@ -27,13 +27,20 @@ const (
 
 // overlay holds the writes that are logged but not yet in bbolt: the
 // latest envelope of each mission they touched, the request keys they
-// claimed, and the writes themselves in LSN order for the checkpoint.
+// claimed, their outbox entries, and the writes themselves in LSN order
+// for the checkpoint.
 // Guarded by DB.ovMu.
 type overlay struct {
 	missions map[string]*pendingMission
 	requests map[string]pendingRequest
 	pend     []pendingWrite
-	applied  uint64 // last LSN in bbolt
+	outbox   []pendingOutbox // in seq order, which is LSN order
+	applied  uint64          // last LSN in bbolt
+}
+
+type pendingOutbox struct {
+	seq, lsn uint64
+	val      []byte
 }
 
 type pendingMission struct {
@@ -121,6 +128,11 @@ func (db *DB) checkpointLeft() (int, error) {
 			}
 		}
 	}
+	i := 0
+	for i < len(db.ov.outbox) && db.ov.outbox[i].lsn <= last {
+		i++
+	}
+	db.ov.outbox = append([]pendingOutbox(nil), db.ov.outbox[i:]...)
 	db.ov.applied = last
 	left := len(db.ov.pend)
 	db.ovMu.Unlock()

@@ -68,6 +68,7 @@ type write struct {
 	body     []byte
 	events   []eventRec
 	outbox   [][]byte // outbox values, one per event; nil when the outbox is off
+	obFirst  uint64   // the first outbox entry's seq, assigned by the commit leader
 
 	// Set by the leader before done is closed.
 	existing []byte // Create: the record that owns reqKey
@@ -225,7 +226,9 @@ func (db *DB) commitBatch(batch []*write) {
 	if err == nil {
 		logged, staged, err = db.check(batch)
 	}
+	obSeq := db.obSeq
 	if err == nil && len(logged) > 0 {
+		db.assignOutboxSeqs(logged)
 		payloads := make([][]byte, len(logged))
 		for i, w := range logged {
 			payloads[i] = encodeWrite(nil, w)
@@ -233,6 +236,8 @@ func (db *DB) commitBatch(batch []*write) {
 		var first uint64
 		if first, err = db.wal.append(payloads); err == nil {
 			db.publish(logged, staged, first)
+		} else {
+			db.obSeq = obSeq // nothing logged: the seqs are free again
 		}
 	}
 	if err == nil {
@@ -407,6 +412,9 @@ func (db *DB) publish(logged []*write, st *stage, first uint64) {
 		}
 		if w.create && w.reqKey != "" {
 			db.ov.requests[w.reqKey] = pendingRequest{id: w.id, lsn: lsn}
+		}
+		for j, v := range w.outbox {
+			db.ov.outbox = append(db.ov.outbox, pendingOutbox{seq: w.obFirst + uint64(j), lsn: lsn, val: v})
 		}
 	}
 	n := len(db.ov.pend)

@@ -15,10 +15,11 @@ import (
 )
 
 // The outbox is a transactional outbox: with Options.Outbox set, every
-// event a Create or Save commits is also written, in the same bbolt
-// transaction, to the outbox bucket:
+// event a Create or Save commits is also written, in the same log record
+// (and so, when a checkpoint applies it, the same bbolt transaction), to
+// the outbox bucket:
 //
-//	outbox  outbox seq (big-endian, from the bucket's NextSequence) →
+//	outbox  outbox seq (big-endian; the bucket's sequence is the last used) →
 //	        {"event": driver.Event, "mission": driver.Summary, "compacted": bool}
 //
 // The hub sync reads it in seq order and deletes what the hub has
@@ -87,7 +88,9 @@ type outbox struct {
 func (db *DB) openOutbox(opts Options) {
 	db.ob.enabled, db.ob.max = opts.Outbox, opts.OutboxMax
 	_ = db.bolt.View(func(tx *bolt.Tx) error {
-		db.ob.n.Store(int64(tx.Bucket(bOutbox).Stats().KeyN))
+		b := tx.Bucket(bOutbox)
+		db.ob.n.Store(int64(b.Stats().KeyN))
+		db.obSeq = b.Sequence()
 		return nil
 	})
 	db.ob.threshold.Store(int64(db.ob.max))
@@ -116,16 +119,34 @@ func (w *write) encodeOutbox(m *driver.Mission) error {
 // putOutbox appends w's outbox entries; it runs inside the commit, after
 // w's checks passed, so a refused write leaves no entry.
 func (w *write) putOutbox(b *txBuckets) error {
-	for _, v := range w.outbox {
-		seq, err := b.outbox.NextSequence()
-		if err != nil {
-			return err
-		}
-		if err := b.outbox.Put(be64(seq), v); err != nil {
+	if len(w.outbox) == 0 {
+		return nil
+	}
+	if w.obFirst == 0 { // not assigned by a leader: take the next seqs
+		w.obFirst = b.outbox.Sequence() + 1
+	}
+	for i, v := range w.outbox {
+		if err := b.outbox.Put(be64(w.obFirst+uint64(i)), v); err != nil {
 			return err
 		}
 	}
+	if last := w.obFirst + uint64(len(w.outbox)) - 1; b.outbox.Sequence() < last {
+		return b.outbox.SetSequence(last)
+	}
 	return nil
+}
+
+// assignOutboxSeqs gives the outbox entries of writes about to be logged
+// their seqs, from the bucket's sequence as the log has advanced it, so
+// that the hub sync can read them from the overlay before a checkpoint.
+// db.wmu is held.
+func (db *DB) assignOutboxSeqs(ws []*write) {
+	for _, w := range ws {
+		if len(w.outbox) > 0 {
+			w.obFirst = db.obSeq + 1
+			db.obSeq += uint64(len(w.outbox))
+		}
+	}
 }
 
 // outboxAdded counts the entries a committed batch wrote and starts a
@@ -190,19 +211,46 @@ func (db *DB) Outbox(ctx context.Context, after uint64, limit int) ([]OutboxEntr
 		seq uint64
 		val []byte
 	}
-	var recs []rec
-	err := db.scan(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bOutbox).Cursor()
-		for k, v := c.Seek(be64(after + 1)); k != nil && len(recs) < limit; k, v = c.Next() {
-			if len(k) != 8 {
-				return fmt.Errorf("%w: outbox key %x", ErrCorrupt, k)
-			}
-			recs = append(recs, rec{binary.BigEndian.Uint64(k), bytes.Clone(v)})
+	if err := db.enter(); err != nil {
+		return nil, fmt.Errorf("read outbox: %w", err)
+	}
+	defer db.leave()
+	// Entries still in the log are read from the overlay, so the hub sync
+	// does not force a checkpoint per batch. The bbolt snapshot begins
+	// under ovMu: an entry a checkpoint has applied but not yet dropped
+	// from the overlay is in both, and is taken once.
+	db.ovMu.Lock()
+	var pend []pendingOutbox
+	for _, p := range db.ov.outbox {
+		if p.seq > after {
+			pend = append(pend, p)
 		}
-		return nil
-	})
+	}
+	tx, err := db.bolt.Begin(false)
+	db.ovMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
+	}
+	defer tx.Rollback()
+	var recs []rec
+	c := tx.Bucket(bOutbox).Cursor()
+	for k, v := c.Seek(be64(after + 1)); k != nil && len(recs) < limit; k, v = c.Next() {
+		if len(k) != 8 {
+			return nil, fmt.Errorf("read outbox: %w: outbox key %x", ErrCorrupt, k)
+		}
+		recs = append(recs, rec{binary.BigEndian.Uint64(k), bytes.Clone(v)})
+	}
+	last := after
+	if len(recs) > 0 {
+		last = recs[len(recs)-1].seq
+	}
+	for _, p := range pend {
+		if len(recs) == limit {
+			break
+		}
+		if p.seq > last {
+			recs = append(recs, rec{p.seq, p.val})
+		}
 	}
 	out := make([]OutboxEntry, len(recs))
 	for i, r := range recs {

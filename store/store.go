@@ -116,6 +116,8 @@ type DB struct {
 	ov   overlay
 	ckMu sync.Mutex // one checkpoint at a time
 
+	obSeq uint64 // last outbox seq assigned; under wmu
+
 	ckKick chan int
 	ckStop chan struct{}
 	ckDone chan struct{}

@@ -291,6 +291,7 @@ func (w *walFile) close(remove bool) error {
 //	body       uvarint length + bytes (the mission JSON)
 //	events     uvarint count, then each: uvarint seq, uvarint length + bytes
 //	outbox     uvarint count, then each: uvarint length + bytes
+//	obFirst    uvarint: the first outbox entry's seq (0 without entries)
 func encodeWrite(dst []byte, w *write) []byte {
 	n := 64 + len(w.id) + len(w.reqKey) + len(w.body)
 	for _, ev := range w.events {
@@ -320,7 +321,7 @@ func encodeWrite(dst []byte, w *write) []byte {
 	for _, v := range w.outbox {
 		dst = appendBytes(dst, v)
 	}
-	return dst
+	return binary.AppendUvarint(dst, w.obFirst)
 }
 
 func appendBytes(dst, b []byte) []byte {
@@ -350,6 +351,7 @@ func decodeWrite(p []byte) (*write, error) {
 	for range nout {
 		w.outbox = append(w.outbox, r.bytes())
 	}
+	w.obFirst = r.uvarint()
 	switch {
 	case r.err != nil:
 		return nil, fmt.Errorf("%w: log record: %w", ErrCorrupt, r.err)
