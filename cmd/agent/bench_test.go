@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,7 +84,9 @@ func startBenchAgent(b *testing.B) *benchAgent {
 	cfg.Driver.Workers = 64
 	cfg.Log.Level = "error"
 	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}, done: make(chan error, 1)}
-	ba.a = &agent{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	// The agent's own logger for the configured level (error), as a
+	// deployment makes it: at info, the simulated devices log every command.
+	ba.a = &agent{cfg: cfg, log: newLogger(cfg.Log, io.Discard)}
 	ctx, cancel := context.WithCancel(context.Background())
 	ba.cancel = cancel
 	if err := ba.a.start(ctx, &runFlags{}, io.Discard); err != nil {
