@@ -404,29 +404,38 @@ func terminalCounts(ctx context.Context, db *store.DB) (map[driver.State]int, er
 type logObserver struct{ log *slog.Logger }
 
 func (o logObserver) Observe(ev driver.Event, m *driver.Mission) {
-	l := o.log.With("mission", m.ID, "trace", m.Meta.TraceID, "scene", m.Type)
+	lvl, msg := slog.LevelDebug, "transition"
+	var args []any
 	switch {
 	case ev.Input == driver.InStepWait:
 		// Waiting is normal (a delay step, an offline device); say so
 		// quietly.
-		lvl := slog.LevelInfo
+		lvl, msg = slog.LevelInfo, "step waiting"
 		if ev.Code == "delay" {
 			lvl = slog.LevelDebug
 		}
-		l.Log(context.Background(), lvl, "step waiting", "step", ev.StepID, "code", ev.Code, "reason", ev.Error)
+		args = []any{"step", ev.StepID, "code", ev.Code, "reason", ev.Error}
 	case ev.Input == driver.InStepError:
-		l.Warn("step failed", "step", ev.StepID, "attempt", ev.Attempt, "class", ev.Detail, "code", ev.Code, "err", ev.Error)
+		lvl, msg = slog.LevelWarn, "step failed"
+		args = []any{"step", ev.StepID, "attempt", ev.Attempt, "class", ev.Detail, "code", ev.Code, "err", ev.Error}
 	case ev.To.Terminal():
-		lvl := slog.LevelInfo
+		lvl, msg = slog.LevelInfo, "mission finished"
 		if ev.To != driver.StateSucceeded {
 			lvl = slog.LevelWarn
 		}
-		l.Log(context.Background(), lvl, "mission finished", "state", ev.To, "reason", m.Reason, "err", m.Error)
+		args = []any{"state", ev.To, "reason", m.Reason, "err", m.Error}
 	case ev.Input == driver.InCompResult && ev.Error != "":
-		l.Warn("compensation attempt failed", "step", ev.StepID, "err", ev.Error)
+		lvl, msg = slog.LevelWarn, "compensation attempt failed"
+		args = []any{"step", ev.StepID, "err", ev.Error}
 	default:
-		l.Debug("transition", "input", ev.Input, "from", ev.From, "to", ev.To, "step", ev.StepID, "attempt", ev.Attempt)
+		args = []any{"input", ev.Input, "from", ev.From, "to", ev.To, "step", ev.StepID, "attempt", ev.Attempt}
 	}
+	// Checked first: this runs for every transition, and building the
+	// record costs more than the rest of the observer.
+	if !o.log.Enabled(context.Background(), lvl) {
+		return
+	}
+	o.log.Log(context.Background(), lvl, msg, append([]any{"mission", m.ID, "trace", m.Meta.TraceID, "scene", m.Type}, args...)...)
 }
 
 // deviceTypes maps device IDs to their types, for metric labels.
