@@ -38,6 +38,10 @@ var (
 	ErrSchema = errors.New("unsupported store schema")
 	// ErrCursor means a List cursor was not one List returned.
 	ErrCursor = errors.New("invalid list cursor")
+	// ErrForeignLog means the write-ahead log beside the file was written
+	// for another store file (one restored from a backup, say): replaying
+	// it would apply another file's writes.
+	ErrForeignLog = errors.New("write-ahead log belongs to another store file")
 )
 
 // Options configures Open. The zero value is usable.
@@ -201,7 +205,7 @@ func openBolt(path string, opts Options) (bdb *bolt.DB, err error) {
 	case err == nil:
 		return bdb, nil
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("open store %s: %w: another process or DB held it for %s", path, ErrLocked, opts.Timeout)
+		return nil, fmt.Errorf("open store %s: %w: another agent, or another open store in this process, held it for %s", path, ErrLocked, opts.Timeout)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
 		return nil, fmt.Errorf("open store %s: %w: %w", path, ErrCorrupt, err)

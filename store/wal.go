@@ -98,8 +98,8 @@ type walRecord struct {
 
 // readWAL returns the records of the log at path that belong to the store
 // with the given WAL ID, in LSN order. A missing file or one without a
-// complete header has none. A header naming another store is an error:
-// replaying it would apply another file's writes.
+// complete header has none. A header naming another store is
+// ErrForeignLog: replaying it would apply another file's writes.
 func readWAL(path string, id uint64) ([]walRecord, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -117,7 +117,7 @@ func readWAL(path string, id uint64) ([]walRecord, error) {
 		return nil, fmt.Errorf("%w: %s is not a sortie write-ahead log", ErrCorrupt, path)
 	}
 	if got := binary.BigEndian.Uint64(data[16:24]); got != id {
-		return nil, fmt.Errorf("%w: %s belongs to another store file (WAL ID %016x, the store's is %016x); move it aside if the store file was restored from a backup", ErrCorrupt, path, got, id)
+		return nil, fmt.Errorf("%w: %s has WAL ID %016x, the store's is %016x; if the store file was restored from a backup, move the log aside", ErrForeignLog, path, got, id)
 	}
 	return parseRecords(data[walHeaderLen:]), nil
 }

@@ -775,14 +775,15 @@ func TestWALForeignLog(t *testing.T) {
 		name    string
 		log     []byte
 		corrupt bool
+		want    error
 	}{
-		{"another store's log", walA, true},
-		{"unknown magic", append([]byte("NOT-A-SORTIE-LOG"), walA[16:]...), true},
-		{"newer log version", append(append(bytes.Clone(walMagic[:15]), 2), walA[16:]...), true},
-		{"empty", nil, false},
-		{"short header", walA[:walHeaderLen-1], false},
-		{"zero header", make([]byte, 4096), false},
-		{"zero header before records", append(make([]byte, walHeaderLen), walA[walHeaderLen:]...), false},
+		{"another store's log", walA, true, ErrForeignLog},
+		{"unknown magic", append([]byte("NOT-A-SORTIE-LOG"), walA[16:]...), true, ErrCorrupt},
+		{"newer log version", append(append(bytes.Clone(walMagic[:15]), 2), walA[16:]...), true, ErrCorrupt},
+		{"empty", nil, false, nil},
+		{"short header", walA[:walHeaderLen-1], false, nil},
+		{"zero header", make([]byte, 4096), false, nil},
+		{"zero header before records", append(make([]byte, walHeaderLen), walA[walHeaderLen:]...), false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pathB := filepath.Join(t.TempDir(), "b.db")
@@ -803,8 +804,8 @@ func TestWALForeignLog(t *testing.T) {
 					b.Close()
 					t.Fatal("Open succeeded")
 				}
-				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), walPath(pathB)) {
-					t.Errorf("Open = %v, want ErrCorrupt naming %s", err, walPath(pathB))
+				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), walPath(pathB)) {
+					t.Errorf("Open = %v, want %v naming %s", err, tc.want, walPath(pathB))
 				}
 				// The store file is released and intact: moving the log
 				// aside is the way out.
