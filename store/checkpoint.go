@@ -238,10 +238,18 @@ func walMeta(tx *bolt.Tx) (id, lsn uint64) {
 // migrations: the log was written by a build at the file's own schema.
 func (db *DB) replayWAL() (uint64, error) {
 	var id, applied uint64
+	newer := false
 	_ = db.bolt.View(func(tx *bolt.Tx) error {
 		id, applied = walMeta(tx)
+		from, err := schemaOf(tx)
+		newer = err != nil || from > Schema
 		return nil
 	})
+	if newer {
+		// A file this build cannot read (init says why) must not get
+		// this build's replay of its log first.
+		return applied, nil
+	}
 	recs, err := readWAL(walPath(db.path), id)
 	if err != nil {
 		return 0, err

@@ -72,6 +72,7 @@ type write struct {
 
 	// Set by the leader before done is closed.
 	existing []byte // Create: the record that owns reqKey
+	inBatch  bool   // existing is a write of the same batch
 	err      error
 
 	done     chan struct{} // closed once the write is committed or failed
@@ -136,6 +137,24 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 	return w, nil
 }
 
+// checkSize refuses a write whose log record could exceed what reading
+// the log accepts (walMaxRecord): acknowledged, it would be lost at the
+// next replay. Only a pathological mission (tens of MiB of context or
+// labels) comes near it.
+func (w *write) checkSize() error {
+	n := 64 + len(w.id) + len(w.reqKey) + len(w.body)
+	for _, ev := range w.events {
+		n += 16 + len(ev.data)
+	}
+	for _, v := range w.outbox {
+		n += 16 + len(v)
+	}
+	if n > walMaxRecord {
+		return fmt.Errorf("%w: mission %q encodes to more than %d MiB", driver.ErrInvalid, w.id, walMaxRecord>>20)
+	}
+	return nil
+}
+
 // commit queues w and waits until a leader has committed it. The first
 // caller to find no leader becomes one and commits everything queued in
 // one transaction; a caller arriving during that commit waits to be
@@ -143,6 +162,9 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 // A lone caller therefore commits at once.
 func (db *DB) commit(ctx context.Context, w *write) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := w.checkSize(); err != nil {
 		return err
 	}
 	if err := db.enter(); err != nil {
@@ -245,9 +267,10 @@ func (db *DB) commitBatch(batch []*write) {
 		db.writes.Add(uint64(len(batch)))
 	}
 	for _, w := range batch {
-		if err != nil && w.existing == nil && w.err == nil {
-			// Nothing was logged, not even the writes that passed.
-			w.err = fmt.Errorf("commit: %w", err)
+		if err != nil && w.err == nil && (w.existing == nil || w.inBatch) {
+			// Nothing was logged, not even the writes that passed, nor
+			// a mission of this batch a duplicate request key found.
+			w.err, w.existing = fmt.Errorf("commit: %w", err), nil
 		}
 		close(w.done)
 	}
@@ -344,6 +367,7 @@ func (v *view) checkCreate(w *write) {
 				w.err = fmt.Errorf("create mission %q: %w: request key %q names missing mission %q", w.id, ErrCorrupt, w.reqKey, id)
 			default:
 				w.existing = e.encode() // a copy, whatever e aliases
+				_, w.inBatch = v.st.requests[w.reqKey]
 			}
 			return
 		}

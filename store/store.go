@@ -157,7 +157,13 @@ func Open(path string, opts Options) (*DB, error) {
 
 // openWAL replays what a crash left in the log, prepares the file
 // (schema, buckets, migrations) and starts a fresh log.
-func (db *DB) openWAL(opts Options) error {
+func (db *DB) openWAL(opts Options) (err error) {
+	defer func() {
+		// bbolt panics on some damaged pages the first read touches.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrCorrupt, r)
+		}
+	}()
 	last, err := db.replayWAL()
 	if err != nil {
 		return err

@@ -78,8 +78,8 @@ type walFile struct {
 	tail   []byte
 	blk    []byte // aligned write buffer
 
-	// failedEnd is where bytes of a failed append may reach, while the
-	// log has not been written past them in this pass; zero otherwise.
+	// failedEnd is where bytes of a failed append may reach, until the
+	// log has been written past them; zero otherwise.
 	failedEnd int64
 }
 
@@ -259,9 +259,9 @@ func alignedBlock(n int) []byte {
 // rewind starts the next append right after the header. The caller
 // guarantees every record written so far is checkpointed.
 func (w *walFile) rewind() {
-	// Bytes a failed append left behind carry LSNs below every later
-	// record, so no record of the new pass can be continued by them.
-	w.off, w.failedEnd = walHeaderLen, 0
+	// failedEnd stays: a failed append's LSNs were never used, so its
+	// bytes could continue the new pass's sequence just as well.
+	w.off = walHeaderLen
 	if w.direct {
 		w.tail = append(w.tail[:0], w.hdr...)
 	}
