@@ -250,6 +250,12 @@ params = { target = 35 }
 	if err != nil {
 		t.Errorf("shipped config does not validate: %v\n%s", err, ok)
 	}
+	// Without -config in a directory without the default files: say how.
+	cmd := exec.Command(agentBin, "validate")
+	cmd.Dir = t.TempDir()
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "-config configs/agent.toml") {
+		t.Errorf("validate without -config or files: %v\n%s", err, out)
+	}
 }
 
 // TestSceneModes: single rejects a second run, queued holds it until the

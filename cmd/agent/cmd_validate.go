@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/scenes"
@@ -32,6 +33,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	reg, err := devices.LoadRegistry(cfg.Path(cfg.Devices))
 	if err != nil {
+		if *config == "" && errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w (without -config the default paths are relative to this directory; try -config configs/agent.toml)", err)
+		}
 		return err
 	}
 	cat, err := scenes.Load(cfg.Path(cfg.Scenes), reg)
