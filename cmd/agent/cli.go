@@ -282,7 +282,14 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 			_, err = o.stdout.Write(raw)
 			return err
 		}
-		_, err = io.WriteString(o.stdout, renderList(list, o.loc))
+		// The next page keeps the filters and page size.
+		var again strings.Builder
+		for _, f := range [][2]string{{"state", state}, {"scene", scene}, {"since", since}, {"limit", strconv.Itoa(limit)}} {
+			if f[1] != "" {
+				fmt.Fprintf(&again, " -%s %s", f[0], f[1])
+			}
+		}
+		_, err = io.WriteString(o.stdout, renderList(list, o.loc, again.String()))
 		return err
 	case "show":
 		var d missionDetail
@@ -335,8 +342,9 @@ func controlLine(action string, it missionItem) string {
 	return fmt.Sprintf("mission %s: %s", it.ID, it.State)
 }
 
-// renderList draws a page of missions as a table.
-func renderList(list missionList, loc *time.Location) string {
+// renderList draws a page of missions as a table; again holds the flags
+// (" -state FAILED -limit 20") that the hint for the next page repeats.
+func renderList(list missionList, loc *time.Location, again string) string {
 	var b strings.Builder
 	if len(list.Missions) == 0 {
 		b.WriteString("no missions\n")
@@ -361,7 +369,7 @@ func renderList(list missionList, loc *time.Location) string {
 	b.Reset()
 	b.WriteString(trimmed)
 	if list.NextCursor != "" {
-		fmt.Fprintf(&b, "more: agent missions list -cursor %s\n", list.NextCursor)
+		fmt.Fprintf(&b, "more: agent missions list%s -cursor %s\n", again, list.NextCursor)
 	}
 	return b.String()
 }

@@ -26,8 +26,8 @@ func TestRenderList(t *testing.T) {
 		},
 		NextCursor: "0000000000000007",
 	}
-	golden(t, "list.golden", renderList(list, time.UTC))
-	if got := renderList(missionList{}, time.UTC); got != "no missions\n" {
+	golden(t, "list.golden", renderList(list, time.UTC, " -state FAILED -limit 3"))
+	if got := renderList(missionList{}, time.UTC, ""); got != "no missions\n" {
 		t.Errorf("empty list: %q", got)
 	}
 }
