@@ -72,7 +72,6 @@ type write struct {
 
 	// Set by the leader before done is closed.
 	existing []byte // Create: the record that owns reqKey
-	inBatch  bool   // existing is a write of the same batch
 	err      error
 
 	done     chan struct{} // closed once the write is committed or failed
@@ -267,9 +266,10 @@ func (db *DB) commitBatch(batch []*write) {
 		db.writes.Add(uint64(len(batch)))
 	}
 	for _, w := range batch {
-		if err != nil && w.err == nil && (w.existing == nil || w.inBatch) {
-			// Nothing was logged, not even the writes that passed, nor
-			// a mission of this batch a duplicate request key found.
+		if err != nil && w.err == nil {
+			// Nothing was logged, and every check ran against a state that
+			// included the batch's own writes: even an answer naming an
+			// existing mission may name a version that was never stored.
 			w.err, w.existing = fmt.Errorf("commit: %w", err), nil
 		}
 		close(w.done)
@@ -367,7 +367,6 @@ func (v *view) checkCreate(w *write) {
 				w.err = fmt.Errorf("create mission %q: %w: request key %q names missing mission %q", w.id, ErrCorrupt, w.reqKey, id)
 			default:
 				w.existing = e.encode() // a copy, whatever e aliases
-				_, w.inBatch = v.st.requests[w.reqKey]
 			}
 			return
 		}

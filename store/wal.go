@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"syscall"
 	"unsafe"
 )
 
@@ -44,9 +45,11 @@ const (
 	// walPrealloc is written up front: overwriting written blocks needs
 	// no file-size or extent update in each sync.
 	walPrealloc = 4 << 20
-	// walLimit bounds the file under a load that never lets the
-	// checkpoint catch up: past it, the next commit checkpoints first.
-	walLimit = 32 << 20
+	// walLimit bounds the file: under a steady load the background
+	// checkpoint rarely finds the log empty, which a rewind needs, so past
+	// it the next commit checkpoints first (a few milliseconds, once per
+	// walLimit of log) and rewinds.
+	walLimit = walPrealloc
 	// walMaxRecord refuses absurd lengths when reading a damaged file.
 	walMaxRecord = 64 << 20
 )
@@ -203,18 +206,23 @@ func (w *walFile) append(payloads [][]byte) (uint64, error) {
 	if w.failedEnd > w.off+int64(records) {
 		w.buf = append(w.buf, make([]byte, walFrameLen)...)
 	}
-	var err error
-	if w.direct {
-		err = w.writeDirect(records)
-	} else if _, err = w.f.WriteAt(w.buf, w.off); err == nil {
-		if err = datasync(w.f); err != nil {
-			err = fmt.Errorf("sync: %w", err)
+	err := w.write(records)
+	if err != nil && w.direct && errors.Is(err, syscall.EINVAL) {
+		// A file system that took O_DIRECT at open but refuses these
+		// writes (a block size above walBlock): go buffered for good.
+		if berr := w.buffered(); berr == nil {
+			err = w.write(records)
 		}
 	}
 	if err != nil {
 		// A direct write's padding is zeros, where reading stops anyway.
 		w.failedEnd = max(w.failedEnd, w.off+int64(len(w.buf)))
-		return 0, fmt.Errorf("write %s: %w", w.path, err)
+		// The outcome is unknown: the bytes may be on disk. Fence them
+		// off now, so that a crash before the next append cannot replay
+		// writes their callers were told failed; if even that fails, the
+		// caller may see them again after a restart.
+		w.fence()
+		return 0, err // it names the file
 	}
 	w.off += int64(records)
 	if w.off >= w.failedEnd {
@@ -222,6 +230,37 @@ func (w *walFile) append(payloads [][]byte) (uint64, error) {
 	}
 	w.lsn = first + uint64(len(payloads)) - 1
 	return first, nil
+}
+
+// write writes buf at off, durably; records is the length of its records.
+func (w *walFile) write(records int) error {
+	if w.direct {
+		return w.writeDirect(records)
+	}
+	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
+		return err
+	}
+	if err := datasync(w.f); err != nil {
+		return fmt.Errorf("sync %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// fence writes a zero frame at off, durably, where reading stops.
+func (w *walFile) fence() {
+	w.buf = append(w.buf[:0], make([]byte, walFrameLen)...)
+	_ = w.write(0)
+}
+
+// buffered reopens the log for buffered writes and fdatasync.
+func (w *walFile) buffered() error {
+	f, err := os.OpenFile(w.path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	w.f.Close()
+	w.f, w.direct, w.tail = f, false, nil
+	return nil
 }
 
 // writeDirect writes tail and buf from the start of off's block, padded

@@ -249,12 +249,9 @@ func useBuffered(tb testing.TB, db *DB) {
 	tb.Helper()
 	db.wmu.Lock()
 	defer db.wmu.Unlock()
-	f, err := os.OpenFile(db.wal.path, os.O_RDWR, 0)
-	if err != nil {
+	if err := db.wal.buffered(); err != nil {
 		tb.Fatal(err)
 	}
-	db.wal.f.Close()
-	db.wal.f, db.wal.direct, db.wal.tail = f, false, nil
 }
 
 func testWALCrashBeforeCheckpoint(t *testing.T, buffered bool) {
@@ -1374,5 +1371,34 @@ func TestWALAppendErrorRecordsFailedEnd(t *testing.T) {
 	}
 	if err := w.close(true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWALDirectRefusedFallsBack: a file system that accepts O_DIRECT at
+// open but refuses the writes (EINVAL: here, a misaligned buffer stands
+// in for a larger block size) gets buffered writes instead of a log that
+// fails every append.
+func TestWALDirectRefusedFallsBack(t *testing.T) {
+	w, err := createWAL(filepath.Join(t.TempDir(), "x-wal"), 7, 0, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close(true)
+	if !w.direct {
+		t.Skip("this file system refuses O_DIRECT at open")
+	}
+	w.blk = make([]byte, 3*walBlock+1)[1:] // misaligned: O_DIRECT refuses it
+	if _, err := w.append([][]byte{[]byte("first"), []byte("second")}); err != nil {
+		t.Fatalf("append after a refused direct write: %v", err)
+	}
+	if w.direct {
+		t.Error("still writing O_DIRECT after EINVAL")
+	}
+	if _, err := w.append([][]byte{[]byte("third")}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := readWAL(w.path, 7)
+	if err != nil || len(recs) != 3 || string(recs[2].payload) != "third" {
+		t.Fatalf("readWAL = %v, %v; want the three records", lsnsOf(recs), err)
 	}
 }
