@@ -223,16 +223,26 @@ const MaxIDLen = 128
 // line: empty, too long, containing '/', '+', '#', spaces or control
 // characters.
 func ValidateID(what, id string) error {
+	if err := CheckID(what, id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CheckID applies ValidateID's rules to an ID that is not a mission's
+// (a gateway's, in a config file), without wrapping ErrInvalid, whose
+// text ("invalid mission") would mislead there.
+func CheckID(what, id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: %s is empty", ErrInvalid, what)
+		return fmt.Errorf("%s is empty", what)
 	}
 	if len(id) > MaxIDLen {
-		return fmt.Errorf("%w: %s is %d bytes long (max %d)", ErrInvalid, what, len(id), MaxIDLen)
+		return fmt.Errorf("%s is %d bytes long (max %d)", what, len(id), MaxIDLen)
 	}
 	if i := strings.IndexFunc(id, func(r rune) bool {
 		return r == '/' || r == '+' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar
 	}); i >= 0 {
-		return fmt.Errorf("%w: %s %q contains %q", ErrInvalid, what, id, []rune(id[i:])[0])
+		return fmt.Errorf("%s %q contains %q", what, id, []rune(id[i:])[0])
 	}
 	return nil
 }

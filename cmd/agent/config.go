@@ -176,7 +176,7 @@ func (c Config) Validate(file string) error {
 	bad := func(field, format string, args ...any) error {
 		return &ConfigError{File: file, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
-	if err := driver.ValidateID("gateway_id", c.GatewayID); err != nil {
+	if err := driver.CheckID("gateway_id", c.GatewayID); err != nil {
 		return bad("gateway_id", "%v", err)
 	}
 	if c.DataDir == "" {

@@ -63,6 +63,9 @@ func TestConfigValidate(t *testing.T) {
 			if path != "" && !strings.Contains(err.Error(), path) {
 				t.Errorf("error %q does not name the file", err)
 			}
+			if strings.Contains(err.Error(), "mission") {
+				t.Errorf("error %q speaks of a mission about a config field", err)
+			}
 		})
 	}
 }

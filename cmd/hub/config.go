@@ -171,14 +171,14 @@ func (c Config) Validate(file string) error {
 			return bad("identity.password", "an external broker needs the hub's password (or identity.password_file)")
 		}
 	}
-	if err := driver.ValidateID("identity.username", c.Identity.Username); err != nil {
+	if err := driver.CheckID("identity.username", c.Identity.Username); err != nil {
 		return bad("identity.username", "%v", err)
 	}
 	if c.Identity.ClientID == "" {
 		return bad("identity.client_id", "must be set")
 	}
 	for id, h := range c.Gateways {
-		if err := driver.ValidateID("gateway", id); err != nil {
+		if err := driver.CheckID("gateway", id); err != nil {
 			return bad("gateways."+id, "%v", err)
 		}
 		if id == c.Identity.Username {

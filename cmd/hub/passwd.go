@@ -29,7 +29,7 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return &usageError{"passwd needs exactly one gateway ID"}
 	}
 	id := fs.Arg(0)
-	if err := driver.ValidateID("gateway", id); err != nil {
+	if err := driver.CheckID("gateway", id); err != nil {
 		return &usageError{err.Error()}
 	}
 	var password string
