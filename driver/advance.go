@@ -182,7 +182,7 @@ func (d *Driver) settle(t *txn) (action, error) {
 			retrying := m.State == StateStepFailed
 			switch {
 			case m.Control.Cancel:
-				return actRest, d.stop(t, StateCancelled, "cancelled", "cancelled by request")
+				return actRest, d.stop(t, StateCancelled, "cancelled", cancelMessage(m, "cancelled by request"))
 			case !retrying && m.Progress.Step >= len(m.Steps):
 				// Done: a last step that finished on the deadline still
 				// counts, so completion is checked before lateness.
@@ -755,3 +755,12 @@ func (s stepLog) with(args []any) []any { return append(slices.Clip(s.attrs), ar
 func (s stepLog) Info(msg string, args ...any)  { s.l.Info(msg, s.with(args)...) }
 func (s stepLog) Warn(msg string, args ...any)  { s.l.Warn(msg, s.with(args)...) }
 func (s stepLog) Error(msg string, args ...any) { s.l.Error(msg, s.with(args)...) }
+
+// cancelMessage is the error a cancelled mission records: the reason
+// given to CancelFor, else what.
+func cancelMessage(m *Mission, what string) string {
+	if m.Control.CancelReason != "" {
+		return "cancelled: " + m.Control.CancelReason
+	}
+	return what
+}

@@ -313,6 +313,13 @@ func (d *Driver) Resume(ctx context.Context, id string) (*Mission, error) {
 // Cancel stops a mission: a step in flight finishes (or times out),
 // then completed steps are compensated in reverse order.
 func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
+	return d.CancelFor(ctx, id, "")
+}
+
+// CancelFor is Cancel with a reason that the mission records as its
+// error ("cancelled: <reason>"), for cancellations no operator asked for
+// (a restart-mode scene replacing its earlier run).
+func (d *Driver) CancelFor(ctx context.Context, id, reason string) (*Mission, error) {
 	return d.control(ctx, id, func(t *txn, e *entry, running bool) error {
 		m := t.m
 		switch {
@@ -322,9 +329,12 @@ func (d *Driver) Cancel(ctx context.Context, id string) (*Mission, error) {
 			return &TransitionError{From: m.State, Input: InCancel}
 		}
 		m.Control.Cancel = true
+		if m.Control.CancelReason == "" {
+			m.Control.CancelReason = reason
+		}
 		t.dirty = true
 		if d.unbegin(t, e, running) {
-			return d.stop(t, StateCancelled, "cancelled", "cancelled before the step ran")
+			return d.stop(t, StateCancelled, "cancelled", cancelMessage(m, "cancelled before the step ran"))
 		}
 		// A worker holding the mission now is either executing its step
 		// (STEP_RUNNING: the flag waits for the boundary) or done with

@@ -102,11 +102,20 @@ func (m *Mission) AppendJSON(dst []byte) ([]byte, error) {
 	for _, f := range []struct {
 		name string
 		on   bool
-	}{{`"pause":true`, c.Pause}, {`"cancel":true`, c.Cancel}, {`"wait":true`, c.Wait}} {
+	}{{`"pause":true`, c.Pause}, {`"cancel":true`, c.Cancel}} {
 		if f.on {
 			sep()
 			e.raw(f.name)
 		}
+	}
+	if c.CancelReason != "" {
+		sep()
+		e.raw(`"cancel_reason":`)
+		e.str(c.CancelReason)
+	}
+	if c.Wait {
+		sep()
+		e.raw(`"wait":true`)
 	}
 	if c.WaitFor != "" {
 		sep()

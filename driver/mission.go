@@ -153,6 +153,9 @@ type Lease struct {
 type Control struct {
 	Pause  bool `json:"pause,omitempty"`
 	Cancel bool `json:"cancel,omitempty"`
+	// CancelReason says why Cancel was asked, when not by an operator;
+	// it becomes the mission's error.
+	CancelReason string `json:"cancel_reason,omitempty"`
 	// Wait marks a step waiting because its target was not ready, and
 	// WaitFor names that target; Wake(WaitFor) makes the mission due at
 	// once.

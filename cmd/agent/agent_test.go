@@ -310,6 +310,19 @@ func TestSceneModes(t *testing.T) {
 	g2 := e.trigger("go_home", "restart-2", nil)["mission_id"].(string)
 	e.waitState(g1, driver.StateCancelled, 30*time.Second)
 	e.waitState(g2, driver.StateSucceeded, 30*time.Second)
+	// The replaced run says why it was cancelled: no operator asked.
+	e.mu.Lock()
+	var reason string
+	for _, ev := range e.events[g1] {
+		if ev.Input == driver.InCompensate || ev.Input == driver.InCancel {
+			reason = ev.Detail // the first: the cancellation itself
+			break
+		}
+	}
+	e.mu.Unlock()
+	if !strings.Contains(reason, "replaced by a new run of go_home (restart mode, request restart-2)") {
+		t.Errorf("replaced run's cancel reason = %q", reason)
+	}
 }
 
 // TestCompactCommand: `agent compact` refuses while the agent runs and

@@ -50,7 +50,7 @@ func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 		// done steps are undone afterwards. The new run waits, held, until
 		// every cancelled run has ended, so their undo cannot reverse it.
 		for _, id := range running {
-			m, err := t.driver.Cancel(ctx, id)
+			m, err := t.driver.CancelFor(ctx, id, fmt.Sprintf("replaced by a new run of %s (restart mode, request %s)", tr.Scene, tr.RequestID))
 			switch {
 			case err == nil && !m.State.Terminal():
 				spec.Hold = true

@@ -44,7 +44,7 @@ const invalidReplyID = "_invalid"
 // missionAPI is what the trigger service needs from the driver.
 type missionAPI interface {
 	Submit(ctx context.Context, spec driver.Spec) (*driver.Mission, bool, error)
-	Cancel(ctx context.Context, id string) (*driver.Mission, error)
+	CancelFor(ctx context.Context, id, reason string) (*driver.Mission, error)
 	Resume(ctx context.Context, id string) (*driver.Mission, error)
 	Lookup(ctx context.Context, requestKey string) (*driver.Mission, error)
 }
