@@ -334,6 +334,8 @@ func controlLine(action string, it missionItem) string {
 	switch {
 	case action == "priority":
 		return fmt.Sprintf("mission %s: priority %d (%s)", it.ID, it.Priority, it.State)
+	case action == "cancel" && it.State == driver.StateCompensating:
+		return fmt.Sprintf("mission %s: cancelled; undoing its completed steps (%s)", it.ID, it.State)
 	case action == "cancel" && it.Control.Cancel && !it.State.Terminal():
 		return fmt.Sprintf("mission %s: cancel requested; it stops when the running step ends (%s)", it.ID, it.State)
 	case action == "pause" && it.Control.Pause && it.State != driver.StatePaused:

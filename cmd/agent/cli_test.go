@@ -32,6 +32,23 @@ func TestRenderList(t *testing.T) {
 	}
 }
 
+func TestControlLine(t *testing.T) {
+	for _, c := range []struct {
+		action string
+		it     missionItem
+		want   string
+	}{
+		{"cancel", missionItem{ID: "m", State: driver.StateCompensating, Control: driver.Control{Cancel: true}}, "mission m: cancelled; undoing its completed steps (COMPENSATING)"},
+		{"cancel", missionItem{ID: "m", State: driver.StateStepRunning, Control: driver.Control{Cancel: true}}, "mission m: cancel requested; it stops when the running step ends (STEP_RUNNING)"},
+		{"cancel", missionItem{ID: "m", State: driver.StateCancelled}, "mission m: CANCELLED"},
+		{"pause", missionItem{ID: "m", State: driver.StateStepRunning, Control: driver.Control{Pause: true}}, "mission m: pause requested; it holds when the running step ends (STEP_RUNNING)"},
+	} {
+		if got := controlLine(c.action, c.it); got != c.want {
+			t.Errorf("controlLine(%s, %s) = %q, want %q", c.action, c.it.State, got, c.want)
+		}
+	}
+}
+
 func TestRenderDevicesAndScenes(t *testing.T) {
 	devs := deviceList{Connected: true, Devices: []deviceItem{
 		{ID: "living-light", Type: "light", Room: "living", Name: "Living room light", Available: true, State: map[string]any{"power": "on", "brightness": 80}},
