@@ -143,6 +143,7 @@ func (db *DB) checkpointLeft() (int, error) {
 // applyLogged writes recs into bbolt and records last as applied.
 func (db *DB) applyLogged(tx *bolt.Tx, recs []pendingWrite, last uint64) error {
 	b := bucketsOf(tx)
+	b.acked = db.ob.ackedTo.Load()
 	for i, r := range recs {
 		if i%checkpointYield == checkpointYield-1 {
 			// A checkpoint is bulk work on one of the gateway's few

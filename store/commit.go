@@ -455,6 +455,9 @@ func (db *DB) publish(logged []*write, st *stage, first uint64) {
 
 type txBuckets struct {
 	missions, order, active, requests, finished, timeline, outbox *bolt.Bucket
+	// acked is the highest outbox seq acknowledged: a checkpoint skips
+	// entries up to it.
+	acked uint64
 }
 
 func bucketsOf(tx *bolt.Tx) *txBuckets {

@@ -31,9 +31,11 @@
 // ("wal_lsn") in the same transaction; it runs in the background 50 ms
 // after the first write of a batch (or at once for 512 writes), and
 // before any read that scans bbolt (List, Active, Timeline, Stats,
-// AckOutbox, Prune). Get, Lookup and Outbox see logged writes at once
-// through an in-memory overlay; the commit leader assigns outbox seqs, so
-// they are the same before and after a checkpoint or a replay. Open replays what a crash left in the
+// Prune). Get, Lookup and Outbox see logged writes at once through an
+// in-memory overlay; the commit leader assigns outbox seqs, so they are
+// the same before and after a checkpoint or a replay. AckOutbox drops
+// acknowledged entries still in the log from the overlay and marks them
+// so that no checkpoint writes them. Open replays what a crash left in the
 // log; Close checkpoints everything and deletes the log, so a stopped
 // store is the one file. The log's header carries the store's random ID
 // ("wal_id"), so a log is never replayed into another file, such as one

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"path/filepath"
 	"testing"
 
@@ -83,4 +84,57 @@ func mustOutboxVal(tb testing.TB, db *DB, seq uint64) []byte {
 		tb.Fatalf("outbox entry %d not in bbolt: %v", seq, err)
 	}
 	return v
+}
+
+// TestAckOutboxInLog: acknowledging entries still in the log needs no
+// checkpoint; they are dropped from the overlay and never written to
+// bbolt, and the count stays right. A crash before their checkpoint
+// replays them, so they are sent again: at least once.
+func TestAckOutboxInLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sortie.db")
+	db := openOutboxAt(t, path, 0)
+	pauseCheckpoints(t, db)
+	a, b := newMission("a"), newMission("b")
+	mustCreate(t, db, a)
+	mustCreate(t, db, b)
+	mustSave(t, db, a, driver.StateRunning) // seqs 1..3, all in the log
+
+	n, err := db.AckOutbox(t.Context(), 2)
+	if err != nil || n != 2 {
+		t.Fatalf("AckOutbox(2) = %d, %v; want 2", n, err)
+	}
+	if lsn := walLSN(t, db); lsn != 0 {
+		t.Errorf("the ack checkpointed (wal_lsn %d)", lsn)
+	}
+	if got := db.OutboxLen(); got != 1 {
+		t.Errorf("OutboxLen = %d, want 1", got)
+	}
+	sameLSNs(t, "after the ack", seqsOf(readOutbox(t, db, 0)), []uint64{3})
+	if err := db.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	inBoltOutbox := func() []uint64 {
+		var seqs []uint64
+		db.view(func(tx *bolt.Tx) error {
+			return tx.Bucket(bOutbox).ForEach(func(k, _ []byte) error {
+				seqs = append(seqs, binary.BigEndian.Uint64(k))
+				return nil
+			})
+		})
+		return seqs
+	}
+	sameLSNs(t, "bbolt after the checkpoint", inBoltOutbox(), []uint64{3})
+	if n, err := db.AckOutbox(t.Context(), 3); err != nil || n != 1 || db.OutboxLen() != 0 {
+		t.Errorf("AckOutbox(3) = %d, %v, OutboxLen %d; want 1, nil, 0", n, err, db.OutboxLen())
+	}
+	sameLSNs(t, "bbolt after acking all", inBoltOutbox(), nil)
+
+	// Acked while in the log, then a crash: replayed and due again.
+	mustSave(t, db, b, driver.StateRunning) // seq 4
+	if n, err := db.AckOutbox(t.Context(), 4); err != nil || n != 1 {
+		t.Fatalf("AckOutbox(4) = %d, %v", n, err)
+	}
+	crash(t, db)
+	db = openOutboxAt(t, path, 0)
+	sameLSNs(t, "after the crash", seqsOf(readOutbox(t, db, 0)), []uint64{4})
 }
