@@ -72,6 +72,13 @@ func (b *Broker) Addr() string { return b.ln.Address() }
 // URL is the address as a paho broker URL.
 func (b *Broker) URL() string { return "tcp://" + b.Addr() }
 
+// Subscribed reports whether any client subscribes to topic (by a
+// filter, shared or not, or inline).
+func (b *Broker) Subscribed(topic string) bool {
+	s := b.srv.Topics.Subscribers(topic)
+	return len(s.Subscriptions) > 0 || len(s.Shared) > 0 || len(s.InlineSubscriptions) > 0
+}
+
 // Server exposes the mochi server for inline publishing and inspection.
 func (b *Broker) Server() *mqtt.Server { return b.srv }
 

@@ -280,6 +280,9 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	a.closers = append(a.closers, a.conn.Close)
 	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, a.conn, topics, cfg.GatewayID, a.metrics)
 	a.feed = newFeed(log.With("component", "feed"), a.conn, topics, cfg.GatewayID)
+	if a.broker != nil {
+		a.feed.listened = a.broker.Subscribed
+	}
 	drv.Observe(a.metrics)
 	drv.Observe(a.trig)
 	drv.Observe(a.feed)

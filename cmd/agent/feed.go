@@ -42,6 +42,12 @@ type feed struct {
 	gateway string
 	q       chan eventMsg
 	dropped atomic.Uint64
+	// listened, when set, says whether anyone subscribes to a topic; the
+	// agent sets it with the embedded broker, whose subscriptions it can
+	// see. An event nobody follows is not encoded or published: a QoS 0
+	// event is not kept for later subscribers anyway, and each costs the
+	// agent and the broker more than the step's own commit.
+	listened func(topic string) bool
 }
 
 func newFeed(log *slog.Logger, pub publisher, topics agentTopics, gateway string) *feed {
@@ -77,6 +83,10 @@ func (f *feed) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case msg := <-f.q:
+			topic := f.topics.Events(msg.MissionID)
+			if f.listened != nil && !f.listened(topic) {
+				continue
+			}
 			b, err := json.Marshal(msg)
 			if err != nil {
 				continue
@@ -84,7 +94,7 @@ func (f *feed) Run(ctx context.Context) error {
 			// QoS 0: progress is advisory and must not cost a broker round
 			// trip per event; the timeline (API) and the hub outbox are the
 			// durable records.
-			if err := f.pub.Publish(f.topics.Events(msg.MissionID), 0, false, b); err != nil {
+			if err := f.pub.Publish(topic, 0, false, b); err != nil {
 				f.log.Debug("publish event", "mission", msg.MissionID, "err", err)
 			}
 		}
