@@ -85,7 +85,7 @@ func (db *DB) overlayOwner(key string) string {
 
 // checkpoint applies every logged write not yet in bbolt in one
 // transaction, recording the last LSN with them. Reads that scan bbolt
-// (lists, timelines, the outbox) call it first, so they see every
+// (lists, timelines, counts) call it first, so they see every
 // acknowledged write.
 func (db *DB) checkpoint() error {
 	left, err := db.checkpointLeft()

@@ -247,7 +247,6 @@ func (db *DB) commitBatch(batch []*write) {
 	if err == nil {
 		logged, staged, err = db.check(batch)
 	}
-	obSeq := db.obSeq
 	if err == nil && len(logged) > 0 {
 		db.assignOutboxSeqs(logged)
 		payloads := make([][]byte, len(logged))
@@ -255,10 +254,10 @@ func (db *DB) commitBatch(batch []*write) {
 			payloads[i] = encodeWrite(nil, w)
 		}
 		var first uint64
+		// On failure the outbox seqs stay used: the failed records may
+		// still be on disk, and a gap in the seqs harms no reader.
 		if first, err = db.wal.append(payloads); err == nil {
 			db.publish(logged, staged, first)
-		} else {
-			db.obSeq = obSeq // nothing logged: the seqs are free again
 		}
 	}
 	if err == nil {
