@@ -191,8 +191,9 @@ type missionItem struct {
 	Scene     string         `json:"scene"`
 	State     driver.State   `json:"state"`
 	Priority  int            `json:"priority"`
-	Step      int            `json:"step"`  // current step index, from 0
-	Steps     int            `json:"steps"` // number of steps
+	Step      int            `json:"step"`             // current step index, from 0
+	Steps     int            `json:"steps"`            // number of steps
+	Undone    int            `json:"undone,omitempty"` // completed steps compensated since
 	Source    string         `json:"source,omitempty"`
 	RequestID string         `json:"request_id,omitempty"`
 	TraceID   string         `json:"trace_id"`
@@ -211,6 +212,7 @@ func itemOf(m *driver.Mission) missionItem {
 		Source: m.Meta.Source, RequestID: m.Meta.RequestKey, TraceID: m.Meta.TraceID, Error: m.Error, Reason: m.Reason,
 		Created: m.Meta.Created, Started: m.Meta.Started, Updated: m.Meta.Updated, Finished: m.Meta.Finished,
 		Control: driver.Control{Pause: m.Control.Pause, Cancel: m.Control.Cancel},
+		Undone:  undone(m),
 	}
 }
 
@@ -667,4 +669,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v) // the client may be gone; nothing to do about it
+}
+
+// undone counts the steps whose effects compensation has reversed.
+func undone(m *driver.Mission) int {
+	n := 0
+	for _, r := range m.Undo {
+		if r.Status == driver.StepCompensated {
+			n++
+		}
+	}
+	return n
 }

@@ -363,7 +363,11 @@ func renderList(list missionList, loc *time.Location, again string) string {
 		if m.State == driver.StateSucceeded {
 			done = m.Steps
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", m.ID, m.Scene, m.State, min(done, m.Steps), m.Steps,
+		progress := fmt.Sprintf("%d/%d", min(done, m.Steps), m.Steps)
+		if m.Undone > 0 {
+			progress += fmt.Sprintf(", %d undone", m.Undone)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Scene, m.State, progress,
 			m.Created.In(loc).Format("2006-01-02 15:04:05"), took, orDash(m.Source), oneLine(m.Error, 60))
 	}
 	_ = tw.Flush()
