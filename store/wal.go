@@ -13,9 +13,10 @@ import (
 	"unsafe"
 )
 
-// The write-ahead log makes a Create or Save durable with one fdatasync
-// of an append, where a bbolt commit costs two (data pages, then the meta
-// page) plus the pages of every bucket it touches. bbolt stays the store
+// The write-ahead log makes a Create or Save durable with one synchronous
+// append (an O_DIRECT|O_DSYNC write, or a write and an fdatasync), where
+// a bbolt commit costs two fsyncs (data pages, then the meta page) plus
+// the pages of every bucket it touches. bbolt stays the store
 // of record: a checkpoint applies logged writes to it in one transaction
 // per batch, off the callers' path, and records the last applied LSN in
 // the same transaction, so replay after a crash applies each write once.
@@ -37,8 +38,10 @@ import (
 // the file stays at its preallocated size. Reading stops at the first
 // record that is short, fails its CRC or does not continue the LSN
 // sequence: a torn tail (never acknowledged, since a write returns only
-// after its fdatasync) or the remains of an earlier pass, whose LSNs are
-// all lower.
+// once it is durable) or the remains of an earlier pass, whose LSNs are
+// all lower. The one exception, a failed append's records, which carry
+// the LSNs the next append reuses, is fenced off by zero frames (see
+// append).
 const (
 	walHeaderLen = 32
 	walFrameLen  = 16
