@@ -299,18 +299,18 @@ func (db *DB) makeRoom() error {
 func (db *DB) check(batch []*write) ([]*write, *stage, error) {
 	db.ovMu.Lock()
 	defer db.ovMu.Unlock()
-	tx, err := db.bolt.Begin(false)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer tx.Rollback()
-	v := &view{ov: &db.ov, missions: tx.Bucket(bMissions), requests: tx.Bucket(bRequests), st: newStage()}
+	v := &view{ov: &db.ov, st: newStage(), db: db.bolt}
+	defer v.close()
 	var logged []*write
 	for _, w := range batch {
 		if w.create {
 			v.checkCreate(w)
 		} else {
 			v.checkSave(w)
+		}
+		if v.err != nil {
+			w.err, w.existing = nil, nil // its answer came from the failed read
+			return nil, nil, v.err
 		}
 		if w.err == nil && w.existing == nil {
 			logged = append(logged, w)
@@ -319,11 +319,32 @@ func (db *DB) check(batch []*write) ([]*write, *stage, error) {
 	return logged, v.st, nil
 }
 
-// view is the state a batch's checks see.
+// view is the state a batch's checks see. Its bbolt read transaction is
+// begun on the first lookup the batch and the overlay cannot answer (a
+// mission saved a moment ago usually is in the overlay), still under
+// ovMu, which is what makes the two agree.
 type view struct {
-	ov                 *overlay
-	missions, requests *bolt.Bucket
-	st                 *stage
+	ov  *overlay
+	st  *stage
+	db  *bolt.DB
+	tx  *bolt.Tx
+	err error // beginning tx failed
+}
+
+func (v *view) bucket(name []byte) *bolt.Bucket {
+	if v.tx == nil && v.err == nil {
+		v.tx, v.err = v.db.Begin(false)
+	}
+	if v.err != nil {
+		return nil
+	}
+	return v.tx.Bucket(name)
+}
+
+func (v *view) close() {
+	if v.tx != nil {
+		_ = v.tx.Rollback()
+	}
 }
 
 // current returns the mission's current envelope; found is false when
@@ -336,7 +357,11 @@ func (v *view) current(id string) (e envelope, found bool, err error) {
 	if p := v.ov.missions[id]; p != nil {
 		return p.env, true, nil
 	}
-	rec := v.missions.Get([]byte(id))
+	b := v.bucket(bMissions)
+	if b == nil {
+		return envelope{}, false, v.err
+	}
+	rec := b.Get([]byte(id))
 	if rec == nil {
 		return envelope{}, false, nil
 	}
@@ -352,7 +377,11 @@ func (v *view) owner(key string) string {
 	if p, ok := v.ov.requests[key]; ok {
 		return p.id
 	}
-	return string(v.requests.Get([]byte(key)))
+	b := v.bucket(bRequests)
+	if b == nil {
+		return ""
+	}
+	return string(b.Get([]byte(key)))
 }
 
 func (v *view) checkCreate(w *write) {
