@@ -118,7 +118,7 @@ func (d *Driver) advance(e *entry, gen uint64) {
 // begin opens a transaction on a copy of e's latest committed mission.
 func (d *Driver) begin(e *entry) *txn {
 	d.mu.Lock()
-	m := e.m.Clone()
+	m := e.m.txnCopy()
 	d.mu.Unlock()
 	return &txn{m: m, now: d.clock.Now()}
 }

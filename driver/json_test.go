@@ -195,3 +195,42 @@ func BenchmarkAppendJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestTxnCopyLeavesOriginal: what a transaction does to its copy (add
+// context keys, replace outputs, change results, steps, labels, control)
+// never shows in the committed snapshot it was copied from.
+func TestTxnCopyLeavesOriginal(t *testing.T) {
+	f := filler{rand.New(rand.NewPCG(3, 4))}
+	for range 200 {
+		var m Mission
+		f.fill(reflect.ValueOf(&m).Elem())
+		before, err := json.Marshal(&m)
+		if err != nil {
+			continue // a filler value json cannot encode (e.g. year 10000)
+		}
+		c := m.txnCopy()
+		if c.Context.Values == nil {
+			c.Context.Values = map[string]any{}
+		}
+		c.Context.Values["added"] = map[string]any{"x": 1}
+		for i := range c.Results {
+			c.Results[i].Status = StepCompensated
+			c.Results[i].Outputs = map[string]any{"replaced": true}
+		}
+		for i := range c.Undo {
+			c.Undo[i].Attempts++
+		}
+		for i := range c.Steps {
+			c.Steps[i].ID += "-changed"
+		}
+		if c.Meta.Labels == nil {
+			c.Meta.Labels = map[string]string{}
+		}
+		c.Meta.Labels["added"] = "yes"
+		c.Control.Cancel, c.Version, c.Progress.Step = true, c.Version+1, c.Progress.Step+1
+		after, _ := json.Marshal(&m)
+		if !bytes.Equal(before, after) {
+			t.Fatalf("the snapshot changed with its copy:\nbefore %s\nafter  %s", before, after)
+		}
+	}
+}

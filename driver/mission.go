@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -174,6 +175,21 @@ func (m *Mission) Clone() *Mission {
 	c.Steps = append([]Step(nil), m.Steps...)
 	c.Results = cloneResults(m.Results)
 	c.Undo = cloneResults(m.Undo)
+	c.Meta.Labels = maps.Clone(m.Meta.Labels)
+	return &c
+}
+
+// txnCopy copies m for a transaction that will change it, more cheaply
+// than Clone: nested values (step outputs, context entries) stay shared
+// with m. A transaction only replaces them or adds top-level context
+// keys, never changes one in place, and handlers get deep copies, so
+// copying the top-level maps and slices leaves m as it was.
+func (m *Mission) txnCopy() *Mission {
+	c := *m
+	c.Context.Values = maps.Clone(m.Context.Values)
+	c.Steps = slices.Clone(m.Steps)
+	c.Results = slices.Clone(m.Results)
+	c.Undo = slices.Clone(m.Undo)
 	c.Meta.Labels = maps.Clone(m.Meta.Labels)
 	return &c
 }
