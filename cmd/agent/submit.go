@@ -39,7 +39,10 @@ func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	spec.Source = tr.Source
 	spec.Labels = map[string]string{"gateway": t.gateway}
 	info, _ := t.cat.Scene(tr.Scene)
-	running := t.runs(tr.Scene)
+	var running []string // parallel runs ignore each other
+	if info.Mode != scenes.ModeParallel {
+		running = t.runs(tr.Scene)
+	}
 	switch info.Mode {
 	case scenes.ModeSingle:
 		if len(running) > 0 {
