@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"maps"
@@ -175,6 +176,8 @@ func (d *Device) snapshot(now time.Time) map[string]any {
 	return st
 }
 
+var discard = slog.New(slog.DiscardHandler)
+
 // output is one message the device decided to publish.
 type output struct {
 	topic    string
@@ -202,7 +205,10 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 		}
 		return d.reject(id, devices.CodeInvalidParam, err.Error(), true, now, d.log.With("cmd", id))
 	}
-	log := d.log.With("cmd", cmd.ID, "action", cmd.Action, "attempt", cmd.Attempt)
+	log := discard // With formats its attributes even when nothing is logged
+	if d.log.Enabled(context.Background(), slog.LevelInfo) {
+		log = d.log.With("cmd", cmd.ID, "action", cmd.Action, "attempt", cmd.Attempt)
+	}
 	log.Info("command received", "params", cmd.Params)
 	if first, ok := d.acks.get(cmd.ID); ok {
 		d.counters.Replayed++
