@@ -64,19 +64,20 @@ func (db *DB) appliedLSN() uint64 {
 	return db.ov.applied
 }
 
-// overlayRecord returns a copy of the mission's logged envelope when it
-// is newer than bbolt's, or nil. A miss is safe to follow by a bbolt read:
-// an entry leaves the overlay only after its checkpoint committed.
-func (db *DB) overlayRecord(id string) []byte {
+// overlayEnvelope returns the mission's logged envelope when it is newer
+// than bbolt's; its body is never modified, so it is read without the
+// lock. A miss is safe to follow by a bbolt read: an entry leaves the
+// overlay only after its checkpoint committed.
+func (db *DB) overlayEnvelope(id string) (envelope, bool) {
 	db.ovMu.Lock()
 	defer db.ovMu.Unlock()
 	if p := db.ov.missions[id]; p != nil {
-		return p.env.encode()
+		return p.env, true
 	}
-	return nil
+	return envelope{}, false
 }
 
-// overlayOwner is overlayRecord for a request key.
+// overlayOwner is overlayEnvelope for a request key.
 func (db *DB) overlayOwner(key string) string {
 	db.ovMu.Lock()
 	defer db.ovMu.Unlock()

@@ -141,14 +141,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 // next replay. Only a pathological mission (tens of MiB of context or
 // labels) comes near it.
 func (w *write) checkSize() error {
-	n := 64 + len(w.id) + len(w.reqKey) + len(w.body)
-	for _, ev := range w.events {
-		n += 16 + len(ev.data)
-	}
-	for _, v := range w.outbox {
-		n += 16 + len(v)
-	}
-	if n > walMaxRecord {
+	if w.sizeBound() > walMaxRecord {
 		return fmt.Errorf("%w: mission %q encodes to more than %d MiB", driver.ErrInvalid, w.id, walMaxRecord>>20)
 	}
 	return nil

@@ -72,6 +72,11 @@ func decodeMission(b []byte) (*driver.Mission, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.mission()
+}
+
+// mission decodes the envelope's body and checks it against the header.
+func (e envelope) mission() (*driver.Mission, error) {
 	var m driver.Mission
 	if err := json.Unmarshal(e.body, &m); err != nil {
 		return nil, fmt.Errorf("%w: mission json: %w", ErrCorrupt, err)

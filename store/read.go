@@ -27,23 +27,25 @@ func (db *DB) Get(ctx context.Context, id string) (*driver.Mission, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	rec := db.overlayRecord(id)
+	var m *driver.Mission
 	var err error
-	if rec == nil {
+	if e, ok := db.overlayEnvelope(id); ok {
+		m, err = e.mission()
+	} else {
 		err = db.view(func(tx *bolt.Tx) error {
-			rec = bytes.Clone(tx.Bucket(bMissions).Get([]byte(id)))
+			if rec := tx.Bucket(bMissions).Get([]byte(id)); rec != nil {
+				var derr error
+				m, derr = decodeMission(rec) // decoding copies out of the mmap
+				return derr
+			}
 			return nil
 		})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get mission %q: %w", id, err)
 	}
-	if rec == nil {
+	if m == nil {
 		return nil, fmt.Errorf("get mission %q: %w", id, driver.ErrNotFound)
-	}
-	m, err := decodeMission(rec)
-	if err != nil {
-		return nil, fmt.Errorf("get mission %q: %w", id, err)
 	}
 	return m, nil
 }

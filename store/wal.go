@@ -335,14 +335,7 @@ func (w *walFile) close(remove bool) error {
 //	outbox     uvarint count, then each: uvarint length + bytes
 //	obFirst    uvarint: the first outbox entry's seq (0 without entries)
 func encodeWrite(dst []byte, w *write) []byte {
-	n := 64 + len(w.id) + len(w.reqKey) + len(w.body)
-	for _, ev := range w.events {
-		n += 16 + len(ev.data)
-	}
-	for _, v := range w.outbox {
-		n += 8 + len(v)
-	}
-	dst = slices.Grow(dst, n)
+	dst = slices.Grow(dst, w.sizeBound())
 	var flags byte
 	if w.create {
 		flags = 1
@@ -364,6 +357,19 @@ func encodeWrite(dst []byte, w *write) []byte {
 		dst = appendBytes(dst, v)
 	}
 	return binary.AppendUvarint(dst, w.obFirst)
+}
+
+// sizeBound is at least the length encodeWrite gives w: each field's
+// bytes plus generous room for its length prefix.
+func (w *write) sizeBound() int {
+	n := 64 + len(w.id) + len(w.reqKey) + len(w.body)
+	for _, ev := range w.events {
+		n += 16 + len(ev.data)
+	}
+	for _, v := range w.outbox {
+		n += 16 + len(v)
+	}
+	return n
 }
 
 func appendBytes(dst, b []byte) []byte {
