@@ -75,51 +75,36 @@ func (m *Mission) AppendJSON(dst []byte) ([]byte, error) {
 	e.raw(`,"seq":`)
 	e.uint(m.Seq)
 	e.raw(`,"lease":{`)
-	first := true
+	start := len(e.b)
 	if m.Lease.Owner != "" {
-		e.raw(`"owner":`)
+		e.member(start, `"owner":`)
 		e.str(m.Lease.Owner)
-		first = false
 	}
 	if !m.Lease.Expires.IsZero() {
-		if !first {
-			e.b = append(e.b, ',')
-		}
-		e.raw(`"expires":`)
+		e.member(start, `"expires":`)
 		e.time(m.Lease.Expires)
 	}
 	e.raw(`},"due":`)
 	e.time(m.Due)
 	e.raw(`,"control":{`)
 	c := &m.Control
-	fields := 0
-	sep := func() {
-		if fields > 0 {
-			e.b = append(e.b, ',')
-		}
-		fields++
+	start = len(e.b)
+	field := func(key string) { e.member(start, key) }
+	if c.Pause {
+		field(`"pause":true`)
 	}
-	for _, f := range []struct {
-		name string
-		on   bool
-	}{{`"pause":true`, c.Pause}, {`"cancel":true`, c.Cancel}} {
-		if f.on {
-			sep()
-			e.raw(f.name)
-		}
+	if c.Cancel {
+		field(`"cancel":true`)
 	}
 	if c.CancelReason != "" {
-		sep()
-		e.raw(`"cancel_reason":`)
+		field(`"cancel_reason":`)
 		e.str(c.CancelReason)
 	}
 	if c.Wait {
-		sep()
-		e.raw(`"wait":true`)
+		field(`"wait":true`)
 	}
 	if c.WaitFor != "" {
-		sep()
-		e.raw(`"wait_for":`)
+		field(`"wait_for":`)
 		e.str(c.WaitFor)
 	}
 	e.raw("}}")
@@ -144,6 +129,15 @@ func cmpOr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// member writes an object member's key, after a comma unless it is the
+// first since start, the offset just past the object's '{'.
+func (e *jsonEnc) member(start int, key string) {
+	if len(e.b) > start {
+		e.b = append(e.b, ',')
+	}
+	e.raw(key)
 }
 
 func (e *jsonEnc) optStr(key, v string) {
@@ -228,14 +222,9 @@ func (e *jsonEnc) step(s *Step) {
 }
 
 func (e *jsonEnc) retry(p *RetryPolicy) {
-	start := len(e.b)
 	e.b = append(e.b, '{')
-	key := func(k string) {
-		if len(e.b) > start+1 {
-			e.b = append(e.b, ',')
-		}
-		e.raw(k)
-	}
+	start := len(e.b)
+	key := func(k string) { e.member(start, k) }
 	if p.MaxAttempts != 0 {
 		key(`"max_attempts":`)
 		e.int(int64(p.MaxAttempts))
