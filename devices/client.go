@@ -60,11 +60,32 @@ func (e *RejectedError) Error() string {
 // later attempt (see RetryableCode).
 func (e *RejectedError) Retryable() bool { return RetryableCode(e.Code) }
 
-// Options configures a Client. Only Broker is required.
+// Local is an MQTT broker in this process, reached by function calls
+// (see Options.Local).
+type Local interface {
+	// Publish hands a message to the broker, which sends it on to the
+	// topic's subscribers at the QoS they subscribed with.
+	Publish(topic string, payload []byte, retained bool, qos byte) error
+	// Subscribe calls handle with each message published on a topic
+	// matching filter: first the retained ones, then every new one as the
+	// broker takes it. handle runs on the broker's receive path for the
+	// publishing client, so it must not block, and it may run for several
+	// publishers at once (each one's messages in order). cancel ends the
+	// subscription.
+	Subscribe(filter string, handle func(topic string, payload []byte)) (cancel func(), err error)
+}
+
+// Options configures a Client. Broker or Local is required.
 type Options struct {
 	// Broker is the paho broker URL, e.g. "tcp://127.0.0.1:1883" or
 	// "ssl://hub.local:8883".
 	Broker string
+	// Local, when set, is a broker in this process that the client uses
+	// instead of a connection to Broker: a command then costs no socket,
+	// no client library and no PUBACK on the agent's side, and the client
+	// is connected for as long as it is open. The connection options
+	// below do not apply.
+	Local Local
 	// ClientID identifies the connection; empty picks "sortie-agent".
 	// Two clients with the same ID kick each other off the broker.
 	ClientID string
@@ -176,7 +197,9 @@ type Client struct {
 	opts   Options
 	topics Topics
 	log    *slog.Logger
-	paho   mqtt.Client
+	paho   mqtt.Client // nil with a Local broker
+	local  Local
+	unsub  []func()
 
 	done chan struct{} // closed by Close
 
@@ -199,7 +222,7 @@ type Client struct {
 // availability topics, and returns once both are done or ctx ends. The
 // connection then reconnects on its own and resubscribes every time.
 func Dial(ctx context.Context, opts Options) (*Client, error) {
-	if opts.Broker == "" {
+	if opts.Broker == "" && opts.Local == nil {
 		return nil, errors.New("dial: no broker URL")
 	}
 	opts.withDefaults()
@@ -213,6 +236,9 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
 		devices: make(map[string]*deviceEntry),
+	}
+	if opts.Local != nil {
+		return c, c.dialLocal()
 	}
 	po := mqtt.NewClientOptions().
 		AddBroker(opts.Broker).
@@ -262,6 +288,29 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("subscribe: %w", ErrNotConnected)
 	}
 	return c, nil
+}
+
+// dialLocal subscribes through the in-process broker. Its retained state
+// and availability arrive before the subscription returns, as they do
+// after a SUBACK.
+func (c *Client) dialLocal() error {
+	c.local = c.opts.Local
+	for _, kind := range []string{"ack", "state", "availability"} {
+		cancel, err := c.local.Subscribe(c.topics.Wildcard(kind), c.onMessage)
+		if err != nil {
+			c.shutdown()
+			return fmt.Errorf("subscribe in process: %w", err)
+		}
+		c.mu.Lock()
+		c.unsub = append(c.unsub, cancel)
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.conns, c.connected = 1, true
+	close(c.ready)
+	c.mu.Unlock()
+	c.log.Info("connected to the broker in process")
+	return nil
 }
 
 // waitToken waits for a paho token, bounded by ctx and d.
@@ -359,11 +408,18 @@ func (c *Client) shutdown() {
 	close(c.done)
 	pending := c.pending
 	c.pending = make(map[ackKey]chan Ack)
+	unsub := c.unsub
+	c.unsub = nil
 	c.mu.Unlock()
 	for _, ch := range pending {
 		close(ch)
 	}
-	c.paho.Disconnect(250)
+	for _, cancel := range unsub {
+		cancel()
+	}
+	if c.paho != nil {
+		c.paho.Disconnect(250)
+	}
 	c.wg.Wait()
 }
 
@@ -469,9 +525,18 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 		return Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
 	}
 
-	tok := c.paho.Publish(c.topics.Command(deviceID), 1, false, payload)
+	var tok mqtt.Token
+	var pubDone <-chan struct{} // stays nil in process: nothing to wait for
+	if c.local != nil {
+		if err := c.local.Publish(c.topics.Command(deviceID), payload, false, 1); err != nil {
+			c.abandon(key, ch)
+			return Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
+		}
+	} else {
+		tok = c.paho.Publish(c.topics.Command(deviceID), 1, false, payload)
+		pubDone = tok.Done()
+	}
 	c.stats.sent.Add(1)
-	pubDone := tok.Done()
 	for {
 		select {
 		case ack, ok := <-ch:
@@ -540,30 +605,30 @@ func (c *Client) finish(device string, ack Ack) (Ack, error) {
 // receive is paho's handler for every subscription. paho calls it in
 // order on its router goroutine (SetOrderMatters(true)), which keeps a
 // device's availability and state updates in the order the broker sent
-// them. So it must never block, and it does not: it decodes one bounded
-// payload and does O(1) work under the mutex, and the hooks it calls must
-// not block either. (Handing each message to a goroutine of its own, as
+// them. (Handing each message to a goroutine of its own, as
 // SetOrderMatters(false) does, would lose that order.)
 func (c *Client) receive(_ mqtt.Client, m mqtt.Message) {
-	c.onMessage(m)
+	c.onMessage(m.Topic(), m.Payload())
 }
 
-// onMessage applies one device message: decoding and O(1) work under the
-// mutex. The hooks it calls must not block.
-func (c *Client) onMessage(m mqtt.Message) {
-	id, kind, ok := c.topics.DeviceOf(m.Topic())
+// onMessage applies one device message. It runs on paho's router or on
+// the in-process broker's receive path, so it must never block, and it
+// does not: it decodes one bounded payload and does O(1) work under the
+// mutex, and the hooks it calls must not block either.
+func (c *Client) onMessage(topic string, payload []byte) {
+	id, kind, ok := c.topics.DeviceOf(topic)
 	if !ok || ValidateDeviceID(id) != nil {
 		c.stats.malformed.Add(1)
-		c.log.Debug("message on unexpected topic", "topic", m.Topic())
+		c.log.Debug("message on unexpected topic", "topic", topic)
 		return
 	}
 	switch kind {
 	case "ack":
-		c.handleAck(id, m.Payload())
+		c.handleAck(id, payload)
 	case "state":
-		c.handleState(id, m.Payload())
+		c.handleState(id, payload)
 	case "availability":
-		c.handleAvailability(id, m.Payload())
+		c.handleAvailability(id, payload)
 	}
 }
 

@@ -309,6 +309,10 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 var clientSeq atomic.Int64
 
 // dial connects a Client for a test with short timeouts.
+// inProcess makes dial use the broker in process (Options.Local) instead
+// of a connection; TestInProcess sets it. No test here runs in parallel.
+var inProcess bool
+
 func dial(t testing.TB, b *simulator.Broker, mod func(*devices.Options)) *devices.Client {
 	t.Helper()
 	o := devices.Options{
@@ -316,6 +320,9 @@ func dial(t testing.TB, b *simulator.Broker, mod func(*devices.Options)) *device
 		ClientID:   fmt.Sprintf("agent-%d", clientSeq.Add(1)),
 		AckTimeout: 300 * time.Millisecond,
 		Logger:     discard(),
+	}
+	if inProcess {
+		o.Local = b
 	}
 	if mod != nil {
 		mod(&o)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -35,6 +36,9 @@ type Broker struct {
 	srv  *mqtt.Server
 	ln   *listeners.TCP
 	once sync.Once
+	// subID numbers inline subscriptions: mochi merges the handlers of
+	// all filters matching a topic by ID, so IDs must not repeat.
+	subID atomic.Int64
 }
 
 // StartBroker starts a broker and returns once it accepts connections.
@@ -77,6 +81,26 @@ func (b *Broker) URL() string { return "tcp://" + b.Addr() }
 func (b *Broker) Subscribed(topic string) bool {
 	s := b.srv.Topics.Subscribers(topic)
 	return len(s.Subscriptions) > 0 || len(s.Shared) > 0 || len(s.InlineSubscriptions) > 0
+}
+
+// Publish publishes from inside the broker's process (devices.Local),
+// with no client connection in between. Subscribers get the message at
+// the lower of qos and their subscription's QoS.
+func (b *Broker) Publish(topic string, payload []byte, retained bool, qos byte) error {
+	return b.srv.Publish(topic, payload, retained, qos)
+}
+
+// Subscribe subscribes from inside the broker's process (devices.Local).
+// handle runs on the publishing client's receive goroutine.
+func (b *Broker) Subscribe(filter string, handle func(topic string, payload []byte)) (func(), error) {
+	id := int(b.subID.Add(1))
+	err := b.srv.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+		handle(pk.TopicName, pk.Payload)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
+	}
+	return func() { _ = b.srv.Unsubscribe(filter, id) }, nil
 }
 
 // Server exposes the mochi server for inline publishing and inspection.

@@ -68,7 +68,14 @@ type benchAgent struct {
 	accepted map[string]chan string // request ID -> mission ID
 }
 
-func startBenchAgent(b *testing.B) *benchAgent {
+// benchLinks are the two ways the agent can reach its embedded broker:
+// in process (the default) and over TCP, as it reaches an external one.
+var benchLinks = []struct {
+	name    string
+	overTCP bool
+}{{"link=in-process", false}, {"link=tcp", true}}
+
+func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	b.Helper()
 	dir := b.TempDir()
 	os.MkdirAll(filepath.Join(dir, "scenes"), 0o700)
@@ -86,7 +93,7 @@ func startBenchAgent(b *testing.B) *benchAgent {
 	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}, done: make(chan error, 1)}
 	// The agent's own logger for the configured level (error), as a
 	// deployment makes it: at info, the simulated devices log every command.
-	ba.a = &agent{cfg: cfg, log: newLogger(cfg.Log, io.Discard)}
+	ba.a = &agent{cfg: cfg, log: newLogger(cfg.Log, io.Discard), overTCP: overTCP}
 	ctx, cancel := context.WithCancel(context.Background())
 	ba.cancel = cancel
 	if err := ba.a.start(ctx, &runFlags{}, io.Discard); err != nil {
@@ -267,11 +274,17 @@ func rawCommit(b *testing.B, n int) time.Duration {
 // step latency is reported two ways: trigger→SUCCEEDED over 3 (which
 // includes the trigger's intake), and first command→SUCCEEDED over 3.
 func BenchmarkEndToEnd(b *testing.B) {
-	ba := startBenchAgent(b)
+	for _, l := range benchLinks {
+		b.Run(l.name, func(b *testing.B) { benchEndToEnd(b, l.overTCP) })
+	}
+}
+
+func benchEndToEnd(b *testing.B, overTCP bool) {
+	ba := startBenchAgent(b, overTCP)
 	for i := range 20 { // warm up connections, caches and the file
 		ba.run(b, fmt.Sprintf("warm-%d", i))
 	}
-	rtt := rawRoundTrip(b, ba.url, 300)
+	rtt := rawRoundTrip(b, ba.url, 1000)
 	commit := rawCommit(b, 300)
 	firsts := make([]time.Duration, 0, b.N)
 	totals := make([]time.Duration, 0, b.N)
@@ -284,7 +297,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		devSteps = append(devSteps, (t-f)/3)
 	}
 	b.StopTimer()
-	rtt = (rtt + rawRoundTrip(b, ba.url, 300)) / 2
+	rtt = (rtt + rawRoundTrip(b, ba.url, 1000)) / 2
 	commit = (commit + rawCommit(b, 300)) / 2
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	perStep := pct(totals, 0.5) / 3
@@ -307,11 +320,17 @@ func BenchmarkEndToEnd(b *testing.B) {
 // BenchmarkConcurrent64: durable steps/s with 64 missions in flight,
 // beside the raw QoS 1 round-trip rate measured in the same run.
 func BenchmarkConcurrent64(b *testing.B) {
-	ba := startBenchAgent(b)
+	for _, l := range benchLinks {
+		b.Run(l.name, func(b *testing.B) { benchConcurrent64(b, l.overTCP) })
+	}
+}
+
+func benchConcurrent64(b *testing.B, overTCP bool) {
+	ba := startBenchAgent(b, overTCP)
 	for i := range 20 {
 		ba.run(b, fmt.Sprintf("warm-%d", i))
 	}
-	rtt := rawRoundTrip(b, ba.url, 300)
+	rtt := rawRoundTrip(b, ba.url, 1000)
 	const inflight = 64
 	n := max(b.N, inflight)
 	b.ResetTimer()
@@ -330,7 +349,7 @@ func BenchmarkConcurrent64(b *testing.B) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	rtt = (rtt + rawRoundTrip(b, ba.url, 300)) / 2
+	rtt = (rtt + rawRoundTrip(b, ba.url, 1000)) / 2
 	steps := float64(3*n) / elapsed.Seconds()
 	raw := float64(time.Second) / float64(rtt)
 	b.ReportMetric(steps, "steps/s")

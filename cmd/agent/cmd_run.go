@@ -124,13 +124,16 @@ func tuneGC() {
 
 // agent is the running set of components, closed in reverse order.
 type agent struct {
-	cfg     Config
-	log     *slog.Logger
-	db      *store.DB
-	broker  *simulator.Broker
-	home    *simulator.Home
-	dev     *devices.Client
-	conn    *conn
+	cfg    Config
+	log    *slog.Logger
+	db     *store.DB
+	broker *simulator.Broker
+	home   *simulator.Home
+	dev    *devices.Client
+	conn   link
+	// overTCP makes the agent reach its embedded broker over TCP, as it
+	// does an external one, instead of in process; benchmarks compare.
+	overTCP bool
 	drv     *driver.Driver
 	cat     *scenes.Catalog
 	reg     *devices.Registry
@@ -255,8 +258,15 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		return err
 	}
 	drv := a.drv
+	// The embedded broker is in this process: the agent's own traffic
+	// goes to it by function call, with no socket or client in between.
+	// Devices and apps still connect to it over TCP.
+	var local devices.Local
+	if a.broker != nil && !a.overTCP {
+		local = a.broker
+	}
 	a.dev, err = devices.Dial(ctx, devices.Options{
-		Broker: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-devices", Username: cfg.Broker.Username,
+		Local: local, Broker: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-devices", Username: cfg.Broker.Username,
 		Password: password, TLS: tlsCfg, Prefix: cfg.Broker.Prefix, AckTimeout: cfg.Broker.AckTimeout.D(),
 		Logger: log,
 		// A device coming online or reporting state may unblock the steps
@@ -270,11 +280,12 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	registerHandlers(a)
 
 	topics := newAgentTopics(cfg.Broker.Prefix, cfg.GatewayID)
-	a.conn, err = dialConn(ctx, connOptions{
+	if local != nil {
+		a.conn = &localLink{b: local}
+	} else if a.conn, err = dialConn(ctx, connOptions{
 		URL: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-agent", Username: cfg.Broker.Username,
 		Password: password, TLS: tlsCfg, Log: log.With("component", "mqtt"),
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	a.closers = append(a.closers, a.conn.Close)

@@ -11,12 +11,59 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/internal/mqttlog"
 )
 
-// conn is the agent's own MQTT connection, for triggers, replies and
-// events (device traffic has its own, in devices.Client). Subscriptions
-// are made in the on-connect handler so that reconnects restore them.
+// link is the agent's way to the broker for triggers, replies and events
+// (device traffic has its own, in devices.Client): an MQTT connection, or
+// calls into the embedded broker.
+type link interface {
+	// Subscribe calls handle for every message on topic; handle must not
+	// block.
+	Subscribe(topic string, handle func(topic string, payload []byte)) error
+	// Publish returns once the broker has taken the message.
+	Publish(topic string, qos byte, retained bool, payload []byte) error
+	Close()
+}
+
+// localLink is a link to the embedded broker in this process.
+type localLink struct {
+	b       devices.Local
+	mu      sync.Mutex
+	cancels []func()
+}
+
+func (l *localLink) Subscribe(topic string, handle func(string, []byte)) error {
+	cancel, err := l.b.Subscribe(topic, handle)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.cancels = append(l.cancels, cancel)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *localLink) Publish(topic string, qos byte, retained bool, payload []byte) error {
+	if err := l.b.Publish(topic, payload, retained, qos); err != nil {
+		return fmt.Errorf("publish %s: %w", topic, err)
+	}
+	return nil
+}
+
+func (l *localLink) Close() {
+	l.mu.Lock()
+	cancels := l.cancels
+	l.cancels = nil
+	l.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+}
+
+// conn is a link over an MQTT connection. Subscriptions are made in the
+// on-connect handler so that reconnects restore them.
 type conn struct {
 	c    mqtt.Client
 	log  *slog.Logger
@@ -106,7 +153,8 @@ func tokenErr(tok mqtt.Token) error {
 }
 
 // Subscribe subscribes now and after every reconnect.
-func (cn *conn) Subscribe(topic string, h mqtt.MessageHandler) error {
+func (cn *conn) Subscribe(topic string, handle func(string, []byte)) error {
+	h := func(_ mqtt.Client, m mqtt.Message) { handle(m.Topic(), m.Payload()) }
 	cn.mu.Lock()
 	cn.subs[topic] = h
 	cn.mu.Unlock()

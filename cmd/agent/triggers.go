@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 )
@@ -158,14 +156,15 @@ func (t *triggers) takeEnded() []string {
 	return out
 }
 
-// onMessage is the paho handler: it only hands the payload on.
-func (t *triggers) onMessage(_ mqtt.Client, msg mqtt.Message) {
+// onMessage is the trigger subscription's handler, on the MQTT receive
+// path: it only hands the payload on.
+func (t *triggers) onMessage(_ string, payload []byte) {
 	select {
-	case t.jobs <- triggerJob{payload: msg.Payload()}:
+	case t.jobs <- triggerJob{payload: payload}:
 	default:
 		t.metrics.rejected(reasonOverloaded)
-		t.log.Warn("trigger dropped: queue full", "bytes", len(msg.Payload()))
-		t.reply(scenes.Reply{RequestID: requestIDOf(msg.Payload()), Status: scenes.StatusRejected, Reason: reasonOverloaded, Message: "agent is overloaded; try again"})
+		t.log.Warn("trigger dropped: queue full", "bytes", len(payload))
+		t.reply(scenes.Reply{RequestID: requestIDOf(payload), Status: scenes.StatusRejected, Reason: reasonOverloaded, Message: "agent is overloaded; try again"})
 	}
 }
 

@@ -1,0 +1,71 @@
+package devices_test
+
+import (
+	"testing"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// TestInProcess runs the tests that do not depend on the connection with
+// the client talking to the broker in process, as the agent does with its
+// embedded broker. (Reconnection and dialing have nothing to test there.)
+func TestInProcess(t *testing.T) {
+	inProcess = true
+	defer func() { inProcess = false }()
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"SendAck", TestSendAck},
+		{"RetryAfterLostAck", TestRetryAfterLostAck},
+		{"Rejections", TestRejections},
+		{"LateAckCompletesRetry", TestLateAckCompletesRetry},
+		{"DuplicateAckIgnored", TestDuplicateAckIgnored},
+		{"AckFromOtherDeviceIgnored", TestAckFromOtherDeviceIgnored},
+		{"ConcurrentSends", TestConcurrentSends},
+		{"SameIDInFlight", TestSameIDInFlight},
+		{"InvalidRejectedBeforePublish", TestInvalidRejectedBeforePublish},
+		{"AvailabilityAndState", TestAvailabilityAndState},
+	} {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// What a device retained before the client existed is known once Dial
+// returns, and Close ends the subscriptions.
+func TestInProcessRetainedAndClose(t *testing.T) {
+	b := simulator.TestBroker(t)
+	startDevice(t, b, "lamp", map[string]any{"power": "on"}, nil)
+	if err := b.Publish(devices.Topics{}.Availability("door"), []byte(devices.Offline), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := devices.Dial(t.Context(), devices.Options{Local: b, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := c.State("lamp"); !ok || st["power"] != "on" {
+		t.Errorf("state at Dial = %v, %v; want the retained report", st, ok)
+	}
+	if c.Available("door") {
+		t.Error("door counts as available; its retained availability says offline")
+	}
+	if !c.Connected() {
+		t.Error("not connected")
+	}
+	if !b.Subscribed(devices.Topics{}.Ack("lamp")) {
+		t.Fatal("no subscription to lamp's acks")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b.Subscribed(devices.Topics{}.Ack("lamp")) {
+		t.Error("Close left the ack subscription in place")
+	}
+	if c.Connected() {
+		t.Error("connected after Close")
+	}
+	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "a1", Action: "turn_on"}); err == nil {
+		t.Error("Send after Close succeeded")
+	}
+}
