@@ -113,6 +113,10 @@ type Driver struct {
 	runCancel context.CancelFunc
 	loopDone  chan struct{}
 	workers   sync.WaitGroup
+	// idle hands a due mission to a parked worker goroutine. Workers
+	// outlive their missions because a new goroutine would grow its
+	// stack again, copying it two or three times, for every mission.
+	idle chan task
 
 	idSeq atomic.Uint32
 }
@@ -132,6 +136,7 @@ func New(opts Options) (*Driver, error) {
 		observers: append([]Observer(nil), opts.Observers...),
 		entries:   make(map[string]*entry),
 		kick:      make(chan struct{}, 1),
+		idle:      make(chan task),
 		stopCh:    make(chan struct{}),
 		rand:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
@@ -290,17 +295,21 @@ func (d *Driver) loop() {
 			}
 			e.running = true
 			d.running++
-			d.workers.Add(1)
-			go d.work(e, e.gen)
+			select {
+			case d.idle <- task{e, e.gen}:
+			default:
+				d.workers.Add(1)
+				go d.work(task{e, e.gen})
+			}
 		}
-		d.armLocked(d.sched.next(), now)
+		d.armLocked(d.sched.next())
 		d.mu.Unlock()
 		<-d.kick
 	}
 }
 
 // armLocked sets the wake-up timer to at, replacing a later one.
-func (d *Driver) armLocked(at, now time.Time) {
+func (d *Driver) armLocked(at time.Time) {
 	if at.IsZero() || (d.timerStop != nil && d.timerAt.Equal(at)) {
 		return
 	}
@@ -308,7 +317,7 @@ func (d *Driver) armLocked(at, now time.Time) {
 		d.timerStop()
 	}
 	d.timerAt = at
-	d.timerStop = d.clock.AfterFunc(at.Sub(now), func() {
+	d.timerStop = d.clock.AfterFunc(at.Sub(d.clock.Now()), func() {
 		// Forget the fired timer, so the next arm for the same instant
 		// (a wall-clock step back can make it fire early) sets a new one.
 		d.mu.Lock()
@@ -318,6 +327,19 @@ func (d *Driver) armLocked(at, now time.Time) {
 		d.mu.Unlock()
 		d.signal()
 	})
+	// A timer is set for a duration from now. A clock that jumped past at
+	// between reading now and setting the timer (a test's, advanced from
+	// another goroutine) has set it for later than at, so look again.
+	if !d.clock.Now().Before(at) {
+		d.signal()
+	}
+}
+
+// task is a mission dispatched to a worker, with the entry's generation
+// at dispatch.
+type task struct {
+	e   *entry
+	gen uint64
 }
 
 // work advances one mission by one step in a worker goroutine, then,
@@ -327,14 +349,23 @@ func (d *Driver) armLocked(at, now time.Time) {
 // the entry's generation at dispatch: if the worker's lease expired and
 // the mission was handed to another worker meanwhile, this one no longer
 // owns the entry and leaves it alone (it still held a worker slot).
-func (d *Driver) work(e *entry, gen uint64) {
+// Then the goroutine waits for the loop's next dispatch, until Stop.
+func (d *Driver) work(t task) {
 	defer d.workers.Done()
-	for e != nil {
-		d.advance(e, gen)
-		var wakeLoop bool
-		e, gen, wakeLoop = d.finishWork(e, gen, true)
-		if wakeLoop {
-			d.signal()
+	for {
+		e, gen := t.e, t.gen
+		for e != nil {
+			d.advance(e, gen)
+			var wakeLoop bool
+			e, gen, wakeLoop = d.finishWork(e, gen, true)
+			if wakeLoop {
+				d.signal()
+			}
+		}
+		select {
+		case t = <-d.idle:
+		case <-d.stopCh:
+			return
 		}
 	}
 }
