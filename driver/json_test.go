@@ -134,6 +134,24 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 	}
 }
 
+func TestEventAppendJSONMatchesMarshal(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	f := filler{rand.New(rand.NewPCG(seed, 11))}
+	for i := range 3000 {
+		var ev Event
+		f.fill(reflect.ValueOf(&ev).Elem())
+		want, werr := json.Marshal(&ev)
+		got, gerr := ev.AppendJSON(nil)
+		if (werr != nil) != (gerr != nil) {
+			t.Fatalf("event %d (seed %d): json.Marshal error %v, AppendJSON error %v", i, seed, werr, gerr)
+		}
+		if werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("event %d (seed %d) encodes differently:\nAppendJSON   %s\njson.Marshal %s", i, seed, got, want)
+		}
+	}
+}
+
 func TestAppendJSONErrors(t *testing.T) {
 	for name, m := range map[string]*Mission{
 		"invalid params":  {Steps: []Step{{ID: "a", Params: json.RawMessage(`{"a":`)}}},

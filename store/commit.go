@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -126,7 +125,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 		}
 		seen[ev.Seq] = true
 		ev.MissionID = m.ID
-		data, err := json.Marshal(ev)
+		data, err := ev.AppendJSON(nil)
 		if err != nil {
 			return nil, fmt.Errorf("encode event %d of mission %q: %w", ev.Seq, m.ID, err)
 		}
