@@ -137,8 +137,16 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 	e := &entry{m: snap, ready: -1, timer: -1, idle: begun}
 	d.entries[m.ID] = e
 	d.placeLocked(e, now)
+	if d.loopDone != nil && !d.stopping {
+		// Dispatching here rather than in the loop saves a trigger's first
+		// step a goroutine hand-off.
+		d.dispatchLocked(d.clock.Now())
+	}
+	dispatched := e.running
 	d.mu.Unlock()
-	d.signal()
+	if !dispatched {
+		d.signal() // the loop arms its timer, or finds the slots full
+	}
 	return m, true, nil
 }
 

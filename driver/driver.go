@@ -286,25 +286,31 @@ func (d *Driver) loop() {
 			d.mu.Unlock()
 			return
 		}
-		now := d.clock.Now()
-		d.sched.promote(now)
-		for d.running < d.opts.Workers {
-			e := d.sched.popReady()
-			if e == nil {
-				break
-			}
-			e.running = true
-			d.running++
-			select {
-			case d.idle <- task{e, e.gen}:
-			default:
-				d.workers.Add(1)
-				go d.work(task{e, e.gen})
-			}
-		}
+		d.dispatchLocked(d.clock.Now())
 		d.armLocked(d.sched.next())
 		d.mu.Unlock()
 		<-d.kick
+	}
+}
+
+// dispatchLocked hands due missions, in priority order, to workers while
+// slots are free: to a parked worker if one is waiting, else to a new
+// one. d.mu is held, and the loop must have started and not be stopping.
+func (d *Driver) dispatchLocked(now time.Time) {
+	d.sched.promote(now)
+	for d.running < d.opts.Workers {
+		e := d.sched.popReady()
+		if e == nil {
+			return
+		}
+		e.running = true
+		d.running++
+		select {
+		case d.idle <- task{e, e.gen}:
+		default:
+			d.workers.Add(1)
+			go d.work(task{e, e.gen})
+		}
 	}
 }
 
