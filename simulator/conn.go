@@ -184,11 +184,7 @@ func (d *Device) nextClientID() string {
 // "online" only once it can hear commands, and its current state.
 func (d *Device) onConnect(c paho.Client, s *session) {
 	tok := c.Subscribe(d.topics.Command(d.id), 1, func(_ paho.Client, m paho.Message) {
-		select {
-		case d.inbox <- m.Payload():
-		default:
-			d.log.Warn("command dropped: inbox full")
-		}
+		d.command(m.Payload())
 	})
 	if err := subscribed(tok, "subscribe"); err != nil {
 		d.log.Warn("cannot listen for commands; dropping connection", "err", err)
@@ -418,8 +414,26 @@ func (d *Device) goodbye(s *session) {
 	d.log.Info("offline: shut down")
 }
 
-// work is the device's firmware loop: it handles commands in arrival
-// order and ends curtain travel on time.
+// command is the device's firmware on one command. It runs on paho's
+// handler, in arrival order, and never waits: deciding is CPU work and
+// paho queues the publishes, so a command costs no hand-off to another
+// goroutine before its ack goes out. The worker waits for the PUBACKs.
+func (d *Device) command(payload []byte) {
+	d.emitMu.Lock()
+	e := d.emitNow(d.handle(payload, time.Now()))
+	d.emitMu.Unlock()
+	if len(e.pending) == 0 && len(e.delayed) == 0 {
+		return
+	}
+	select {
+	case d.settling <- e:
+	default:
+		d.log.Warn("outputs not followed up: worker backlog full", "delayed_dropped", len(e.delayed))
+	}
+}
+
+// work is the device's worker: it follows up what commands published
+// and ends curtain travel on time.
 func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -432,30 +446,51 @@ func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
 		select {
 		case <-ctx.Done():
 			return
-		case p := <-d.inbox:
-			d.emit(ctx, wg, d.handle(p, time.Now()))
+		case e := <-d.settling:
+			d.followUp(ctx, wg, e)
 		case now := <-t.C:
-			d.emit(ctx, wg, d.finishTravel(now))
+			d.emitMu.Lock()
+			e := d.emitNow(d.finishTravel(now))
+			d.emitMu.Unlock()
+			d.followUp(ctx, wg, e)
 		}
 	}
 }
 
-// emit publishes outputs, the delayed ones from their own goroutine so a
-// slow ack does not hold up the next command. The immediate ones are all
-// sent before any is waited for: paho writes them in order on the one
-// connection, so the state report still precedes the ack, at the cost
-// of one broker round trip instead of one per message.
-func (d *Device) emit(ctx context.Context, wg *sync.WaitGroup, outs []output) {
-	type sent struct {
-		o   output
-		tok paho.Token
-	}
-	var pending []sent
+// sent is a published output and its token.
+type sent struct {
+	o   output
+	tok paho.Token
+}
+
+// emitted is what one decision published at once, and what it left for
+// later.
+type emitted struct {
+	pending []sent
+	delayed []output
+}
+
+// emitNow publishes the immediate outputs in order (paho writes them in
+// that order on the one connection) and sets the delayed ones aside.
+// d.emitMu is held.
+func (d *Device) emitNow(outs []output) emitted {
+	var e emitted
 	for _, o := range outs {
-		if o.delay <= 0 {
-			pending = append(pending, sent{o, d.send(o)})
+		if o.delay > 0 {
+			e.delayed = append(e.delayed, o)
 			continue
 		}
+		e.pending = append(e.pending, sent{o, d.send(o)})
+	}
+	return e
+}
+
+// followUp starts the delayed outputs, each from its own goroutine so a
+// slow ack does not hold up the next command, then waits for the
+// immediate ones: all were sent before any is waited for, at the cost of
+// one broker round trip instead of one per message.
+func (d *Device) followUp(ctx context.Context, wg *sync.WaitGroup, e emitted) {
+	for _, o := range e.delayed {
 		wg.Go(func() {
 			t := time.NewTimer(o.delay)
 			defer t.Stop()
@@ -466,7 +501,7 @@ func (d *Device) emit(ctx context.Context, wg *sync.WaitGroup, outs []output) {
 			}
 		})
 	}
-	for _, p := range pending {
+	for _, p := range e.pending {
 		d.settle(p.o, p.tok)
 	}
 }

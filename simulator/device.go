@@ -46,9 +46,13 @@ type Device struct {
 	broker   string
 	clientID string
 
-	// inbox hands commands from the paho handler, which must not block,
-	// to the device's worker.
-	inbox chan []byte
+	// emitMu keeps a command's outputs and a curtain's arrival report
+	// from interleaving: each decision is published whole, in order.
+	emitMu sync.Mutex
+	// settling hands what a command published from paho's handler, which
+	// must not wait, to the device's worker, which waits for the PUBACKs
+	// and starts the delayed outputs.
+	settling chan emitted
 	// wake tells the connection loop that the wish to be online or the
 	// outage schedule changed.
 	wake chan struct{}
@@ -97,7 +101,7 @@ func newDevice(cfg DeviceConfig, state map[string]any, seed uint64, topics devic
 		broker:     broker,
 		clientID:   clientID,
 		log:        log.With("device", cfg.ID),
-		inbox:      make(chan []byte, 256),
+		settling:   make(chan emitted, 256),
 		wake:       make(chan struct{}, 1),
 		state:      st,
 		faults:     cfg.Faults,
@@ -245,7 +249,9 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 	ack := mustJSON(wireAck{ID: cmd.ID, OK: true, State: st, Prior: prior})
 	d.acks.put(cmd.ID, ack)
 	log.Info("command applied", "state", st)
-	return append([]output{d.stateOutput(now)}, d.sendAck(ack, log)...)
+	// The ack first: it is what the command's sender waits for, and it
+	// carries the state already; the retained report is for everyone.
+	return append(d.sendAck(ack, log), d.stateOutput(now))
 }
 
 // skew changes the effect so the device ends up somewhere it was not

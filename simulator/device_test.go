@@ -142,6 +142,22 @@ func TestRepeatedCommandAppliedOnce(t *testing.T) {
 	}
 }
 
+// ackOf is the payload of the ack among a command's outputs, which comes
+// before the state report.
+func ackOf(t *testing.T, outs []output) []byte {
+	t.Helper()
+	for i, o := range outs {
+		if o.ack {
+			if i != 0 {
+				t.Errorf("ack is output %d of %d, want it first", i, len(outs))
+			}
+			return o.payload
+		}
+	}
+	t.Fatalf("no ack among %d outputs", len(outs))
+	return nil
+}
+
 // TestAckPrior checks that an ack carries the state before the command,
 // and that a re-ack carries the first one, not the state at the retry.
 func TestAckPrior(t *testing.T) {
@@ -150,7 +166,7 @@ func TestAckPrior(t *testing.T) {
 	lastAck := func(outs []output) wireAck {
 		t.Helper()
 		var a wireAck
-		if err := json.Unmarshal(outs[len(outs)-1].payload, &a); err != nil {
+		if err := json.Unmarshal(ackOf(t, outs), &a); err != nil {
 			t.Fatal(err)
 		}
 		return a
@@ -226,7 +242,7 @@ func TestCurtainInterrupted(t *testing.T) {
 	d.handle([]byte(rawCmd("a", "open", "")), t0)
 	// Half way, it is told to close: it turns round from 50.
 	outs := d.handle([]byte(rawCmd("b", "close", "")), t0.Add(500*time.Millisecond))
-	ack, err := devices.DecodeAck(outs[len(outs)-1].payload)
+	ack, err := devices.DecodeAck(ackOf(t, outs))
 	if err != nil {
 		t.Fatal(err)
 	}
