@@ -375,6 +375,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	// what the handler gets (context, forward outputs) is copied below.
 	m := e.m
 	e.idle = false
+	e.ranSince = d.wakes
 	d.mu.Unlock()
 	lease := m.Lease
 	comp := act == actCompExc
@@ -452,12 +453,18 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		log.Error("settle after step", "err", serr)
 		return
 	}
-	if d.commit(e, t) == nil && act != actRest {
-		// The next step is begun (write-ahead) but waits for a worker.
-		d.mu.Lock()
-		e.idle = true
-		d.mu.Unlock()
+	if d.commit(e, t) != nil {
+		return
 	}
+	d.mu.Lock()
+	if act != actRest {
+		// The next step is begun (write-ahead) but waits for a worker.
+		e.idle = true
+	}
+	if m := e.m; m.Control.Wait && d.lastWake[m.Control.WaitFor] > e.ranSince {
+		e.woken = true
+	}
+	d.mu.Unlock()
 }
 
 // run calls the handler with a timeout driven by the injected clock, and

@@ -119,6 +119,13 @@ type Driver struct {
 	idle chan task
 
 	idSeq atomic.Uint32
+
+	// wakes counts Wake calls, and lastWake records the count at the last
+	// Wake of each key (bounded: see Wake). A step that returns to wait
+	// for a key Wake named while it ran is woken at once: Wake passes
+	// running missions by, since they are not waiting yet.
+	wakes    uint64
+	lastWake map[string]uint64
 }
 
 // New returns a driver. It does not touch the store until Start or Step.
@@ -137,6 +144,7 @@ func New(opts Options) (*Driver, error) {
 		entries:   make(map[string]*entry),
 		kick:      make(chan struct{}, 1),
 		idle:      make(chan task),
+		lastWake:  make(map[string]uint64),
 		stopCh:    make(chan struct{}),
 		rand:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
@@ -493,6 +501,9 @@ func wakeTime(m *Mission, now time.Time) (time.Time, bool) {
 	}
 }
 
+// maxWakeKeys bounds Driver.lastWake (keys are device IDs and the like).
+const maxWakeKeys = 4096
+
 // Wake makes the missions waiting on key due now: not-ready steps whose
 // error named it in StepError.WaitFor (the device handlers use the
 // device ID), e.g. because that device came back online. Waits that name
@@ -502,6 +513,13 @@ func (d *Driver) Wake(key string) {
 		return
 	}
 	d.mu.Lock()
+	d.wakes++
+	if len(d.lastWake) >= maxWakeKeys {
+		// Forgetting costs a step that waited through it at most its
+		// retry interval.
+		clear(d.lastWake)
+	}
+	d.lastWake[key] = d.wakes
 	now := d.clock.Now()
 	n := 0
 	for _, e := range d.entries {

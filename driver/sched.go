@@ -21,6 +21,10 @@ type entry struct {
 	backoff time.Time
 	// woken is set by Wake and consumed by the next advance.
 	woken bool
+	// ranSince is Driver.wakes when the mission's step began executing:
+	// a Wake it passed by while running is one for which Driver.lastWake
+	// is later.
+	ranSince uint64
 	// gen counts workers that lost the mission to an expired lease; a
 	// worker compares it with the value at its dispatch.
 	gen uint64
