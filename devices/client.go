@@ -68,11 +68,14 @@ type Local interface {
 	// topic's subscribers at the QoS they subscribed with.
 	Publish(topic string, payload []byte, retained bool, qos byte) error
 	// Subscribe calls handle with each message published on a topic
-	// matching filter: first the retained ones, then every new one as the
-	// broker takes it. handle runs on the broker's receive path for the
+	// matching filter from now on, and with the retained ones before it
+	// returns. handle runs on the broker's receive path for the
 	// publishing client, so it must not block, and it may run for several
-	// publishers at once (each one's messages in order). cancel ends the
-	// subscription.
+	// publishers at once (each one's messages in order). As with a
+	// subscription over a connection, a message published while the
+	// retained ones are replayed may reach handle before an older
+	// retained copy. cancel ends the subscription; a call already running
+	// may still finish after it.
 	Subscribe(filter string, handle func(topic string, payload []byte)) (cancel func(), err error)
 }
 
@@ -201,6 +204,10 @@ type Client struct {
 	paho   mqtt.Client // nil with a Local broker
 	local  Local
 	unsub  []func()
+	// gate lets Close wait for in-process handlers already running;
+	// stopped turns away the ones that start after it.
+	gate    sync.RWMutex
+	stopped atomic.Bool
 
 	done chan struct{} // closed by Close
 
@@ -296,8 +303,15 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 // after a SUBACK.
 func (c *Client) dialLocal() error {
 	c.local = c.opts.Local
+	handle := func(topic string, payload []byte) {
+		c.gate.RLock()
+		defer c.gate.RUnlock()
+		if !c.stopped.Load() {
+			c.onMessage(topic, payload)
+		}
+	}
 	for _, kind := range []string{"ack", "state", "availability"} {
-		cancel, err := c.local.Subscribe(c.topics.Wildcard(kind), c.onMessage)
+		cancel, err := c.local.Subscribe(c.topics.Wildcard(kind), handle)
 		if err != nil {
 			c.shutdown()
 			return fmt.Errorf("subscribe in process: %w", err)
@@ -418,6 +432,10 @@ func (c *Client) shutdown() {
 	for _, cancel := range unsub {
 		cancel()
 	}
+	// No hook runs after Close returns.
+	c.stopped.Store(true)
+	c.gate.Lock()
+	c.gate.Unlock() //nolint:staticcheck // an empty critical section: waiting is the point
 	if c.paho != nil {
 		c.paho.Disconnect(250)
 	}

@@ -1,6 +1,8 @@
 package devices_test
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/sortie-edge/sortie/devices"
@@ -67,5 +69,41 @@ func TestInProcessRetainedAndClose(t *testing.T) {
 	}
 	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "a1", Action: "turn_on"}); err == nil {
 		t.Error("Send after Close succeeded")
+	}
+}
+
+// Close waits for a hook already running on the broker's receive path,
+// and no hook runs after it returns.
+func TestInProcessCloseWaitsForHandlers(t *testing.T) {
+	b := simulator.TestBroker(t)
+	entered, release := make(chan string, 8), make(chan struct{})
+	c, err := devices.Dial(t.Context(), devices.Options{Local: b, Logger: discard(), OnChange: func(id string) {
+		entered <- id
+		<-release
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics := devices.Topics{}
+	go b.Publish(topics.Availability("lamp"), []byte(devices.Online), false, 1)
+	if id := <-entered; id != "lamp" {
+		t.Fatalf("OnChange(%q), want lamp", id)
+	}
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a hook was still running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if err := b.Publish(topics.Availability("door"), []byte(devices.Online), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-entered:
+		t.Fatalf("OnChange(%q) after Close", id)
+	default:
 	}
 }
