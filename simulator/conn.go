@@ -415,9 +415,14 @@ func (d *Device) goodbye(s *session) {
 }
 
 // command is the device's firmware on one command. It runs on paho's
-// handler, in arrival order, and never waits: deciding is CPU work and
-// paho queues the publishes, so a command costs no hand-off to another
-// goroutine before its ack goes out. The worker waits for the PUBACKs.
+// handler, in arrival order, so a command costs no hand-off to another
+// goroutine before its ack goes out; the worker waits for the PUBACKs.
+// paho's advice is not to publish from an ordered handler at all. Its
+// concern is waiting: a handler that waits for a token stalls the
+// routing that token may need. Publish alone only hands the packet to
+// paho's writer goroutine, which does not depend on the router (paho
+// v1.5) and is held up only by a socket the broker stops reading, and
+// then for at most the write timeout.
 func (d *Device) command(payload []byte) {
 	d.emitMu.Lock()
 	e := d.emitNow(d.handle(payload, time.Now()))
