@@ -34,12 +34,21 @@ func wantState(t *testing.T, d *simulator.Device, want map[string]any) {
 func TestGoHomeSucceeds(t *testing.T) {
 	e := newEnv(t, "")
 	e.start()
-	r := e.trigger("go_home", "r1", map[string]any{"temperature": 23})
+	e.goHome("r1", 23)
+}
+
+// goHome runs go_home at temperature to SUCCEEDED, checks where the
+// devices ended, and returns the mission ID.
+func (e *testEnv) goHome(requestID string, temperature int) string {
+	t := e.t
+	t.Helper()
+	r := e.trigger("go_home", requestID, map[string]any{"temperature": temperature})
 	id := r["mission_id"].(string)
 	e.waitState(id, driver.StateSucceeded, 20*time.Second)
 	wantState(t, e.device("living-light"), map[string]any{"power": "on", "brightness": 80})
-	wantState(t, e.device("living-ac"), map[string]any{"power": "on", "mode": "cool", "target": 23})
+	wantState(t, e.device("living-ac"), map[string]any{"power": "on", "mode": "cool", "target": temperature})
 	wantState(t, e.device("living-speaker"), map[string]any{"status": "playing", "playlist": "welcome home", "volume": 30})
+	return id
 }
 
 func TestDroppedAckRetriedEffectOnce(t *testing.T) {

@@ -83,6 +83,7 @@ type agentProc struct {
 	lines  []string
 	ready  chan struct{}
 	http   string
+	broker string // the embedded broker's address, if it runs one
 	stdout *strings.Builder
 }
 
@@ -93,16 +94,31 @@ func newEnv(t *testing.T, extraConfig string) *testEnv {
 	return newGatewayEnv(t, "test", extraConfig)
 }
 
-// newGatewayEnv is newEnv for a gateway with the given ID.
+// newGatewayEnv is newEnv for a gateway with the given ID. The broker
+// runs in the test process, and the agent uses it as an external one.
 func newGatewayEnv(t *testing.T, gw, extraConfig string) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, gw: gw, dir: t.TempDir(), replies: map[string]chan map[string]any{}, events: map[string][]eventMsg{}, evCh: make(chan eventMsg, 1024)}
+	e := newBareEnv(t, gw)
 	e.broker = simulator.TestBroker(t)
+	e.connect(e.broker.URL())
+	e.writeConfig(fmt.Sprintf("embedded = false\nurl = %q\n", e.broker.URL()), extraConfig)
+	return e
+}
+
+func newBareEnv(t *testing.T, gw string) *testEnv {
+	return &testEnv{t: t, gw: gw, dir: t.TempDir(), replies: map[string]chan map[string]any{}, events: map[string][]eventMsg{}, evCh: make(chan eventMsg, 1024)}
+}
+
+// connect starts the home (from configs/home.toml without its faults)
+// and the app client on the broker at url.
+func (e *testEnv) connect(url string) {
+	t := e.t
+	t.Helper()
 	hc, err := simulator.LoadHome(repoPath(t, "configs/home.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc.Broker = e.broker.URL()
+	hc.Broker = url
 	for i := range hc.Devices {
 		hc.Devices[i].Faults = simulator.Faults{}
 	}
@@ -114,7 +130,7 @@ func newGatewayEnv(t *testing.T, gw, extraConfig string) *testEnv {
 	}
 	t.Cleanup(func() { e.home.Close() })
 
-	opts := paho.NewClientOptions().AddBroker(e.broker.URL()).SetClientID("test-app-" + gw).SetOrderMatters(false)
+	opts := paho.NewClientOptions().AddBroker(url).SetClientID("test-app-" + e.gw).SetOrderMatters(false)
 	e.app = paho.NewClient(opts)
 	if tok := e.app.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("app connect: %v", tok.Error())
@@ -125,7 +141,7 @@ func newGatewayEnv(t *testing.T, gw, extraConfig string) *testEnv {
 			t.Fatalf("subscribe %s: %v", topic, tok.Error())
 		}
 	}
-	base := "sortie/gateways/" + gw
+	base := "sortie/gateways/" + e.gw
 	sub(base+"/replies/#", func(_ paho.Client, m paho.Message) {
 		var r map[string]any
 		if err := json.Unmarshal(m.Payload(), &r); err != nil {
@@ -149,15 +165,19 @@ func newGatewayEnv(t *testing.T, gw, extraConfig string) *testEnv {
 		default:
 		}
 	})
+}
+
+// writeConfig writes the agent's config with broker as the body of its
+// [broker] section.
+func (e *testEnv) writeConfig(broker, extraConfig string) {
+	t := e.t
 	e.cfgPath = filepath.Join(e.dir, "agent.toml")
 	cfg := fmt.Sprintf(`gateway_id = %q
 data_dir = %q
 devices = %q
 scenes = %q
 [broker]
-embedded = false
-url = %q
-ack_timeout = "300ms"
+%sack_timeout = "300ms"
 [http]
 listen = "127.0.0.1:0"
 [log]
@@ -166,11 +186,10 @@ format = "json"
 [driver]
 stop_grace = "5s"
 %s
-`, gw, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), e.broker.URL(), extraConfig)
+`, e.gw, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), broker, extraConfig)
 	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return e
 }
 
 func (e *testEnv) replyChan(id string) chan map[string]any {
@@ -213,6 +232,11 @@ func (e *testEnv) start(args ...string) *agentProc {
 				if rec["msg"] == "http listening" {
 					p.mu.Lock()
 					p.http, _ = rec["addr"].(string)
+					p.mu.Unlock()
+				}
+				if rec["msg"] == "embedded broker listening" {
+					p.mu.Lock()
+					p.broker, _ = rec["addr"].(string)
 					p.mu.Unlock()
 				}
 				if rec["msg"] == "agent ready" {

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// newEmbeddedEnv starts the agent with its own broker, as make run does:
+// the agent's traffic goes to the broker in process, while the simulated
+// home and the app connect to it over TCP. (The other tests run the
+// broker in the test process, so that it outlives the agent's restarts.)
+func newEmbeddedEnv(t *testing.T) *testEnv {
+	t.Helper()
+	e := newBareEnv(t, "emb")
+	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n", "")
+	p := e.start()
+	p.mu.Lock()
+	addr := p.broker
+	p.mu.Unlock()
+	if addr == "" {
+		t.Fatalf("the log does not say where the embedded broker listens\n%s", p.log())
+	}
+	e.connect("tcp://" + addr)
+	return e
+}
+
+func TestEmbeddedBrokerInProcess(t *testing.T) {
+	e := newEmbeddedEnv(t)
+
+	// A scene end to end, with its progress events followed over MQTT.
+	id := e.goHome("emb-1", 21)
+
+	// The same request again is the same mission.
+	if r2 := e.trigger("go_home", "emb-1", nil); r2["mission_id"] != id || r2["state"] != "SUCCEEDED" {
+		t.Errorf("repeated request: %v, want mission %s, SUCCEEDED", r2, id)
+	}
+
+	// Bad triggers are rejected with a reason.
+	for _, c := range []struct{ payload, replyTo, reason string }{
+		{`{"scene":"nope","request_id":"emb-b1"}`, "emb-b1", "unknown_scene"},
+		{`not json`, "_invalid", "bad_json"},
+		{`{"scene":"go_home","request_id":"emb-b2","params":{"x":"` + strings.Repeat("a", 20000) + `"}}`, "_invalid", "too_large"},
+	} {
+		e.publish(c.payload)
+		if got := e.reply(c.replyTo); got["status"] != "rejected" || got["reason"] != c.reason {
+			t.Errorf("reply %v, want rejected/%s", got, c.reason)
+		}
+	}
+
+	// A failing step undoes the ones before it, in reverse order, back to
+	// the state each device reported in its ack.
+	light, kitchen, speaker := e.device("living-light"), e.device("kitchen-light"), e.device("living-speaker")
+	before := map[string]map[string]any{"living-light": light.State(), "kitchen-light": kitchen.State(), "living-speaker": speaker.State()}
+	if err := e.device("front-door").SetFaults(simulator.Faults{Jammed: true}); err != nil {
+		t.Fatal(err)
+	}
+	id = e.trigger("movie_night", "emb-movie", nil)["mission_id"].(string)
+	e.waitState(id, driver.StateFailed, 60*time.Second)
+	wantState(t, light, before["living-light"])
+	wantState(t, kitchen, before["kitchen-light"])
+	wantState(t, speaker, before["living-speaker"])
+
+	if code := e.proc.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0\n%s", code, e.proc.log())
+	}
+}
