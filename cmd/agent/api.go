@@ -68,6 +68,8 @@ type apiOptions struct {
 	Registry *devices.Registry
 	Catalog  *scenes.Catalog
 	Triggers *triggers
+	// Backup writes a consistent copy of the database (store.DB.Backup).
+	Backup func(io.Writer) (int64, error)
 }
 
 // api is the management API. It serves JSON under /api/ and the health
@@ -113,6 +115,7 @@ func (s *api) register(mux *http.ServeMux) {
 	route("POST", "/api/missions/{id}/{action}", s.control)
 	route("GET", "/api/devices", s.listDevices)
 	route("GET", "/api/scenes", s.listScenes)
+	route("GET", "/api/backup", s.backup)
 	// Without these the mux would answer other methods and unknown paths
 	// in plain text.
 	for path, methods := range allowed {
@@ -553,6 +556,25 @@ type sceneParam struct {
 // sceneList is the body of GET /api/scenes.
 type sceneList struct {
 	Scenes []sceneItem `json:"scenes"`
+}
+
+// backup streams a copy of the database. An error after the first byte
+// cannot change the status any more, so it breaks the connection: the
+// client sees a truncated copy, not a short one that looks whole.
+func (s *api) backup(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="missions.db"`)
+	n, err := s.Backup(w)
+	switch {
+	case err == nil:
+		s.Log.Info("backup sent", "bytes", n)
+	case n == 0:
+		w.Header().Del("Content-Disposition")
+		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+	default:
+		s.Log.Error("backup broken off", "bytes", n, "err", err)
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (s *api) listScenes(w http.ResponseWriter, _ *http.Request) {

@@ -161,6 +161,26 @@ func (e *callError) Error() string {
 // call sends one request and returns the raw JSON answer; out, when not
 // nil, receives it decoded.
 func (c *client) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read answer of %s %s: %w", method, path, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return raw, fmt.Errorf("answer of %s %s is not what this client expects (version mismatch?): %w", method, path, err)
+		}
+	}
+	return raw, nil
+}
+
+// send sends one request and returns a successful response, whose body
+// the caller closes; an error answer becomes a *callError.
+func (c *client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -183,24 +203,16 @@ func (c *client) call(ctx context.Context, method, path string, body, out any) (
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the agent at %s (is it running? see -addr): %w", c.base, err)
 	}
+	if resp.StatusCode < 300 {
+		return resp, nil
+	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read answer of %s %s: %w", method, path, err)
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var ae apiError
+	if json.Unmarshal(raw, &ae) != nil || ae.Error.Message == "" {
+		return nil, &callError{Status: resp.StatusCode, Code: "http", Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 	}
-	if resp.StatusCode >= 300 {
-		var ae apiError
-		if json.Unmarshal(raw, &ae) != nil || ae.Error.Message == "" {
-			return raw, &callError{Status: resp.StatusCode, Code: "http", Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
-		}
-		return raw, &callError{Status: resp.StatusCode, Code: ae.Error.Code, Message: ae.Error.Message}
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return raw, fmt.Errorf("answer of %s %s is not what this client expects (version mismatch?): %w", method, path, err)
-		}
-	}
-	return raw, nil
+	return nil, &callError{Status: resp.StatusCode, Code: ae.Error.Code, Message: ae.Error.Message}
 }
 
 // cliOut is where a client subcommand writes.

@@ -71,6 +71,7 @@ Talking to a running agent (its HTTP API, see docs/api.md):
   agent trigger SCENE [key=value ...] [-request-id R]
   agent devices [-json]                  devices, availability, last state
   agent scenes [-json]                   scenes and their parameters
+  agent backup FILE                      copy the mission database, agent running
   Each takes -addr HOST:PORT, -token T (or $SORTIE_TOKEN) and -config FILE
   (to take both from the agent's config); flags may follow arguments.
 
@@ -105,6 +106,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdScenes(ctx, args, newCLIOut(stdout, stderr))
 	case "compact":
 		err = cmdCompact(args, stdout, stderr)
+	case "backup":
+		err = cmdBackup(ctx, args, newCLIOut(stdout, stderr))
 	case "version":
 		fmt.Fprintln(stdout, "sortie agent", Version)
 	case "help", "-h", "--help":

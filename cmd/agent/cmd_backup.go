@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/sortie-edge/sortie/store"
+)
+
+// cmdBackup copies a running agent's database into FILE. The copy is
+// written beside FILE under a temporary name, synced, checked to be a
+// whole store file, and only then renamed into place, so FILE is never
+// a partial copy.
+func cmdBackup(ctx context.Context, args []string, o cliOut) error {
+	fs, cf := newClientFlagSet("backup", o.stderr)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return &usageError{fmt.Sprintf("backup takes one argument, the file to write, got %q", pos)}
+	}
+	dst := pos[0]
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	c.http.Timeout = 0 // a large database takes longer than an API call
+	resp, err := c.send(ctx, http.MethodGet, "/api/backup", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	n, tmp, err := writeTemp(dst, resp.Body)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp) // gone already once renamed
+	if err := store.CheckFile(tmp); err != nil {
+		return fmt.Errorf("the copy received is not a whole database; %s not written: %w", dst, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if err := syncDir(filepath.Dir(dst)); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	fmt.Fprintf(o.stdout, "backup written to %s (%.1f MiB)\n", dst, float64(n)/(1<<20))
+	fmt.Fprintln(o.stdout, "to restore it: stop the agent, copy it to <data_dir>/missions.db, delete <data_dir>/missions.db-wal if there is one, start the agent")
+	return nil
+}
+
+// writeTemp copies r into a new file beside dst and syncs it.
+func writeTemp(dst string, r io.Reader) (int64, string, error) {
+	dir := filepath.Dir(dst)
+	f, err := os.CreateTemp(dir, filepath.Base(dst)+".part-*")
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // its path is a temporary name nobody asked for
+		}
+		return 0, "", fmt.Errorf("backup: cannot write in %s: %w", dir, err)
+	}
+	n, err := io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return n, "", fmt.Errorf("backup: after %d bytes: %w", n, err)
+	}
+	return n, f.Name(), nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
