@@ -3,12 +3,14 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,94 +173,93 @@ func (c Config) Path(p string) string {
 	return conf.Resolve(c.dir, p)
 }
 
-// Validate checks every field and names the first bad one.
+// Validate checks every field and names every bad one, one per line.
 func (c Config) Validate(file string) error {
-	bad := func(field, format string, args ...any) error {
-		return &ConfigError{File: file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &ConfigError{File: file, Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if err := driver.CheckID("gateway_id", c.GatewayID); err != nil {
-		return bad("gateway_id", "%v", err)
+		bad("gateway_id", "%v", err)
 	}
 	if c.DataDir == "" {
-		return bad("data_dir", "must be set")
+		bad("data_dir", "must be set")
 	}
 	if c.Devices == "" {
-		return bad("devices", "must be set")
+		bad("devices", "must be set")
 	}
 	if c.Scenes == "" {
-		return bad("scenes", "must be set")
+		bad("scenes", "must be set")
 	}
 	b := c.Broker
 	if b.Embedded {
 		if _, _, err := net.SplitHostPort(b.Listen); err != nil {
-			return bad("broker.listen", "%q is not host:port: %v", b.Listen, err)
+			bad("broker.listen", "%q is not host:port: %v", b.Listen, err)
 		}
 	} else {
 		u, err := url.Parse(b.URL)
-		if err != nil || u.Host == "" {
-			return bad("broker.url", "%q is not a broker URL like tcp://host:1883", b.URL)
-		}
-		switch u.Scheme {
-		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
-		default:
-			return bad("broker.url", "scheme %q not supported (tcp, ssl, tls, mqtts, ws, wss)", u.Scheme)
+		switch {
+		case err != nil || u.Host == "":
+			bad("broker.url", "%q is not a broker URL like tcp://host:1883", b.URL)
+		case !slices.Contains([]string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}, u.Scheme):
+			bad("broker.url", "scheme %q not supported (tcp, ssl, tls, mqtts, ws, wss)", u.Scheme)
 		}
 	}
 	if b.Prefix == "" || strings.ContainsAny(b.Prefix, "+#") || strings.HasPrefix(b.Prefix, "/") || strings.HasSuffix(b.Prefix, "/") {
-		return bad("broker.prefix", "%q must be non-empty, without wildcards or a leading/trailing '/'", b.Prefix)
+		bad("broker.prefix", "%q must be non-empty, without wildcards or a leading/trailing '/'", b.Prefix)
 	}
 	if (b.CertFile == "") != (b.KeyFile == "") {
-		return bad("broker.cert_file", "cert_file and key_file go together")
+		bad("broker.cert_file", "cert_file and key_file go together")
 	}
 	if b.AckTimeout <= 0 {
-		return bad("broker.ack_timeout", "must be positive")
+		bad("broker.ack_timeout", "must be positive")
 	}
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
-			return bad("http.listen", "%q is not host:port: %v", c.HTTP.Listen, err)
+			bad("http.listen", "%q is not host:port: %v", c.HTTP.Listen, err)
 		}
 	}
 	if c.HTTP.Token != "" && c.HTTP.TokenFile != "" {
-		return bad("http.token_file", "set either http.token or http.token_file, not both")
+		bad("http.token_file", "set either http.token or http.token_file, not both")
 	}
 	if c.HTTP.TokenFile != "" {
 		if _, err := os.Stat(c.Path(c.HTTP.TokenFile)); err != nil {
-			return bad("http.token_file", "%v", err)
+			bad("http.token_file", "%v", err)
 		}
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
-		return bad("log.level", "%v", err)
+		bad("log.level", "%v", err)
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
-		return bad("log.format", "%q must be \"text\" or \"json\"", c.Log.Format)
+		bad("log.format", "%q must be \"text\" or \"json\"", c.Log.Format)
 	}
 	if c.Driver.Workers < 1 || c.Driver.Workers > 1024 {
-		return bad("driver.workers", "%d must be between 1 and 1024", c.Driver.Workers)
+		bad("driver.workers", "%d must be between 1 and 1024", c.Driver.Workers)
 	}
 	if c.Driver.StepTimeout <= 0 {
-		return bad("driver.step_timeout", "must be positive")
+		bad("driver.step_timeout", "must be positive")
 	}
 	if c.Driver.StopGrace <= 0 {
-		return bad("driver.stop_grace", "must be positive")
+		bad("driver.stop_grace", "must be positive")
 	}
 	if c.Hub.URL != "" {
 		if u, err := url.Parse(c.Hub.URL); err != nil || u.Host == "" {
-			return bad("hub.url", "%q is not a broker URL like tcp://hub:1883", c.Hub.URL)
+			bad("hub.url", "%q is not a broker URL like tcp://hub:1883", c.Hub.URL)
 		}
 		if (c.Hub.CertFile == "") != (c.Hub.KeyFile == "") {
-			return bad("hub.cert_file", "cert_file and key_file go together")
+			bad("hub.cert_file", "cert_file and key_file go together")
 		}
 		if c.Hub.Prefix == "" || strings.ContainsAny(c.Hub.Prefix, "+#") {
-			return bad("hub.prefix", "%q must be non-empty and without wildcards", c.Hub.Prefix)
+			bad("hub.prefix", "%q must be non-empty and without wildcards", c.Hub.Prefix)
 		}
 		if c.Hub.Heartbeat <= 0 {
-			return bad("hub.heartbeat", "must be positive")
+			bad("hub.heartbeat", "must be positive")
 		}
 	}
 	if c.Retention.MaxCount < 0 {
-		return bad("retention.max_count", "must not be negative")
+		bad("retention.max_count", "must not be negative")
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -69,3 +69,22 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// Validate names every bad field, not only the first.
+func TestConfigValidateReportsAll(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.toml")
+	os.WriteFile(path, []byte("gateway_id = \"a/b\"\n[broker]\nembedded = false\nurl = \"::\"\n[log]\nformat = \"xml\"\n[driver]\nworkers = 0\n"), 0o600)
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cfg.Validate(path)
+	for _, field := range []string{"gateway_id", "broker.url", "log.format", "driver.workers"} {
+		if err == nil || !strings.Contains(err.Error(), path+": "+field+": ") {
+			t.Errorf("%s not reported in %v", field, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != 4 {
+		t.Errorf("%d lines, want 4:\n%v", n, err)
+	}
+}
