@@ -10,19 +10,23 @@ import (
 )
 
 // Backup writes a copy of the database to w while the store stays in
-// use, and returns how many bytes it wrote. The copy holds every write
+// use, and returns how many bytes it wrote. sized, if not nil, learns the
+// copy's size before the first byte is written. The copy holds every write
 // acknowledged before Backup began (it checkpoints first) and is one
 // consistent bbolt snapshot: a complete store file, with no log to go
 // with it. It is one read transaction, which writers do not wait for,
 // except a checkpoint that must grow the file while a large copy is still
 // being read.
 //
-// To restore: stop the agent, put the copy in place of the database file
-// and delete any write-ahead log beside it (path + "-wal"), which belongs
-// to the state the copy replaces.
-func (db *DB) Backup(w io.Writer) (int64, error) {
+// The copy keeps the store's WAL ID, so a log left beside the database
+// it replaces would be replayed into it: give it its own with NewIdentity
+// before restoring it, or delete that log (path + "-wal").
+func (db *DB) Backup(w io.Writer, sized func(int64)) (int64, error) {
 	var n int64
 	err := db.scan(func(tx *bolt.Tx) error {
+		if sized != nil {
+			sized(tx.Size())
+		}
 		var err error
 		n, err = tx.WriteTo(w)
 		return err
@@ -31,6 +35,34 @@ func (db *DB) Backup(w io.Writer) (int64, error) {
 		return n, fmt.Errorf("backup: %w", err)
 	}
 	return n, nil
+}
+
+// NewIdentity gives a store file that is not in use, such as a backup,
+// a WAL ID of its own. A log written for the database it was copied from
+// is then refused (ErrForeignLog) if the copy is restored beside it,
+// instead of replaying, on top of the copy, the writes made after it.
+func NewIdentity(path string) error {
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bMeta)
+		if meta == nil {
+			return fmt.Errorf("%w: no meta bucket", ErrCorrupt)
+		}
+		if err := meta.Delete(kWALID); err != nil {
+			return err
+		}
+		return ensureWALID(tx)
+	})
+	if cerr := bdb.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("new identity for %s: %w", path, err)
+	}
+	return nil
 }
 
 // CheckFile opens a store file read-only and checks that it is one this

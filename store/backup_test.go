@@ -37,14 +37,15 @@ func TestBackupWhileRunning(t *testing.T) {
 		}
 	})
 	var buf bytes.Buffer
-	n, err := db.Backup(&buf)
+	var size int64
+	n, err := db.Backup(&buf, func(s int64) { size = s })
 	close(stop)
 	wg.Wait()
 	if err != nil {
 		t.Fatalf("Backup: %v", err)
 	}
-	if n != int64(buf.Len()) {
-		t.Errorf("Backup says %d bytes, wrote %d", n, buf.Len())
+	if n != int64(buf.Len()) || size != n {
+		t.Errorf("Backup says %d bytes and announced %d, wrote %d", n, size, buf.Len())
 	}
 	path := filepath.Join(t.TempDir(), "copy.db")
 	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
@@ -67,7 +68,7 @@ func TestCheckFileRefusesDamage(t *testing.T) {
 	db := openTest(t)
 	mustCreate(t, db, newMission(mid(1)))
 	var buf bytes.Buffer
-	if _, err := db.Backup(&buf); err != nil {
+	if _, err := db.Backup(&buf, nil); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -95,7 +96,49 @@ func TestBackupAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := db.Backup(&bytes.Buffer{}); err == nil {
+	if _, err := db.Backup(&bytes.Buffer{}, nil); err == nil {
 		t.Error("Backup of a closed store succeeded")
+	}
+}
+
+// A backup given its own identity refuses the log of the database it
+// was copied from, rather than replaying writes made after it.
+func TestNewIdentityRefusesOldLog(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "missions.db")
+	db, err := Open(live, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMission(mid(1))
+	mustCreate(t, db, m)
+	var buf bytes.Buffer
+	if _, err := db.Backup(&buf, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustSave(t, db, m, driver.StateRunning) // after the backup, in the log only
+	// The agent dies: the log stays. Keep a copy of it and let Close
+	// remove the original.
+	wal, err := os.ReadFile(walPath(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if err := os.WriteFile(live, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(walPath(live), wal, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewIdentity(live); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(live, testOptions()); !errors.Is(err, ErrForeignLog) {
+		t.Fatalf("Open beside the old log: %v, want ErrForeignLog", err)
+	}
+	os.Remove(walPath(live))
+	got := mustGet(t, openAt(t, live), m.ID)
+	if got.Version != m.Version {
+		t.Errorf("restored v%d, want the backup's v%d", got.Version, m.Version)
 	}
 }

@@ -69,7 +69,7 @@ type apiOptions struct {
 	Catalog  *scenes.Catalog
 	Triggers *triggers
 	// Backup writes a consistent copy of the database (store.DB.Backup).
-	Backup func(io.Writer) (int64, error)
+	Backup func(w io.Writer, sized func(int64)) (int64, error)
 }
 
 // api is the management API. It serves JSON under /api/ and the health
@@ -564,7 +564,10 @@ type sceneList struct {
 func (s *api) backup(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="missions.db"`)
-	n, err := s.Backup(w)
+	n, err := s.Backup(w, func(size int64) {
+		// So that any HTTP client can tell a whole copy from a cut one.
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	})
 	switch {
 	case err == nil:
 		s.Log.Info("backup sent", "bytes", n)

@@ -72,20 +72,22 @@ func TestBackupAPIErrors(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		return resp, b, err
 	}
-	f.api.Backup = func(w io.Writer) (int64, error) {
+	f.api.Backup = func(w io.Writer, sized func(int64)) (int64, error) {
+		sized(5)
 		n, err := w.Write([]byte("whole"))
 		return int64(n), err
 	}
-	if resp, b, err := get(); err != nil || resp.StatusCode != 200 || string(b) != "whole" || resp.Header.Get("Content-Type") != "application/octet-stream" {
+	if resp, b, err := get(); err != nil || resp.StatusCode != 200 || string(b) != "whole" || resp.Header.Get("Content-Type") != "application/octet-stream" || resp.ContentLength != 5 {
 		t.Errorf("backup: %v %v %q", resp, err, b)
 	}
 	// A failure before the first byte is an error answer.
-	f.api.Backup = func(io.Writer) (int64, error) { return 0, errors.New("disk on fire") }
+	f.api.Backup = func(io.Writer, func(int64)) (int64, error) { return 0, errors.New("disk on fire") }
 	if resp, b, err := get(); err != nil || resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(b), "disk on fire") {
 		t.Errorf("failed backup: %v %v %q", resp, err, b)
 	}
 	// A failure after it breaks the transfer: the copy never looks whole.
-	f.api.Backup = func(w io.Writer) (int64, error) {
+	f.api.Backup = func(w io.Writer, sized func(int64)) (int64, error) {
+		sized(128 << 10)
 		n, _ := w.Write([]byte(strings.Repeat("x", 64<<10)))
 		return int64(n), errors.New("read error")
 	}

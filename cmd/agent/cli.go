@@ -43,13 +43,19 @@ type clientFlags struct {
 }
 
 func newClientFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
+	fs, cf := newAPIFlagSet(name, stderr)
+	fs.BoolVar(&cf.json, "json", false, "print the API's JSON instead of a table")
+	return fs, cf
+}
+
+// newAPIFlagSet has the flags that say how to reach the API.
+func newAPIFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
 	cf := &clientFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cf.addr, "addr", "", "agent API address host:port or URL (default: http.listen of -config, else "+defaultAPIAddr+")")
 	fs.StringVar(&cf.token, "token", "", "API token (default: $"+tokenEnv+", else the token of -config)")
 	fs.StringVar(&cf.config, "config", "", "agent config file to take the address and token from")
-	fs.BoolVar(&cf.json, "json", false, "print the API's JSON instead of a table")
 	return fs, cf
 }
 

@@ -12,12 +12,14 @@ import (
 	"github.com/sortie-edge/sortie/store"
 )
 
-// cmdBackup copies a running agent's database into FILE. The copy is
-// written beside FILE under a temporary name, synced, checked to be a
-// whole store file, and only then renamed into place, so FILE is never
-// a partial copy.
+// cmdBackup copies a running agent's database into FILE, replacing it
+// if it exists. The copy is written beside FILE under a temporary name,
+// synced, given its own WAL identity (so that restored beside the live
+// database's log it refuses that log instead of replaying writes made
+// after the backup), checked to be a whole store file, and only then
+// renamed into place: FILE is never a partial copy.
 func cmdBackup(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newClientFlagSet("backup", o.stderr)
+	fs, cf := newAPIFlagSet("backup", o.stderr)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -26,6 +28,9 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 		return &usageError{fmt.Sprintf("backup takes one argument, the file to write, got %q", pos)}
 	}
 	dst := pos[0]
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+		return fmt.Errorf("backup: %s is a directory; name the file to write, e.g. %s", dst, filepath.Join(dst, "missions.db"))
+	}
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -41,8 +46,16 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	defer os.Remove(tmp) // gone already once renamed
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return fmt.Errorf("the copy received is %d bytes, not the %d announced; %s not written", n, resp.ContentLength, dst)
+	}
+	// Checked before it is written to: bbolt answers a page past the end
+	// of a cut file with SIGBUS.
 	if err := store.CheckFile(tmp); err != nil {
 		return fmt.Errorf("the copy received is not a whole database; %s not written: %w", dst, err)
+	}
+	if err := store.NewIdentity(tmp); err != nil {
+		return fmt.Errorf("backup: %w", err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("backup: %w", err)
