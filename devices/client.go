@@ -50,9 +50,13 @@ type RejectedError struct {
 	Message string
 }
 
+// Error gives the device's message, or its code when it sent none. The
+// code is Code, and the step error that carries this one leads with it
+// ("jammed: device front-door rejected command X: lock mechanism
+// jammed"), so the message does not repeat it.
 func (e *RejectedError) Error() string {
 	if e.Message != "" {
-		return fmt.Sprintf("device %s rejected command %s: %s: %s", e.Device, e.ID, e.Code, e.Message)
+		return fmt.Sprintf("device %s rejected command %s: %s", e.Device, e.ID, e.Message)
 	}
 	return fmt.Sprintf("device %s rejected command %s: %s", e.Device, e.ID, e.Code)
 }
