@@ -43,7 +43,7 @@ func (h DelayHandler) Execute(_ context.Context, req driver.StepRequest) (map[st
 		start = now
 	}
 	if remaining := start.Add(p.Duration.D()).Sub(now); remaining > 0 {
-		return nil, driver.NotReadyError("delay", remaining, fmt.Errorf("%s of %s left", remaining.Round(time.Millisecond), p.Duration))
+		return nil, driver.NotReadyError(DelayCode, remaining, fmt.Errorf("%s of %s left", remaining.Round(time.Millisecond), p.Duration))
 	}
 	return nil, nil
 }

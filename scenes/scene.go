@@ -58,6 +58,10 @@ const (
 	DelayKind   = "delay"
 )
 
+// DelayCode is the code of a delay step's not-ready wait, which is the
+// delay itself, not a device that is not ready.
+const DelayCode = "delay"
+
 // Info describes a scene for the agent and for people. It is a copy;
 // changing it changes nothing.
 type Info struct {

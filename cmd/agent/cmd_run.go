@@ -41,7 +41,7 @@ func newRunFlagSet(stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&rf.config, "config", "", "config file (TOML); default: built-in defaults")
 	fs.StringVar(&rf.trigger, "trigger", "", "trigger this scene once the agent is up (demo)")
-	fs.BoolVar(&rf.progress, "progress", false, "print mission progress to stdout, one line per step")
+	fs.BoolVar(&rf.progress, "progress", false, "print mission progress to stdout, one line per step, instead of the missions' log lines")
 	rf.set = map[string]func(*Config, string) error{
 		"gateway":       func(c *Config, v string) error { c.GatewayID = v; return nil },
 		"data":          func(c *Config, v string) error { c.DataDir = v; return nil },
@@ -176,7 +176,23 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if rf.progress {
 		a.banner(stdout)
 	}
-	return a.serve(ctx, rf)
+	err = a.serve(ctx, rf)
+	if rf.progress {
+		a.farewell(stdout)
+	}
+	return err
+}
+
+// farewell tells someone watching the progress view that the agent has
+// stopped, and what it left for the next start.
+func (a *agent) farewell(w io.Writer) {
+	active, err := a.db.Active(context.Background())
+	switch {
+	case err != nil || len(active) == 0:
+		fmt.Fprintln(w, "Stopped.")
+	default:
+		fmt.Fprintf(w, "Stopped. %d unfinished mission(s) go on at the next start.\n", len(active))
+	}
 }
 
 // start opens and wires every component; on error, close undoes it.
@@ -297,9 +313,12 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	drv.Observe(a.metrics)
 	drv.Observe(a.trig)
 	drv.Observe(a.feed)
-	drv.Observe(logObserver{log: log})
 	if rf.progress {
+		// The progress lines say what the mission log lines would, in the
+		// same terminal: one of the two is enough.
 		drv.Observe(newProgress(stdout))
+	} else {
+		drv.Observe(logObserver{log: log})
 	}
 	active, err := a.db.Active(ctx)
 	if err != nil {
@@ -425,7 +444,7 @@ func (o logObserver) Observe(ev driver.Event, m *driver.Mission) {
 		// Waiting is normal (a delay step, an offline device); say so
 		// quietly.
 		lvl, msg = slog.LevelInfo, "step waiting"
-		if ev.Code == "delay" {
+		if ev.Code == scenes.DelayCode {
 			lvl = slog.LevelDebug
 		}
 		args = []any{"step", ev.StepID, "code", ev.Code, "reason", ev.Error}

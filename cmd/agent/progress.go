@@ -117,7 +117,10 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 	case driver.InResume:
 		msg = "resumed"
 	case driver.InCompensate:
-		msg = "undoing completed steps: " + ev.Error
+		msg = "undoing completed steps"
+		if ev.Code != "step_failed" {
+			msg += ": " + ev.Error // the line before says why a step failed
+		}
 	case driver.InCompBegin:
 		msg = "undo " + step(ev.Step) + " ..."
 	case driver.InCompResult:

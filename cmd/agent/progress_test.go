@@ -30,6 +30,8 @@ func TestProgressLines(t *testing.T) {
 		{driver.Event{Input: driver.InStepError, Step: 0, Error: "ack timeout", Detail: "retryable", Backoff: driver.Duration(250 * time.Millisecond)}, "failed: ack timeout - retry in 250ms"},
 		{driver.Event{Input: driver.InStepWait, Step: 0, Error: "device offline"}, "step 1/2 living-light turn_on brightness=80 waiting: device offline"},
 		{driver.Event{Input: driver.InBeginStep, Step: 1, Attempt: 1}, "step 2/2 wait 2s ..."},
+		{driver.Event{Input: driver.InCompensate, Step: 1, Error: "step s2 failed: boom", Code: "step_failed"}, "undoing completed steps"},
+		{driver.Event{Input: driver.InCompensate, Step: 1, Error: "cancelled by operator", Code: "cancelled"}, "undoing completed steps: cancelled by operator"},
 		{driver.Event{Input: driver.InCompBegin, Step: 0}, "undo step 1/2"},
 		{driver.Event{Input: driver.InFail, To: driver.StateFailed}, "FAILED in 2.5s: step s2 failed: boom"},
 		{driver.Event{Input: driver.InNext}, ""},
@@ -42,6 +44,9 @@ func TestProgressLines(t *testing.T) {
 				t.Errorf("%s: got %q, want no line", c.ev.Input, got)
 			}
 			continue
+		}
+		if c.ev.Code == "step_failed" && strings.Contains(got, "boom") {
+			t.Errorf("%s: %q repeats the step's error", c.ev.Input, got)
 		}
 		if !strings.Contains(got, c.want) || !strings.Contains(got, "go_home") || !strings.Contains(got, "1f9956e3") {
 			t.Errorf("%s: got %q, want it to contain %q", c.ev.Input, got, c.want)
