@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
 )
 
 // viewOptions says how missions are drawn for a terminal.
@@ -56,7 +57,7 @@ func renderMission(m *driver.Mission, evs []driver.Event, o viewOptions) string 
 			mark = "  <- current"
 		}
 		fmt.Fprintf(&b, "  %d. %s: %s%s\n", i+1, st.ID, stepLabel(st), mark)
-		fmt.Fprintf(&b, "     %s\n", resultLine(r, st.ContinueOnError))
+		fmt.Fprintf(&b, "     %s\n", resultLine(r, st.ContinueOnError, st.Kind == scenes.DelayKind))
 		writeNotes(&b, notes.forward[i], r)
 	}
 	if order := undoOrder(m, evs); len(order) > 0 {
@@ -64,7 +65,7 @@ func renderMission(m *driver.Mission, evs []driver.Event, o viewOptions) string 
 		for _, i := range order {
 			u := m.Undo[i]
 			fmt.Fprintf(&b, "  %d. %s: undo: %s\n", i+1, m.Steps[i].ID, undoLabel(m.Steps[i]))
-			fmt.Fprintf(&b, "     %s\n", resultLine(u, false))
+			fmt.Fprintf(&b, "     %s\n", resultLine(u, false, false))
 			writeNotes(&b, notes.undo[i], u)
 		}
 	}
@@ -117,11 +118,19 @@ func renderHeader(b *strings.Builder, m *driver.Mission, o viewOptions) {
 	_ = tw.Flush()
 }
 
-// resultLine summarises one step (or compensation) result.
-func resultLine(r driver.StepResult, continueOnError bool) string {
+// resultLine summarises one step (or compensation) result. A delay step
+// waits by design, without running: its waits are not "not ready" and
+// its run time says nothing, so it shows how long it waited instead.
+func resultLine(r driver.StepResult, continueOnError, delay bool) string {
 	parts := []string{string(r.Status)}
 	if r.Status == driver.StepFailed && continueOnError {
 		parts[0] += " (on_error = continue)"
+	}
+	if delay {
+		if r.Status == driver.StepSucceeded && !r.Started.IsZero() && r.Finished.After(r.Started) {
+			parts = append(parts, "waited "+span(r.Finished.Sub(r.Started)))
+		}
+		return strings.Join(parts, "  ")
 	}
 	var facts []string
 	if r.Attempts > 0 {
@@ -195,6 +204,9 @@ func stepNotes(m *driver.Mission, evs []driver.Event) notes {
 			run++
 			add(ns.forward, ev, "retried by an operator "+strings.TrimPrefix(ev.Detail, "retry "), "")
 		case driver.InStepWait:
+			if ev.Code == scenes.DelayCode {
+				continue // the step's label and result say it
+			}
 			msg := ev.Error + codeSuffix(ev.Code)
 			add(target, ev, "not ready, waiting: "+msg, "wait/"+msg)
 		case driver.InStepError, driver.InCompResult:
@@ -344,10 +356,17 @@ func rel(d time.Duration) string {
 // span shows a duration to the millisecond, or to the second past a
 // minute.
 func span(d time.Duration) string {
-	if d >= time.Minute {
+	switch {
+	case d >= time.Minute:
 		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		// A device step takes a millisecond or less: "0s" would hide it.
+		return d.Round(10 * time.Microsecond).String()
+	default:
+		return d.Round(time.Microsecond).String()
 	}
-	return d.Round(time.Millisecond).String()
 }
 
 func codeSuffix(code string) string {

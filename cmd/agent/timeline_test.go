@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of the CLI output tests")
@@ -174,6 +175,34 @@ func TestRenderKeepsAttemptsAfterRetry(t *testing.T) {
 	for _, want := range []string{"[run 1] attempt 1 failed: device jammed", "[run 1] attempt 2 failed: device jammed", "retry in 400ms"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render after retry lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRenderDelayStep: a delay step waits by design: it shows how long,
+// not "not ready" waits and a run time of 0s.
+func TestRenderDelayStep(t *testing.T) {
+	m := &driver.Mission{
+		ID: "0195508a1f400003c0ffee00", Type: "movie_night", State: driver.StateSucceeded,
+		Steps: []driver.Step{{ID: "1-delay", Kind: scenes.DelayKind, Params: rawJSON(map[string]any{"duration": "2s"})}},
+		Results: []driver.StepResult{{Status: driver.StepSucceeded, Attempts: 1, Waits: 1, Duration: driver.Duration(50 * time.Microsecond),
+			Started: at(10), Finished: at(2012)}},
+		Meta: driver.Metadata{Created: t0, Started: at(5), Finished: at(2013)},
+	}
+	evs := []driver.Event{
+		{Seq: 1, Input: driver.InSubmit, To: driver.StatePending, Step: -1, Time: t0},
+		{Seq: 2, Input: driver.InBeginStep, To: driver.StateStepRunning, Step: 0, StepID: "1-delay", Attempt: 1, Time: at(10)},
+		{Seq: 3, Input: driver.InStepWait, To: driver.StateRunning, Step: 0, StepID: "1-delay", Time: at(11), Error: "delay: 2s of 2s left", Code: scenes.DelayCode},
+		{Seq: 4, Input: driver.InBeginStep, To: driver.StateStepRunning, Step: 0, StepID: "1-delay", Attempt: 1, Time: at(2011)},
+		{Seq: 5, Input: driver.InStepOK, To: driver.StateStepSucceeded, Step: 0, StepID: "1-delay", Attempt: 1, Time: at(2012)},
+	}
+	out := renderMission(m, evs, viewOptions{Now: at(3000)})
+	if !strings.Contains(out, "succeeded  waited 2.002s") {
+		t.Errorf("the delay's wait is not shown:\n%s", out)
+	}
+	for _, bad := range []string{"not ready", "not-ready", "50µs"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output has %q:\n%s", bad, out)
 		}
 	}
 }
