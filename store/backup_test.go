@@ -104,18 +104,7 @@ func TestBackupAfterClose(t *testing.T) {
 // A backup given its own identity refuses the log of the database it
 // was copied from, rather than replaying writes made after it.
 func TestNewIdentityRefusesOldLog(t *testing.T) {
-	dir := t.TempDir()
-	live := filepath.Join(dir, "missions.db")
-	db, err := Open(live, testOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newMission(mid(1))
-	mustCreate(t, db, m)
-	var buf bytes.Buffer
-	if _, err := db.Backup(&buf, nil); err != nil {
-		t.Fatal(err)
-	}
+	db, live, m, backup := backedUp(t)
 	mustSave(t, db, m, driver.StateRunning) // after the backup, in the log only
 	// The agent dies: the log stays. Keep a copy of it and let Close
 	// remove the original.
@@ -124,7 +113,7 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if err := os.WriteFile(live, buf.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(live, backup, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(walPath(live), wal, 0o600); err != nil {
@@ -141,4 +130,22 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	if got.Version != m.Version {
 		t.Errorf("restored v%d, want the backup's v%d", got.Version, m.Version)
 	}
+}
+
+// backedUp opens a store (the caller closes it) with one mission, and
+// returns its path, the mission and a backup taken then.
+func backedUp(t *testing.T) (db *DB, path string, m *driver.Mission, backup []byte) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "missions.db")
+	db, err := Open(path, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = newMission(mid(1))
+	mustCreate(t, db, m)
+	var buf bytes.Buffer
+	if _, err := db.Backup(&buf, nil); err != nil {
+		t.Fatal(err)
+	}
+	return db, path, m, buf.Bytes()
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,8 +15,8 @@ import (
 )
 
 // TestBackupRestore: agent backup copies the database of the running
-// agent; the copy, put in place of the database, is what a restarted
-// agent finds.
+// agent; agent restore refuses to run under it, and once it has stopped
+// puts the copy in place: it is what the restarted agent finds.
 func TestBackupRestore(t *testing.T) {
 	e := newEnv(t, "")
 	e.start()
@@ -39,18 +38,18 @@ func TestBackupRestore(t *testing.T) {
 	}
 	// A mission after the backup is not in it.
 	later := e.goHome("bk-2", 23)
-	if code := e.proc.stop(t, syscall.SIGTERM); code != 0 {
-		t.Fatalf("exit %d", code)
+	if code, out, errOut := runCLI("restore", "-config", e.cfgPath, copyPath); code != 1 || !strings.Contains(errOut, "stop the agent first") {
+		t.Errorf("restore under a running agent: exit %d\n%s%s", code, out, errOut)
 	}
-	data := filepath.Join(e.dir, "data", "missions.db")
-	b, err := os.ReadFile(copyPath)
-	if err != nil {
-		t.Fatal(err)
+	if code := e.proc.stop(t, syscall.SIGKILL); code == 0 {
+		t.Fatalf("exit %d after SIGKILL", code)
 	}
-	if err := os.WriteFile(data, b, 0o600); err != nil {
-		t.Fatal(err)
+	// Killed, the agent left its log; restore keeps it aside with the
+	// database it replaces.
+	code, out, errOut = runCLI("restore", "-config", e.cfgPath, copyPath)
+	if code != 0 || !strings.Contains(out, "restored "+copyPath) || !strings.Contains(out, "missions.db-wal.before-restore-") {
+		t.Fatalf("agent restore: exit %d\n%s%s", code, out, errOut)
 	}
-	os.Remove(data + "-wal")
 	e.start()
 	var d missionDetail
 	if code := e.get("/api/missions/"+id, &d); code != http.StatusOK || d.Mission == nil || d.Mission.State != driver.StateSucceeded {

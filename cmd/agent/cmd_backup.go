@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -64,7 +65,39 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 		return fmt.Errorf("backup: %w", err)
 	}
 	fmt.Fprintf(o.stdout, "backup written to %s (%.1f MiB)\n", dst, float64(n)/(1<<20))
-	fmt.Fprintln(o.stdout, "to restore it: stop the agent, copy it to <data_dir>/missions.db, delete <data_dir>/missions.db-wal if there is one, start the agent")
+	fmt.Fprintf(o.stdout, "to restore it: stop the agent, then: agent restore -config <agent config> %s\n", dst)
+	return nil
+}
+
+// cmdRestore puts a backup in place of the stopped agent's database,
+// keeping the database it replaces beside it.
+func cmdRestore(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("config", "", "config file (TOML) of the agent whose database to replace")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return &usageError{fmt.Sprintf("restore takes one argument, the backup file, got %q", pos)}
+	}
+	cfg, err := LoadConfig(*config)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(cfg.Path(cfg.DataDir), "missions.db")
+	kept, err := store.Restore(pos[0], path)
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return fmt.Errorf("%w; stop the agent first", err)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "restored %s into %s\n", pos[0], path)
+	for _, k := range kept {
+		fmt.Fprintf(stdout, "kept what it replaced as %s\n", k)
+	}
 	return nil
 }
 

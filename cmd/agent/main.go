@@ -61,6 +61,7 @@ Usage:
   agent run      [-config FILE] [flags]  run the agent (also: agent -config FILE ...)
   agent validate [-config FILE]          check the config, device registry and scenes
   agent compact  [-config FILE]          shrink the mission database (agent stopped)
+  agent restore  [-config FILE] BACKUP   put a backup in place (agent stopped)
   agent version                          print the version
 
 Talking to a running agent (its HTTP API, see docs/api.md):
@@ -108,6 +109,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdCompact(args, stdout, stderr)
 	case "backup":
 		err = cmdBackup(ctx, args, newCLIOut(stdout, stderr))
+	case "restore":
+		err = cmdRestore(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sortie agent", Version)
 	case "help", "-h", "--help":
