@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
 )
 
 // progress prints mission events as readable lines for a terminal: the
@@ -84,55 +85,70 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 		}
 		return fmt.Sprintf("step %d/%d %s", i+1, n, stepLabel(m.Steps[i]))
 	}
+	// A delay step waits by design (begin, wait, begin again, ok): one
+	// line when it starts and one when it is over say it all.
+	delay := ev.Step >= 0 && ev.Step < n && m.Steps[ev.Step].Kind == scenes.DelayKind
+	var r driver.StepResult
+	if ev.Step >= 0 && ev.Step < len(m.Results) {
+		r = m.Results[ev.Step]
+	}
 	var msg string
-	switch ev.Input {
-	case driver.InSubmit:
+	switch {
+	case delay && ev.Input == driver.InStepWait && ev.Code == scenes.DelayCode,
+		delay && ev.Input == driver.InBeginStep && r.Waits > 0:
+		return ""
+	case delay && ev.Input == driver.InStepOK:
+		msg = step(ev.Step) + " done"
+		if !r.Started.IsZero() && r.Finished.After(r.Started) {
+			msg += " (waited " + span(r.Finished.Sub(r.Started)) + ")"
+		}
+	case ev.Input == driver.InSubmit:
 		msg = fmt.Sprintf("accepted (%d steps, from %s)", n, orDash(m.Meta.Source))
 		if ev.To == driver.StatePaused {
 			msg += ", queued behind the previous run"
 		}
-	case driver.InStart:
+	case ev.Input == driver.InStart:
 		msg = "started"
-	case driver.InBeginStep:
+	case ev.Input == driver.InBeginStep:
 		msg = step(ev.Step) + " ..."
 		if ev.Attempt > 1 {
 			msg += fmt.Sprintf(" (attempt %d)", ev.Attempt)
 		}
-	case driver.InStepOK:
+	case ev.Input == driver.InStepOK:
 		msg = step(ev.Step) + " ok"
 		if ev.Step < len(m.Results) {
 			msg += fmt.Sprintf(" (%s)", roundDur(m.Results[ev.Step].Duration.D()))
 		}
-	case driver.InStepError:
+	case ev.Input == driver.InStepError:
 		msg = step(ev.Step) + " failed: " + ev.Error
 		if ev.Backoff > 0 {
 			msg += " - retry in " + ev.Backoff.D().Round(time.Millisecond).String()
 		}
-	case driver.InStepWait:
+	case ev.Input == driver.InStepWait:
 		msg = step(ev.Step) + " waiting: " + ev.Error
-	case driver.InRecover:
+	case ev.Input == driver.InRecover:
 		msg = step(ev.Step) + " recovered after restart (" + ev.Detail + ")"
-	case driver.InPause:
+	case ev.Input == driver.InPause:
 		msg = "paused"
-	case driver.InResume:
+	case ev.Input == driver.InResume:
 		msg = "resumed"
-	case driver.InCompensate:
+	case ev.Input == driver.InCompensate:
 		msg = "undoing completed steps"
 		if ev.Code != "step_failed" {
 			msg += ": " + ev.Error // the line before says why a step failed
 		}
-	case driver.InCompBegin:
+	case ev.Input == driver.InCompBegin:
 		msg = "undo " + step(ev.Step) + " ..."
-	case driver.InCompResult:
+	case ev.Input == driver.InCompResult:
 		msg = "undo " + step(ev.Step) + " " + ev.Detail
 		if ev.Error != "" {
 			msg += ": " + ev.Error
 		}
-	case driver.InRetry:
+	case ev.Input == driver.InRetry:
 		msg = "retrying: " + ev.Detail
-	case driver.InReprioritise:
+	case ev.Input == driver.InReprioritise:
 		msg = ev.Detail
-	case driver.InComplete, driver.InFail, driver.InCancel:
+	case ev.Input == driver.InComplete, ev.Input == driver.InFail, ev.Input == driver.InCancel:
 		took := m.Meta.Finished.Sub(m.Meta.Created).Round(time.Millisecond)
 		msg = fmt.Sprintf("%s in %s", ev.To, took)
 		if m.Error != "" {

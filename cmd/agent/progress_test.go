@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
 )
 
 func TestProgressLines(t *testing.T) {
@@ -30,6 +31,7 @@ func TestProgressLines(t *testing.T) {
 		{driver.Event{Input: driver.InStepError, Step: 0, Error: "ack timeout", Detail: "retryable", Backoff: driver.Duration(250 * time.Millisecond)}, "failed: ack timeout - retry in 250ms"},
 		{driver.Event{Input: driver.InStepWait, Step: 0, Error: "device offline"}, "step 1/2 living-light turn_on brightness=80 waiting: device offline"},
 		{driver.Event{Input: driver.InBeginStep, Step: 1, Attempt: 1}, "step 2/2 wait 2s ..."},
+		{driver.Event{Input: driver.InStepWait, Step: 1, Error: "2s of 2s left", Code: scenes.DelayCode}, ""},
 		{driver.Event{Input: driver.InCompensate, Step: 1, Error: "step s2 failed: boom", Code: "step_failed"}, "undoing completed steps"},
 		{driver.Event{Input: driver.InCompensate, Step: 1, Error: "cancelled by operator", Code: "cancelled"}, "undoing completed steps: cancelled by operator"},
 		{driver.Event{Input: driver.InCompBegin, Step: 0}, "undo step 1/2"},
@@ -51,5 +53,13 @@ func TestProgressLines(t *testing.T) {
 		if !strings.Contains(got, c.want) || !strings.Contains(got, "go_home") || !strings.Contains(got, "1f9956e3") {
 			t.Errorf("%s: got %q, want it to contain %q", c.ev.Input, got, c.want)
 		}
+	}
+	// The delay's wait is over: no second "..." line, then how long.
+	m.Results[1] = driver.StepResult{Status: driver.StepSucceeded, Waits: 1, Started: t0, Finished: t0.Add(2001 * time.Millisecond)}
+	if got := progressLine(driver.Event{Input: driver.InBeginStep, Step: 1, Attempt: 1, Time: t0}, m); got != "" {
+		t.Errorf("delay begun again: %q, want no line", got)
+	}
+	if got := progressLine(driver.Event{Input: driver.InStepOK, Step: 1, Time: t0}, m); !strings.Contains(got, "step 2/2 wait 2s done (waited 2.001s)") {
+		t.Errorf("delay over: %q", got)
 	}
 }
