@@ -124,7 +124,8 @@ type Options struct {
 	Logger *slog.Logger
 	// OnChange, if set, is called after a device's availability or
 	// reported state changes. It runs on the MQTT receive path, so it must
-	// not block; the agent points it at the driver's Wake.
+	// not block (nor call Close, which waits for it); the agent points it
+	// at the driver's Wake.
 	OnChange func(deviceID string)
 	// OnStrayAck, if set, is called for every ack that completes no
 	// waiting Send: a late ack (its Send gave up) or a duplicate. It must

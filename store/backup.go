@@ -1,8 +1,10 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 
@@ -10,23 +12,22 @@ import (
 )
 
 // Backup writes a copy of the database to w while the store stays in
-// use, and returns how many bytes it wrote. sized, if not nil, learns the
-// copy's size before the first byte is written. The copy holds every write
+// use, and returns how many bytes it wrote. The copy holds every write
 // acknowledged before Backup began (it checkpoints first) and is one
 // consistent bbolt snapshot: a complete store file, with no log to go
-// with it. It is one read transaction, which writers do not wait for,
-// except a checkpoint that must grow the file while a large copy is still
-// being read.
+// with it.
+//
+// It is one bbolt read transaction, as long as writing to w takes. A
+// checkpoint that must grow the file meanwhile waits for it, and with
+// it, once the log is full, every commit and read. So w should be fast:
+// a local file, not a network client.
 //
 // The copy keeps the store's WAL ID, so a log left beside the database
 // it replaces would be replayed into it: give it its own with NewIdentity
 // before restoring it, or delete that log (path + "-wal").
-func (db *DB) Backup(w io.Writer, sized func(int64)) (int64, error) {
+func (db *DB) Backup(w io.Writer) (int64, error) {
 	var n int64
 	err := db.scan(func(tx *bolt.Tx) error {
-		if sized != nil {
-			sized(tx.Size())
-		}
 		var err error
 		n, err = tx.WriteTo(w)
 		return err
@@ -63,6 +64,21 @@ func NewIdentity(path string) error {
 		return fmt.Errorf("new identity for %s: %w", path, err)
 	}
 	return nil
+}
+
+// InUse reports whether a store has the file at path open (it holds its
+// lock). A file that does not exist is not in use.
+func InUse(path string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close() // releases the lock if we took it
+	locked, err := tryLockFile(f)
+	return !locked, err
 }
 
 // CheckFile opens a store file read-only and checks that it is one this

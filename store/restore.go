@@ -12,71 +12,106 @@ import (
 
 // Restore puts a copy of backup in place of the store file at path,
 // which no store may have open: it fails with ErrLocked if one has. The
-// backup must pass CheckFile. The copy gets its own WAL ID (NewIdentity)
-// and is renamed into place only once complete. The file it replaces,
-// and a log beside it, are not deleted but renamed with the suffix
+// backup must pass CheckFile. The copy gets its own WAL ID (NewIdentity),
+// the owner and mode of the file it replaces, and replaces it in one
+// rename, so path always names a whole store file. The file it replaces,
+// and a log beside it, are kept under new names with the suffix
 // ".before-restore-<UTC time>", so a restore can be undone by hand; kept
-// lists their new names.
+// lists them. A crash before the log is moved leaves it beside the
+// restored file, which refuses it (ErrForeignLog) rather than replay it.
 func Restore(backup, path string) (kept []string, err error) {
 	if err := CheckFile(backup); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	if f, err := os.Open(path); err == nil {
-		// Held across the swap, so no store opens the old file meanwhile.
-		locked, err := tryLockFile(f)
-		defer f.Close() // releases the lock
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	old, err := os.Open(path)
+	switch {
+	case err == nil:
+		// Held across the swap. A store that opened the old file meanwhile
+		// finds, once it has the lock, that path names another file, and
+		// opens that one (see openBolt).
+		defer old.Close() // releases the lock
+		locked, err := tryLockFile(old)
 		if err != nil {
 			return nil, fmt.Errorf("restore: lock %s: %w", path, err)
 		}
 		if !locked {
 			return nil, fmt.Errorf("restore: %w: %s is open in a running store (is the agent running?)", ErrLocked, path)
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	case errors.Is(err, fs.ErrNotExist):
+		old = nil
+	default:
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	tmp := path + ".restoring"
-	if err := copySynced(backup, tmp); err != nil {
-		os.Remove(tmp)
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".restoring-*")
+	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	defer os.Remove(tmp) // gone once renamed
-	if err := NewIdentity(tmp); err != nil {
+	defer os.Remove(tmp.Name()) // gone once renamed
+	if err := fillFrom(tmp, backup); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	suffix := ".before-restore-" + time.Now().UTC().Format("20060102T150405Z")
-	for _, p := range []string{path, walPath(path)} {
-		switch err := os.Rename(p, p+suffix); {
-		case err == nil:
-			kept = append(kept, p+suffix)
-		case !errors.Is(err, fs.ErrNotExist):
-			return kept, fmt.Errorf("restore: keep %s: %w", p, err)
+	if old != nil {
+		if err := sameOwnerAndMode(tmp.Name(), old); err != nil {
+			return nil, fmt.Errorf("restore: %w", err)
 		}
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := NewIdentity(tmp.Name()); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	suffix := ".before-restore-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if old != nil {
+		// A second name for the old file, so the rename below replaces
+		// path without a moment where it names nothing.
+		if err := keepAs(path, path+suffix); err != nil {
+			return nil, fmt.Errorf("restore: keep %s: %w", path, err)
+		}
+		kept = append(kept, path+suffix)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	switch err := os.Rename(walPath(path), walPath(path)+suffix); {
+	case err == nil:
+		kept = append(kept, walPath(path)+suffix)
+	case !errors.Is(err, fs.ErrNotExist):
+		return kept, fmt.Errorf("restore: keep %s: %w", walPath(path), err)
+	}
+	if err := syncDir(path); err != nil {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
 	return kept, nil
 }
 
-// copySynced copies src to a new file dst and syncs it.
-func copySynced(src, dst string) error {
+// keepAs gives the file at path the second name kept: a hard link, or a
+// copy where the file system has none. It never replaces kept.
+func keepAs(path, kept string) error {
+	err := os.Link(path, kept)
+	if err == nil || errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	f, err := os.OpenFile(kept, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	return fillFrom(f, path)
+}
+
+// fillFrom copies src into f, syncs and closes it.
+func fillFrom(f *os.File, src string) error {
 	in, err := os.Open(src)
 	if err != nil {
+		f.Close()
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
+	_, err = io.Copy(f, in)
 	if err == nil {
-		err = out.Sync()
+		err = f.Sync()
 	}
-	if cerr := out.Close(); err == nil {
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err

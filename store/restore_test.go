@@ -61,3 +61,41 @@ func TestRestoreRefusesBadBackup(t *testing.T) {
 		t.Errorf("a failed restore created %s", live)
 	}
 }
+
+// Two restores in a row keep both files they replaced; a restore into a
+// data directory that does not exist yet makes it.
+func TestRestoreTwiceAndIntoNewDir(t *testing.T) {
+	db, live, _, b := backedUp(t)
+	db.Close()
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(backup, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(live, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	k1, err := Restore(backup, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := Restore(backup, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(k1) != 1 || len(k2) != 1 || k1[0] == k2[0] {
+		t.Fatalf("kept %v then %v, want two different files", k1, k2)
+	}
+	for _, k := range append(k1, k2...) {
+		if err := CheckFile(k); err != nil {
+			t.Errorf("kept %s: %v", k, err)
+		}
+	}
+	if fi, err := os.Stat(live); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("restored file: %v %v, want the mode of the one it replaced (0640)", fi.Mode(), err)
+	}
+	fresh := filepath.Join(t.TempDir(), "new", "data", "missions.db")
+	if _, err := Restore(backup, fresh); err != nil {
+		t.Fatalf("restore into a new directory: %v", err)
+	}
+	openAt(t, fresh)
+}

@@ -183,8 +183,27 @@ func (db *DB) openWAL(opts Options) (err error) {
 
 // openBolt turns bbolt's failures, including panics on damaged files,
 // into errors that name the file.
-func openBolt(path string, opts Options) (bdb *bolt.DB, err error) {
-	var file *os.File
+func openBolt(path string, opts Options) (*bolt.DB, error) {
+	for range 3 {
+		bdb, file, err := openBoltOnce(path, opts)
+		if err != nil {
+			return nil, err
+		}
+		// A restore (Restore) may have put another file at path while we
+		// waited for the lock of the one we opened: that one is the old
+		// database, kept under another name.
+		if now, err := os.Stat(path); err == nil {
+			if was, err := file.Stat(); err == nil && !os.SameFile(now, was) {
+				_ = bdb.Close()
+				continue
+			}
+		}
+		return bdb, nil
+	}
+	return nil, fmt.Errorf("open store %s: the file kept being replaced while it was opened", path)
+}
+
+func openBoltOnce(path string, opts Options) (bdb *bolt.DB, file *os.File, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			// bbolt's mapping of the file leaks: it has no handle to unmap.
@@ -209,14 +228,14 @@ func openBolt(path string, opts Options) (bdb *bolt.DB, err error) {
 	})
 	switch {
 	case err == nil:
-		return bdb, nil
+		return bdb, file, nil
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("open store %s: %w: another agent, or another open store in this process, held it for %s", path, ErrLocked, opts.Timeout)
+		return nil, nil, fmt.Errorf("open store %s: %w: another agent, or another open store in this process, held it for %s", path, ErrLocked, opts.Timeout)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, fmt.Errorf("open store %s: %w: %w", path, ErrCorrupt, err)
+		return nil, nil, fmt.Errorf("open store %s: %w: %w", path, ErrCorrupt, err)
 	default:
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 }
 

@@ -3,6 +3,7 @@
 package store
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -22,4 +23,19 @@ func tryLockFile(f *os.File) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// sameOwnerAndMode gives the file at path the owner and mode of like, so
+// that a file made by root for a service's user stays readable by it.
+func sameOwnerAndMode(path string, like *os.File) error {
+	fi, err := like.Stat()
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if err := os.Chown(path, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, os.ErrPermission) {
+			return err
+		}
+	}
+	return os.Chmod(path, fi.Mode().Perm())
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -68,8 +69,10 @@ type apiOptions struct {
 	Registry *devices.Registry
 	Catalog  *scenes.Catalog
 	Triggers *triggers
-	// Backup writes a consistent copy of the database (store.DB.Backup).
-	Backup func(w io.Writer, sized func(int64)) (int64, error)
+	// Backup writes a consistent copy of the database (store.DB.Backup)
+	// into a temporary file in BackupDir, which is then sent.
+	Backup    func(io.Writer) (int64, error)
+	BackupDir string
 }
 
 // api is the management API. It serves JSON under /api/ and the health
@@ -116,6 +119,11 @@ func (s *api) register(mux *http.ServeMux) {
 	route("GET", "/api/devices", s.listDevices)
 	route("GET", "/api/scenes", s.listScenes)
 	route("GET", "/api/backup", s.backup)
+	// GET would answer HEAD too, by making a whole copy for nothing.
+	mux.Handle("HEAD /api/backup", s.guard(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, "/api/backup takes GET, not HEAD")
+	}))
 	// Without these the mux would answer other methods and unknown paths
 	// in plain text.
 	for path, methods := range allowed {
@@ -558,26 +566,36 @@ type sceneList struct {
 	Scenes []sceneItem `json:"scenes"`
 }
 
-// backup streams a copy of the database. An error after the first byte
-// cannot change the status any more, so it breaks the connection: the
-// client sees a truncated copy, not a short one that looks whole.
-func (s *api) backup(w http.ResponseWriter, _ *http.Request) {
+// backup sends a copy of the database. The copy is made into a file
+// beside the database first: the store's read transaction then lasts as
+// long as a local copy takes, not as long as a slow client takes to
+// download it, during which checkpoints (and, once the log is full,
+// steps) could wait for it. The Content-Length lets any client tell a
+// whole copy from a cut one.
+func (s *api) backup(w http.ResponseWriter, r *http.Request) {
+	f, err := os.CreateTemp(s.BackupDir, "missions.db.backup-*")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeInternal, fmt.Sprintf("backup: %v", err))
+		return
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	n, err := s.Backup(f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="missions.db"`)
-	n, err := s.Backup(w, func(size int64) {
-		// So that any HTTP client can tell a whole copy from a cut one.
-		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-	})
-	switch {
-	case err == nil:
-		s.Log.Info("backup sent", "bytes", n)
-	case n == 0:
-		w.Header().Del("Content-Disposition")
-		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
-	default:
-		s.Log.Error("backup broken off", "bytes", n, "err", err)
-		panic(http.ErrAbortHandler)
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	if _, err := io.Copy(w, f); err != nil {
+		s.Log.Warn("backup not delivered", "bytes", n, "remote", r.RemoteAddr, "err", err)
+		return
 	}
+	s.Log.Info("backup sent", "bytes", n, "remote", r.RemoteAddr)
 }
 
 func (s *api) listScenes(w http.ResponseWriter, _ *http.Request) {

@@ -32,6 +32,13 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
 		return fmt.Errorf("backup: %s is a directory; name the file to write, e.g. %s", dst, filepath.Join(dst, "missions.db"))
 	}
+	// Replacing a database an agent has open would leave it writing to a
+	// file nobody can see any more.
+	if busy, err := store.InUse(dst); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	} else if busy {
+		return fmt.Errorf("backup: %s is the database of a running agent; name another file", dst)
+	}
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -75,6 +82,7 @@ func cmdRestore(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("config", "", "config file (TOML) of the agent whose database to replace")
+	data := fs.String("data", "", "data directory (overrides the config's data_dir)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -86,7 +94,11 @@ func cmdRestore(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(cfg.Path(cfg.DataDir), "missions.db")
+	dataDir := cfg.Path(cfg.DataDir)
+	if *data != "" {
+		dataDir = *data
+	}
+	path := filepath.Join(dataDir, "missions.db")
 	kept, err := store.Restore(pos[0], path)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {

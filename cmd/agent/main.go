@@ -61,7 +61,7 @@ Usage:
   agent run      [-config FILE] [flags]  run the agent (also: agent -config FILE ...)
   agent validate [-config FILE]          check the config, device registry and scenes
   agent compact  [-config FILE]          shrink the mission database (agent stopped)
-  agent restore  [-config FILE] BACKUP   put a backup in place (agent stopped)
+  agent restore  [-config FILE] [-data DIR] BACKUP  put a backup in place (agent stopped)
   agent version                          print the version
 
 Talking to a running agent (its HTTP API, see docs/api.md):
