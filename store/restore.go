@@ -96,7 +96,11 @@ func keepAs(path, kept string) error {
 	if err != nil {
 		return err
 	}
-	return fillFrom(f, path)
+	if err := fillFrom(f, path); err != nil {
+		os.Remove(kept) // a partial copy is no copy
+		return err
+	}
+	return nil
 }
 
 // fillFrom copies src into f, syncs and closes it.

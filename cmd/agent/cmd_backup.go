@@ -15,9 +15,9 @@ import (
 
 // cmdBackup copies a running agent's database into FILE, replacing it
 // if it exists. The copy is written beside FILE under a temporary name,
-// synced, given its own WAL identity (so that restored beside the live
-// database's log it refuses that log instead of replaying writes made
-// after the backup), checked to be a whole store file, and only then
+// synced, checked to be a whole store file, given its own WAL identity
+// (so that, restored beside the live database's log, it refuses that log
+// instead of replaying writes made after the backup), and only then
 // renamed into place: FILE is never a partial copy.
 func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 	fs, cf := newAPIFlagSet("backup", o.stderr)
