@@ -71,7 +71,11 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	fmt.Fprintf(o.stdout, "backup written to %s (%.1f MiB)\n", dst, float64(n)/(1<<20))
+	size := fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	if n < 1<<20 {
+		size = fmt.Sprintf("%d KiB", (n+1023)/1024)
+	}
+	fmt.Fprintf(o.stdout, "backup written to %s (%s)\n", dst, size)
 	fmt.Fprintf(o.stdout, "to restore it: stop the agent, then: agent restore -config <agent config> %s\n", dst)
 	return nil
 }
