@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -64,6 +67,74 @@ func NewIdentity(path string) error {
 		return fmt.Errorf("new identity for %s: %w", path, err)
 	}
 	return nil
+}
+
+// BackupFile writes a copy of the database, as Backup does, into a
+// temporary file beside it, and returns it for reading from its start,
+// with its size. The file loses its name at once where the system
+// allows (unix), so nothing is left behind if the process dies; Close
+// frees its space. Sending it from there keeps Backup's read transaction
+// as short as a local copy, however slow the reader.
+func (db *DB) BackupFile() (io.ReadCloser, int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(db.path), filepath.Base(db.path)+tempBackup+"*")
+	if err != nil {
+		return nil, 0, fmt.Errorf("backup: %w", err)
+	}
+	c := &tempCopy{File: f, named: os.Remove(f.Name()) != nil}
+	n, err := db.Backup(f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		c.Close()
+		return nil, 0, fmt.Errorf("backup: %w", err)
+	}
+	return c, n, nil
+}
+
+// tempCopy is a temporary file that Close also removes, if it still has
+// a name.
+type tempCopy struct {
+	*os.File
+	named bool
+}
+
+func (c *tempCopy) Close() error {
+	err := c.File.Close()
+	if c.named {
+		os.Remove(c.File.Name())
+	}
+	return err
+}
+
+// Name parts of the temporary files beside a store file: a backup copy
+// (BackupFile, where the system keeps names of open files) and a restore
+// being written (Restore). Open removes those a dead process left.
+const (
+	tempBackup  = ".backup-"
+	tempRestore = ".restoring-"
+)
+
+// sweepTemps removes the temporary files a process that died left beside
+// path. Whoever made them is gone: the caller holds path's lock, which a
+// restore holds while it writes, and a backup copy belongs to the store
+// that had it.
+func sweepTemps(path string, log *slog.Logger) {
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return
+	}
+	base := filepath.Base(path)
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, base+tempBackup) && !strings.HasPrefix(name, base+tempRestore) {
+			continue
+		}
+		p := filepath.Join(filepath.Dir(path), name)
+		if err := os.Remove(p); err == nil {
+			log.Info("removed a temporary file an earlier run left", "file", p)
+		}
+	}
 }
 
 // InUse reports whether a store has the file at path open (it holds its

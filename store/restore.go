@@ -26,26 +26,37 @@ func Restore(backup, path string) (kept []string, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
+	// The file at path is locked across the swap. A store that opened it
+	// meanwhile finds, once it has the lock, that path names another file,
+	// and opens that one (see openBolt). Where there is no file yet, an
+	// empty one stands in, so that a store starting now waits too instead
+	// of creating a database the rename would then unlink under it.
+	placeholder := false
 	old, err := os.Open(path)
-	switch {
-	case err == nil:
-		// Held across the swap. A store that opened the old file meanwhile
-		// finds, once it has the lock, that path names another file, and
-		// opens that one (see openBolt).
-		defer old.Close() // releases the lock
-		locked, err := tryLockFile(old)
-		if err != nil {
-			return nil, fmt.Errorf("restore: lock %s: %w", path, err)
-		}
-		if !locked {
-			return nil, fmt.Errorf("restore: %w: %s is open in a running store (is the agent running?)", ErrLocked, path)
-		}
-	case errors.Is(err, fs.ErrNotExist):
-		old = nil
-	default:
+	if errors.Is(err, fs.ErrNotExist) {
+		old, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		placeholder = err == nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".restoring-*")
+	defer old.Close() // releases the lock
+	locked, err := tryLockFile(old)
+	if err != nil {
+		return nil, fmt.Errorf("restore: lock %s: %w", path, err)
+	}
+	if !locked {
+		return nil, fmt.Errorf("restore: %w: %s is open in a running store (is the agent running?)", ErrLocked, path)
+	}
+	swapped := false
+	if placeholder {
+		defer func() {
+			if err != nil && !swapped {
+				os.Remove(path) // still our empty, locked stand-in
+			}
+		}()
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+tempRestore+"*")
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
@@ -53,7 +64,7 @@ func Restore(backup, path string) (kept []string, err error) {
 	if err := fillFrom(tmp, backup); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	if old != nil {
+	if !placeholder {
 		if err := sameOwnerAndMode(tmp.Name(), old); err != nil {
 			return nil, fmt.Errorf("restore: %w", err)
 		}
@@ -62,7 +73,7 @@ func Restore(backup, path string) (kept []string, err error) {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
 	suffix := ".before-restore-" + time.Now().UTC().Format("20060102T150405.000000000Z")
-	if old != nil {
+	if !placeholder {
 		// A second name for the old file, so the rename below replaces
 		// path without a moment where it names nothing.
 		if err := keepAs(path, path+suffix); err != nil {
@@ -73,6 +84,7 @@ func Restore(backup, path string) (kept []string, err error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
+	swapped = true
 	switch err := os.Rename(walPath(path), walPath(path)+suffix); {
 	case err == nil:
 		kept = append(kept, walPath(path)+suffix)
@@ -85,22 +97,26 @@ func Restore(backup, path string) (kept []string, err error) {
 	return kept, nil
 }
 
-// keepAs gives the file at path the second name kept: a hard link, or a
-// copy where the file system has none. It never replaces kept.
+// keepAs gives the file at path the second name kept: a hard link, or,
+// where the file system has none, a copy, made under a temporary name
+// so that kept never names a partial one. It never replaces kept.
 func keepAs(path, kept string) error {
 	err := os.Link(path, kept)
 	if err == nil || errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	f, err := os.OpenFile(kept, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.CreateTemp(filepath.Dir(kept), filepath.Base(kept)+".part-*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(f.Name()) // gone once renamed
 	if err := fillFrom(f, path); err != nil {
-		os.Remove(kept) // a partial copy is no copy
 		return err
 	}
-	return nil
+	if _, err := os.Lstat(kept); err == nil {
+		return fs.ErrExist
+	}
+	return os.Rename(f.Name(), kept)
 }
 
 // fillFrom copies src into f, syncs and closes it.

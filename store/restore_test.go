@@ -2,8 +2,10 @@ package store
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,7 +39,7 @@ func TestRestore(t *testing.T) {
 	if _, err := os.Stat(walPath(live)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the old log is still beside the restored file: %v", err)
 	}
-	if left, _ := filepath.Glob(live + ".restoring"); len(left) > 0 {
+	if left, _ := filepath.Glob(live + tempRestore + "*"); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 	r := openAt(t, live)
@@ -50,15 +52,20 @@ func TestRestore(t *testing.T) {
 }
 
 func TestRestoreRefusesBadBackup(t *testing.T) {
-	dir := t.TempDir()
-	live := filepath.Join(dir, "missions.db")
-	bad := filepath.Join(dir, "bad.db")
-	os.WriteFile(bad, []byte("not a database"), 0o600)
-	if _, err := Restore(bad, live); err == nil {
-		t.Fatal("restored a file that is not a database")
-	}
-	if _, err := os.Stat(live); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a failed restore created %s", live)
+	db, _, _, b := backedUp(t)
+	db.Close()
+	for name, content := range map[string][]byte{"not a database": []byte("not a database"), "half a backup": b[:len(b)/2]} {
+		dir := t.TempDir()
+		live := filepath.Join(dir, "missions.db")
+		bad := filepath.Join(dir, "bad.db")
+		os.WriteFile(bad, content, 0o600)
+		if _, err := Restore(bad, live); err == nil {
+			t.Fatalf("%s: restored", name)
+		}
+		// Nothing is left, not even the empty stand-in.
+		if _, err := os.Stat(live); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: a failed restore left %s: %v", name, live, err)
+		}
 	}
 }
 
@@ -67,10 +74,7 @@ func TestRestoreRefusesBadBackup(t *testing.T) {
 func TestRestoreTwiceAndIntoNewDir(t *testing.T) {
 	db, live, _, b := backedUp(t)
 	db.Close()
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	if err := os.WriteFile(backup, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	backup := writeBackup(t, b)
 	if err := os.Chmod(live, 0o640); err != nil {
 		t.Fatal(err)
 	}
@@ -98,4 +102,69 @@ func TestRestoreTwiceAndIntoNewDir(t *testing.T) {
 		t.Fatalf("restore into a new directory: %v", err)
 	}
 	openAt(t, fresh)
+}
+
+// With no database yet, Restore locks a stand-in for the time it
+// writes, so a store starting meanwhile waits and then opens the
+// restored file instead of creating one the swap would unlink.
+func TestRestoreIntoNothing(t *testing.T) {
+	db, _, m, b := backedUp(t)
+	db.Close()
+	backup := writeBackup(t, b)
+	live := filepath.Join(t.TempDir(), "missions.db")
+	if _, err := Restore(backup, live); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, openAt(t, live), m.ID); got.Version != m.Version {
+		t.Errorf("restored v%d", got.Version)
+	}
+}
+
+// A backup copy leaves no file behind, and Open removes what a dead
+// process left.
+func TestBackupFileLeavesNothing(t *testing.T) {
+	db, path, _, _ := backedUp(t)
+	defer db.Close()
+	rc, n, err := db.BackupFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || int64(len(b)) != n || n == 0 {
+		t.Fatalf("read %d of %d bytes: %v", len(b), n, err)
+	}
+	dir := filepath.Dir(path)
+	if left, _ := filepath.Glob(filepath.Join(dir, "*"+tempBackup+"*")); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	db.Close()
+	for _, name := range []string{tempBackup + "123", tempRestore + "456"} {
+		os.WriteFile(path+name, []byte("stale"), 0o600)
+	}
+	os.WriteFile(filepath.Join(dir, "unrelated"+tempBackup+"1"), []byte("keep"), 0o600)
+	openAt(t, path)
+	left, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	for _, n := range names {
+		if strings.Contains(n, tempBackup+"123") || strings.Contains(n, tempRestore) {
+			t.Errorf("Open left %s", n)
+		}
+	}
+	if !slices.Contains(names, "unrelated"+tempBackup+"1") {
+		t.Errorf("Open removed a file not its own: %v", names)
+	}
+}
+
+// writeBackup writes backup bytes to a file of their own.
+func writeBackup(t *testing.T, b []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

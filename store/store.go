@@ -141,6 +141,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweepTemps(path, opts.Logger)
 	db := &DB{
 		bolt: bdb, path: path, log: opts.Logger.With("store", path),
 		ov:     overlay{missions: map[string]*pendingMission{}, requests: map[string]pendingRequest{}},

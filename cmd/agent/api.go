@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -69,10 +68,9 @@ type apiOptions struct {
 	Registry *devices.Registry
 	Catalog  *scenes.Catalog
 	Triggers *triggers
-	// Backup writes a consistent copy of the database (store.DB.Backup)
-	// into a temporary file in BackupDir, which is then sent.
-	Backup    func(io.Writer) (int64, error)
-	BackupDir string
+	// Backup makes a consistent copy of the database in a temporary file
+	// (store.DB.BackupFile), which is then sent.
+	Backup func() (io.ReadCloser, int64, error)
 }
 
 // api is the management API. It serves JSON under /api/ and the health
@@ -571,31 +569,36 @@ type sceneList struct {
 // long as a local copy takes, not as long as a slow client takes to
 // download it, during which checkpoints (and, once the log is full,
 // steps) could wait for it. The Content-Length lets any client tell a
-// whole copy from a cut one.
+// whole copy from a cut one. Shutdown cuts a download short rather than
+// wait for it.
 func (s *api) backup(w http.ResponseWriter, r *http.Request) {
-	f, err := os.CreateTemp(s.BackupDir, "missions.db.backup-*")
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, codeInternal, fmt.Sprintf("backup: %v", err))
-		return
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	n, err := s.Backup(f)
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
-	}
+	f, n, err := s.Backup()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
 		return
 	}
+	defer f.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="missions.db"`)
 	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-	if _, err := io.Copy(w, f); err != nil {
+	if _, err := io.Copy(w, stopReader{s.stopped, f}); err != nil {
 		s.Log.Warn("backup not delivered", "bytes", n, "remote", r.RemoteAddr, "err", err)
 		return
 	}
 	s.Log.Info("backup sent", "bytes", n, "remote", r.RemoteAddr)
+}
+
+// stopReader ends a read once ctx is done.
+type stopReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (s stopReader) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return s.r.Read(p)
 }
 
 func (s *api) listScenes(w http.ResponseWriter, _ *http.Request) {

@@ -29,8 +29,7 @@ func (a *agent) startHTTP() error {
 	}
 	s := newAPI(apiOptions{
 		Log: a.log.With("component", "api"), Token: token, Driver: a.drv, Devices: a.dev,
-		Registry: a.reg, Catalog: a.cat, Triggers: a.trig, Backup: a.db.Backup,
-		BackupDir: a.cfg.Path(a.cfg.DataDir),
+		Registry: a.reg, Catalog: a.cat, Triggers: a.trig, Backup: a.db.BackupFile,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{Registry: a.metrics.reg}))
