@@ -83,6 +83,9 @@ type api struct {
 	stopped  context.Context
 	stop     context.CancelFunc
 	stopping atomic.Bool
+	// backingUp admits one backup at a time: each takes the database's
+	// size in the data directory while it is sent.
+	backingUp atomic.Bool
 }
 
 func newAPI(o apiOptions) *api {
@@ -572,6 +575,11 @@ type sceneList struct {
 // whole copy from a cut one. Shutdown cuts a download short rather than
 // wait for it.
 func (s *api) backup(w http.ResponseWriter, r *http.Request) {
+	if !s.backingUp.CompareAndSwap(false, true) {
+		writeError(w, http.StatusConflict, codeConflict, "a backup is being sent already; try again when it is done")
+		return
+	}
+	defer s.backingUp.Store(false)
 	f, n, err := s.Backup()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())

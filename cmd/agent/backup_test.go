@@ -93,4 +93,30 @@ func TestBackupAPI(t *testing.T) {
 	if resp, _ := get("HEAD"); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
 		t.Errorf("HEAD: %d %v", resp.StatusCode, resp.Header)
 	}
+	// One at a time: each takes the database's size on disk.
+	entered, release := make(chan struct{}), make(chan struct{})
+	f.api.Backup = func() (io.ReadCloser, int64, error) {
+		close(entered)
+		<-release
+		return io.NopCloser(strings.NewReader("whole")), 5, nil
+	}
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(f.srv.URL + "/api/backup")
+		if err != nil {
+			first <- -1
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-entered
+	if resp, b := get("GET"); resp.StatusCode != http.StatusConflict {
+		t.Errorf("second backup at once: %d %q, want 409", resp.StatusCode, b)
+	}
+	close(release)
+	if code := <-first; code != 200 {
+		t.Errorf("first backup: %d", code)
+	}
 }
