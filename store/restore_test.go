@@ -168,3 +168,31 @@ func writeBackup(t *testing.T, b []byte) string {
 	}
 	return path
 }
+
+// A store that got the lock of a file a restore has just replaced opens
+// the file now at its path, not the old one.
+func TestOpenFollowsReplacedFile(t *testing.T) {
+	db, live, m, b := backedUp(t)
+	mustSave(t, db, m, driver.StateRunning) // the live file moves on past the backup
+	db.Close()
+	backup := writeBackup(t, b)
+	swapped := false
+	lockedHook = func(path string) {
+		if swapped || path != live {
+			return
+		}
+		swapped = true
+		// What a restore does between our open and our check.
+		if err := os.Rename(backup, live); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { lockedHook = nil }()
+	got := mustGet(t, openAt(t, live), m.ID)
+	if !swapped {
+		t.Fatal("the hook did not run")
+	}
+	if got.Version != m.Version {
+		t.Errorf("opened v%d, the replaced file's; want the file now at the path (v%d)", got.Version, m.Version)
+	}
+}

@@ -184,11 +184,19 @@ func (db *DB) openWAL(opts Options) (err error) {
 
 // openBolt turns bbolt's failures, including panics on damaged files,
 // into errors that name the file.
+// lockedHook, when set (by tests), runs once openBolt holds a file's
+// lock, before it checks that the file is still the one at its path: the
+// moment a restore's swap can come between.
+var lockedHook func(path string)
+
 func openBolt(path string, opts Options) (*bolt.DB, error) {
 	for range 3 {
 		bdb, file, err := openBoltOnce(path, opts)
 		if err != nil {
 			return nil, err
+		}
+		if lockedHook != nil {
+			lockedHook(path)
 		}
 		// A restore (Restore) may have put another file at path while we
 		// waited for the lock of the one we opened: that one is the old
