@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -194,5 +196,29 @@ func TestOpenFollowsReplacedFile(t *testing.T) {
 	}
 	if got.Version != m.Version {
 		t.Errorf("opened v%d, the replaced file's; want the file now at the path (v%d)", got.Version, m.Version)
+	}
+}
+
+// A restore that fails once it holds the lock (here: a backup without
+// the meta bucket an identity needs) leaves no empty stand-in behind.
+func TestRestoreFailureRemovesStandIn(t *testing.T) {
+	backup := filepath.Join(t.TempDir(), "old.db")
+	bdb, err := bolt.Open(backup, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bMissions); return err }); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+	if err := CheckFile(backup); err != nil {
+		t.Fatalf("the test needs a backup CheckFile accepts: %v", err)
+	}
+	live := filepath.Join(t.TempDir(), "missions.db")
+	if _, err := Restore(backup, live); err == nil {
+		t.Fatal("restored a backup with no meta bucket")
+	}
+	if _, err := os.Stat(live); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stand-in is still there: %v", err)
 	}
 }
