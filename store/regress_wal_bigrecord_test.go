@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,9 +17,7 @@ func TestReviewOversizedRecordReplayed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes a 64 MiB record")
 	}
-	path := filepath.Join(t.TempDir(), "sortie.db")
-	db := openAt(t, path)
-	pauseCheckpoints(t, db)
+	db, path := openPaused(t)
 	big := newMission(mid(1))
 	big.Meta.Labels["blob"] = strings.Repeat("x", walMaxRecord)
 	_, created, err := db.Create(t.Context(), big, []driver.Event{event(big, 1, driver.StatePending)})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/sortie-edge/sortie/driver"
@@ -20,9 +19,7 @@ import (
 func TestReviewRewindAfterFailedAppend(t *testing.T) {
 	for _, buffered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("buffered=%v", buffered), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "sortie.db")
-			db := openAt(t, path)
-			pauseCheckpoints(t, db)
+			db, path := openPaused(t)
 			if buffered {
 				useBuffered(t, db)
 			}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,9 +13,7 @@ import (
 // build's log beside it) is modified by this older build before Open
 // rejects it with ErrSchema.
 func TestReviewReplayBeforeSchemaCheck(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sortie.db")
-	db := openAt(t, path)
-	pauseCheckpoints(t, db)
+	db, path := openPaused(t)
 	mustCreate(t, db, newMission(mid(1))) // only in the log
 	crash(t, db)
 

@@ -23,6 +23,16 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 )
 
+// openPaused opens a store in a fresh directory with its background
+// checkpointer stopped (pauseCheckpoints), and returns it with its path.
+func openPaused(tb testing.TB) (*DB, string) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "sortie.db")
+	db := openAt(tb, path)
+	pauseCheckpoints(tb, db)
+	return db, path
+}
+
 // pauseCheckpoints stops the background checkpointer, so logged writes
 // stay in the log and the overlay until the test (or a scan, AckOutbox or
 // Prune) checkpoints. Close still works afterwards: it closes a fresh
@@ -358,9 +368,7 @@ func testWALCrashBeforeCheckpoint(t *testing.T, buffered bool) {
 // TestWALCrashTwice: LSNs continue across a replay, so a second crash
 // replays the writes made after the first.
 func TestWALCrashTwice(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sortie.db")
-	db := openAt(t, path)
-	pauseCheckpoints(t, db)
+	db, path := openPaused(t)
 	m := newMission(mid(1))
 	mustCreate(t, db, m)
 	m = mustSave(t, db, m, driver.StateRunning)
@@ -661,9 +669,7 @@ func saveFrameSize(tb testing.TB, m *driver.Mission, to driver.State) int {
 // does not overwrite are never read back, even where a frame boundary
 // lines up with one of them.
 func TestWALRewind(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sortie.db")
-	db := openAt(t, path)
-	pauseCheckpoints(t, db)
+	db, path := openPaused(t)
 	m := newMission(mid(1))
 	mustCreate(t, db, m)
 	m = mustSave(t, db, m, driver.StateRunning) // LSN 2
@@ -727,9 +733,7 @@ func TestWALRewind(t *testing.T) {
 // TestWALLimitCheckpoints: a log grown past walLimit is checkpointed by
 // the next commit, which then writes from the start.
 func TestWALLimitCheckpoints(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sortie.db")
-	db := openAt(t, path)
-	pauseCheckpoints(t, db)
+	db, path := openPaused(t)
 	m := newMission(mid(1))
 	mustCreate(t, db, m)
 	m = mustSave(t, db, m, driver.StateRunning)
@@ -835,9 +839,7 @@ func TestWALGap(t *testing.T) {
 		{"LSN 3 applied, log starts at LSN 5", true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "sortie.db")
-			db := openAt(t, path)
-			pauseCheckpoints(t, db)
+			db, path := openPaused(t)
 			m := newMission(mid(1))
 			mustCreate(t, db, m)
 			m = mustSave(t, db, m, driver.StateRunning)
@@ -1094,9 +1096,7 @@ func TestWALPruneRacingSaves(t *testing.T) {
 func TestWALFailedAppendNotReplayed(t *testing.T) {
 	for _, checkpointed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("checkpointed=%v", checkpointed), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "sortie.db")
-			db := openAt(t, path)
-			pauseCheckpoints(t, db)
+			db, path := openPaused(t)
 			x := newMission(mid(1))
 			mustCreate(t, db, x) // LSN 1
 
