@@ -94,15 +94,10 @@ func cmdRestore(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return &usageError{fmt.Sprintf("restore takes one argument, the backup file, got %q", pos)}
 	}
-	cfg, err := LoadConfig(*config)
+	path, err := offlineDB(*config, *data)
 	if err != nil {
 		return err
 	}
-	dataDir := cfg.Path(cfg.DataDir)
-	if *data != "" {
-		dataDir = *data
-	}
-	path := filepath.Join(dataDir, "missions.db")
 	kept, err := store.Restore(pos[0], path)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {

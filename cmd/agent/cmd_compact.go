@@ -24,15 +24,10 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 		}
 		return &usageError{err.Error()}
 	}
-	cfg, err := LoadConfig(*config)
+	path, err := offlineDB(*config, *data)
 	if err != nil {
 		return err
 	}
-	dir := cfg.Path(cfg.DataDir)
-	if *data != "" {
-		dir = *data
-	}
-	path := filepath.Join(dir, "missions.db")
 	before, after, err := store.Compact(path, store.Options{})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("%w (stop the agent first)", err)
@@ -42,4 +37,19 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "compacted %s: %.1f MiB -> %.1f MiB\n", path, float64(before)/(1<<20), float64(after)/(1<<20))
 	return nil
+}
+
+// offlineDB is the mission database the offline commands (compact,
+// restore) work on: the one in the config's data_dir, or in data when
+// the -data flag gives one.
+func offlineDB(config, data string) (string, error) {
+	cfg, err := LoadConfig(config)
+	if err != nil {
+		return "", err
+	}
+	dir := cfg.Path(cfg.DataDir)
+	if data != "" {
+		dir = data
+	}
+	return filepath.Join(dir, "missions.db"), nil
 }
