@@ -159,3 +159,28 @@ func backedUp(t *testing.T) (db *DB, path string, m *driver.Mission, backup []by
 	}
 	return db, path, m, buf.Bytes()
 }
+
+// WriteBackup puts a whole copy in place, and refuses, leaving the
+// destination as it was, a copy shorter than announced or a destination
+// a store has open.
+func TestWriteBackup(t *testing.T) {
+	db, live, m, b := backedUp(t)
+	defer db.Close()
+	dst := filepath.Join(t.TempDir(), "copy.db")
+	if _, err := WriteBackup(bytes.NewReader(b[:len(b)-1]), int64(len(b)), dst); err == nil {
+		t.Fatal("took a copy shorter than announced")
+	}
+	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused copy left %s: %v", dst, err)
+	}
+	if n, err := WriteBackup(bytes.NewReader(b), int64(len(b)), dst); err != nil || n != int64(len(b)) {
+		t.Fatalf("WriteBackup: %d, %v", n, err)
+	}
+	mustGet(t, openAt(t, dst), m.ID)
+	if _, err := WriteBackup(bytes.NewReader(b), -1, live); !errors.Is(err, ErrLocked) {
+		t.Errorf("over an open store: %v, want ErrLocked", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), "*.part-*")); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}

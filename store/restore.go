@@ -119,7 +119,7 @@ func keepAs(path, kept string) error {
 	return os.Rename(f.Name(), kept)
 }
 
-// fillFrom copies src into f, syncs and closes it.
+// fillFrom copies the file src into f, syncs and closes it.
 func fillFrom(f *os.File, src string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -127,12 +127,66 @@ func fillFrom(f *os.File, src string) error {
 		return err
 	}
 	defer in.Close()
-	_, err = io.Copy(f, in)
+	_, err = fill(f, in)
+	return err
+}
+
+// fill copies r into f, syncs and closes it.
+func fill(f *os.File, r io.Reader) (int64, error) {
+	n, err := io.Copy(f, r)
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	return n, err
+}
+
+// WriteBackup writes the backup that r reads (GET /api/backup) to dst,
+// replacing it, so that dst never names a partial copy: under a
+// temporary name beside dst first, synced, of size want when want is not
+// negative, checked (CheckFile), given its own WAL identity
+// (NewIdentity, so that restored beside the live database's log it
+// refuses that log instead of replaying writes made after the backup),
+// and only then renamed into place. It refuses a dst a store has open:
+// replacing it would leave that store writing to a file no one sees.
+func WriteBackup(r io.Reader, want int64, dst string) (int64, error) {
+	if busy, err := InUse(dst); err != nil {
+		return 0, fmt.Errorf("backup: %w", err)
+	} else if busy {
+		return 0, fmt.Errorf("backup: %w: %s is the database of a running agent; name another file", ErrLocked, dst)
+	}
+	dir := filepath.Dir(dst)
+	f, err := os.CreateTemp(dir, filepath.Base(dst)+".part-*")
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // its path is a temporary name nobody asked for
+		}
+		return 0, fmt.Errorf("backup: cannot write in %s: %w", dir, err)
+	}
+	defer os.Remove(f.Name()) // gone once renamed
+	n, err := fill(f, r)
+	switch {
+	case err != nil:
+		return n, fmt.Errorf("backup: after %d bytes: %w", n, err)
+	case want >= 0 && n != want:
+		return n, fmt.Errorf("backup: the copy received is %d bytes, not the %d announced; %s not written", n, want, dst)
+	}
+	// Checked before it is written to: bbolt answers a page past the end
+	// of a cut file with SIGBUS.
+	if err := CheckFile(f.Name()); err != nil {
+		return n, fmt.Errorf("backup: the copy received is not a whole database; %s not written: %w", dst, err)
+	}
+	if err := NewIdentity(f.Name()); err != nil {
+		return n, fmt.Errorf("backup: %w", err)
+	}
+	if err := os.Rename(f.Name(), dst); err != nil {
+		return n, fmt.Errorf("backup: %w", err)
+	}
+	if err := syncDir(dst); err != nil {
+		return n, fmt.Errorf("backup: %w", err)
+	}
+	return n, nil
 }
