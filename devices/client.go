@@ -3,7 +3,6 @@ package devices
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -507,7 +506,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 	if cmd.Expires.IsZero() || cmd.Expires.After(giveUp) {
 		cmd.Expires = giveUp
 	}
-	payload, err := json.Marshal(cmd)
+	payload, err := cmd.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return Ack{}, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
 	}

@@ -181,9 +181,11 @@ func decodeStrict(b []byte, v any) error {
 // DecodeCommand parses a command payload. Numbers in Params are
 // json.Number so devices can check integer-ness exactly.
 func DecodeCommand(b []byte) (Command, error) {
-	var c Command
-	if err := decodeStrict(b, &c); err != nil {
-		return Command{}, err
+	c, ok := quickCommand(b)
+	if !ok {
+		if err := decodeStrict(b, &c); err != nil {
+			return Command{}, err
+		}
 	}
 	if c.ID == "" {
 		return Command{}, fmt.Errorf("%w: command has no id", ErrPayload)
@@ -196,9 +198,11 @@ func DecodeCommand(b []byte) (Command, error) {
 
 // DecodeAck parses an ack payload.
 func DecodeAck(b []byte) (Ack, error) {
-	var a Ack
-	if err := decodeStrict(b, &a); err != nil {
-		return Ack{}, err
+	a, ok := quickAck(b)
+	if !ok {
+		if err := decodeStrict(b, &a); err != nil {
+			return Ack{}, err
+		}
 	}
 	if a.ID == "" {
 		return Ack{}, fmt.Errorf("%w: ack has no id", ErrPayload)
@@ -211,9 +215,11 @@ func DecodeAck(b []byte) (Ack, error) {
 
 // DecodeState parses a retained state report.
 func DecodeState(b []byte) (StateReport, error) {
-	var s StateReport
-	if err := decodeStrict(b, &s); err != nil {
-		return StateReport{}, err
+	s, ok := quickState(b)
+	if !ok {
+		if err := decodeStrict(b, &s); err != nil {
+			return StateReport{}, err
+		}
 	}
 	if s.State == nil {
 		return StateReport{}, fmt.Errorf("%w: state report has no state object", ErrPayload)

@@ -149,6 +149,28 @@ func (ev *Event) AppendJSON(dst []byte) ([]byte, error) {
 	return e.b, e.err
 }
 
+// AppendJSONValue appends v's JSON encoding to dst, the bytes json.Marshal
+// would produce. Values of the shapes encoding/json decodes into (maps,
+// slices, strings, numbers, bools, nil) are written without reflection;
+// anything else goes through json.Marshal. Device commands and acks carry
+// such values on every step, and the devices and simulator packages
+// encode them with it.
+func AppendJSONValue(dst []byte, v any) ([]byte, error) {
+	e := jsonEnc{b: dst}
+	e.any(v)
+	return e.b, e.err
+}
+
+// AppendJSONString appends s quoted as json.Marshal quotes a string.
+func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
+
+// AppendJSONTime appends t as json.Marshal writes a time.Time.
+func AppendJSONTime(dst []byte, t time.Time) ([]byte, error) {
+	e := jsonEnc{b: dst}
+	e.time(t)
+	return e.b, e.err
+}
+
 func (e *jsonEnc) raw(s string)   { e.b = append(e.b, s...) }
 func (e *jsonEnc) int(v int64)    { e.b = strconv.AppendInt(e.b, v, 10) }
 func (e *jsonEnc) uint(v uint64)  { e.b = strconv.AppendUint(e.b, v, 10) }

@@ -246,7 +246,7 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 	n, _ := d.applied.get(cmd.ID)
 	d.applied.put(cmd.ID, n+1)
 	st := d.snapshot(now)
-	ack := mustJSON(wireAck{ID: cmd.ID, OK: true, State: st, Prior: prior})
+	ack := mustJSON(&devices.Ack{ID: cmd.ID, OK: true, State: st, Prior: prior})
 	d.acks.put(cmd.ID, ack)
 	log.Info("command applied", "state", st)
 	// The ack first: it is what the command's sender waits for, and it
@@ -312,7 +312,7 @@ func (d *Device) finishTravel(now time.Time) []output {
 
 func (d *Device) reject(id, code, msg string, remember bool, now time.Time, log *slog.Logger) []output {
 	d.counters.Rejected++
-	ack := mustJSON(wireAck{ID: id, Error: &devices.AckError{Code: code, Message: msg}, State: d.snapshot(now)})
+	ack := mustJSON(&devices.Ack{ID: id, Error: &devices.AckError{Code: code, Message: msg}, State: d.snapshot(now)})
 	if remember {
 		d.acks.put(id, ack)
 	}
@@ -344,22 +344,9 @@ func (d *Device) sendAck(ack []byte, log *slog.Logger) []output {
 func (d *Device) stateOutput(now time.Time) output {
 	return output{
 		topic:    d.topics.State(d.id),
-		payload:  mustJSON(devices.StateReport{State: d.snapshot(now), Time: now.UTC()}),
+		payload:  mustJSON(&devices.StateReport{State: d.snapshot(now), Time: now.UTC()}),
 		retained: true,
 	}
-}
-
-// wireAck is the ack a device sends: devices.Ack with Prior, the state
-// just before the command was first applied, which a re-ack repeats so
-// that the agent can restore the true previous state even when the first
-// ack was lost. It is declared here so the simulator does not depend on
-// the agent's decoding of the field.
-type wireAck struct {
-	ID    string            `json:"id"`
-	OK    bool              `json:"ok"`
-	Error *devices.AckError `json:"error,omitempty"`
-	State map[string]any    `json:"state,omitempty"`
-	Prior map[string]any    `json:"prior,omitempty"`
 }
 
 // looseID digs the command ID out of a payload DecodeCommand refused, so
@@ -378,12 +365,12 @@ func looseID(b []byte) string {
 	return id
 }
 
-// mustJSON marshals values built from decoded JSON and catalogue values,
-// which always marshal.
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
+// mustJSON encodes a message built from decoded JSON and catalogue
+// values, which always encode.
+func mustJSON(m interface{ AppendJSON([]byte) ([]byte, error) }) []byte {
+	b, err := m.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
-		panic("simulator: marshal: " + err.Error())
+		panic("simulator: encode: " + err.Error())
 	}
 	return b
 }

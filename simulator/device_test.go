@@ -277,3 +277,14 @@ func offlineDeviceSeed(t testing.TB, typ string, f Faults, seed uint64) *Device 
 	}
 	return newDevice(cfg, st, seed, devices.Topics{}, "tcp://127.0.0.1:1", "x", testLogger())
 }
+
+// wireAck decodes the acks the simulator sends with encoding/json alone,
+// so these tests do not rest on devices.DecodeAck, the agent's reading of
+// the same bytes.
+type wireAck struct {
+	ID    string            `json:"id"`
+	OK    bool              `json:"ok"`
+	Error *devices.AckError `json:"error,omitempty"`
+	State map[string]any    `json:"state,omitempty"`
+	Prior map[string]any    `json:"prior,omitempty"`
+}
