@@ -206,7 +206,11 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 			m.stepFailures.WithLabelValues(ev.Detail, codeLabel(ev.Code)).Inc()
 		}
 		if ok && ev.Step >= 0 && ev.Step < len(ms.Steps) {
-			dev, action := stepTarget(ms.Steps[ev.Step])
+			var out map[string]any
+			if ev.Step < len(ms.Results) {
+				out = ms.Results[ev.Step].Outputs
+			}
+			dev, action := ranTarget(ms.Steps[ev.Step], out)
 			m.stepDuration.WithLabelValues(m.deviceType(dev, ms.Steps[ev.Step].Kind), action, result).Observe(ev.Time.Sub(began).Seconds())
 		}
 	case driver.InCompResult:
@@ -263,7 +267,10 @@ func (m *metrics) instrument(h driver.Handler) driver.Handler {
 		out, err := h.Execute(ctx, req)
 		m.inFlight.Dec()
 		if err == nil {
-			dev, _ := stepTargetRaw(req.Params)
+			dev, _ := out["device"].(string) // the command handler's outputs name it
+			if dev == "" {
+				dev, _ = stepTargetRaw(req.Params)
+			}
 			m.ackLatency.WithLabelValues(m.deviceType(dev, req.Kind)).Observe(time.Since(start).Seconds())
 		}
 		return out, err

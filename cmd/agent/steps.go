@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 
+	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -14,6 +15,20 @@ func stepTarget(s driver.Step) (device, action string) {
 		action = s.Kind
 	}
 	return device, action
+}
+
+// ranTarget is stepTarget for a step that ran: a command step's outputs
+// name its device and action, which spares decoding its params again on
+// every step.
+func ranTarget(s driver.Step, out map[string]any) (device, action string) {
+	if s.Kind == devices.KindCommand {
+		d, _ := out["device"].(string)
+		a, _ := out["action"].(string)
+		if d != "" && a != "" {
+			return d, a
+		}
+	}
+	return stepTarget(s)
 }
 
 func stepTargetRaw(params json.RawMessage) (device, action string) {
