@@ -82,6 +82,19 @@ type Local interface {
 	Subscribe(filter string, handle func(topic string, payload []byte)) (cancel func(), err error)
 }
 
+// LocalTap is a Local broker that can also hand over messages as it takes
+// them in: before it acknowledges them to their publisher and before any
+// subscriber gets them, and without replaying retained ones. A Client
+// takes acks that way when it can: an ack is what a step waits for, and
+// the broker's PUBACK write to the device and its subscriber lookup would
+// otherwise come first. Acks are not retained, so a tap misses none.
+type LocalTap interface {
+	Local
+	// Tap calls handle, under the same rules as Subscribe's, with each
+	// message published on a topic matching filter from now on.
+	Tap(filter string, handle func(topic string, payload []byte)) (cancel func(), err error)
+}
+
 // Options configures a Client. Broker or Local is required.
 type Options struct {
 	// Broker is the paho broker URL, e.g. "tcp://127.0.0.1:1883" or
@@ -315,7 +328,11 @@ func (c *Client) dialLocal() error {
 		}
 	}
 	for _, kind := range []string{"ack", "state", "availability"} {
-		cancel, err := c.local.Subscribe(c.topics.Wildcard(kind), handle)
+		listen := c.local.Subscribe
+		if t, ok := c.local.(LocalTap); ok && kind == "ack" {
+			listen = t.Tap
+		}
+		cancel, err := listen(c.topics.Wildcard(kind), handle)
 		if err != nil {
 			c.shutdown()
 			return fmt.Errorf("subscribe in process: %w", err)

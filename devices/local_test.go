@@ -55,14 +55,14 @@ func TestInProcessRetainedAndClose(t *testing.T) {
 	if !c.Connected() {
 		t.Error("not connected")
 	}
-	if !b.Subscribed(devices.Topics{}.Ack("lamp")) {
-		t.Fatal("no subscription to lamp's acks")
+	if !b.Subscribed(devices.Topics{}.State("lamp")) {
+		t.Fatal("no subscription to lamp's state")
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if b.Subscribed(devices.Topics{}.Ack("lamp")) {
-		t.Error("Close left the ack subscription in place")
+	if b.Subscribed(devices.Topics{}.State("lamp")) {
+		t.Error("Close left the state subscription in place")
 	}
 	if c.Connected() {
 		t.Error("connected after Close")

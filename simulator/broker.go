@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,6 +41,16 @@ type Broker struct {
 	// subID numbers inline subscriptions: mochi merges the handlers of
 	// all filters matching a topic by ID, so IDs must not repeat.
 	subID atomic.Int64
+	// taps are Tap's handlers, read by tapHook on every publish and
+	// replaced whole under tapMu.
+	taps  atomic.Pointer[[]tap]
+	tapMu sync.Mutex
+}
+
+type tap struct {
+	id     int64
+	filter string
+	handle func(topic string, payload []byte)
 }
 
 // StartBroker starts a broker and returns once it accepts connections.
@@ -58,6 +70,11 @@ func StartBroker(opts BrokerOptions) (*Broker, error) {
 	if err := srv.AddHook(hook, opts.AuthConfig); err != nil {
 		return nil, fmt.Errorf("broker auth hook: %w", err)
 	}
+	b := &Broker{srv: srv}
+	// After the auth hook: mochi checks access before any publish hook.
+	if err := srv.AddHook(&tapHook{b: b}, nil); err != nil {
+		return nil, fmt.Errorf("broker tap hook: %w", err)
+	}
 	ln := listeners.NewTCP(listeners.Config{ID: "tcp", Address: opts.Addr, TLSConfig: opts.TLS})
 	// AddListener binds in Init, so a taken port fails here, not later.
 	if err := srv.AddListener(ln); err != nil {
@@ -67,7 +84,8 @@ func StartBroker(opts BrokerOptions) (*Broker, error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("broker serve: %w", err)
 	}
-	return &Broker{srv: srv, ln: ln}, nil
+	b.ln = ln
+	return b, nil
 }
 
 // Addr is the bound host:port.
@@ -101,6 +119,80 @@ func (b *Broker) Subscribe(filter string, handle func(topic string, payload []by
 		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
 	}
 	return func() { _ = b.srv.Unsubscribe(filter, id) }, nil
+}
+
+// Tap calls handle with each message published on a topic matching
+// filter as the broker takes it in (devices.LocalTap): once the
+// publisher's access is checked, but before the broker acknowledges it
+// to the publisher and before any subscriber gets it. Retained messages
+// are not replayed to it. handle runs on the publishing client's receive
+// goroutine and must not block.
+func (b *Broker) Tap(filter string, handle func(topic string, payload []byte)) (func(), error) {
+	if !mqtt.IsValidFilter(filter, false) {
+		return nil, fmt.Errorf("tap %s: invalid topic filter", filter)
+	}
+	id := b.subID.Add(1)
+	b.setTaps(func(ts []tap) []tap { return append(ts, tap{id, filter, handle}) })
+	return func() {
+		b.setTaps(func(ts []tap) []tap {
+			return slices.DeleteFunc(ts, func(t tap) bool { return t.id == id })
+		})
+	}, nil
+}
+
+func (b *Broker) setTaps(change func([]tap) []tap) {
+	b.tapMu.Lock()
+	defer b.tapMu.Unlock()
+	var ts []tap
+	if p := b.taps.Load(); p != nil {
+		ts = slices.Clone(*p)
+	}
+	ts = change(ts)
+	b.taps.Store(&ts)
+}
+
+// tapHook hands publishes to the taps.
+type tapHook struct {
+	mqtt.HookBase
+	b *Broker
+}
+
+func (h *tapHook) ID() string { return "sortie-tap" }
+
+func (h *tapHook) Provides(b byte) bool { return b == mqtt.OnPublish }
+
+func (h *tapHook) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if ts := h.b.taps.Load(); ts != nil {
+		for _, t := range *ts {
+			if matchTopic(t.filter, pk.TopicName) {
+				t.handle(pk.TopicName, pk.Payload)
+			}
+		}
+	}
+	return pk, nil
+}
+
+// matchTopic reports whether an MQTT topic filter matches a topic name:
+// "+" is one level, a final "#" is any number of levels, its parent
+// included, and neither matches a first level starting with "$".
+func matchTopic(filter, topic string) bool {
+	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
+		return false
+	}
+	for {
+		f, frest, fmore := strings.Cut(filter, "/")
+		if f == "#" {
+			return true
+		}
+		t, trest, tmore := strings.Cut(topic, "/")
+		if f != "+" && f != t {
+			return false
+		}
+		if !fmore || !tmore {
+			return fmore == tmore || frest == "#"
+		}
+		filter, topic = frest, trest
+	}
 }
 
 // Server exposes the mochi server for inline publishing and inspection.

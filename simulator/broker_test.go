@@ -68,3 +68,75 @@ func TestBrokerSubscribed(t *testing.T) {
 		}
 	}
 }
+
+func TestMatchTopic(t *testing.T) {
+	for _, c := range []struct {
+		filter, topic string
+		want          bool
+	}{
+		{"a/b", "a/b", true}, {"a/b", "a/c", false}, {"a/b", "a/b/c", false}, {"a/b/c", "a/b", false},
+		{"a/+", "a/b", true}, {"a/+", "a/b/c", false}, {"a/+", "a", false}, {"a/+", "a/", true},
+		{"+/+", "a/b", true}, {"+", "", true}, {"sortie/devices/+/ack", "sortie/devices/lamp/ack", true},
+		{"sortie/devices/+/ack", "sortie/devices/lamp/state", false}, {"sortie/devices/+/ack", "sortie/devices/ack", false},
+		{"a/#", "a", true}, {"a/#", "a/b/c", true}, {"a/#", "ab", false}, {"#", "a/b", true},
+		{"#", "$SYS/x", false}, {"+/x", "$SYS/x", false}, {"$SYS/#", "$SYS/x", true},
+	} {
+		if got := matchTopic(c.filter, c.topic); got != c.want {
+			t.Errorf("matchTopic(%q, %q) = %v, want %v", c.filter, c.topic, got, c.want)
+		}
+	}
+}
+
+// A tap has a message before the broker acknowledges it to its
+// publisher, sees no retained message from before, and nothing after
+// its cancel.
+func TestBrokerTap(t *testing.T) {
+	b := TestBroker(t)
+	if err := b.Publish("dev/lamp/ack", []byte("old"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	got, release := make(chan string, 4), make(chan struct{})
+	cancel, err := b.Tap("dev/+/ack", func(topic string, payload []byte) {
+		got <- topic + " " + string(payload)
+		<-release
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Tap("dev/#/ack", nil); err == nil {
+		t.Error("an invalid filter was tapped")
+	}
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("t-tap").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(100)
+	c.Publish("dev/lamp/state", 1, false, "not tapped")
+	tok := c.Publish("dev/lamp/ack", 1, false, "new")
+	select {
+	case s := <-got:
+		if s != "dev/lamp/ack new" {
+			t.Fatalf("tapped %q, want the new ack (and no retained one)", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the publish never reached the tap")
+	}
+	select {
+	case <-tok.Done():
+		t.Fatal("the broker acknowledged the publish before its tap returned")
+	default:
+	}
+	close(release)
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	cancel()
+	if tok := c.Publish("dev/lamp/ack", 1, false, "after cancel"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	select {
+	case s := <-got:
+		t.Errorf("tapped %q after cancel", s)
+	default:
+	}
+}
