@@ -102,7 +102,21 @@ type Handlers struct {
 	priors map[string]map[string]any
 	order  []string // FIFO eviction of priors (ring)
 	next   int
+
+	// decoded holds command params decoded, by their JSON: a home runs the
+	// same few steps over and over, and decoding them strictly cost more
+	// than the rest of a command's preparation. The values are shared, so
+	// nothing may change them.
+	decMu   sync.Mutex
+	decoded map[string]CommandParams
 }
+
+// Bounds of Handlers.decoded: params longer than paramsCacheLen are not
+// kept, and the cache is emptied when it holds paramsCacheMax.
+const (
+	paramsCacheLen = 1024
+	paramsCacheMax = 512
+)
 
 // NewHandlers returns the device step handlers using c to talk to
 // devices and r to validate commands.
@@ -127,8 +141,9 @@ func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
 	}
 	return &Handlers{
 		client: c, reg: r, opts: opts,
-		priors: make(map[string]map[string]any, opts.PriorCache),
-		order:  make([]string, opts.PriorCache),
+		priors:  make(map[string]map[string]any, opts.PriorCache),
+		order:   make([]string, opts.PriorCache),
+		decoded: make(map[string]CommandParams),
 	}
 }
 
@@ -167,11 +182,34 @@ func decodeParams(raw json.RawMessage, v any) error {
 // (later attempts may run after the device already applied the command,
 // so their cached state would be the new one).
 func (h *Handlers) Command(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
-	var p CommandParams
-	if err := decodeParams(req.Params, &p); err != nil {
+	p, err := h.commandParams(req.Params)
+	if err != nil {
 		return nil, err
 	}
 	return h.send(ctx, req, p)
+}
+
+// commandParams decodes a command step's params, or finds them decoded.
+// Params that fail to decode are not kept: each attempt reports them.
+func (h *Handlers) commandParams(raw json.RawMessage) (CommandParams, error) {
+	h.decMu.Lock()
+	p, ok := h.decoded[string(raw)]
+	h.decMu.Unlock()
+	if ok {
+		return p, nil
+	}
+	if err := decodeParams(raw, &p); err != nil {
+		return CommandParams{}, err
+	}
+	if len(raw) <= paramsCacheLen {
+		h.decMu.Lock()
+		if len(h.decoded) >= paramsCacheMax {
+			clear(h.decoded)
+		}
+		h.decoded[string(raw)] = p
+		h.decMu.Unlock()
+	}
+	return p, nil
 }
 
 func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandParams) (map[string]any, error) {

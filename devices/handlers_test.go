@@ -273,3 +273,26 @@ func TestWaitState(t *testing.T) {
 	_, err = r.run(t, devices.KindWaitState, bad)
 	wantClass(t, err, driver.Permanent, devices.CodeUnknownDevice)
 }
+
+// Decoded params are kept for the next step with the same ones, and
+// shared: each command still carries them whole, and params that fail to
+// decode fail every time.
+func TestCommandParamsReused(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	d := r.device(t, "living-ac", map[string]any{"power": "off"}, nil)
+	params := map[string]any{"device": "living-ac", "action": "set", "params": map[string]any{"target": 22, "mode": "cool"}}
+	for _, key := range []string{"m1-0-0", "m2-0-0", "m3-0-0"} {
+		if _, err := r.run(t, devices.KindCommand, stepReq(t, key, 1, params)); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		cmd := d.next(t)
+		if cmd.ID != key || cmd.Action != "set" || len(cmd.Params) != 2 || cmd.Params["mode"] != "cool" || cmd.Params["target"] != json.Number("22") {
+			t.Errorf("device got %+v, want %s: set target 22, mode cool", cmd, key)
+		}
+	}
+	bad := map[string]any{"device": "living-ac", "action": "set", "verfy": true}
+	for i := range 2 {
+		_, err := r.run(t, devices.KindCommand, stepReq(t, "bad", i+1, bad))
+		wantClass(t, err, driver.Permanent, devices.CodeBadStep)
+	}
+}
