@@ -72,6 +72,18 @@ func (d *Driver) advance(e *entry, gen uint64) {
 			e.mu.Unlock()
 		}
 	}()
+	d.mu.Lock()
+	if m := e.m; m.State == StateStepRunning && m.Lease.Owner == d.opts.Owner {
+		// The common case: the previous commit began this step under our
+		// lease, so settling would change nothing and commit nothing.
+		e.woken = false
+		d.mu.Unlock()
+		e.mu.Unlock()
+		locked = false
+		d.execute(e, actExec, gen)
+		return
+	}
+	d.mu.Unlock()
 	t := d.begin(e)
 	d.mu.Lock()
 	// A Wake ends a not-ready wait early; only an advance may use it up.
