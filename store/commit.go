@@ -242,8 +242,19 @@ func (db *DB) commitBatch(batch []*write) {
 	if err == nil && len(logged) > 0 {
 		db.assignOutboxSeqs(logged)
 		payloads := make([][]byte, len(logged))
+		ends := make([]int, len(logged))
+		db.enc = db.enc[:0]
 		for i, w := range logged {
-			payloads[i] = encodeWrite(nil, w)
+			db.enc = encodeWrite(db.enc, w)
+			ends[i] = len(db.enc)
+		}
+		start := 0
+		for i, end := range ends {
+			payloads[i] = db.enc[start:end]
+			start = end
+		}
+		if cap(db.enc) > 1<<20 {
+			db.enc = nil // a rare huge batch is not kept
 		}
 		var first uint64
 		// On failure the outbox seqs stay used: the failed records may

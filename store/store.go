@@ -114,8 +114,12 @@ type DB struct {
 	// wmu orders everything that decides against the acknowledged state:
 	// the commit leader's checks and log append, and Prune, which must not
 	// delete a mission between a save's check and its checkpoint.
-	wmu  sync.Mutex
-	wal  *walFile // appended under wmu
+	wmu sync.Mutex
+	wal *walFile // appended under wmu
+	// enc is the scratch buffer a commit encodes its writes into, under
+	// wmu: the log copies them, so it is reused rather than allocated per
+	// write.
+	enc  []byte
 	ovMu sync.Mutex
 	ov   overlay
 	ckMu sync.Mutex // one checkpoint at a time
