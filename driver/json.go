@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -377,14 +378,27 @@ func sortedKeys[V any](m map[string]V) []string {
 // values writes JSON-shaped data as decoded by encoding/json (with or
 // without UseNumber); anything else goes through json.Marshal.
 func (e *jsonEnc) values(m map[string]any) {
+	// A device's state or a step's outputs have a handful of keys: sorted
+	// in place on the stack, with their values, rather than in an
+	// allocated slice and looked up again.
+	type member struct {
+		k string
+		v any
+	}
+	var small [16]member
+	ms := small[:0]
+	for k, v := range m {
+		ms = append(ms, member{k, v})
+	}
+	slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.k, b.k) })
 	e.b = append(e.b, '{')
-	for i, k := range sortedKeys(m) {
+	for i, kv := range ms {
 		if i > 0 {
 			e.b = append(e.b, ',')
 		}
-		e.str(k)
+		e.str(kv.k)
 		e.b = append(e.b, ':')
-		e.any(m[k])
+		e.any(kv.v)
 	}
 	e.b = append(e.b, '}')
 }
@@ -512,6 +526,16 @@ func isJSONNumber(s string) bool {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonPlain marks the ASCII bytes a JSON string carries as they are:
+// json.Marshal escapes control characters, quote, backslash and (for
+// HTML safety) <, > and &.
+var jsonPlain = func() (t [utf8.RuneSelf]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendJSONString quotes s as encoding/json does by default: HTML-safe,
 // invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped.
 func appendJSONString(dst []byte, s string) []byte {
@@ -519,7 +543,7 @@ func appendJSONString(dst []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonPlain[c] {
 				i++
 				continue
 			}
