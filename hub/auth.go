@@ -1,85 +1,37 @@
 package hub
 
 import (
-	"crypto/pbkdf2"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"fmt"
-	"strconv"
 	"strings"
-	"sync"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/passwd"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
-// hashScheme names the password hash format:
-// "pbkdf2-sha256$<iterations>$<salt, base64>$<key, base64>".
-const hashScheme = "pbkdf2-sha256"
-
 // HashIterations is the PBKDF2 cost of HashPassword.
-const HashIterations = 210_000
+const HashIterations = passwd.Iterations
 
 // HashPassword returns a salted PBKDF2-SHA256 hash of password for the
 // hub's gateway credentials, so the config file holds no passwords.
 func HashPassword(password string) (string, error) {
-	return hashPassword(password, HashIterations)
-}
-
-func hashPassword(password string, iter int) (string, error) {
-	if password == "" {
-		return "", fmt.Errorf("%w: empty password", ErrInvalid)
-	}
-	salt := make([]byte, 16)
-	if _, err := rand.Read(salt); err != nil {
-		return "", fmt.Errorf("hash password: %w", err)
-	}
-	key, err := pbkdf2.Key(sha256.New, password, salt, iter, 32)
+	h, err := passwd.Hash(password)
 	if err != nil {
-		return "", fmt.Errorf("hash password: %w", err)
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	enc := base64.RawStdEncoding
-	return fmt.Sprintf("%s$%d$%s$%s", hashScheme, iter, enc.EncodeToString(salt), enc.EncodeToString(key)), nil
-}
-
-// credential is a parsed password hash.
-type credential struct {
-	iter      int
-	salt, key []byte
+	return h, nil
 }
 
 // ParseHash checks a hash made by HashPassword.
 func ParseHash(h string) error {
-	_, err := parseHash(h)
-	return err
-}
-
-func parseHash(h string) (credential, error) {
-	parts := strings.Split(h, "$")
-	if len(parts) != 4 || parts[0] != hashScheme {
-		return credential{}, fmt.Errorf("%w: password hash must look like %s$<iterations>$<salt>$<key> (see \"hub passwd\")", ErrInvalid, hashScheme)
+	if _, err := passwd.Parse(h); err != nil {
+		return fmt.Errorf("%w: %w (see \"hub passwd\")", ErrInvalid, err)
 	}
-	iter, err := strconv.Atoi(parts[1])
-	if err != nil || iter < 1 {
-		return credential{}, fmt.Errorf("%w: password hash iterations %q", ErrInvalid, parts[1])
-	}
-	enc := base64.RawStdEncoding
-	salt, err1 := enc.DecodeString(parts[2])
-	key, err2 := enc.DecodeString(parts[3])
-	if err1 != nil || err2 != nil || len(salt) == 0 || len(key) == 0 {
-		return credential{}, fmt.Errorf("%w: password hash is not valid base64", ErrInvalid)
-	}
-	return credential{iter: iter, salt: salt, key: key}, nil
-}
-
-func (c credential) verify(password []byte) bool {
-	key, err := pbkdf2.Key(sha256.New, string(password), c.salt, c.iter, len(c.key))
-	return err == nil && subtle.ConstantTimeCompare(key, c.key) == 1
+	return nil
 }
 
 // AuthOptions configures an Auth hook.
@@ -109,11 +61,7 @@ type Auth struct {
 	hubUser string
 	hubPass []byte
 	hubCID  string
-	creds   map[string]credential
-	// verified caches sha256(password) of successful logins so that a
-	// reconnect storm does not pay PBKDF2 again for each client.
-	mu       sync.Mutex
-	verified map[string][32]byte
+	creds   *passwd.Book
 }
 
 // NewAuth checks the options and returns the hook; pass it to the
@@ -123,12 +71,11 @@ func NewAuth(opts AuthOptions) (*Auth, error) {
 		return nil, fmt.Errorf("%w: hub identity needs a user and a password", ErrInvalid)
 	}
 	a := &Auth{
-		topics:   uplink.Topics{Prefix: opts.Prefix},
-		hubUser:  opts.HubUser,
-		hubPass:  []byte(opts.HubPassword),
-		hubCID:   opts.HubClientID,
-		creds:    map[string]credential{},
-		verified: map[string][32]byte{},
+		topics:  uplink.Topics{Prefix: opts.Prefix},
+		hubUser: opts.HubUser,
+		hubPass: []byte(opts.HubPassword),
+		hubCID:  opts.HubClientID,
+		creds:   passwd.NewBook(),
 	}
 	for gw, h := range opts.Gateways {
 		if err := driver.ValidateID("gateway", gw); err != nil {
@@ -137,11 +84,11 @@ func NewAuth(opts AuthOptions) (*Auth, error) {
 		if gw == opts.HubUser {
 			return nil, fmt.Errorf("%w: gateway %q has the hub's user name", ErrInvalid, gw)
 		}
-		c, err := parseHash(h)
+		c, err := passwd.Parse(h)
 		if err != nil {
-			return nil, fmt.Errorf("gateway %q: %w", gw, err)
+			return nil, fmt.Errorf("gateway %q: %w: %w (see \"hub passwd\")", gw, ErrInvalid, err)
 		}
-		a.creds[gw] = c
+		a.creds.Add(gw, c)
 	}
 	return a, nil
 }
@@ -164,28 +111,14 @@ func (a *Auth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	if user == a.hubUser {
 		return subtle.ConstantTimeCompare(pass, a.hubPass) == 1
 	}
-	c, ok := a.creds[user]
-	if !ok || (a.hubCID != "" && pk.Connect.ClientIdentifier == a.hubCID) {
+	if !a.creds.Has(user) || (a.hubCID != "" && pk.Connect.ClientIdentifier == a.hubCID) {
 		return false
 	}
 	if pk.Connect.WillFlag && pk.Connect.WillTopic != a.topics.Status(user) {
 		// Wills are not ACL-checked when sent, so check them here.
 		return false
 	}
-	sum := sha256.Sum256(pass)
-	a.mu.Lock()
-	prev, hit := a.verified[user]
-	a.mu.Unlock()
-	if hit && subtle.ConstantTimeCompare(prev[:], sum[:]) == 1 {
-		return true
-	}
-	if !c.verify(pass) {
-		return false
-	}
-	a.mu.Lock()
-	a.verified[user] = sum
-	a.mu.Unlock()
-	return true
+	return a.creds.Check(user, pass)
 }
 
 // OnACLCheck allows the hub everything and a gateway only its own
@@ -199,7 +132,7 @@ func (a *Auth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if user == a.hubUser {
 		return true
 	}
-	if _, ok := a.creds[user]; !ok {
+	if !a.creds.Has(user) {
 		return false
 	}
 	t := a.topics

@@ -17,6 +17,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/passwd"
 	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -39,7 +40,7 @@ func testAuth(tb testing.TB, ids ...string) *Auth {
 	tb.Helper()
 	creds := map[string]string{}
 	for _, id := range ids {
-		h, err := hashPassword(gatewayPassword(id), testIter)
+		h, err := passwd.HashCost(gatewayPassword(id), testIter)
 		if err != nil {
 			tb.Fatal(err)
 		}

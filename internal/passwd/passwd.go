@@ -1,0 +1,127 @@
+// Package passwd hashes and checks the passwords of the MQTT clients of
+// Sortie's embedded brokers (the hub's gateways; the agent's devices and
+// apps), so that config files hold hashes, not passwords.
+package passwd
+
+import (
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// ErrInvalid marks an empty password or a malformed hash.
+var ErrInvalid = errors.New("invalid password")
+
+// scheme names the hash format:
+// "pbkdf2-sha256$<iterations>$<salt, base64>$<key, base64>".
+const scheme = "pbkdf2-sha256"
+
+// Iterations is the PBKDF2 cost of Hash.
+const Iterations = 210_000
+
+// Hash returns a salted PBKDF2-SHA256 hash of password.
+func Hash(password string) (string, error) { return HashCost(password, Iterations) }
+
+// HashCost is Hash with another iteration count; tests use a low one.
+func HashCost(password string, iterations int) (string, error) {
+	if password == "" {
+		return "", fmt.Errorf("%w: empty password", ErrInvalid)
+	}
+	salt := make([]byte, 16)
+	if _, err := rand.Read(salt); err != nil {
+		return "", fmt.Errorf("hash password: %w", err)
+	}
+	key, err := pbkdf2.Key(sha256.New, password, salt, iterations, 32)
+	if err != nil {
+		return "", fmt.Errorf("hash password: %w", err)
+	}
+	enc := base64.RawStdEncoding
+	return fmt.Sprintf("%s$%d$%s$%s", scheme, iterations, enc.EncodeToString(salt), enc.EncodeToString(key)), nil
+}
+
+// Credential is a parsed password hash.
+type Credential struct {
+	iter      int
+	salt, key []byte
+}
+
+// Parse checks a hash made by Hash.
+func Parse(h string) (Credential, error) {
+	parts := strings.Split(h, "$")
+	if len(parts) != 4 || parts[0] != scheme {
+		return Credential{}, fmt.Errorf("%w: a password hash looks like %s$<iterations>$<salt>$<key>", ErrInvalid, scheme)
+	}
+	iter, err := strconv.Atoi(parts[1])
+	if err != nil || iter < 1 {
+		return Credential{}, fmt.Errorf("%w: password hash iterations %q", ErrInvalid, parts[1])
+	}
+	enc := base64.RawStdEncoding
+	salt, err1 := enc.DecodeString(parts[2])
+	key, err2 := enc.DecodeString(parts[3])
+	if err1 != nil || err2 != nil || len(salt) == 0 || len(key) == 0 {
+		return Credential{}, fmt.Errorf("%w: password hash is not valid base64", ErrInvalid)
+	}
+	return Credential{iter: iter, salt: salt, key: key}, nil
+}
+
+// Verify reports whether password is the one hashed, in constant time.
+func (c Credential) Verify(password []byte) bool {
+	if len(c.key) == 0 {
+		return false
+	}
+	key, err := pbkdf2.Key(sha256.New, string(password), c.salt, c.iter, len(c.key))
+	return err == nil && subtle.ConstantTimeCompare(key, c.key) == 1
+}
+
+// Book checks logins against credentials. It remembers a SHA-256 of the
+// last password verified for each user, so that a reconnect storm pays
+// PBKDF2 once per user rather than once per connection. Safe for
+// concurrent use once filled.
+type Book struct {
+	creds    map[string]Credential
+	mu       sync.Mutex
+	verified map[string][32]byte
+}
+
+// NewBook returns an empty book.
+func NewBook() *Book {
+	return &Book{creds: map[string]Credential{}, verified: map[string][32]byte{}}
+}
+
+// Add sets user's credential; call it before the book is in use.
+func (b *Book) Add(user string, c Credential) { b.creds[user] = c }
+
+// Has reports whether user has a credential.
+func (b *Book) Has(user string) bool {
+	_, ok := b.creds[user]
+	return ok
+}
+
+// Check reports whether password is user's.
+func (b *Book) Check(user string, password []byte) bool {
+	c, ok := b.creds[user]
+	if !ok || len(password) == 0 {
+		return false
+	}
+	sum := sha256.Sum256(password)
+	b.mu.Lock()
+	prev, hit := b.verified[user]
+	b.mu.Unlock()
+	if hit && subtle.ConstantTimeCompare(prev[:], sum[:]) == 1 {
+		return true
+	}
+	if !c.Verify(password) {
+		return false
+	}
+	b.mu.Lock()
+	b.verified[user] = sum
+	b.mu.Unlock()
+	return true
+}
