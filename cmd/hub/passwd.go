@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"crypto/rand"
-	"encoding/base64"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
 // cmdPasswd prints a [gateways] line for a gateway. The password comes
@@ -32,22 +28,9 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := driver.CheckID("gateway", id); err != nil {
 		return &usageError{err.Error()}
 	}
-	var password string
-	if *generate {
-		b := make([]byte, 18)
-		_, _ = rand.Read(b)
-		password = base64.RawURLEncoding.EncodeToString(b)
-	} else {
-		fmt.Fprintf(stderr, "password for gateway %s (one line): ", id)
-		line, err := bufio.NewReader(stdin).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("read password: %w", err)
-		}
-		fmt.Fprintln(stderr)
-		password = strings.TrimRight(line, "\r\n")
-		if len(password) < 8 {
-			return errors.New("password must be at least 8 characters")
-		}
+	password, err := passwd.Read(stdin, stderr, "gateway "+id, *generate)
+	if err != nil {
+		return err
 	}
 	h, err := hub.HashPassword(password)
 	if err != nil {

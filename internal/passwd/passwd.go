@@ -4,6 +4,7 @@
 package passwd
 
 import (
+	"bufio"
 	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,6 +12,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,4 +126,31 @@ func (b *Book) Check(user string, password []byte) bool {
 	b.verified[user] = sum
 	b.mu.Unlock()
 	return true
+}
+
+// MinLength is the shortest password Read accepts.
+const MinLength = 8
+
+// Read takes a password for who from the first line of in, prompting on
+// prompt, or, with generate, makes a random one (which the caller must
+// show once: only its hash is kept).
+func Read(in io.Reader, prompt io.Writer, who string, generate bool) (string, error) {
+	if generate {
+		b := make([]byte, 18)
+		if _, err := rand.Read(b); err != nil {
+			return "", fmt.Errorf("generate password: %w", err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b), nil
+	}
+	fmt.Fprintf(prompt, "password for %s (one line): ", who)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read password: %w", err)
+	}
+	fmt.Fprintln(prompt)
+	password := strings.TrimRight(line, "\r\n")
+	if len(password) < MinLength {
+		return "", fmt.Errorf("password must be at least %d characters", MinLength)
+	}
+	return password, nil
 }
