@@ -161,6 +161,9 @@ func (d *Device) connect() (*session, error) {
 		// tokens there does not stall the connection.
 		SetOnConnectHandler(func(c paho.Client) { d.onConnect(c, s) }).
 		SetConnectionLostHandler(func(_ paho.Client, err error) { s.markLost(err) })
+	if d.username != "" {
+		opts.SetUsername(d.username).SetPassword(d.password)
+	}
 	s.client = paho.NewClient(opts)
 	if err := waitToken(s.client.Connect(), "connect to "+d.broker); err != nil {
 		s.abort()

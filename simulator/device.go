@@ -42,9 +42,11 @@ type Device struct {
 	travel time.Duration
 	topics devices.Topics
 	log    *slog.Logger
-	// broker and clientID are where and as whom the device connects.
-	broker   string
-	clientID string
+	// broker and clientID are where and as whom the device connects,
+	// with username and password when set.
+	broker             string
+	clientID           string
+	username, password string
 
 	// emitMu keeps a command's outputs and a curtain's arrival report
 	// from interleaving: each decision is published whole, in order.

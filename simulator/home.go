@@ -36,6 +36,11 @@ type HomeConfig struct {
 	// Devices are the home's devices.
 	Devices []DeviceConfig `toml:"device"`
 
+	// Username and Password log every device in, for a broker that
+	// wants them.
+	Username string `toml:"-"`
+	Password string `toml:"-"`
+
 	// Logger receives one line per command and connection event; nil
 	// discards them.
 	Logger *slog.Logger `toml:"-"`
@@ -261,6 +266,7 @@ func NewHome(cfg HomeConfig) (*Home, error) {
 			return nil, err
 		}
 		d := newDevice(dc, st, uint64(cfg.Seed), topics, cfg.Broker, cfg.Prefix+"-sim-"+dc.ID, log)
+		d.username, d.password = cfg.Username, cfg.Password
 		h.devs = append(h.devs, d)
 		h.byID[d.id] = d
 	}

@@ -227,18 +227,33 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	})
 
 	brokerURL := cfg.Broker.URL
+	// user and password are the agent's own login for the clients it runs
+	// over TCP: the external broker's, or the internal one of the
+	// embedded broker when it has users.
+	user := cfg.Broker.Username
+	password, err := cfg.Broker.password(cfg)
+	if err != nil {
+		return err
+	}
 	if cfg.Broker.Embedded {
-		if a.broker, err = simulator.StartBroker(simulator.BrokerOptions{Addr: cfg.Broker.Listen}); err != nil {
+		opts := simulator.BrokerOptions{Addr: cfg.Broker.Listen}
+		if len(cfg.Broker.Users) > 0 {
+			if err := checkDeviceUsers(cfg.Broker, a.reg); err != nil {
+				return err
+			}
+			auth, internal, err := newBrokerAuth(cfg.Broker, cfg.GatewayID)
+			if err != nil {
+				return err
+			}
+			opts.Auth, user, password = auth, internalUser, internal
+		}
+		if a.broker, err = simulator.StartBroker(opts); err != nil {
 			return err
 		}
 		a.closers = append(a.closers, func() { _ = a.broker.Close() })
 		brokerURL = a.broker.URL()
 		// Tests and scripts read this line to find a port chosen with :0.
 		log.Info("embedded broker listening", "addr", a.broker.Addr())
-	}
-	password, err := cfg.Broker.password(cfg)
-	if err != nil {
-		return err
 	}
 	tlsCfg, err := cfg.Broker.tlsConfig(cfg)
 	if err != nil {
@@ -251,6 +266,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 			return err
 		}
 		hc.Broker = brokerURL
+		hc.Username, hc.Password = user, password
 		hc.Prefix = cfg.Broker.Prefix
 		hc.Logger = log.With("component", "simulator")
 		if a.home, err = simulator.NewHome(hc); err != nil {
@@ -282,7 +298,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		local = a.broker
 	}
 	a.dev, err = devices.Dial(ctx, devices.Options{
-		Local: local, Broker: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-devices", Username: cfg.Broker.Username,
+		Local: local, Broker: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-devices", Username: user,
 		Password: password, TLS: tlsCfg, Prefix: cfg.Broker.Prefix, AckTimeout: cfg.Broker.AckTimeout.D(),
 		Logger: log,
 		// A device coming online or reporting state may unblock the steps
@@ -299,7 +315,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	if local != nil {
 		a.conn = &localLink{b: local}
 	} else if a.conn, err = dialConn(ctx, connOptions{
-		URL: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-agent", Username: cfg.Broker.Username,
+		URL: brokerURL, ClientID: "sortie-" + cfg.GatewayID + "-agent", Username: user,
 		Password: password, TLS: tlsCfg, Log: log.With("component", "mqtt"),
 	}); err != nil {
 		return err

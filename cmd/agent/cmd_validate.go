@@ -38,6 +38,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+	if err := checkDeviceUsers(cfg.Broker, reg); err != nil {
+		return err
+	}
 	cat, err := scenes.Load(cfg.Path(cfg.Scenes), reg)
 	if err != nil {
 		var le *scenes.LoadError

@@ -17,6 +17,7 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/conf"
+	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
 // Config is the agent's configuration file (configs/agent.toml).
@@ -64,6 +65,19 @@ type BrokerConfig struct {
 	Prefix string `toml:"prefix"`
 	// AckTimeout is how long a command waits for its ack by default.
 	AckTimeout driver.Duration `toml:"ack_timeout"`
+	// Users may connect to the embedded broker, each confined to its
+	// role's topics; none lets every client in (see brokerAuth).
+	Users []BrokerUser `toml:"users"`
+}
+
+// BrokerUser is a client of the embedded broker.
+type BrokerUser struct {
+	// Name is the MQTT user name; a device's is its ID.
+	Name string `toml:"name"`
+	// Role is "device", "app" or "admin".
+	Role string `toml:"role"`
+	// PasswordHash is made by "agent passwd".
+	PasswordHash string `toml:"password_hash"`
 }
 
 // HTTPConfig is the management API (health, metrics, missions).
@@ -213,6 +227,34 @@ func (c Config) Validate(file string) error {
 	}
 	if b.AckTimeout <= 0 {
 		bad("broker.ack_timeout", "must be positive")
+	}
+	if len(b.Users) > 0 && !b.Embedded {
+		bad("broker.users", "apply to the embedded broker; an external broker has its own")
+	}
+	names := map[string]bool{}
+	for i, u := range b.Users {
+		field := fmt.Sprintf("broker.users[%d]", i)
+		switch {
+		case u.Name == internalUser:
+			bad(field+".name", "%q is the agent's own", u.Name)
+		case names[u.Name]:
+			bad(field+".name", "%q appears twice", u.Name)
+		case u.Role == roleDevice:
+			if err := devices.ValidateDeviceID(u.Name); err != nil {
+				bad(field+".name", "a device's user name is its ID: %v", err)
+			}
+		default:
+			if err := driver.CheckID("user name", u.Name); err != nil {
+				bad(field+".name", "%v", err)
+			}
+		}
+		names[u.Name] = true
+		if !slices.Contains(roles, u.Role) {
+			bad(field+".role", "%q must be one of %s", u.Role, strings.Join(roles, ", "))
+		}
+		if _, err := passwd.Parse(u.PasswordHash); err != nil {
+			bad(field+".password_hash", "%v (make one with \"agent passwd\")", err)
+		}
 	}
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {

@@ -4,6 +4,7 @@
 //	agent run      [-config FILE] [flags]   run the agent
 //	agent validate [-config FILE]           check config, devices and scenes
 //	agent compact  [-config FILE]           shrink the database (agent stopped)
+//	agent passwd   [-role R] [-generate] NAME  a user of the embedded broker
 //	agent version                           print the version
 //	agent missions list|show|pause|resume|cancel|retry|priority ...
 //	agent trigger  SCENE [key=value ...]    run a scene
@@ -62,6 +63,8 @@ Usage:
   agent validate [-config FILE]          check the config, device registry and scenes
   agent compact  [-config FILE]          shrink the mission database (agent stopped)
   agent restore  [-config FILE] [-data DIR] BACKUP  put a backup in place (agent stopped)
+  agent passwd   [-role app|device|admin] [-generate] NAME
+                                         a [[broker.users]] entry for the embedded broker
   agent version                          print the version
 
 Talking to a running agent (its HTTP API, see docs/api.md):
@@ -111,6 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdBackup(ctx, args, newCLIOut(stdout, stderr))
 	case "restore":
 		err = cmdRestore(args, stdout, stderr)
+	case "passwd":
+		err = cmdPasswd(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sortie agent", Version)
 	case "help", "-h", "--help":
