@@ -45,6 +45,7 @@ type Broker struct {
 	// replaced whole under tapMu.
 	taps  atomic.Pointer[[]tap]
 	tapMu sync.Mutex
+	tls   bool
 }
 
 type tap struct {
@@ -84,15 +85,20 @@ func StartBroker(opts BrokerOptions) (*Broker, error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("broker serve: %w", err)
 	}
-	b.ln = ln
+	b.ln, b.tls = ln, opts.TLS != nil
 	return b, nil
 }
 
 // Addr is the bound host:port.
 func (b *Broker) Addr() string { return b.ln.Address() }
 
-// URL is the address as a paho broker URL.
-func (b *Broker) URL() string { return "tcp://" + b.Addr() }
+// URL is the address as a paho broker URL: ssl:// when it speaks TLS.
+func (b *Broker) URL() string {
+	if b.tls {
+		return "ssl://" + b.Addr()
+	}
+	return "tcp://" + b.Addr()
+}
 
 // Subscribed reports whether any client subscribes to topic (by a
 // filter, shared or not, or inline).

@@ -164,6 +164,9 @@ func (d *Device) connect() (*session, error) {
 	if d.username != "" {
 		opts.SetUsername(d.username).SetPassword(d.password)
 	}
+	if d.tls != nil {
+		opts.SetTLSConfig(d.tls)
+	}
 	s.client = paho.NewClient(opts)
 	if err := waitToken(s.client.Connect(), "connect to "+d.broker); err != nil {
 		s.abort()

@@ -3,6 +3,7 @@ package simulator
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"log/slog"
 	"maps"
@@ -47,6 +48,7 @@ type Device struct {
 	broker             string
 	clientID           string
 	username, password string
+	tls                *tls.Config
 
 	// emitMu keeps a command's outputs and a curtain's arrival report
 	// from interleaving: each decision is published whole, in order.

@@ -3,6 +3,7 @@ package simulator
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,8 @@ type HomeConfig struct {
 	// wants them.
 	Username string `toml:"-"`
 	Password string `toml:"-"`
+	// TLS is the devices' TLS setup for an ssl:// broker.
+	TLS *tls.Config `toml:"-"`
 
 	// Logger receives one line per command and connection event; nil
 	// discards them.
@@ -266,7 +269,7 @@ func NewHome(cfg HomeConfig) (*Home, error) {
 			return nil, err
 		}
 		d := newDevice(dc, st, uint64(cfg.Seed), topics, cfg.Broker, cfg.Prefix+"-sim-"+dc.ID, log)
-		d.username, d.password = cfg.Username, cfg.Password
+		d.username, d.password, d.tls = cfg.Username, cfg.Password, cfg.TLS
 		h.devs = append(h.devs, d)
 		h.byID[d.id] = d
 	}

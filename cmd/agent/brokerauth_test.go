@@ -1,7 +1,18 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,17 +107,27 @@ func TestBrokerUsersValidated(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Broker.Embedded, cfg.Broker.URL = false, "tcp://127.0.0.1:1883"
 	cfg.Broker.Users = []BrokerUser{{Name: "voice", Role: roleApp, PasswordHash: good}}
-	if err := cfg.Validate("agent.toml"); err == nil || !strings.Contains(err.Error(), "broker.users") {
-		t.Errorf("users with an external broker: %v", err)
+	cfg.Broker.ServerCertFile, cfg.Broker.ServerKeyFile = "broker.crt", "broker.key"
+	err := cfg.Validate("agent.toml")
+	for _, field := range []string{"broker.users", "broker.server_cert_file"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s with an external broker: %v", field, err)
+		}
+	}
+	cfg = DefaultConfig()
+	cfg.Broker.ServerCertFile = "broker.crt"
+	if err := cfg.Validate("agent.toml"); err == nil || !strings.Contains(err.Error(), "server_key_file go together") {
+		t.Errorf("a certificate without its key: %v", err)
 	}
 }
 
-// With users, the embedded broker lets in only them, each to its role's
-// topics, while the agent and its simulated home, which log in as the
-// agent's own internal user, work as before.
-func TestEmbeddedBrokerUsers(t *testing.T) {
-	e := newBareEnv(t, "sec")
-	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n", fmt.Sprintf(`[simulator]
+// securedEnv starts the agent with its embedded broker, its simulated
+// home and the users voice (app), living-light (device) and ops (admin),
+// plus extra [broker] keys; it returns the broker's URL.
+func securedEnv(t *testing.T, gw, extra string) (*testEnv, string) {
+	t.Helper()
+	e := newBareEnv(t, gw)
+	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n"+extra, fmt.Sprintf(`[simulator]
 home = %q
 [[broker.users]]
 name = "voice"
@@ -123,61 +144,63 @@ password_hash = %q
 `, repoPath(t, "configs/home.toml"), testHash(t, "voice-password"), testHash(t, "light-password"), testHash(t, "ops-password")))
 	p := e.start()
 	p.mu.Lock()
-	url := "tcp://" + p.broker
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	scheme := "tcp://"
+	if extra != "" {
+		scheme = "ssl://"
+	}
+	return e, scheme + p.broker
+}
 
-	lost := make(chan string, 4)
-	login := func(id, user, pw string) (paho.Client, error) {
-		o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetAutoReconnect(false).SetConnectRetry(false).
-			SetConnectionLostHandler(func(paho.Client, error) { lost <- id })
-		if user != "" {
-			o.SetUsername(user).SetPassword(pw)
-		}
-		c := paho.NewClient(o)
-		tok := c.Connect()
-		if !tok.WaitTimeout(5 * time.Second) {
-			t.Fatalf("%s: connect timed out", id)
-		}
-		if tok.Error() == nil {
-			t.Cleanup(func() { c.Disconnect(50) })
-		}
-		return c, tok.Error()
+// login connects a paho client, reporting on lost when the broker cuts
+// it off.
+func login(t *testing.T, url, id, user, pw string, tc *tls.Config, lost chan<- string) (paho.Client, error) {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetAutoReconnect(false).SetConnectRetry(false).
+		SetConnectTimeout(5 * time.Second).SetTLSConfig(tc).
+		SetConnectionLostHandler(func(paho.Client, error) {
+			if lost != nil {
+				lost <- id
+			}
+		})
+	if user != "" {
+		o.SetUsername(user).SetPassword(pw)
 	}
-	for _, c := range []struct{ name, user, pw string }{
-		{"anonymous", "", ""}, {"wrong password", "voice", "light-password"}, {"unknown user", "guest", "voice-password"},
-		{"the agent's own name", internalUser, "voice-password"},
-	} {
-		if _, err := login("t-"+strings.ReplaceAll(c.name, " ", "-"), c.user, c.pw); err == nil {
-			t.Errorf("%s: connected", c.name)
-		}
+	c := paho.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatalf("%s: connect timed out", id)
 	}
+	if tok.Error() == nil {
+		t.Cleanup(func() { c.Disconnect(50) })
+	}
+	return c, tok.Error()
+}
 
-	subscribe := func(c paho.Client, filter string, h paho.MessageHandler) byte {
-		tok := c.Subscribe(filter, 1, h)
-		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe %s: %v", filter, tok.Error())
-		}
-		return tok.(*paho.SubscribeToken).Result()[filter]
+func subscribe(t *testing.T, c paho.Client, filter string, h paho.MessageHandler) byte {
+	t.Helper()
+	tok := c.Subscribe(filter, 1, h)
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe %s: %v", filter, tok.Error())
 	}
-	const refused = 0x80
+	return tok.(*paho.SubscribeToken).Result()[filter]
+}
 
-	// An app runs a scene and follows it; the simulated home, logged in
-	// as the agent, carries it out.
-	voice, err := login("t-voice", "voice", "voice-password")
-	if err != nil {
-		t.Fatal(err)
-	}
+// subRefused is the SUBACK code of a refused subscription.
+const subRefused = 0x80
+
+// runScene triggers scene as c and waits for its reply and SUCCEEDED.
+func runScene(t *testing.T, c paho.Client, gw, scene, req string, log func() string) {
+	t.Helper()
+	base := "sortie/gateways/" + gw
 	replies, events := make(chan string, 8), make(chan string, 64)
-	if code := subscribe(voice, "sortie/gateways/sec/replies/#", func(_ paho.Client, m paho.Message) { replies <- string(m.Payload()) }); code == refused {
+	if code := subscribe(t, c, base+"/replies/"+req, func(_ paho.Client, m paho.Message) { replies <- string(m.Payload()) }); code == subRefused {
 		t.Fatal("the app may not read replies")
 	}
-	if code := subscribe(voice, "sortie/gateways/sec/missions/+/events", func(_ paho.Client, m paho.Message) { events <- string(m.Payload()) }); code == refused {
+	if code := subscribe(t, c, base+"/missions/+/events", func(_ paho.Client, m paho.Message) { events <- string(m.Payload()) }); code == subRefused {
 		t.Fatal("the app may not read events")
 	}
-	if code := subscribe(voice, "sortie/devices/living-light/cmd", nil); code != refused {
-		t.Errorf("the app may read a device's commands (SUBACK %#x)", code)
-	}
-	if tok := voice.Publish("sortie/gateways/sec/trigger", 1, false, `{"scene":"go_home","request_id":"sec-1"}`); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+	if tok := c.Publish(base+"/trigger", 1, false, fmt.Sprintf(`{"scene":%q,"request_id":%q}`, scene, req)); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("trigger: %v", tok.Error())
 	}
 	select {
@@ -189,25 +212,54 @@ password_hash = %q
 		t.Fatal("no reply to the app's trigger")
 	}
 	deadline := time.After(30 * time.Second)
-	for done := false; !done; {
+	for {
 		select {
 		case ev := <-events:
-			done = strings.Contains(ev, `"to":"`+string(driver.StateSucceeded)+`"`)
+			if strings.Contains(ev, `"to":"`+string(driver.StateSucceeded)+`"`) {
+				return
+			}
 		case <-deadline:
-			t.Fatalf("go_home did not succeed\n%s", p.log())
+			t.Fatalf("%s did not succeed\n%s", scene, log())
+		}
+	}
+}
+
+// With users, the embedded broker lets in only them, each to its role's
+// topics, while the agent and its simulated home, which log in as the
+// agent's own internal user, work as before.
+func TestEmbeddedBrokerUsers(t *testing.T) {
+	e, url := securedEnv(t, "sec", "")
+	lost := make(chan string, 4)
+	for _, c := range []struct{ name, user, pw string }{
+		{"anonymous", "", ""}, {"wrong password", "voice", "light-password"}, {"unknown user", "guest", "voice-password"},
+		{"the agent's own name", internalUser, "voice-password"},
+	} {
+		if _, err := login(t, url, "t-"+strings.ReplaceAll(c.name, " ", "-"), c.user, c.pw, nil, nil); err == nil {
+			t.Errorf("%s: connected", c.name)
 		}
 	}
 
+	// An app runs a scene and follows it; the simulated home, logged in
+	// as the agent, carries it out.
+	voice, err := login(t, url, "t-voice", "voice", "voice-password", nil, lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := subscribe(t, voice, "sortie/devices/living-light/cmd", nil); code != subRefused {
+		t.Errorf("the app may read a device's commands (SUBACK %#x)", code)
+	}
+	runScene(t, voice, "sec", "go_home", "sec-1", e.proc.log)
+
 	// A device reads its own commands and no one else's.
-	light, err := login("t-light", "living-light", "light-password")
+	light, err := login(t, url, "t-light", "living-light", "light-password", nil, lost)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmds := make(chan string, 8)
-	if code := subscribe(light, "sortie/devices/living-light/cmd", func(_ paho.Client, m paho.Message) { cmds <- string(m.Payload()) }); code == refused {
+	if code := subscribe(t, light, "sortie/devices/living-light/cmd", func(_ paho.Client, m paho.Message) { cmds <- string(m.Payload()) }); code == subRefused {
 		t.Fatal("a device may not read its own commands")
 	}
-	if code := subscribe(light, "sortie/devices/+/cmd", nil); code != refused {
+	if code := subscribe(t, light, "sortie/devices/+/cmd", nil); code != subRefused {
 		t.Errorf("a device may read every device's commands (SUBACK %#x)", code)
 	}
 
@@ -222,7 +274,7 @@ password_hash = %q
 	case <-time.After(5 * time.Second):
 		t.Fatal("the broker kept an app that published a device command")
 	}
-	ops, err := login("t-ops", "ops", "ops-password")
+	ops, err := login(t, url, "t-ops", "ops", "ops-password", nil, lost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,4 +289,65 @@ password_hash = %q
 	case <-time.After(5 * time.Second):
 		t.Fatal("the admin's command did not reach the device")
 	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key into dir and
+// returns their paths and a pool that trusts the certificate.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sortie test broker"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "broker.crt"), filepath.Join(dir, "broker.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// With a server certificate the embedded broker speaks only TLS; its
+// simulated home, which trusts exactly that certificate, still carries
+// out a scene for an app that verifies it.
+func TestEmbeddedBrokerTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	e, url := securedEnv(t, "tls", fmt.Sprintf("server_cert_file = %q\nserver_key_file = %q\n", certFile, keyFile))
+	if !strings.HasPrefix(url, "ssl://") {
+		t.Fatalf("broker URL %s", url)
+	}
+	plain := "tcp://" + strings.TrimPrefix(url, "ssl://")
+	if _, err := login(t, plain, "t-plain", "voice", "voice-password", nil, nil); err == nil {
+		t.Error("connected without TLS")
+	}
+	if _, err := login(t, url, "t-untrusting", "voice", "voice-password", &tls.Config{MinVersion: tls.VersionTLS12}, nil); err == nil {
+		t.Error("connected to a certificate the client does not trust")
+	}
+	voice, err := login(t, url, "t-voice", "voice", "voice-password", &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runScene(t, voice, "tls", "go_home", "tls-1", e.proc.log)
 }

@@ -235,8 +235,16 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
+	tlsCfg, err := cfg.Broker.tlsConfig(cfg)
+	if err != nil {
+		return err
+	}
 	if cfg.Broker.Embedded {
 		opts := simulator.BrokerOptions{Addr: cfg.Broker.Listen}
+		// The agent's own TCP clients trust its certificate alone.
+		if opts.TLS, tlsCfg, err = cfg.Broker.serverTLS(cfg); err != nil {
+			return err
+		}
 		if len(cfg.Broker.Users) > 0 {
 			if err := checkDeviceUsers(cfg.Broker, a.reg); err != nil {
 				return err
@@ -255,10 +263,6 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		// Tests and scripts read this line to find a port chosen with :0.
 		log.Info("embedded broker listening", "addr", a.broker.Addr())
 	}
-	tlsCfg, err := cfg.Broker.tlsConfig(cfg)
-	if err != nil {
-		return err
-	}
 
 	if cfg.Simulator.Home != "" {
 		hc, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home))
@@ -266,7 +270,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 			return err
 		}
 		hc.Broker = brokerURL
-		hc.Username, hc.Password = user, password
+		hc.Username, hc.Password, hc.TLS = user, password, tlsCfg
 		hc.Prefix = cfg.Broker.Prefix
 		hc.Logger = log.With("component", "simulator")
 		if a.home, err = simulator.NewHome(hc); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -65,6 +66,10 @@ type BrokerConfig struct {
 	Prefix string `toml:"prefix"`
 	// AckTimeout is how long a command waits for its ack by default.
 	AckTimeout driver.Duration `toml:"ack_timeout"`
+	// ServerCertFile and ServerKeyFile make the embedded broker speak
+	// MQTT over TLS on Listen.
+	ServerCertFile string `toml:"server_cert_file"`
+	ServerKeyFile  string `toml:"server_key_file"`
 	// Users may connect to the embedded broker, each confined to its
 	// role's topics; none lets every client in (see brokerAuth).
 	Users []BrokerUser `toml:"users"`
@@ -231,6 +236,11 @@ func (c Config) Validate(file string) error {
 	if len(b.Users) > 0 && !b.Embedded {
 		bad("broker.users", "apply to the embedded broker; an external broker has its own")
 	}
+	if (b.ServerCertFile == "") != (b.ServerKeyFile == "") {
+		bad("broker.server_cert_file", "server_cert_file and server_key_file go together")
+	} else if b.ServerCertFile != "" && !b.Embedded {
+		bad("broker.server_cert_file", "applies to the embedded broker (for an external one, see ca_file)")
+	}
 	names := map[string]bool{}
 	for i, u := range b.Users {
 		field := fmt.Sprintf("broker.users[%d]", i)
@@ -337,6 +347,35 @@ func (b BrokerConfig) tlsConfig(c Config) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
+}
+
+// serverTLS is the embedded broker's TLS setup, or nil without one. For
+// its own clients (the simulated home) the agent also returns a client
+// setup that trusts exactly that certificate, whatever names it carries:
+// they dial the agent's own listener, by address.
+func (b BrokerConfig) serverTLS(c Config) (server, self *tls.Config, err error) {
+	if b.ServerCertFile == "" {
+		return nil, nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.Path(b.ServerCertFile), c.Path(b.ServerKeyFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("broker.server_cert_file: %w", err)
+	}
+	leaf := cert.Certificate[0]
+	server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	self = &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Verification is VerifyPeerCertificate's: the one certificate the
+		// agent serves, byte for byte.
+		InsecureSkipVerify: true, //nolint:gosec // pinned below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], leaf) {
+				return errors.New("not the agent's own broker certificate")
+			}
+			return nil
+		},
+	}
+	return server, self, nil
 }
 
 // password returns the broker password, reading password_file if set.
