@@ -31,6 +31,9 @@ type BrokerOptions struct {
 	AuthConfig any
 	// Logger receives the broker's logs; nil discards them.
 	Logger *slog.Logger
+	// Bind, when set, is given the server before it serves, for an Auth
+	// hook that looks at the clients already connected.
+	Bind func(*mqtt.Server)
 }
 
 // Broker is an embedded mochi MQTT broker.
@@ -64,6 +67,9 @@ func StartBroker(opts BrokerOptions) (*Broker, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	srv := mqtt.New(&mqtt.Options{Logger: log, InlineClient: true})
+	if opts.Bind != nil {
+		opts.Bind(srv)
+	}
 	hook := opts.Auth
 	if hook == nil {
 		hook = new(auth.AllowHook)

@@ -47,6 +47,23 @@ type brokerAuth struct {
 	// is told to use TCP): an admin with a password made at start.
 	internalUser string
 	internalPass []byte
+	// srv is the broker, for the clients already connected (see bind).
+	srv *mqtt.Server
+}
+
+// bind is simulator.BrokerOptions.Bind.
+func (a *brokerAuth) bind(srv *mqtt.Server) { a.srv = srv }
+
+// takesOver reports whether a client logging in as user would take the
+// live session of another user: mochi hands a client ID's session to the
+// newest connection, which would let an app knock a device (or the
+// simulated home) off and receive its commands.
+func (a *brokerAuth) takesOver(user, clientID string) bool {
+	if a.srv == nil {
+		return false
+	}
+	old, ok := a.srv.Clients.Get(clientID)
+	return ok && !old.Closed() && string(old.Properties.Username) != user
 }
 
 // internalUser names the agent's own identity on its broker.
@@ -105,6 +122,9 @@ func (a *brokerAuth) Provides(b byte) bool {
 func (a *brokerAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	user, pass := string(pk.Connect.Username), pk.Connect.Password
 	if user == "" || len(pass) == 0 {
+		return false
+	}
+	if a.takesOver(user, pk.Connect.ClientIdentifier) {
 		return false
 	}
 	if user == a.internalUser {

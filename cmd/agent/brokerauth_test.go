@@ -262,6 +262,10 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 	if code := subscribe(t, light, "sortie/devices/+/cmd", nil); code != subRefused {
 		t.Errorf("a device may read every device's commands (SUBACK %#x)", code)
 	}
+	// No other user may take over its session by its client ID.
+	if _, err := login(t, url, "t-light", "voice", "voice-password", nil, nil); err == nil {
+		t.Error("an app took over a device's session by its client ID")
+	}
 
 	// An app that publishes a command is cut off, and the command goes
 	// nowhere: the first command the device then gets is the admin's.
@@ -288,6 +292,11 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the admin's command did not reach the device")
+	}
+	// The same user may take its own session over, as a device that
+	// restarted does.
+	if _, err := login(t, url, "t-light", "living-light", "light-password", nil, nil); err != nil {
+		t.Errorf("a device could not take its own session back: %v", err)
 	}
 }
 

@@ -253,7 +253,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 			if err != nil {
 				return err
 			}
-			opts.Auth, user, password = auth, internalUser, internal
+			opts.Auth, opts.Bind, user, password = auth, auth.bind, internalUser, internal
 		}
 		if a.broker, err = simulator.StartBroker(opts); err != nil {
 			return err
