@@ -247,7 +247,13 @@ func (d *Device) WaitOnline(ctx context.Context) error {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("device %s online: %w", d.id, context.Cause(ctx))
+		d.mu.Lock()
+		last := d.connectErr
+		d.mu.Unlock()
+		if last != nil {
+			return fmt.Errorf("device %s not online: %w (last attempt: %w)", d.id, context.Cause(ctx), last)
+		}
+		return fmt.Errorf("device %s not online: %w", d.id, context.Cause(ctx))
 	}
 }
 
@@ -297,6 +303,9 @@ func (d *Device) run(ctx context.Context) {
 			continue
 		}
 		s, err := d.connect()
+		d.mu.Lock()
+		d.connectErr = err
+		d.mu.Unlock()
 		if err != nil {
 			d.log.Warn("connect failed", "err", err, "retry_in", backoff)
 			d.pause(ctx, backoff)

@@ -74,6 +74,7 @@ type Device struct {
 	conn         *session // current connection, nil while offline
 	sessions     int      // sessions opened, for unique client IDs
 	onlineWait   chan struct{}
+	connectErr   error // the last failed connection's, for WaitOnline
 }
 
 // move is a curtain travelling from one position to another.

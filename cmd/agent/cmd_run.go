@@ -122,6 +122,11 @@ func tuneGC() {
 	}
 }
 
+// homeStartTimeout bounds the wait for the simulated home's devices to
+// connect; they take milliseconds on a working broker. A variable for
+// tests.
+var homeStartTimeout = 20 * time.Second
+
 // agent is the running set of components, closed in reverse order.
 type agent struct {
 	cfg    Config
@@ -276,7 +281,12 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		if a.home, err = simulator.NewHome(hc); err != nil {
 			return err
 		}
-		if err := a.home.Start(ctx); err != nil {
+		// Bounded: a home that cannot log in (a wrong broker URL, a
+		// certificate it refuses) would otherwise hold the start forever.
+		sctx, cancel := context.WithTimeoutCause(ctx, homeStartTimeout, fmt.Errorf("not online within %s", homeStartTimeout))
+		err = a.home.Start(sctx)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("simulated home: %w", err)
 		}
 		a.closers = append(a.closers, func() { _ = a.home.Close() })

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,5 +69,32 @@ func TestEmbeddedBrokerInProcess(t *testing.T) {
 
 	if code := e.proc.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0\n%s", code, e.proc.log())
+	}
+}
+
+// A simulated home that cannot reach its broker fails the start with the
+// reason, instead of holding it forever.
+func TestSimulatedHomeStartBounded(t *testing.T) {
+	defer func(d time.Duration) { homeStartTimeout = d }(homeStartTimeout)
+	homeStartTimeout = time.Second
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "tcp://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.dir = dir
+	cfg.Devices = repoPath(t, "configs/devices.toml")
+	cfg.Scenes = repoPath(t, "configs/scenes")
+	cfg.Simulator.Home = repoPath(t, "configs/home.toml")
+	cfg.Broker.Embedded, cfg.Broker.URL = false, url
+	cfg.HTTP.Listen = ""
+	a := &agent{cfg: cfg, log: newLogger(cfg.Log, io.Discard)}
+	err = a.start(t.Context(), &runFlags{}, io.Discard)
+	a.close()
+	if err == nil || !strings.Contains(err.Error(), "not online within 1s") || !strings.Contains(err.Error(), "connect to "+url) {
+		t.Fatalf("start: %v, want the home's timeout and its last connection error", err)
 	}
 }
