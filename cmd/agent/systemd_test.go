@@ -1,0 +1,51 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The shipped systemd units are valid for systemd itself (every key
+// known, every command present), and their agent commands parse.
+func TestSystemdUnits(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("systemd-analyze not found (.ci/run installs systemd)")
+		}
+		t.Skip("systemd-analyze not found")
+	}
+	units, err := filepath.Glob(repoPath(t, "configs/systemd") + "/*")
+	if err != nil || len(units) != 3 {
+		t.Fatalf("units %v (%v), want the service, the backup service and its timer", units, err)
+	}
+	dir := t.TempDir()
+	var files []string
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// systemd checks that each command exists: point them at the
+		// binary under test.
+		s := strings.ReplaceAll(string(b), "/usr/local/bin/sortie-agent", agentBin)
+		f := filepath.Join(dir, filepath.Base(u))
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	// It exits 0 on some mistakes (an unknown value is "ignored"), so any
+	// output is a failure.
+	out, err := exec.Command(sa, append([]string{"verify", "--man=no"}, files...)...).CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	// The service's own pre-start check, on the shipped config.
+	if out, err := exec.Command(agentBin, "validate", "-config", repoPath(t, "configs/agent.toml")).CombinedOutput(); err != nil {
+		t.Fatalf("agent validate: %v\n%s", err, out)
+	}
+}
