@@ -86,19 +86,37 @@ func (c Credential) Verify(password []byte) bool {
 // last password verified for each user, so that a reconnect storm pays
 // PBKDF2 once per user rather than once per connection. Safe for
 // concurrent use once filled.
+//
+// PBKDF2 is slow on purpose, which makes it a lever for whoever can reach
+// the port: at most Parallel verifications run at once (the rest wait),
+// so a flood of bad logins costs at most that many cores; and a login as
+// an unknown user costs one verification too, so that the time taken
+// does not tell which user names exist.
 type Book struct {
 	creds    map[string]Credential
+	dummy    Credential // the cost of a real one, matching nothing
+	slots    chan struct{}
 	mu       sync.Mutex
 	verified map[string][32]byte
 }
 
+// Parallel bounds the PBKDF2 verifications a Book runs at once.
+const Parallel = 2
+
 // NewBook returns an empty book.
 func NewBook() *Book {
-	return &Book{creds: map[string]Credential{}, verified: map[string][32]byte{}}
+	return &Book{creds: map[string]Credential{}, verified: map[string][32]byte{}, slots: make(chan struct{}, Parallel)}
 }
 
 // Add sets user's credential; call it before the book is in use.
-func (b *Book) Add(user string, c Credential) { b.creds[user] = c }
+func (b *Book) Add(user string, c Credential) {
+	b.creds[user] = c
+	if b.dummy.key == nil {
+		key := make([]byte, len(c.key))
+		_, _ = rand.Read(key)
+		b.dummy = Credential{iter: c.iter, salt: c.salt, key: key}
+	}
+}
 
 // Has reports whether user has a credential.
 func (b *Book) Has(user string) bool {
@@ -108,18 +126,25 @@ func (b *Book) Has(user string) bool {
 
 // Check reports whether password is user's.
 func (b *Book) Check(user string, password []byte) bool {
-	c, ok := b.creds[user]
-	if !ok || len(password) == 0 {
+	if len(password) == 0 {
 		return false
 	}
+	c, known := b.creds[user]
 	sum := sha256.Sum256(password)
-	b.mu.Lock()
-	prev, hit := b.verified[user]
-	b.mu.Unlock()
-	if hit && subtle.ConstantTimeCompare(prev[:], sum[:]) == 1 {
-		return true
+	if known {
+		b.mu.Lock()
+		prev, hit := b.verified[user]
+		b.mu.Unlock()
+		if hit && subtle.ConstantTimeCompare(prev[:], sum[:]) == 1 {
+			return true
+		}
+	} else {
+		c = b.dummy
 	}
-	if !c.Verify(password) {
+	b.slots <- struct{}{}
+	ok := c.Verify(password)
+	<-b.slots
+	if !ok || !known {
 		return false
 	}
 	b.mu.Lock()

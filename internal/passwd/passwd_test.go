@@ -2,6 +2,8 @@ package passwd
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -50,6 +52,26 @@ func TestBook(t *testing.T) {
 	}
 	if !b.Has("voice") || b.Has("other") {
 		t.Error("Has is wrong")
+	}
+	// Many at once, right and wrong, known and not: each gets its answer.
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			user, pw, want := "voice", "pw-one-two", true
+			switch i % 3 {
+			case 1:
+				pw, want = "wrong-pw-1", false
+			case 2:
+				user, want = fmt.Sprint("stranger-", i), false
+			}
+			if got := b.Check(user, []byte(pw)); got != want {
+				t.Errorf("Check(%q, %q) = %v, want %v", user, pw, got, want)
+			}
+		})
+	}
+	wg.Wait()
+	if NewBook().Check("anyone", []byte("anything")) {
+		t.Error("an empty book admits someone")
 	}
 }
 
