@@ -6,10 +6,16 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/internal/passwd"
@@ -47,23 +53,116 @@ type brokerAuth struct {
 	// is told to use TCP): an admin with a password made at start.
 	internalUser string
 	internalPass []byte
-	// srv is the broker, for the clients already connected (see bind).
+	// srv is the broker, for the clients connected (see bind).
 	srv *mqtt.Server
+
+	// owners maps each client ID in use to the user holding it (see
+	// claim).
+	idMu   sync.Mutex
+	owners map[string]string
+
+	log      *slog.Logger
+	refusals *prometheus.CounterVec
+	lastLog  atomic.Int64 // unix ns of the last refusal logged
+	quiet    atomic.Int64 // refusals not logged since
 }
 
 // bind is simulator.BrokerOptions.Bind.
 func (a *brokerAuth) bind(srv *mqtt.Server) { a.srv = srv }
 
-// takesOver reports whether a client logging in as user would take the
-// live session of another user: mochi hands a client ID's session to the
-// newest connection, which would let an app knock a device (or the
-// simulated home) off and receive its commands.
-func (a *brokerAuth) takesOver(user, clientID string) bool {
-	if a.srv == nil {
+// claim gives clientID to user, or reports that another user has it.
+// mochi hands a client ID's session, live or kept for later, with its
+// subscriptions and queued messages, to the newest connection naming it;
+// without owners an app could take a device's session and read its
+// commands. An ID equal to a user's name, or starting with it and a dot,
+// is that user's alone, so a device using its own ID cannot be squatted;
+// any other ID belongs to the first user to log in with it until that
+// user's session ends. Claiming under a lock makes two users racing for
+// one ID unable to both win.
+func (a *brokerAuth) claim(user, clientID string) bool {
+	if r := a.reservedFor(clientID); r != "" && r != user {
 		return false
 	}
-	old, ok := a.srv.Clients.Get(clientID)
-	return ok && !old.Closed() && string(old.Properties.Username) != user
+	a.idMu.Lock()
+	defer a.idMu.Unlock()
+	if o, ok := a.owners[clientID]; ok && o != user {
+		return false
+	}
+	a.owners[clientID] = user
+	return true
+}
+
+// reservedFor is the user whose name clientID is, or starts with before
+// a dot (the longest such name), or "".
+func (a *brokerAuth) reservedFor(clientID string) string {
+	for id := clientID; ; {
+		if _, ok := a.roles[id]; ok || id == a.internalUser {
+			return id
+		}
+		i := strings.LastIndexByte(id, '.')
+		if i <= 0 {
+			return ""
+		}
+		id = id[:i]
+	}
+}
+
+// release ends user's hold on a client ID whose session has ended,
+// unless a client of that ID is connected again.
+func (a *brokerAuth) release(cl *mqtt.Client) {
+	if a.srv != nil {
+		if cur, ok := a.srv.Clients.Get(cl.ID); ok && cur != cl && !cur.Closed() {
+			return
+		}
+	}
+	a.idMu.Lock()
+	defer a.idMu.Unlock()
+	if a.owners[cl.ID] == string(cl.Properties.Username) {
+		delete(a.owners, cl.ID)
+	}
+}
+
+// OnDisconnect releases the client ID when the session goes with the
+// connection (a clean session).
+func (a *brokerAuth) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	if expire {
+		a.release(cl)
+	}
+}
+
+// OnClientExpired releases the client ID of a kept session that expired.
+func (a *brokerAuth) OnClientExpired(cl *mqtt.Client) { a.release(cl) }
+
+// refuse counts a refusal and logs it, at most one line a second: a
+// flood of bad logins must not flood the log.
+func (a *brokerAuth) refuse(reason, user, clientID, remote string) {
+	a.refusals.WithLabelValues(reason).Inc()
+	now := time.Now().UnixNano()
+	last := a.lastLog.Load()
+	if now-last < int64(time.Second) || !a.lastLog.CompareAndSwap(last, now) {
+		a.quiet.Add(1)
+		return
+	}
+	a.log.Warn("broker refused a client", "reason", reason, "user", user, "client_id", clientID, "remote", remote, "not_logged_since", a.quiet.Swap(0))
+}
+
+// brokerWarnings are what an embedded broker's settings leave open, for
+// run's log and validate's output.
+func brokerWarnings(b BrokerConfig) []string {
+	host, _, err := net.SplitHostPort(b.Listen)
+	if !b.Embedded || err != nil {
+		return nil
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	if len(b.Users) == 0 {
+		return []string{fmt.Sprintf("the embedded broker listens on %s with no [[broker.users]]: anyone who reaches it can send triggers and device commands (README: Who may use the embedded broker)", b.Listen)}
+	}
+	if b.ServerCertFile == "" {
+		return []string{fmt.Sprintf("the embedded broker listens on %s without TLS: its users' passwords cross the network in the clear (set server_cert_file and server_key_file)", b.Listen)}
+	}
+	return nil
 }
 
 // internalUser names the agent's own identity on its broker.
@@ -84,13 +183,19 @@ func checkDeviceUsers(b BrokerConfig, reg *devices.Registry) error {
 
 // newBrokerAuth returns the hook for the configured users (already
 // validated) and the agent's internal password.
-func newBrokerAuth(b BrokerConfig, gateway string) (*brokerAuth, string, error) {
+func newBrokerAuth(b BrokerConfig, gateway string, log *slog.Logger) (*brokerAuth, string, error) {
 	a := &brokerAuth{
 		book:         passwd.NewBook(),
 		roles:        map[string]string{},
 		dev:          devices.Topics{Prefix: b.Prefix},
 		agent:        newAgentTopics(b.Prefix, gateway),
 		internalUser: internalUser,
+		owners:       map[string]string{},
+		log:          log,
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: namespace + "_broker_refusals_total",
+			Help: "Clients and requests the embedded broker refused: bad_login, client_id (held by another user), will, publish, subscribe (a filter or a delivery outside the role).",
+		}, []string{"reason"}),
 	}
 	for i, u := range b.Users {
 		c, err := passwd.Parse(u.PasswordHash)
@@ -114,33 +219,53 @@ func (a *brokerAuth) ID() string { return "sortie-agent-auth" }
 
 // Provides says which hook methods brokerAuth implements.
 func (a *brokerAuth) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+	switch b {
+	case mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnClientExpired:
+		return true
+	}
+	return false
 }
 
 // OnConnectAuthenticate admits users with the right password whose last
-// will, if any, their role may publish.
+// will, if any, their role may publish, and whose client ID is free for
+// them (see claim).
 func (a *brokerAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	user, pass := string(pk.Connect.Username), pk.Connect.Password
-	if user == "" || len(pass) == 0 {
-		return false
-	}
-	if a.takesOver(user, pk.Connect.ClientIdentifier) {
-		return false
-	}
+	user, pass, id := string(pk.Connect.Username), pk.Connect.Password, pk.Connect.ClientIdentifier
+	remote := cl.Net.Remote
+	var ok bool
 	if user == a.internalUser {
-		return subtle.ConstantTimeCompare(pass, a.internalPass) == 1
+		ok = subtle.ConstantTimeCompare(pass, a.internalPass) == 1
+	} else {
+		ok = user != "" && a.book.Check(user, pass)
 	}
-	if pk.Connect.WillFlag && !a.may(user, pk.Connect.WillTopic, true) {
+	switch {
+	case !ok:
+		a.refuse("bad_login", user, id, remote)
+		return false
+	case pk.Connect.WillFlag && !a.may(user, pk.Connect.WillTopic, true):
 		// Wills are not ACL-checked when sent, so check them here.
+		a.refuse("will", user, id, remote)
+		return false
+	case !a.claim(user, id):
+		a.refuse("client_id", user, id, remote)
 		return false
 	}
-	return a.book.Check(user, pass)
+	return true
 }
 
 // OnACLCheck applies the user's role; write is true for a publish, false
 // for a subscription filter or a delivery.
 func (a *brokerAuth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	return a.may(string(cl.Properties.Username), topic, write)
+	user := string(cl.Properties.Username)
+	if a.may(user, topic, write) {
+		return true
+	}
+	reason := "subscribe"
+	if write {
+		reason = "publish"
+	}
+	a.refuse(reason, user, cl.ID, cl.Net.Remote)
+	return false
 }
 
 func (a *brokerAuth) may(user, topic string, write bool) bool {

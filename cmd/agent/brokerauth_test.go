@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -38,7 +39,7 @@ func TestBrokerAuthRoles(t *testing.T) {
 		{Name: "living-light", Role: roleDevice, PasswordHash: testHash(t, "light-password")},
 		{Name: "ops", Role: roleAdmin, PasswordHash: testHash(t, "ops-password")},
 	}}
-	a, internal, err := newBrokerAuth(b, "home")
+	a, internal, err := newBrokerAuth(b, "home", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +267,12 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 	if _, err := login(t, url, "t-light", "voice", "voice-password", nil, nil); err == nil {
 		t.Error("an app took over a device's session by its client ID")
 	}
+	// Nor log in with a last will outside its role.
+	o := paho.NewClientOptions().AddBroker(url).SetClientID("t-will").SetUsername("voice").SetPassword("voice-password").
+		SetAutoReconnect(false).SetWill("sortie/devices/living-light/availability", "offline", 1, true)
+	if tok := paho.NewClient(o).Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() == nil {
+		t.Error("an app logged in with a last will on a device's availability")
+	}
 
 	// An app that publishes a command is cut off, and the command goes
 	// nowhere: the first command the device then gets is the admin's.
@@ -359,4 +366,87 @@ func TestEmbeddedBrokerTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	runScene(t, voice, "tls", "go_home", "tls-1", e.proc.log)
+}
+
+// A client ID belongs to one user at a time: a device's kept session
+// (clean session off) cannot be taken by an app while the device is
+// away, a user's own name is reserved to it as a client ID, and an ID
+// whose clean session ended is free again.
+func TestEmbeddedBrokerClientIDs(t *testing.T) {
+	_, url := securedEnv(t, "ids", "")
+	keep := func(id, user, pw string) (paho.Client, error) {
+		o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetUsername(user).SetPassword(pw).
+			SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false)
+		c := paho.NewClient(o)
+		tok := c.Connect()
+		if !tok.WaitTimeout(10 * time.Second) {
+			t.Fatalf("%s: connect timed out", id)
+		}
+		return c, tok.Error()
+	}
+	dev, err := keep("lamp-1", "living-light", "light-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := subscribe(t, dev, "sortie/devices/living-light/cmd", nil); code == subRefused {
+		t.Fatal("subscribe refused")
+	}
+	dev.Disconnect(50)
+	if c, err := keep("lamp-1", "voice", "voice-password"); err == nil {
+		c.Disconnect(50)
+		t.Fatal("an app took a device's kept session")
+	}
+	if c, err := keep("lamp-1", "living-light", "light-password"); err != nil {
+		t.Errorf("the device could not come back to its session: %v", err)
+	} else {
+		c.Disconnect(50)
+	}
+
+	for _, id := range []string{"living-light", "living-light.voice", "sortie-internal.1"} {
+		if _, err := login(t, url, id, "voice", "voice-password", nil, nil); err == nil {
+			t.Errorf("an app logged in with client ID %q, reserved to another user", id)
+		}
+	}
+	if _, err := login(t, url, "living-light.2", "living-light", "light-password", nil, nil); err != nil {
+		t.Errorf("a device could not use a client ID reserved to it: %v", err)
+	}
+
+	c, err := login(t, url, "shared-id", "voice", "voice-password", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Disconnect(50)
+	// The broker releases the ID when it has handled the disconnection,
+	// which the client does not wait for: try until it has.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := login(t, url, "shared-id", "ops", "ops-password", nil, nil); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("a client ID whose clean session ended is still held: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestBrokerWarnings(t *testing.T) {
+	users := []BrokerUser{{Name: "voice", Role: roleApp}}
+	for _, c := range []struct {
+		b    BrokerConfig
+		want string
+	}{
+		{BrokerConfig{Embedded: true, Listen: "127.0.0.1:1883"}, ""},
+		{BrokerConfig{Embedded: true, Listen: "localhost:1883"}, ""},
+		{BrokerConfig{Embedded: true, Listen: "[::1]:1883"}, ""},
+		{BrokerConfig{Embedded: false, Listen: "0.0.0.0:1883"}, ""},
+		{BrokerConfig{Embedded: true, Listen: "0.0.0.0:1883"}, "no [[broker.users]]"},
+		{BrokerConfig{Embedded: true, Listen: ":1883"}, "no [[broker.users]]"},
+		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:1883", Users: users}, "in the clear"},
+		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:8883", Users: users, ServerCertFile: "c.pem"}, ""},
+	} {
+		got := strings.Join(brokerWarnings(c.b), "\n")
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("%+v: %q, want %q", c.b, got, c.want)
+		}
+	}
 }

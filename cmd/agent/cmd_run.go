@@ -133,6 +133,7 @@ type agent struct {
 	log    *slog.Logger
 	db     *store.DB
 	broker *simulator.Broker
+	auth   *brokerAuth // the embedded broker's, when it has users
 	home   *simulator.Home
 	dev    *devices.Client
 	conn   link
@@ -254,11 +255,12 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 			if err := checkDeviceUsers(cfg.Broker, a.reg); err != nil {
 				return err
 			}
-			auth, internal, err := newBrokerAuth(cfg.Broker, cfg.GatewayID)
+			auth, internal, err := newBrokerAuth(cfg.Broker, cfg.GatewayID, log.With("component", "broker"))
 			if err != nil {
 				return err
 			}
 			opts.Auth, opts.Bind, user, password = auth, auth.bind, internalUser, internal
+			a.auth = auth
 		}
 		if a.broker, err = simulator.StartBroker(opts); err != nil {
 			return err
@@ -266,7 +268,10 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		a.closers = append(a.closers, func() { _ = a.broker.Close() })
 		brokerURL = a.broker.URL()
 		// Tests and scripts read this line to find a port chosen with :0.
-		log.Info("embedded broker listening", "addr", a.broker.Addr())
+		log.Info("embedded broker listening", "addr", a.broker.Addr(), "tls", opts.TLS != nil, "users", len(cfg.Broker.Users))
+		for _, w := range brokerWarnings(cfg.Broker) {
+			log.Warn(w)
+		}
 	}
 
 	if cfg.Simulator.Home != "" {
@@ -294,6 +299,9 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	}
 
 	a.metrics = newMetrics()
+	if a.auth != nil {
+		a.metrics.reg.MustRegister(a.auth.refusals)
+	}
 	a.drv, err = driver.New(driver.Options{
 		Store: a.db, Logger: log.With("component", "driver"), Workers: cfg.Driver.Workers,
 		StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(),
@@ -514,10 +522,13 @@ func deviceTypes(reg *devices.Registry) map[string]string {
 // how to drive it.
 func (a *agent) banner(w io.Writer) {
 	broker := a.cfg.Broker.URL
-	host := "BROKER"
+	host, port := "BROKER", ""
 	if a.broker != nil {
-		broker = a.broker.Addr()
-		host, _, _ = net.SplitHostPort(broker)
+		broker = a.broker.URL()
+		host, port, _ = net.SplitHostPort(a.broker.Addr())
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			host = "127.0.0.1" // listening everywhere, this host included
+		}
 	}
 	api := "(disabled)"
 	if a.httpLn != nil {
@@ -526,6 +537,16 @@ func (a *agent) banner(w io.Writer) {
 	topics := newAgentTopics(a.cfg.Broker.Prefix, a.cfg.GatewayID)
 	fmt.Fprintf(w, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", a.cfg.GatewayID, broker, api, strings.Join(a.cat.Names(), ", "))
 	fmt.Fprintf(w, "Trigger one from another terminal:\n  ./bin/agent trigger movie_night\n")
-	fmt.Fprintf(w, "  mosquitto_pub -h %s -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"night-%d\"}'\n", host, topics.Trigger(), time.Now().Unix())
+	flags := ""
+	if port != "" && port != "1883" {
+		flags += " -p " + port
+	}
+	if a.cfg.Broker.Embedded && a.cfg.Broker.ServerCertFile != "" {
+		flags += " --cafile CA.pem"
+	}
+	if a.auth != nil {
+		flags += " -u APP_USER -P PASSWORD"
+	}
+	fmt.Fprintf(w, "  mosquitto_pub -h %s%s -q 1 -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"night-%d\"}'\n", host, flags, topics.Trigger(), time.Now().Unix())
 	fmt.Fprintf(w, "Ctrl-C stops (in-flight steps finish first).\n\n")
 }

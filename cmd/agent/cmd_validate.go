@@ -31,6 +31,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if _, _, err := cfg.Broker.serverTLS(cfg); err != nil {
+		return err
+	}
 	reg, err := devices.LoadRegistry(cfg.Path(cfg.Devices))
 	if err != nil {
 		if *config == "" && errors.Is(err, os.ErrNotExist) {
@@ -56,6 +59,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		if _, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home)); err != nil {
 			return err
 		}
+	}
+	for _, w := range brokerWarnings(cfg.Broker) {
+		fmt.Fprintln(stdout, "warning:", w)
 	}
 	fmt.Fprintf(stdout, "ok: config, %d devices, %d scenes (%v)\n", len(reg.Devices), len(cat.Names()), cat.Names())
 	return nil

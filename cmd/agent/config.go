@@ -359,7 +359,7 @@ func (b BrokerConfig) serverTLS(c Config) (server, self *tls.Config, err error) 
 	}
 	cert, err := tls.LoadX509KeyPair(c.Path(b.ServerCertFile), c.Path(b.ServerKeyFile))
 	if err != nil {
-		return nil, nil, fmt.Errorf("broker.server_cert_file: %w", err)
+		return nil, nil, fmt.Errorf("broker.server_cert_file, broker.server_key_file: %w", err)
 	}
 	leaf := cert.Certificate[0]
 	server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
