@@ -13,9 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/term"
 )
 
 // ErrInvalid marks an empty password or a malformed hash.
@@ -156,9 +159,9 @@ func (b *Book) Check(user string, password []byte) bool {
 // MinLength is the shortest password Read accepts.
 const MinLength = 8
 
-// Read takes a password for who from the first line of in, prompting on
-// prompt, or, with generate, makes a random one (which the caller must
-// show once: only its hash is kept).
+// Read takes a password for who: typed twice, unseen, when in is a
+// terminal; else the first line of in; or, with generate, a random one
+// (which the caller must show once: only its hash is kept).
 func Read(in io.Reader, prompt io.Writer, who string, generate bool) (string, error) {
 	if generate {
 		b := make([]byte, 18)
@@ -167,13 +170,32 @@ func Read(in io.Reader, prompt io.Writer, who string, generate bool) (string, er
 		}
 		return base64.RawURLEncoding.EncodeToString(b), nil
 	}
-	fmt.Fprintf(prompt, "password for %s (one line): ", who)
-	line, err := bufio.NewReader(in).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", fmt.Errorf("read password: %w", err)
+	var password string
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprintf(prompt, "password for %s: ", who)
+		first, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(prompt)
+		if err != nil {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		fmt.Fprintf(prompt, "again: ")
+		again, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(prompt)
+		if err != nil {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		if string(first) != string(again) {
+			return "", errors.New("the two passwords differ")
+		}
+		password = string(first)
+	} else {
+		// A pipe or a file: the first line, for scripts.
+		line, err := bufio.NewReader(in).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		password = strings.TrimRight(line, "\r\n")
 	}
-	fmt.Fprintln(prompt)
-	password := strings.TrimRight(line, "\r\n")
 	if len(password) < MinLength {
 		return "", fmt.Errorf("password must be at least %d characters", MinLength)
 	}
