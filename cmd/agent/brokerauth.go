@@ -175,7 +175,7 @@ func checkDeviceUsers(b BrokerConfig, reg *devices.Registry) error {
 	var errs []error
 	for i, u := range b.Users {
 		if _, ok := reg.Device(u.Name); u.Role == roleDevice && !ok {
-			errs = append(errs, fmt.Errorf("broker.users[%d]: device %q is not in the device registry", i, u.Name))
+			errs = append(errs, fmt.Errorf("broker.users[%d].name: device %q is not in the device registry", i, u.Name))
 		}
 	}
 	return errors.Join(errs...)

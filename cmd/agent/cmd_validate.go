@@ -42,7 +42,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := checkDeviceUsers(cfg.Broker, reg); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", *config, err)
 	}
 	cat, err := scenes.Load(cfg.Path(cfg.Scenes), reg)
 	if err != nil {

@@ -262,7 +262,9 @@ func (c Config) Validate(file string) error {
 		if !slices.Contains(roles, u.Role) {
 			bad(field+".role", "%q must be one of %s", u.Role, strings.Join(roles, ", "))
 		}
-		if _, err := passwd.Parse(u.PasswordHash); err != nil {
+		if u.PasswordHash == "" {
+			bad(field+".password_hash", "must be set (make one with \"agent passwd\"; the config holds no passwords)")
+		} else if _, err := passwd.Parse(u.PasswordHash); err != nil {
 			bad(field+".password_hash", "%v (make one with \"agent passwd\")", err)
 		}
 	}

@@ -43,7 +43,11 @@ func Decode(path string, v any) error {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return &Error{File: path, Field: keys[0], Msg: "unknown key (all unknown: " + strings.Join(keys, ", ") + ")"}
+		msg := "unknown key"
+		if len(keys) > 1 {
+			msg += " (all unknown: " + strings.Join(keys, ", ") + ")"
+		}
+		return &Error{File: path, Field: keys[0], Msg: msg}
 	}
 	return nil
 }
