@@ -156,6 +156,7 @@ func (a *agent) close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()
 	}
+	a.closers = nil // closed once, whoever calls first
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -184,21 +185,22 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	err = a.serve(ctx, rf)
 	if rf.progress {
-		a.farewell(stdout)
+		// Said once everything is closed: "Stopped." must be true by then.
+		bye := a.farewell()
+		a.close()
+		fmt.Fprintln(stdout, bye)
 	}
 	return err
 }
 
-// farewell tells someone watching the progress view that the agent has
-// stopped, and what it left for the next start.
-func (a *agent) farewell(w io.Writer) {
+// farewell is what tells someone watching the progress view that the
+// agent has stopped, and what it left for the next start.
+func (a *agent) farewell() string {
 	active, err := a.db.Active(context.Background())
-	switch {
-	case err != nil || len(active) == 0:
-		fmt.Fprintln(w, "Stopped.")
-	default:
-		fmt.Fprintf(w, "Stopped. %d unfinished mission(s) go on at the next start.\n", len(active))
+	if err != nil || len(active) == 0 {
+		return "Stopped."
 	}
+	return fmt.Sprintf("Stopped. %d unfinished mission(s) go on at the next start.", len(active))
 }
 
 // start opens and wires every component; on error, close undoes it.
