@@ -68,7 +68,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, err
 			}
-			return nil, &usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
+			return nil, &usageError{msg: fmt.Sprintf("%s: %v", fs.Name(), err)}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -130,13 +130,13 @@ func baseURL(addr string) (string, error) {
 	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
 		u, err := url.Parse(addr)
 		if err != nil || u.Host == "" {
-			return "", &usageError{fmt.Sprintf("-addr %q is not a URL", addr)}
+			return "", &usageError{msg: fmt.Sprintf("-addr %q is not a URL", addr)}
 		}
 		return strings.TrimSuffix(addr, "/"), nil
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", &usageError{fmt.Sprintf("-addr %q is not host:port", addr)}
+		return "", &usageError{msg: fmt.Sprintf("-addr %q is not host:port", addr)}
 	}
 	if port == "0" {
 		return "", fmt.Errorf("address %s has port 0 (chosen at start): pass the agent's real address with -addr", addr)
@@ -242,7 +242,7 @@ const missionsUsage = `usage:
 // cmdMissions lists, shows and controls missions.
 func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return &usageError{"missions needs an action\n" + missionsUsage}
+		return &usageError{msg: "missions needs an action\n" + missionsUsage}
 	}
 	action, args := args[0], args[1:]
 	fs, cf := newClientFlagSet("missions "+action, o.stderr)
@@ -262,7 +262,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		fs.BoolVar(&verbose, "v", false, "also list every event")
 	case "pause", "resume", "cancel", "retry", "priority":
 	default:
-		return &usageError{fmt.Sprintf("unknown missions action %q\n%s", action, missionsUsage)}
+		return &usageError{msg: fmt.Sprintf("unknown missions action %q\n%s", action, missionsUsage)}
 	}
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -276,7 +276,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		want = 2
 	}
 	if len(pos) != want {
-		return &usageError{fmt.Sprintf("missions %s takes %d argument(s), got %d\n%s", action, want, len(pos), missionsUsage)}
+		return &usageError{msg: fmt.Sprintf("missions %s takes %d argument(s), got %d\n%s", action, want, len(pos), missionsUsage)}
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -329,7 +329,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 	if action == "priority" {
 		p, err := strconv.Atoi(pos[1])
 		if err != nil {
-			return &usageError{fmt.Sprintf("priority %q is not a whole number (%d..%d)", pos[1], driver.MinPriority, driver.MaxPriority)}
+			return &usageError{msg: fmt.Sprintf("priority %q is not a whole number (%d..%d)", pos[1], driver.MinPriority, driver.MaxPriority)}
 		}
 		body = priorityRequest{Priority: &p}
 	}
@@ -420,13 +420,13 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	if len(pos) == 0 {
-		return &usageError{"trigger needs a scene\n" + triggerUsage}
+		return &usageError{msg: "trigger needs a scene\n" + triggerUsage}
 	}
 	params := map[string]any{}
 	for _, kv := range pos[1:] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return &usageError{fmt.Sprintf("parameter %q is not key=value\n%s", kv, triggerUsage)}
+			return &usageError{msg: fmt.Sprintf("parameter %q is not key=value\n%s", kv, triggerUsage)}
 		}
 		params[k] = paramValue(v)
 	}
@@ -488,7 +488,7 @@ func cmdDevices(ctx context.Context, args []string, o cliOut) error {
 	if pos, err := parseArgs(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return &usageError{fmt.Sprintf("devices takes no arguments, got %q", pos)}
+		return &usageError{msg: fmt.Sprintf("devices takes no arguments, got %q", pos)}
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -535,7 +535,7 @@ func cmdScenes(ctx context.Context, args []string, o cliOut) error {
 	if pos, err := parseArgs(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return &usageError{fmt.Sprintf("scenes takes no arguments, got %q", pos)}
+		return &usageError{msg: fmt.Sprintf("scenes takes no arguments, got %q", pos)}
 	}
 	c, err := cf.client()
 	if err != nil {

@@ -22,7 +22,7 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return &usageError{fmt.Sprintf("backup takes one argument, the file to write, got %q", pos)}
+		return &usageError{msg: fmt.Sprintf("backup takes one argument, the file to write, got %q", pos)}
 	}
 	dst := pos[0]
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
@@ -63,7 +63,7 @@ func cmdRestore(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return &usageError{fmt.Sprintf("restore takes one argument, the backup file, got %q", pos)}
+		return &usageError{msg: fmt.Sprintf("restore takes one argument, the backup file, got %q", pos)}
 	}
 	path, err := offlineDB(*config, *data)
 	if err != nil {

@@ -22,7 +22,7 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &usageError{err.Error()}
+		return &usageError{msg: err.Error()}
 	}
 	path, err := offlineDB(*config, *data)
 	if err != nil {

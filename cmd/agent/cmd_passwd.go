@@ -13,6 +13,14 @@ import (
 	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
+const passwdUsage = `Usage: agent passwd [-role app|device|admin] [-generate] NAME
+
+Prints a [[broker.users]] entry for the embedded broker's config. The
+password is typed twice at a terminal (or read from the first line of
+stdin), or made up with -generate and shown once. A device's NAME is its
+device ID. See the README, "Who may use the embedded broker".
+`
+
 // cmdPasswd prints a [[broker.users]] entry for the embedded broker. The
 // password comes from the first line of stdin, or is generated with
 // -generate and printed once, as a comment, for the client's own
@@ -22,26 +30,28 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	role := fs.String("role", roleApp, "the user's role: "+strings.Join(roles, ", "))
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err.Error()}
+	bad := func(msg string) error { return &usageError{msg: msg, usage: passwdUsage} }
+	pos, err := parseArgs(fs, args)
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue):
+		return bad(ue.msg)
+	case err != nil:
+		return err
+	case len(pos) != 1:
+		return bad("passwd needs exactly one user name (a device's is its ID)")
 	}
-	if fs.NArg() != 1 {
-		return &usageError{"passwd needs exactly one user name (a device's is its ID)"}
-	}
-	name := fs.Arg(0)
+	name := pos[0]
 	switch {
 	case !slices.Contains(roles, *role):
-		return &usageError{fmt.Sprintf("-role %q must be one of %s", *role, strings.Join(roles, ", "))}
+		return bad(fmt.Sprintf("-role %q must be one of %s", *role, strings.Join(roles, ", ")))
 	case *role == roleDevice:
 		if err := devices.ValidateDeviceID(name); err != nil {
-			return &usageError{err.Error()}
+			return bad(err.Error())
 		}
 	default:
 		if err := driver.CheckID("user name", name); err != nil {
-			return &usageError{err.Error()}
+			return bad(err.Error())
 		}
 	}
 	password, err := passwd.Read(stdin, stderr, name, *generate)

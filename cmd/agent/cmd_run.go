@@ -165,10 +165,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &usageError{err.Error()}
+		return &usageError{msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("run takes no arguments, got %q", fs.Args())}
+		return &usageError{msg: fmt.Sprintf("run takes no arguments, got %q", fs.Args())}
 	}
 	cfg, err := rf.load()
 	if err != nil {

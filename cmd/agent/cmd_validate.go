@@ -22,7 +22,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &usageError{err.Error()}
+		return &usageError{msg: err.Error()}
 	}
 	cfg, err := LoadConfig(*config)
 	if err == nil {

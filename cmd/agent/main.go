@@ -51,8 +51,9 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// usageError marks errors that should print usage and exit 2.
-type usageError struct{ msg string }
+// usageError marks errors that should print usage and exit 2: the
+// command's own when it gives one, else the whole list.
+type usageError struct{ msg, usage string }
 
 func (e *usageError) Error() string { return e.msg }
 
@@ -121,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
-		err = &usageError{fmt.Sprintf("unknown command %q", cmd)}
+		err = &usageError{msg: fmt.Sprintf("unknown command %q", cmd)}
 	}
 	var ue *usageError
 	switch {
@@ -130,7 +131,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "agent: %v\n\n%s", err, usage)
+		help := usage
+		if ue.usage != "" {
+			help = ue.usage
+		}
+		fmt.Fprintf(stderr, "agent: %v\n\n%s", err, help)
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "agent: %v\n", err)
