@@ -137,11 +137,19 @@ func (b *Broker) Subscribe(filter string, handle func(topic string, payload []by
 // filter as the broker takes it in (devices.LocalTap): once the
 // publisher's access is checked, but before the broker acknowledges it
 // to the publisher and before any subscriber gets it. Retained messages
-// are not replayed to it. handle runs on the publishing client's receive
+// are not replayed to it, nor are last wills (mochi sends those without
+// its publish hooks). handle runs on the publishing client's receive
 // goroutine and must not block.
+//
+// The tap is the last publish hook StartBroker adds; a hook added later
+// through Server().AddHook that drops messages would drop them for
+// subscribers only, not for taps.
 func (b *Broker) Tap(filter string, handle func(topic string, payload []byte)) (func(), error) {
-	if !mqtt.IsValidFilter(filter, false) {
-		return nil, fmt.Errorf("tap %s: invalid topic filter", filter)
+	switch {
+	case handle == nil:
+		return nil, fmt.Errorf("tap %s: no handler", filter)
+	case !mqtt.IsValidFilter(filter, false) || strings.HasPrefix(filter, "$share/"):
+		return nil, fmt.Errorf("tap %s: invalid topic filter (shared subscriptions cannot be tapped)", filter)
 	}
 	id := b.subID.Add(1)
 	b.setTaps(func(ts []tap) []tap { return append(ts, tap{id, filter, handle}) })

@@ -103,8 +103,13 @@ func TestBrokerTap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Tap("dev/#/ack", nil); err == nil {
-		t.Error("an invalid filter was tapped")
+	for _, f := range []string{"dev/#/ack", "$share/g/dev/+/ack"} {
+		if _, err := b.Tap(f, func(string, []byte) {}); err == nil {
+			t.Errorf("filter %q was tapped", f)
+		}
+	}
+	if _, err := b.Tap("dev/+/ack", nil); err == nil {
+		t.Error("a nil handler was taken")
 	}
 	c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("t-tap").SetAutoReconnect(false))
 	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {

@@ -242,7 +242,7 @@ func (a *brokerAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) b
 	case !ok:
 		a.refuse("bad_login", user, id, remote)
 		return false
-	case pk.Connect.WillFlag && !a.may(user, pk.Connect.WillTopic, true):
+	case pk.Connect.WillFlag && !a.mayWill(user, pk.Connect.WillTopic):
 		// Wills are not ACL-checked when sent, so check them here.
 		a.refuse("will", user, id, remote)
 		return false
@@ -287,6 +287,16 @@ func (a *brokerAuth) may(user, topic string, write bool) bool {
 		return a.appReads(topic)
 	}
 	return false
+}
+
+// mayWill says whether user may leave a last will on topic: what it may
+// publish, but a device only on its availability, the one topic where a
+// message the broker sends for it means something.
+func (a *brokerAuth) mayWill(user, topic string) bool {
+	if a.roles[user] == roleDevice {
+		return topic == a.dev.Availability(user)
+	}
+	return a.may(user, topic, true)
 }
 
 // appReads says whether an app may read a topic, or subscribe to a

@@ -80,6 +80,22 @@ func TestBrokerAuthRoles(t *testing.T) {
 			t.Errorf("%s %s (write %v): %v, want %v", c.user, c.topic, c.write, got, c.want)
 		}
 	}
+	for _, c := range []struct {
+		user, topic string
+		want        bool
+	}{
+		{"living-light", "sortie/devices/living-light/availability", true},
+		{"living-light", "sortie/devices/living-light/ack", false},
+		{"living-light", "sortie/devices/living-light/state", false},
+		{"living-light", "sortie/devices/kitchen-light/availability", false},
+		{"voice", "sortie/gateways/home/trigger", true},
+		{"voice", "sortie/devices/living-light/availability", false},
+		{"ops", "anything/at/all", true},
+	} {
+		if got := a.mayWill(c.user, c.topic); got != c.want {
+			t.Errorf("will of %s on %s: %v, want %v", c.user, c.topic, got, c.want)
+		}
+	}
 	if internal == "" || len(internal) < 16 {
 		t.Errorf("internal password %q is too short", internal)
 	}
