@@ -146,23 +146,35 @@ func (a *brokerAuth) refuse(reason, user, clientID, remote string) {
 	a.log.Warn("broker refused a client", "reason", reason, "user", user, "client_id", clientID, "remote", remote, "not_logged_since", a.quiet.Swap(0))
 }
 
-// brokerWarnings are what an embedded broker's settings leave open, for
-// run's log and validate's output.
-func brokerWarnings(b BrokerConfig) []string {
-	host, _, err := net.SplitHostPort(b.Listen)
-	if !b.Embedded || err != nil {
-		return nil
+// exposureWarnings are what the embedded broker's and the API's settings
+// leave open beyond loopback, for run's log and validate's output.
+func exposureWarnings(c Config) []string {
+	var out []string
+	b := c.Broker
+	if b.Embedded && !onLoopback(b.Listen) {
+		switch {
+		case len(b.Users) == 0:
+			out = append(out, fmt.Sprintf("the embedded broker listens on %s with no [[broker.users]]: anyone who reaches it can send triggers and device commands (README: Who may use the embedded broker)", b.Listen))
+		case b.ServerCertFile == "":
+			out = append(out, fmt.Sprintf("the embedded broker listens on %s without TLS: its users' passwords cross the network in the clear (set server_cert_file and server_key_file)", b.Listen))
+		}
 	}
-	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
-		return nil
+	h := c.HTTP
+	if h.Listen != "" && !onLoopback(h.Listen) && h.CertFile == "" && (h.Token != "" || h.TokenFile != "") {
+		out = append(out, fmt.Sprintf("the API listens on %s without TLS: its token crosses the network in the clear (set http.cert_file and http.key_file)", h.Listen))
 	}
-	if len(b.Users) == 0 {
-		return []string{fmt.Sprintf("the embedded broker listens on %s with no [[broker.users]]: anyone who reaches it can send triggers and device commands (README: Who may use the embedded broker)", b.Listen)}
+	return out
+}
+
+// onLoopback says whether a listen address is only reachable from this
+// host.
+func onLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return true // not an address: Validate says so
 	}
-	if b.ServerCertFile == "" {
-		return []string{fmt.Sprintf("the embedded broker listens on %s without TLS: its users' passwords cross the network in the clear (set server_cert_file and server_key_file)", b.Listen)}
-	}
-	return nil
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // internalUser names the agent's own identity on its broker.

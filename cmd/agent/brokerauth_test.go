@@ -12,7 +12,9 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -445,24 +447,74 @@ func TestEmbeddedBrokerClientIDs(t *testing.T) {
 	}
 }
 
-func TestBrokerWarnings(t *testing.T) {
+func TestExposureWarnings(t *testing.T) {
 	users := []BrokerUser{{Name: "voice", Role: roleApp}}
 	for _, c := range []struct {
 		b    BrokerConfig
+		h    HTTPConfig
 		want string
 	}{
-		{BrokerConfig{Embedded: true, Listen: "127.0.0.1:1883"}, ""},
-		{BrokerConfig{Embedded: true, Listen: "localhost:1883"}, ""},
-		{BrokerConfig{Embedded: true, Listen: "[::1]:1883"}, ""},
-		{BrokerConfig{Embedded: false, Listen: "0.0.0.0:1883"}, ""},
-		{BrokerConfig{Embedded: true, Listen: "0.0.0.0:1883"}, "no [[broker.users]]"},
-		{BrokerConfig{Embedded: true, Listen: ":1883"}, "no [[broker.users]]"},
-		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:1883", Users: users}, "in the clear"},
-		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:8883", Users: users, ServerCertFile: "c.pem"}, ""},
+		{BrokerConfig{Embedded: true, Listen: "127.0.0.1:1883"}, HTTPConfig{}, ""},
+		{BrokerConfig{Embedded: true, Listen: "localhost:1883"}, HTTPConfig{}, ""},
+		{BrokerConfig{Embedded: true, Listen: "[::1]:1883"}, HTTPConfig{}, ""},
+		{BrokerConfig{Embedded: false, Listen: "0.0.0.0:1883"}, HTTPConfig{}, ""},
+		{BrokerConfig{Embedded: true, Listen: "0.0.0.0:1883"}, HTTPConfig{}, "no [[broker.users]]"},
+		{BrokerConfig{Embedded: true, Listen: ":1883"}, HTTPConfig{}, "no [[broker.users]]"},
+		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:1883", Users: users}, HTTPConfig{}, "passwords cross"},
+		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:8883", Users: users, ServerCertFile: "c.pem"}, HTTPConfig{}, ""},
+		{BrokerConfig{}, HTTPConfig{Listen: "0.0.0.0:8080", Token: "t"}, "token crosses"},
+		{BrokerConfig{}, HTTPConfig{Listen: "0.0.0.0:8443", TokenFile: "f", CertFile: "c.pem"}, ""},
+		{BrokerConfig{}, HTTPConfig{Listen: "127.0.0.1:8080", Token: "t"}, ""},
 	} {
-		got := strings.Join(brokerWarnings(c.b), "\n")
+		got := strings.Join(exposureWarnings(Config{Broker: c.b, HTTP: c.h}), "\n")
 		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
-			t.Errorf("%+v: %q, want %q", c.b, got, c.want)
+			t.Errorf("%+v %+v: %q, want %q", c.b, c.h, got, c.want)
 		}
+	}
+}
+
+// With a certificate the API is HTTPS only; the command line, given the
+// agent's config, trusts exactly that certificate.
+func TestHTTPAPIOverTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	e := newBareEnv(t, "https")
+	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n", fmt.Sprintf("[simulator]\nhome = %q\n", repoPath(t, "configs/home.toml")))
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API's address is fixed here: the command line reads it from the
+	// config, which cannot say ":0".
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfgText := strings.Replace(string(cfg), "[http]\nlisten = \"127.0.0.1:0\"\n",
+		fmt.Sprintf("[http]\nlisten = %q\ntoken = \"api-token-1\"\ncert_file = %q\nkey_file = %q\n", addr, certFile, keyFile), 1)
+	if err := os.WriteFile(e.cfgPath, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := client.Get("https://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz over TLS: %s", resp.Status)
+	}
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("the API answered plain HTTP")
+		}
+	}
+	out, err := exec.Command(agentBin, "devices", "-config", e.cfgPath).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "living-light") {
+		t.Fatalf("agent devices -config over TLS: %v\n%s", err, out)
 	}
 }

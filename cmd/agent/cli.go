@@ -106,6 +106,21 @@ func (cf *clientFlags) client() (*client, error) {
 				return nil, fmt.Errorf("%s: http.listen is empty: the agent serves no API; pass -addr", cf.config)
 			}
 			addr = cfg.HTTP.Listen
+			// The agent's own certificate, trusted as it is: the command
+			// line reaches the API by the listen address, which the
+			// certificate need not name.
+			_, self, err := cfg.HTTP.serverTLS(cfg)
+			if err != nil {
+				return nil, err
+			}
+			if self != nil {
+				plain, err := baseURL(addr)
+				if err != nil {
+					return nil, err
+				}
+				addr = "https://" + strings.TrimPrefix(plain, "http://")
+				c.http.Transport = &http.Transport{TLSClientConfig: self}
+			}
 		}
 		if c.token == "" {
 			if c.token, err = httpToken(cfg); err != nil {

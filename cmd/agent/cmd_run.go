@@ -271,7 +271,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		brokerURL = a.broker.URL()
 		// Tests and scripts read this line to find a port chosen with :0.
 		log.Info("embedded broker listening", "addr", a.broker.Addr(), "tls", opts.TLS != nil, "users", len(cfg.Broker.Users))
-		for _, w := range brokerWarnings(cfg.Broker) {
+		for _, w := range exposureWarnings(cfg) {
 			log.Warn(w)
 		}
 	}
@@ -534,7 +534,11 @@ func (a *agent) banner(w io.Writer) {
 	}
 	api := "(disabled)"
 	if a.httpLn != nil {
-		api = "http://" + a.httpLn.Addr().String()
+		scheme := "http://"
+		if a.cfg.HTTP.CertFile != "" {
+			scheme = "https://"
+		}
+		api = scheme + a.httpLn.Addr().String()
 	}
 	topics := newAgentTopics(a.cfg.Broker.Prefix, a.cfg.GatewayID)
 	fmt.Fprintf(w, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", a.cfg.GatewayID, broker, api, strings.Join(a.cat.Names(), ", "))

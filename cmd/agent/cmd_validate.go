@@ -34,6 +34,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if _, _, err := cfg.Broker.serverTLS(cfg); err != nil {
 		return err
 	}
+	if _, _, err := cfg.HTTP.serverTLS(cfg); err != nil {
+		return err
+	}
 	reg, err := devices.LoadRegistry(cfg.Path(cfg.Devices))
 	if err != nil {
 		if *config == "" && errors.Is(err, os.ErrNotExist) {
@@ -60,7 +63,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	for _, w := range brokerWarnings(cfg.Broker) {
+	for _, w := range exposureWarnings(cfg) {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
 	fmt.Fprintf(stdout, "ok: config, %d devices, %d scenes (%v)\n", len(reg.Devices), len(cat.Names()), cat.Names())

@@ -91,6 +91,9 @@ type HTTPConfig struct {
 	// Token protects the API; "" leaves it open (only sensible on loopback).
 	Token     string `toml:"token"`
 	TokenFile string `toml:"token_file"`
+	// CertFile and KeyFile make the API HTTPS.
+	CertFile string `toml:"cert_file"`
+	KeyFile  string `toml:"key_file"`
 }
 
 // LogConfig sets level (debug, info, warn, error) and format (text, json).
@@ -273,6 +276,9 @@ func (c Config) Validate(file string) error {
 			bad("http.listen", "%q is not host:port: %v", c.HTTP.Listen, err)
 		}
 	}
+	if (c.HTTP.CertFile == "") != (c.HTTP.KeyFile == "") {
+		bad("http.cert_file", "cert_file and key_file go together")
+	}
 	if c.HTTP.Token != "" && c.HTTP.TokenFile != "" {
 		bad("http.token_file", "set either http.token or http.token_file, not both")
 	}
@@ -351,17 +357,41 @@ func (b BrokerConfig) tlsConfig(c Config) (*tls.Config, error) {
 	return tc, nil
 }
 
-// serverTLS is the embedded broker's TLS setup, or nil without one. For
-// its own clients (the simulated home) the agent also returns a client
-// setup that trusts exactly that certificate, whatever names it carries:
-// they dial the agent's own listener, by address.
+// serverTLS is the embedded broker's TLS setup, and a client setup for
+// the agent's own clients (see pinnedTLS); nil without a certificate.
 func (b BrokerConfig) serverTLS(c Config) (server, self *tls.Config, err error) {
 	if b.ServerCertFile == "" {
 		return nil, nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.Path(b.ServerCertFile), c.Path(b.ServerKeyFile))
+	server, self, err = pinnedTLS(c.Path(b.ServerCertFile), c.Path(b.ServerKeyFile))
 	if err != nil {
 		return nil, nil, fmt.Errorf("broker.server_cert_file, broker.server_key_file: %w", err)
+	}
+	return server, self, nil
+}
+
+// serverTLS is the HTTP API's TLS setup, and a client setup for the
+// agent's own command line (see pinnedTLS); nil without a certificate.
+func (h HTTPConfig) serverTLS(c Config) (server, self *tls.Config, err error) {
+	if h.CertFile == "" {
+		return nil, nil, nil
+	}
+	server, self, err = pinnedTLS(c.Path(h.CertFile), c.Path(h.KeyFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("http.cert_file, http.key_file: %w", err)
+	}
+	return server, self, nil
+}
+
+// pinnedTLS loads a server certificate and key, and returns the server's
+// TLS setup and a client setup that trusts exactly that certificate,
+// whatever names it carries: the agent's own clients (its simulated home,
+// its command line with -config) reach its listeners by address, and
+// have the certificate itself to compare with.
+func pinnedTLS(certFile, keyFile string) (server, self *tls.Config, err error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, err
 	}
 	leaf := cert.Certificate[0]
 	server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
@@ -372,7 +402,7 @@ func (b BrokerConfig) serverTLS(c Config) (server, self *tls.Config, err error) 
 		InsecureSkipVerify: true, //nolint:gosec // pinned below
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) == 0 || !bytes.Equal(raw[0], leaf) {
-				return errors.New("not the agent's own broker certificate")
+				return errors.New("not the agent's own certificate")
 			}
 			return nil
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,9 +20,16 @@ func (a *agent) startHTTP() error {
 	if err != nil {
 		return err
 	}
+	tc, _, err := a.cfg.HTTP.serverTLS(a.cfg)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)
+	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc) // its Addr is still the TCP address
 	}
 	a.httpLn = ln
 	if token == "" && !loopback(ln.Addr()) {
@@ -37,7 +45,7 @@ func (a *agent) startHTTP() error {
 	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	a.http.RegisterOnShutdown(s.shutdown)
 	// Tests and scripts read this line to find a port chosen with :0.
-	a.log.Info("http listening", "addr", ln.Addr().String(), "auth", token != "")
+	a.log.Info("http listening", "addr", ln.Addr().String(), "auth", token != "", "tls", tc != nil)
 	return nil
 }
 
