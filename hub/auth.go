@@ -9,6 +9,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/clientid"
 	"github.com/sortie-edge/sortie/internal/passwd"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -62,6 +63,11 @@ type Auth struct {
 	hubPass []byte
 	hubCID  string
 	creds   *passwd.Book
+	// ids keeps each client ID to one user: the hub's own ID and a
+	// gateway's default one, its name and its name and a dot are
+	// reserved to them; any other ID is its first user's until its
+	// session ends.
+	ids *clientid.Owners
 }
 
 // NewAuth checks the options and returns the hook; pass it to the
@@ -90,35 +96,65 @@ func NewAuth(opts AuthOptions) (*Auth, error) {
 		}
 		a.creds.Add(gw, c)
 	}
+	named := clientid.Named(func(name string) bool { return name == a.hubUser || a.creds.Has(name) })
+	a.ids = clientid.New(func(id string) string {
+		if a.hubCID != "" && id == a.hubCID {
+			return a.hubUser
+		}
+		if gw, ok := strings.CutPrefix(id, uplink.DefaultClientID("")); ok && a.creds.Has(gw) {
+			return gw
+		}
+		return named(id)
+	})
 	return a, nil
 }
+
+// Bind is simulator.BrokerOptions.Bind: the hook sees the connected
+// clients when it releases a client ID.
+func (a *Auth) Bind(srv *mqtt.Server) { a.ids.Bind(srv) }
+
+// OnDisconnect releases the client ID when the session goes with the
+// connection (a clean session).
+func (a *Auth) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	if expire {
+		a.ids.Release(cl)
+	}
+}
+
+// OnClientExpired releases the client ID of a kept session that expired.
+func (a *Auth) OnClientExpired(cl *mqtt.Client) { a.ids.Release(cl) }
 
 // ID names the hook in mochi's logs.
 func (a *Auth) ID() string { return "sortie-hub-auth" }
 
 // Provides says which hook methods Auth implements.
 func (a *Auth) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+	switch b {
+	case mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnClientExpired:
+		return true
+	}
+	return false
 }
 
 // OnConnectAuthenticate admits the hub identity and gateways with the
-// right password whose last will, if any, is their own status topic.
+// right password whose last will, if any, is their own status topic, and
+// whose client ID no other user holds.
 func (a *Auth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	user, pass := string(pk.Connect.Username), pk.Connect.Password
 	if user == "" || len(pass) == 0 {
 		return false
 	}
+	var ok bool
 	if user == a.hubUser {
-		return subtle.ConstantTimeCompare(pass, a.hubPass) == 1
+		ok = subtle.ConstantTimeCompare(pass, a.hubPass) == 1
+	} else {
+		if pk.Connect.WillFlag && pk.Connect.WillTopic != a.topics.Status(user) {
+			// Wills are not ACL-checked when sent, so check them here.
+			return false
+		}
+		ok = a.creds.Check(user, pass)
 	}
-	if !a.creds.Has(user) || (a.hubCID != "" && pk.Connect.ClientIdentifier == a.hubCID) {
-		return false
-	}
-	if pk.Connect.WillFlag && pk.Connect.WillTopic != a.topics.Status(user) {
-		// Wills are not ACL-checked when sent, so check them here.
-		return false
-	}
-	return a.creds.Check(user, pass)
+	return ok && a.ids.Claim(user, pk.Connect.ClientIdentifier)
 }
 
 // OnACLCheck allows the hub everything and a gateway only its own

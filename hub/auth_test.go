@@ -46,6 +46,8 @@ func TestBrokerRefusesBadLogins(t *testing.T) {
 		{"anonymous", "", gatewayOpts{anonymous: true}},
 		{"empty user name", "", gatewayOpts{password: "pw-a"}},
 		{"hub's client id", "a", gatewayOpts{clientID: hubClientID}},
+		{"another gateway's default client id", "a", gatewayOpts{clientID: uplink.DefaultClientID("b")}},
+		{"another gateway's name as client id", "a", gatewayOpts{clientID: "b.1"}},
 		{"will on another gateway's status", "a", gatewayOpts{will: uplink.Topics{}.Status("b")}},
 		{"hub password for a gateway", "a", gatewayOpts{password: hubPassword}},
 	}
@@ -61,13 +63,24 @@ func TestBrokerRefusesBadLogins(t *testing.T) {
 			}
 		})
 	}
-	// The right password works, twice (the second from the cache).
-	for range 2 {
-		g, err := dialGateway(b.URL(), "a", gatewayOpts{})
+	// The right password works, twice (the second from the cache), and
+	// with the gateway's own default client ID.
+	for _, id := range []string{"", "", uplink.DefaultClientID("a")} {
+		g, err := dialGateway(b.URL(), "a", gatewayOpts{clientID: id})
 		if err != nil {
 			t.Fatalf("good login refused: %v", err)
 		}
 		g.c.Disconnect(0)
+	}
+	// A client ID in use by one gateway cannot be taken by another.
+	held, err := dialGateway(b.URL(), "b", gatewayOpts{clientID: "shared-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.c.Disconnect(0)
+	if g, err := dialGateway(b.URL(), "a", gatewayOpts{clientID: "shared-1"}); err == nil {
+		g.c.Disconnect(0)
+		t.Fatal("gateway a took gateway b's client ID")
 	}
 }
 

@@ -56,7 +56,8 @@ func testAuth(tb testing.TB, ids ...string) *Auth {
 // testBroker starts the embedded broker with the hub's ACL.
 func testBroker(tb testing.TB, ids ...string) *simulator.Broker {
 	tb.Helper()
-	b, err := simulator.StartBroker(simulator.BrokerOptions{Addr: "127.0.0.1:0", Auth: testAuth(tb, ids...)})
+	auth := testAuth(tb, ids...)
+	b, err := simulator.StartBroker(simulator.BrokerOptions{Addr: "127.0.0.1:0", Auth: auth, Bind: auth.Bind})
 	if err != nil {
 		tb.Fatalf("start broker: %v", err)
 	}

@@ -123,7 +123,7 @@ func (o *Options) withDefaults() error {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if o.ClientID == "" {
-		o.ClientID = "sortie-gw-" + o.Gateway
+		o.ClientID = DefaultClientID(o.Gateway)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -471,3 +471,7 @@ func (noStore) All() []string                     { return nil }
 func (noStore) Del(string)                        {}
 func (noStore) Close()                            {}
 func (noStore) Reset()                            {}
+
+// DefaultClientID is a gateway's client ID on the hub's broker unless
+// Options.ClientID says otherwise.
+func DefaultClientID(gateway string) string { return "sortie-gw-" + gateway }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/internal/clientid"
 	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
@@ -53,13 +53,10 @@ type brokerAuth struct {
 	// is told to use TCP): an admin with a password made at start.
 	internalUser string
 	internalPass []byte
-	// srv is the broker, for the clients connected (see bind).
-	srv *mqtt.Server
-
-	// owners maps each client ID in use to the user holding it (see
-	// claim).
-	idMu   sync.Mutex
-	owners map[string]string
+	// ids keeps each client ID to one user: a user's name, or the name
+	// and a dot, is that user's alone (so a device using its ID cannot be
+	// squatted); any other ID is its first user's until its session ends.
+	ids *clientid.Owners
 
 	log      *slog.Logger
 	refusals *prometheus.CounterVec
@@ -68,70 +65,18 @@ type brokerAuth struct {
 }
 
 // bind is simulator.BrokerOptions.Bind.
-func (a *brokerAuth) bind(srv *mqtt.Server) { a.srv = srv }
-
-// claim gives clientID to user, or reports that another user has it.
-// mochi hands a client ID's session, live or kept for later, with its
-// subscriptions and queued messages, to the newest connection naming it;
-// without owners an app could take a device's session and read its
-// commands. An ID equal to a user's name, or starting with it and a dot,
-// is that user's alone, so a device using its own ID cannot be squatted;
-// any other ID belongs to the first user to log in with it until that
-// user's session ends. Claiming under a lock makes two users racing for
-// one ID unable to both win.
-func (a *brokerAuth) claim(user, clientID string) bool {
-	if r := a.reservedFor(clientID); r != "" && r != user {
-		return false
-	}
-	a.idMu.Lock()
-	defer a.idMu.Unlock()
-	if o, ok := a.owners[clientID]; ok && o != user {
-		return false
-	}
-	a.owners[clientID] = user
-	return true
-}
-
-// reservedFor is the user whose name clientID is, or starts with before
-// a dot (the longest such name), or "".
-func (a *brokerAuth) reservedFor(clientID string) string {
-	for id := clientID; ; {
-		if _, ok := a.roles[id]; ok || id == a.internalUser {
-			return id
-		}
-		i := strings.LastIndexByte(id, '.')
-		if i <= 0 {
-			return ""
-		}
-		id = id[:i]
-	}
-}
-
-// release ends user's hold on a client ID whose session has ended,
-// unless a client of that ID is connected again.
-func (a *brokerAuth) release(cl *mqtt.Client) {
-	if a.srv != nil {
-		if cur, ok := a.srv.Clients.Get(cl.ID); ok && cur != cl && !cur.Closed() {
-			return
-		}
-	}
-	a.idMu.Lock()
-	defer a.idMu.Unlock()
-	if a.owners[cl.ID] == string(cl.Properties.Username) {
-		delete(a.owners, cl.ID)
-	}
-}
+func (a *brokerAuth) bind(srv *mqtt.Server) { a.ids.Bind(srv) }
 
 // OnDisconnect releases the client ID when the session goes with the
 // connection (a clean session).
 func (a *brokerAuth) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	if expire {
-		a.release(cl)
+		a.ids.Release(cl)
 	}
 }
 
 // OnClientExpired releases the client ID of a kept session that expired.
-func (a *brokerAuth) OnClientExpired(cl *mqtt.Client) { a.release(cl) }
+func (a *brokerAuth) OnClientExpired(cl *mqtt.Client) { a.ids.Release(cl) }
 
 // refuse counts a refusal and logs it, at most one line a second: a
 // flood of bad logins must not flood the log.
@@ -202,13 +147,16 @@ func newBrokerAuth(b BrokerConfig, gateway string, log *slog.Logger) (*brokerAut
 		dev:          devices.Topics{Prefix: b.Prefix},
 		agent:        newAgentTopics(b.Prefix, gateway),
 		internalUser: internalUser,
-		owners:       map[string]string{},
 		log:          log,
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: namespace + "_broker_refusals_total",
 			Help: "Clients and requests the embedded broker refused: bad_login, client_id (held by another user), will, publish, subscribe (a filter or a delivery outside the role).",
 		}, []string{"reason"}),
 	}
+	a.ids = clientid.New(clientid.Named(func(name string) bool {
+		_, ok := a.roles[name]
+		return ok || name == a.internalUser
+	}))
 	for i, u := range b.Users {
 		c, err := passwd.Parse(u.PasswordHash)
 		if err != nil {
@@ -258,7 +206,7 @@ func (a *brokerAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) b
 		// Wills are not ACL-checked when sent, so check them here.
 		a.refuse("will", user, id, remote)
 		return false
-	case !a.claim(user, id):
+	case !a.ids.Claim(user, id):
 		a.refuse("client_id", user, id, remote)
 		return false
 	}

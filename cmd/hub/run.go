@@ -187,7 +187,7 @@ func startBroker(cfg Config, hubPassword string, log *slog.Logger) (*simulator.B
 		return nil, "", nil, err
 	}
 	b, err := simulator.StartBroker(simulator.BrokerOptions{
-		Addr: cfg.Broker.Listen, TLS: serverTLS, Auth: auth, Logger: log.With("component", "broker"),
+		Addr: cfg.Broker.Listen, TLS: serverTLS, Auth: auth, Bind: auth.Bind, Logger: log.With("component", "broker"),
 	})
 	if err != nil {
 		return nil, "", nil, err
