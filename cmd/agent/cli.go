@@ -472,9 +472,18 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 		_, err = fmt.Fprintf(o.stdout, "request %s was already accepted as mission %s (%s, %s)\n", rep.RequestID, rep.MissionID, rep.Scene, rep.State)
 		return err
 	}
-	_, err = fmt.Fprintf(o.stdout, "mission %s accepted (%s, %s, request %s)\nfollow it: agent missions show %s\n",
-		rep.MissionID, rep.Scene, rep.State, rep.RequestID, rep.MissionID)
+	_, err = fmt.Fprintf(o.stdout, "mission %s accepted (%s, %s, request %s)\nfollow it: %s missions show %s\n",
+		rep.MissionID, rep.Scene, rep.State, rep.RequestID, self(), rep.MissionID)
 	return err
+}
+
+// self is how this binary was invoked (./bin/agent, sortie-agent), for
+// hints that can be pasted as they are.
+func self() string {
+	if len(os.Args) == 0 || os.Args[0] == "" || strings.HasSuffix(os.Args[0], ".test") {
+		return "agent"
+	}
+	return os.Args[0]
 }
 
 // jsonNumber matches JSON's number grammar: such values are sent as
