@@ -105,8 +105,13 @@ func exposureWarnings(c Config) []string {
 		}
 	}
 	h := c.HTTP
-	if h.Listen != "" && !onLoopback(h.Listen) && h.CertFile == "" && (h.Token != "" || h.TokenFile != "") {
-		out = append(out, fmt.Sprintf("the API listens on %s without TLS: its token crosses the network in the clear (set http.cert_file and http.key_file)", h.Listen))
+	if h.Listen != "" && !onLoopback(h.Listen) {
+		switch {
+		case h.Token == "" && h.TokenFile == "":
+			out = append(out, fmt.Sprintf("the API listens on %s with no token: anyone who reaches it can run scenes and control missions (set http.token_file)", h.Listen))
+		case h.CertFile == "":
+			out = append(out, fmt.Sprintf("the API listens on %s without TLS: its token crosses the network in the clear (set http.cert_file and http.key_file)", h.Listen))
+		}
 	}
 	return out
 }

@@ -463,6 +463,8 @@ func TestExposureWarnings(t *testing.T) {
 		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:1883", Users: users}, HTTPConfig{}, "passwords cross"},
 		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:8883", Users: users, ServerCertFile: "c.pem"}, HTTPConfig{}, ""},
 		{BrokerConfig{}, HTTPConfig{Listen: "0.0.0.0:8080", Token: "t"}, "token crosses"},
+		{BrokerConfig{}, HTTPConfig{Listen: ":8080"}, "no token"},
+		{BrokerConfig{}, HTTPConfig{Listen: "localhost:8080"}, ""},
 		{BrokerConfig{}, HTTPConfig{Listen: "0.0.0.0:8443", TokenFile: "f", CertFile: "c.pem"}, ""},
 		{BrokerConfig{}, HTTPConfig{Listen: "127.0.0.1:8080", Token: "t"}, ""},
 	} {

@@ -271,9 +271,9 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		brokerURL = a.broker.URL()
 		// Tests and scripts read this line to find a port chosen with :0.
 		log.Info("embedded broker listening", "addr", a.broker.Addr(), "tls", opts.TLS != nil, "users", len(cfg.Broker.Users))
-		for _, w := range exposureWarnings(cfg) {
-			log.Warn(w)
-		}
+	}
+	for _, w := range exposureWarnings(cfg) {
+		log.Warn(w)
 	}
 
 	if cfg.Simulator.Home != "" {

@@ -32,9 +32,6 @@ func (a *agent) startHTTP() error {
 		ln = tls.NewListener(ln, tc) // its Addr is still the TCP address
 	}
 	a.httpLn = ln
-	if token == "" && !loopback(ln.Addr()) {
-		a.log.Warn("http API has no token but listens beyond loopback; set http.token_file", "addr", ln.Addr().String())
-	}
 	s := newAPI(apiOptions{
 		Log: a.log.With("component", "api"), Token: token, Driver: a.drv, Devices: a.dev,
 		Registry: a.reg, Catalog: a.cat, Triggers: a.trig, Backup: a.db.BackupFile,
@@ -64,10 +61,4 @@ func httpToken(c Config) (string, error) {
 		return "", fmt.Errorf("http.token_file: %s is empty", c.HTTP.TokenFile)
 	}
 	return tok, nil
-}
-
-// loopback reports whether addr is only reachable from this host.
-func loopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
 }
