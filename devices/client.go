@@ -678,8 +678,9 @@ func (c *Client) handleAck(device string, payload []byte) {
 		c.malformed("ack", device, err)
 		return
 	}
-	ack.State = normalizeMap(ack.State)
-	ack.Prior = normalizeMap(ack.Prior)
+	// The decoded maps are this function's own: normalized in place.
+	normalizeOwned(ack.State)
+	normalizeOwned(ack.Prior)
 	key := ackKey{device, ack.ID}
 	reusable := ack.OK || (ack.Error != nil && !RetryableCode(ack.Error.Code))
 	c.mu.Lock()
@@ -753,7 +754,8 @@ func (c *Client) handleState(device string, payload []byte) {
 		c.malformed("state", device, err)
 		return
 	}
-	st := normalizeMap(rep.State)
+	st := rep.State
+	normalizeOwned(st) // decoded here: nobody else holds it
 	c.update(device, "state", func(e *deviceEntry) bool {
 		e.state = st
 		return true
@@ -830,6 +832,18 @@ func (c *Client) State(deviceID string) (state map[string]any, ok bool) {
 		return nil, false
 	}
 	return cloneMap(e.state), true
+}
+
+// sharedState is State without the copy, for callers that keep the map
+// without changing it: an entry's state is replaced at each report, never
+// changed in place.
+func (c *Client) sharedState(deviceID string) map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.devices[deviceID]; e != nil {
+		return e.state
+	}
+	return nil
 }
 
 // Changed returns a channel that is closed at the device's next change of

@@ -103,12 +103,20 @@ type Handlers struct {
 	order  []string // FIFO eviction of priors (ring)
 	next   int
 
-	// decoded holds command params decoded, by their JSON: a home runs the
-	// same few steps over and over, and decoding them strictly cost more
-	// than the rest of a command's preparation. The values are shared, so
-	// nothing may change them.
+	// decoded holds command params decoded and checked against the
+	// registry, by their JSON: a home runs the same few steps over and
+	// over, and decoding them strictly cost more than the rest of a
+	// command's preparation. The values are shared, so nothing may change
+	// them.
 	decMu   sync.Mutex
-	decoded map[string]CommandParams
+	decoded map[string]checkedParams
+}
+
+// checkedParams are decoded command params and the outcome of checking
+// them against the registry, which does not change once loaded.
+type checkedParams struct {
+	p     CommandParams
+	check error
 }
 
 // Bounds of Handlers.decoded: params longer than paramsCacheLen are not
@@ -143,7 +151,7 @@ func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
 		client: c, reg: r, opts: opts,
 		priors:  make(map[string]map[string]any, opts.PriorCache),
 		order:   make([]string, opts.PriorCache),
-		decoded: make(map[string]CommandParams),
+		decoded: make(map[string]checkedParams),
 	}
 }
 
@@ -182,44 +190,56 @@ func decodeParams(raw json.RawMessage, v any) error {
 // (later attempts may run after the device already applied the command,
 // so their cached state would be the new one).
 func (h *Handlers) Command(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
-	p, err := h.commandParams(req.Params)
+	c, err := h.commandParams(req.Params)
 	if err != nil {
 		return nil, err
 	}
-	return h.send(ctx, req, p)
+	if c.check != nil {
+		return nil, c.check
+	}
+	return h.send(ctx, req, c.p)
 }
 
-// commandParams decodes a command step's params, or finds them decoded.
-// Params that fail to decode are not kept: each attempt reports them.
-func (h *Handlers) commandParams(raw json.RawMessage) (CommandParams, error) {
+// commandParams decodes a command step's params and checks them, or finds
+// them done. Params that fail to decode are not kept: each attempt
+// reports them.
+func (h *Handlers) commandParams(raw json.RawMessage) (checkedParams, error) {
 	h.decMu.Lock()
-	p, ok := h.decoded[string(raw)]
+	c, ok := h.decoded[string(raw)]
 	h.decMu.Unlock()
 	if ok {
-		return p, nil
+		return c, nil
 	}
-	if err := decodeParams(raw, &p); err != nil {
-		return CommandParams{}, err
+	if err := decodeParams(raw, &c.p); err != nil {
+		return checkedParams{}, err
 	}
+	c.check = h.check(c.p)
 	if len(raw) <= paramsCacheLen {
 		h.decMu.Lock()
 		if len(h.decoded) >= paramsCacheMax {
 			clear(h.decoded)
 		}
-		h.decoded[string(raw)] = p
+		h.decoded[string(raw)] = c
 		h.decMu.Unlock()
 	}
-	return p, nil
+	return c, nil
 }
 
-func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandParams) (map[string]any, error) {
-	if err := h.reg.Check(p.Device, p.Action, p.Params); err != nil {
-		var ce *CheckError
-		if errors.As(err, &ce) {
-			return nil, driver.PermanentError(ce.Code(), err)
-		}
-		return nil, driver.PermanentError(CodeInvalidParam, err)
+// check checks a command against the registry, as a step error.
+func (h *Handlers) check(p CommandParams) error {
+	err := h.reg.Check(p.Device, p.Action, p.Params)
+	if err == nil {
+		return nil
 	}
+	var ce *CheckError
+	if errors.As(err, &ce) {
+		return driver.PermanentError(ce.Code(), err)
+	}
+	return driver.PermanentError(CodeInvalidParam, err)
+}
+
+// send sends a checked command and waits for its ack.
+func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandParams) (map[string]any, error) {
 	if !h.client.Available(p.Device) {
 		return nil, driver.WaitError(p.Device, CodeDeviceOffline, h.opts.OfflineRetry,
 			fmt.Errorf("device %s is offline", p.Device))
@@ -239,6 +259,8 @@ func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandPa
 	}
 	if ack.Prior != nil {
 		prior = ack.Prior
+	} else if prior != nil {
+		prior = cloneMap(prior)
 	}
 	out := map[string]any{"device": p.Device, "action": p.Action, "command_id": cmd.ID}
 	if prior != nil {
@@ -291,14 +313,17 @@ func classifySend(err error) error {
 // prior returns the device state to record as a step's prior state: the
 // state remembered at the step's first attempt, or else the current one,
 // which is then remembered.
+//
+// The map returned is shared and must not be changed: most acks carry
+// their own prior state, so it is copied only when used (see send).
 func (h *Handlers) prior(key, device string) map[string]any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if st, ok := h.priors[key]; ok {
-		return cloneMap(st)
+		return st
 	}
-	st, ok := h.client.State(device)
-	if !ok {
+	st := h.client.sharedState(device)
+	if st == nil {
 		return nil
 	}
 	if old := h.order[h.next]; old != "" {
@@ -307,7 +332,7 @@ func (h *Handlers) prior(key, device string) map[string]any {
 	h.order[h.next] = key
 	h.next = (h.next + 1) % len(h.order)
 	h.priors[key] = st
-	return cloneMap(st)
+	return st
 }
 
 // verify waits until the device reports want, woken by state changes
@@ -362,10 +387,14 @@ func (h *Handlers) Restore(ctx context.Context, req driver.StepRequest) (map[str
 	if len(set) == 0 {
 		return map[string]any{"device": p.Device, "restored": false, "reason": "no prior state known"}, nil
 	}
-	out, err := h.send(ctx, req, CommandParams{
+	cmd := CommandParams{
 		Device: p.Device, Action: SetAction, Params: set,
 		Verify: p.Verify, VerifyTimeout: p.VerifyTimeout, AckTimeout: p.AckTimeout,
-	})
+	}
+	if err := h.check(cmd); err != nil {
+		return nil, err
+	}
+	out, err := h.send(ctx, req, cmd)
 	if err != nil {
 		return nil, err
 	}

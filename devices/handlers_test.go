@@ -157,8 +157,18 @@ func TestCommandLostAckRetry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if prior := out["prior_state"].(map[string]any); prior["power"] != "off" {
+	prior := out["prior_state"].(map[string]any)
+	if prior["power"] != "off" {
 		t.Errorf("prior_state = %v, want the state before the first attempt", prior)
+	}
+	// Outputs are the step's own: changing them does not change what the
+	// next attempt remembers.
+	prior["power"] = "changed by the caller"
+	if out, err = r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 3, params)); err != nil {
+		t.Fatalf("third attempt: %v", err)
+	}
+	if prior := out["prior_state"].(map[string]any); prior["power"] != "off" {
+		t.Errorf("third attempt: prior_state = %v, want the remembered one", prior)
 	}
 	if got := dev.effectCount("m1.s1"); got != 1 {
 		t.Errorf("applied %d times, want once", got)

@@ -35,6 +35,33 @@ func normalize(v any) any {
 	return v
 }
 
+// normalizeOwned is normalize done in place, for freshly decoded maps
+// that nothing else holds: it replaces json.Number values, at any depth,
+// without copying the maps and slices around them.
+func normalizeOwned(m map[string]any) {
+	for k, v := range m {
+		if n, changed := normalizeValueOwned(v); changed {
+			m[k] = n
+		}
+	}
+}
+
+func normalizeValueOwned(v any) (any, bool) {
+	switch t := v.(type) {
+	case json.Number:
+		return normalize(t), true
+	case map[string]any:
+		normalizeOwned(t)
+	case []any:
+		for i, x := range t {
+			if n, changed := normalizeValueOwned(x); changed {
+				t[i] = n
+			}
+		}
+	}
+	return v, false
+}
+
 func normalizeMap(m map[string]any) map[string]any {
 	if m == nil {
 		return nil

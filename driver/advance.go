@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
-	"slices"
+	"strconv"
 	"time"
 )
 
@@ -397,7 +397,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	}
 	step := m.Steps[idx]
 	kind, params, policy := step.Kind, step.Params, step.Retry
-	key := fmt.Sprintf("%s-%d-%d", m.ID, m.Progress.Gen, idx)
+	key := m.ID + "-" + strconv.Itoa(m.Progress.Gen) + "-" + strconv.Itoa(idx)
 	var forward map[string]any
 	started := m.Results[idx].Started
 	if comp {
@@ -420,7 +420,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	d.mu.Lock()
 	h := d.handlers[kind]
 	d.mu.Unlock()
-	log := stepLog{d.log, []any{"mission", m.ID, "trace", m.Meta.TraceID, "step", step.ID, "kind", kind, "attempt", req.Attempt}}
+	log := stepLog{l: d.log, mission: m.ID, trace: m.Meta.TraceID, step: step.ID, kind: kind, attempt: req.Attempt}
 
 	// A handler that ignores its context past the lease is a zombie: the
 	// lease timer gives the step to a new execution (same idempotency
@@ -488,14 +488,18 @@ func (d *Driver) run(h Handler, req StepRequest, timeout time.Duration) (out map
 	if timeout <= 0 {
 		return nil, ErrDeadline
 	}
-	ctx, cancel := context.WithCancelCause(d.runCtx)
-	defer cancel(nil)
-	stopTimer := d.clock.AfterFunc(timeout, func() { cancel(ErrStepTimeout) })
-	defer stopTimer()
-	// A real deadline as well, so handlers that read ctx.Deadline() (to
-	// bound a network wait) see one.
-	ctx, cancelDL := context.WithDeadlineCause(ctx, time.Now().Add(timeout), ErrStepTimeout)
+	// A real deadline, so handlers that read ctx.Deadline() (to bound a
+	// network wait) see one; and, with an injected clock, a timer on that
+	// clock as well, which tests advance.
+	ctx, cancelDL := context.WithDeadlineCause(d.runCtx, time.Now().Add(timeout), ErrStepTimeout)
 	defer cancelDL()
+	if _, real := d.clock.(SystemClock); !real {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stopTimer := d.clock.AfterFunc(timeout, func() { cancel(ErrStepTimeout) })
+		defer stopTimer()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = PermanentError("panic", fmt.Errorf("handler %q panicked: %v\n%s", req.Kind, r, debug.Stack()))
@@ -725,7 +729,7 @@ func (d *Driver) expire(e *entry, gen uint64, lease Lease, comp bool, idx int, p
 	if (comp && t.m.State != StateCompensating) || (!comp && t.m.State != StateStepRunning) {
 		return
 	}
-	log := stepLog{d.log, []any{"mission", t.m.ID, "trace", t.m.Meta.TraceID, "step", t.m.Steps[idx].ID}}
+	log := stepLog{l: d.log, mission: t.m.ID, trace: t.m.Meta.TraceID, step: t.m.Steps[idx].ID}
 	err := RetryableError("lease_expired", fmt.Errorf("%w: the handler ignored its timeout and was abandoned", ErrStepTimeout))
 	elapsed := t.now.Sub(started)
 	if comp {
@@ -762,14 +766,23 @@ func waitKey(err error) string {
 	return ""
 }
 
-// stepLog is a logger with a step's attributes, which it formats only
-// when a record is logged: slog's With would format them for every step.
+// stepLog is a logger with a step's attributes, which it builds only
+// when a record is logged: slog's With would format them, and even a
+// list of them costs allocations, for every step.
 type stepLog struct {
-	l     *slog.Logger
-	attrs []any
+	l                          *slog.Logger
+	mission, trace, step, kind string
+	attempt                    int // with kind, omitted when kind is ""
 }
 
-func (s stepLog) with(args []any) []any { return append(slices.Clip(s.attrs), args...) }
+func (s stepLog) with(args []any) []any {
+	attrs := make([]any, 0, 10+len(args))
+	attrs = append(attrs, "mission", s.mission, "trace", s.trace, "step", s.step)
+	if s.kind != "" {
+		attrs = append(attrs, "kind", s.kind, "attempt", s.attempt)
+	}
+	return append(attrs, args...)
+}
 
 func (s stepLog) Info(msg string, args ...any)  { s.l.Info(msg, s.with(args)...) }
 func (s stepLog) Warn(msg string, args ...any)  { s.l.Warn(msg, s.with(args)...) }

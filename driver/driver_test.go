@@ -749,3 +749,34 @@ func TestCancelBeforeFirstStepRuns(t *testing.T) {
 	eq(t, "nothing ran", len(sc.trace()), 0)
 	eq(t, "a skipped", get(t, d, m.ID).Results[0].Status, StepSkipped)
 }
+
+// TestStepTimeoutRealClock: with the system clock a step's context ends
+// at its deadline, with ErrStepTimeout as the cause, and the attempt is
+// recorded as a retryable timeout.
+func TestStepTimeoutRealClock(t *testing.T) {
+	var cause error
+	var hasDeadline bool
+	h := HandlerFunc(func(ctx context.Context, req StepRequest) (map[string]any, error) {
+		_, hasDeadline = ctx.Deadline()
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return nil, ctx.Err()
+	})
+	d, err := New(Options{Store: newMemStore(t), Handlers: map[string]Handler{"test": h}, StepTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := d.Submit(context.Background(), Spec{Type: "t", Steps: steps("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Step(context.Background()); err != nil { // start, begin and run the step
+		t.Fatal(err)
+	}
+	got := get(t, d, m.ID)
+	if !hasDeadline || !errors.Is(cause, ErrStepTimeout) {
+		t.Errorf("context: deadline %v, cause %v; want a deadline and ErrStepTimeout", hasDeadline, cause)
+	}
+	eq(t, "state", got.State, StateStepFailed)
+	eq(t, "code", got.Results[0].Code, "timeout")
+}

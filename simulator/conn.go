@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -501,6 +502,13 @@ func (d *Device) emitNow(outs []output) emitted {
 			continue
 		}
 		e.pending = append(e.pending, sent{o, d.send(o)})
+		if o.ack {
+			// Let paho's writer send the ack from this core now, rather
+			// than from another core woken for it while this goroutine goes
+			// on to publish the state report: the ack is what the
+			// command's sender waits for.
+			runtime.Gosched()
+		}
 	}
 	return e
 }

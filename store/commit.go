@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -95,10 +96,14 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 			return nil, err
 		}
 	}
-	body, err := m.AppendJSON(make([]byte, 0, 2048))
+	// The mission and its events go into one buffer, sized from the last
+	// write's: growing it piecemeal cost more than encoding the events.
+	buf := make([]byte, 0, writeSizeHint.Load()+512)
+	buf, err := m.AppendJSON(buf)
 	if err != nil {
 		return nil, fmt.Errorf("encode mission %q: %w", m.ID, err)
 	}
+	body := buf[:len(buf):len(buf)]
 	w := &write{
 		create:   create,
 		id:       m.ID,
@@ -113,27 +118,33 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 	if create {
 		w.reqKey = m.Meta.RequestKey
 	}
-	seen := make(map[uint64]bool, len(events))
-	for _, ev := range events {
+	for i, ev := range events {
 		switch {
 		case ev.MissionID != "" && ev.MissionID != m.ID:
 			return nil, fmt.Errorf("%w: event %d of mission %q names mission %q", driver.ErrInvalid, ev.Seq, m.ID, ev.MissionID)
 		case ev.Seq == 0:
 			return nil, fmt.Errorf("%w: event of mission %q has seq 0", driver.ErrInvalid, m.ID)
-		case seen[ev.Seq]:
+		case slices.ContainsFunc(events[:i], func(o driver.Event) bool { return o.Seq == ev.Seq }):
+			// A commit carries a handful of events: a scan beats a map.
 			return nil, fmt.Errorf("%w: mission %q has two events with seq %d", driver.ErrInvalid, m.ID, ev.Seq)
 		}
-		seen[ev.Seq] = true
 		ev.MissionID = m.ID
-		data, err := ev.AppendJSON(nil)
-		if err != nil {
+		start := len(buf)
+		if buf, err = ev.AppendJSON(buf); err != nil {
 			return nil, fmt.Errorf("encode event %d of mission %q: %w", ev.Seq, m.ID, err)
 		}
-		w.events = append(w.events, eventRec{ev.Seq, data})
+		w.events = append(w.events, eventRec{ev.Seq, buf[start:len(buf):len(buf)]})
 		w.seq = max(w.seq, ev.Seq)
 	}
+	writeSizeHint.Store(int64(min(len(buf), maxSizeHint)))
 	return w, nil
 }
+
+// writeSizeHint is the encoded size of the last write; maxSizeHint keeps a
+// rare huge mission from making every later buffer huge.
+var writeSizeHint atomic.Int64
+
+const maxSizeHint = 64 << 10
 
 // checkSize refuses a write whose log record could exceed what reading
 // the log accepts (walMaxRecord): acknowledged, it would be lost at the
