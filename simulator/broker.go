@@ -49,6 +49,9 @@ type Broker struct {
 	taps  atomic.Pointer[[]tap]
 	tapMu sync.Mutex
 	tls   bool
+	// subsAdded counts subscriptions made, each counted once it is in the
+	// topic index (see SubscriptionsAdded).
+	subsAdded atomic.Uint64
 }
 
 type tap struct {
@@ -107,11 +110,18 @@ func (b *Broker) URL() string {
 }
 
 // Subscribed reports whether any client subscribes to topic (by a
-// filter, shared or not, or inline).
+// filter, shared or not, or inline). A "no" holds for as long as
+// SubscriptionsAdded does not change, so a caller may keep it until then.
 func (b *Broker) Subscribed(topic string) bool {
 	s := b.srv.Topics.Subscribers(topic)
 	return len(s.Subscriptions) > 0 || len(s.Shared) > 0 || len(s.InlineSubscriptions) > 0
 }
+
+// SubscriptionsAdded counts the subscriptions clients and inline
+// subscribers have made. It grows only once a subscription is in place,
+// so a Subscribed answer "no" taken before it last grew may be stale,
+// and one taken since may not.
+func (b *Broker) SubscriptionsAdded() uint64 { return b.subsAdded.Load() }
 
 // Publish publishes from inside the broker's process (devices.Local),
 // with no client connection in between. Subscribers get the message at
@@ -130,6 +140,7 @@ func (b *Broker) Subscribe(filter string, handle func(topic string, payload []by
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
 	}
+	b.subsAdded.Add(1)
 	return func() { _ = b.srv.Unsubscribe(filter, id) }, nil
 }
 
@@ -171,7 +182,8 @@ func (b *Broker) setTaps(change func([]tap) []tap) {
 	b.taps.Store(&ts)
 }
 
-// tapHook hands publishes to the taps.
+// tapHook hands publishes to the taps, and counts subscriptions for
+// SubscriptionsAdded.
 type tapHook struct {
 	mqtt.HookBase
 	b *Broker
@@ -179,7 +191,10 @@ type tapHook struct {
 
 func (h *tapHook) ID() string { return "sortie-tap" }
 
-func (h *tapHook) Provides(b byte) bool { return b == mqtt.OnPublish }
+func (h *tapHook) Provides(b byte) bool { return b == mqtt.OnPublish || b == mqtt.OnSubscribed }
+
+// OnSubscribed runs once mochi has put the subscriptions in its index.
+func (h *tapHook) OnSubscribed(*mqtt.Client, packets.Packet, []byte) { h.b.subsAdded.Add(1) }
 
 func (h *tapHook) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if ts := h.b.taps.Load(); ts != nil {

@@ -51,8 +51,13 @@ func TestBrokerSubscribed(t *testing.T) {
 	}
 	defer c.Disconnect(100)
 	for _, filter := range []string{"sortie/gateways/+/missions/+/events", "$share/apps/sortie/#"} {
+		before := b.SubscriptionsAdded()
 		if tok := c.Subscribe(filter, 0, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			t.Fatalf("subscribe %s: %v", filter, tok.Error())
+		}
+		// A "no" kept from before the subscription must be seen as stale.
+		if b.SubscriptionsAdded() == before {
+			t.Errorf("SubscriptionsAdded did not change with a subscription to %s", filter)
 		}
 		if !b.Subscribed(topic) {
 			t.Errorf("not subscribed through %s", filter)
@@ -66,6 +71,15 @@ func TestBrokerSubscribed(t *testing.T) {
 		if b.Subscribed(topic) {
 			t.Errorf("still subscribed after unsubscribing %s", filter)
 		}
+	}
+	before := b.SubscriptionsAdded()
+	cancel, err := b.Subscribe("sortie/gateways/home/missions/#", func(string, []byte) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	if b.SubscriptionsAdded() == before || !b.Subscribed(topic) {
+		t.Error("an inline subscription is not counted or not seen")
 	}
 }
 

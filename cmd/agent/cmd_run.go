@@ -348,7 +348,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, a.conn, topics, cfg.GatewayID, a.metrics)
 	a.feed = newFeed(log.With("component", "feed"), a.conn, topics, cfg.GatewayID)
 	if a.broker != nil {
-		a.feed.listened = a.broker.Subscribed
+		a.feed.listened, a.feed.subsAdded = a.broker.Subscribed, a.broker.SubscriptionsAdded
 	}
 	drv.Observe(a.metrics)
 	drv.Observe(a.trig)
@@ -478,7 +478,6 @@ type logObserver struct{ log *slog.Logger }
 
 func (o logObserver) Observe(ev driver.Event, m *driver.Mission) {
 	lvl, msg := slog.LevelDebug, "transition"
-	var args []any
 	switch {
 	case ev.Input == driver.InStepWait:
 		// Waiting is normal (a delay step, an offline device); say so
@@ -487,28 +486,35 @@ func (o logObserver) Observe(ev driver.Event, m *driver.Mission) {
 		if ev.Code == scenes.DelayCode {
 			lvl = slog.LevelDebug
 		}
-		args = []any{"step", ev.StepID, "code", ev.Code, "reason", ev.Error}
 	case ev.Input == driver.InStepError:
 		lvl, msg = slog.LevelWarn, "step failed"
-		args = []any{"step", ev.StepID, "attempt", ev.Attempt, "class", ev.Detail, "code", ev.Code, "err", ev.Error}
 	case ev.To.Terminal():
 		lvl, msg = slog.LevelInfo, "mission finished"
 		if ev.To != driver.StateSucceeded {
 			lvl = slog.LevelWarn
 		}
-		args = []any{"state", ev.To, "reason", m.Reason, "err", m.Error}
 	case ev.Input == driver.InCompResult && ev.Error != "":
 		lvl, msg = slog.LevelWarn, "compensation attempt failed"
-		args = []any{"step", ev.StepID, "err", ev.Error}
-	default:
-		args = []any{"input", ev.Input, "from", ev.From, "to", ev.To, "step", ev.StepID, "attempt", ev.Attempt}
 	}
-	// Checked first: this runs for every transition, and building the
-	// record costs more than the rest of the observer.
+	// Checked before the record is built: this runs for every transition,
+	// and building the record costs more than the rest of the observer.
 	if !o.log.Enabled(context.Background(), lvl) {
 		return
 	}
-	o.log.Log(context.Background(), lvl, msg, append([]any{"mission", m.ID, "trace", m.Meta.TraceID, "scene", m.Type}, args...)...)
+	args := []any{"mission", m.ID, "trace", m.Meta.TraceID, "scene", m.Type}
+	switch msg {
+	case "step waiting":
+		args = append(args, "step", ev.StepID, "code", ev.Code, "reason", ev.Error)
+	case "step failed":
+		args = append(args, "step", ev.StepID, "attempt", ev.Attempt, "class", ev.Detail, "code", ev.Code, "err", ev.Error)
+	case "mission finished":
+		args = append(args, "state", ev.To, "reason", m.Reason, "err", m.Error)
+	case "compensation attempt failed":
+		args = append(args, "step", ev.StepID, "err", ev.Error)
+	default:
+		args = append(args, "input", ev.Input, "from", ev.From, "to", ev.To, "step", ev.StepID, "attempt", ev.Attempt)
+	}
+	o.log.Log(context.Background(), lvl, msg, args...)
 }
 
 // deviceTypes maps device IDs to their types, for metric labels.

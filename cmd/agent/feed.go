@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,16 +43,32 @@ type feed struct {
 	gateway string
 	q       chan eventMsg
 	dropped atomic.Uint64
-	// listened, when set, says whether anyone subscribes to a topic; the
-	// agent sets it with the embedded broker, whose subscriptions it can
-	// see. An event nobody follows is not encoded or published: a QoS 0
-	// event is not kept for later subscribers anyway, and each costs the
-	// agent and the broker more than the step's own commit.
-	listened func(topic string) bool
+	// listened, when set, says whether anyone subscribes to a topic, and
+	// subsAdded counts subscriptions made: a "no" from listened holds
+	// until subsAdded changes. The agent sets both with the embedded
+	// broker, whose subscriptions it can see. An event nobody follows is
+	// not queued, encoded or published: a QoS 0 event is not kept for
+	// later subscribers anyway, and waking the feed for each one slowed
+	// every step by 3%.
+	listened  func(topic string) bool
+	subsAdded func() uint64
+
+	mu       sync.Mutex
+	followed map[string]followed // by mission ID; bounded by maxFollowed
 }
 
+// followed is listened's last answer for a mission's events topic.
+type followed struct {
+	yes   bool
+	since uint64 // subsAdded when asked
+}
+
+// maxFollowed bounds feed.followed: a mission's answer is forgotten when
+// it ends, and all of them if that many are running.
+const maxFollowed = 4096
+
 func newFeed(log *slog.Logger, pub publisher, topics agentTopics, gateway string) *feed {
-	return &feed{log: log, pub: pub, topics: topics, gateway: gateway, q: make(chan eventMsg, 1024)}
+	return &feed{log: log, pub: pub, topics: topics, gateway: gateway, q: make(chan eventMsg, 1024), followed: map[string]followed{}}
 }
 
 // Observe implements driver.Observer. The internal "next" transition
@@ -59,6 +76,9 @@ func newFeed(log *slog.Logger, pub publisher, topics agentTopics, gateway string
 // published.
 func (f *feed) Observe(ev driver.Event, m *driver.Mission) {
 	if ev.Input == driver.InNext && ev.Error == "" {
+		return
+	}
+	if f.listened != nil && !f.follows(ev) {
 		return
 	}
 	msg := eventMsg{
@@ -76,6 +96,34 @@ func (f *feed) Observe(ev driver.Event, m *driver.Mission) {
 	}
 }
 
+// follows says whether anyone subscribes to ev's mission's events,
+// asking listened once per mission for as long as no subscription is
+// made.
+func (f *feed) follows(ev driver.Event) bool {
+	var now uint64
+	if f.subsAdded != nil {
+		now = f.subsAdded()
+	}
+	f.mu.Lock()
+	c, ok := f.followed[ev.MissionID]
+	f.mu.Unlock()
+	if !ok || (!c.yes && c.since != now) || f.subsAdded == nil {
+		c = followed{f.listened(f.topics.Events(ev.MissionID)), now}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case ev.To.Terminal():
+		delete(f.followed, ev.MissionID)
+	case f.subsAdded != nil:
+		if len(f.followed) >= maxFollowed {
+			clear(f.followed)
+		}
+		f.followed[ev.MissionID] = c
+	}
+	return c.yes
+}
+
 // Run publishes queued events until ctx ends.
 func (f *feed) Run(ctx context.Context) error {
 	for {
@@ -84,9 +132,6 @@ func (f *feed) Run(ctx context.Context) error {
 			return nil
 		case msg := <-f.q:
 			topic := f.topics.Events(msg.MissionID)
-			if f.listened != nil && !f.listened(topic) {
-				continue
-			}
 			b, err := json.Marshal(msg)
 			if err != nil {
 				continue
