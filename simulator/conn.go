@@ -443,14 +443,57 @@ func (d *Device) command(payload []byte) {
 	d.emitMu.Lock()
 	e := d.emitNow(d.handle(payload, time.Now()))
 	d.emitMu.Unlock()
-	if len(e.pending) == 0 && len(e.delayed) == 0 {
+	d.watch(e.pending, time.Now())
+	if len(e.delayed) == 0 {
 		return
 	}
 	select {
-	case d.settling <- e:
+	case d.settling <- emitted{delayed: e.delayed}:
 	default:
 		d.log.Warn("outputs not followed up: worker backlog full", "delayed_dropped", len(e.delayed))
 	}
+}
+
+// maxUnsettled bounds Device.unsettled.
+const maxUnsettled = 1024
+
+// watch adds a command's publishes to those whose PUBACK is awaited, and
+// logs the ones among them that failed or timed out by now. It runs at
+// every command and on the worker's slow tick: a goroutine waiting for
+// each command's PUBACKs cost a core's wake-up per command, 1.7% of an
+// agent's step end to end.
+func (d *Device) watch(ps []sent, now time.Time) {
+	d.unsettledMu.Lock()
+	defer d.unsettledMu.Unlock()
+	for _, p := range ps {
+		p.at = now
+		d.unsettled = append(d.unsettled, p)
+	}
+	keep := d.unsettled[:0]
+	for _, p := range d.unsettled {
+		var err error
+		switch {
+		case p.tok == nil:
+			err = errOffline
+		case now.Sub(p.at) > tokenTimeout:
+			err = fmt.Errorf("publish: no PUBACK after %v", tokenTimeout)
+		default:
+			select {
+			case <-p.tok.Done():
+				err = p.tok.Error()
+			default:
+				keep = append(keep, p)
+				continue
+			}
+		}
+		d.settled(p.o, err)
+	}
+	if over := len(keep) - maxUnsettled; over > 0 {
+		d.log.Warn("publishes not followed up: too many awaiting their PUBACK", "dropped", over)
+		keep = keep[over:]
+	}
+	clear(d.unsettled[len(keep):])
+	d.unsettled = keep
 }
 
 // work is the device's worker: it follows up what commands published
@@ -458,6 +501,8 @@ func (d *Device) command(payload []byte) {
 func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	tick := time.NewTicker(time.Second) // for watch: the last command's publishes
+	defer tick.Stop()
 	for {
 		if due, ok := d.travelDue(); ok {
 			t.Reset(time.Until(due))
@@ -469,6 +514,8 @@ func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
 			return
 		case e := <-d.settling:
 			d.followUp(ctx, wg, e)
+		case now := <-tick.C:
+			d.watch(nil, now)
 		case now := <-t.C:
 			d.emitMu.Lock()
 			e := d.emitNow(d.finishTravel(now))
@@ -478,10 +525,11 @@ func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// sent is a published output and its token.
+// sent is a published output, its token, and when it was published.
 type sent struct {
 	o   output
 	tok paho.Token
+	at  time.Time
 }
 
 // emitted is what one decision published at once, and what it left for
@@ -501,7 +549,7 @@ func (d *Device) emitNow(outs []output) emitted {
 			e.delayed = append(e.delayed, o)
 			continue
 		}
-		e.pending = append(e.pending, sent{o, d.send(o)})
+		e.pending = append(e.pending, sent{o: o, tok: d.send(o)})
 		if o.ack {
 			// Let paho's writer send the ack from this core now, rather
 			// than from another core woken for it while this goroutine goes
@@ -553,6 +601,11 @@ func (d *Device) settle(o output, tok paho.Token) {
 	if tok != nil {
 		err = waitToken(tok, "publish")
 	}
+	d.settled(o, err)
+}
+
+// settled logs a publish's outcome: a loss as a warning.
+func (d *Device) settled(o output, err error) {
 	if err != nil {
 		d.log.Warn("message lost", "topic", o.topic, "err", err)
 		return

@@ -53,10 +53,13 @@ type Device struct {
 	// emitMu keeps a command's outputs and a curtain's arrival report
 	// from interleaving: each decision is published whole, in order.
 	emitMu sync.Mutex
-	// settling hands what a command published from paho's handler, which
-	// must not wait, to the device's worker, which waits for the PUBACKs
-	// and starts the delayed outputs.
+	// settling hands a command's delayed outputs from paho's handler,
+	// which must not wait, to the device's worker, which starts them.
 	settling chan emitted
+	// unsettled are publishes whose PUBACK had not come when last looked
+	// at (see watch).
+	unsettledMu sync.Mutex
+	unsettled   []sent
 	// wake tells the connection loop that the wish to be online or the
 	// outage schedule changed.
 	wake chan struct{}
