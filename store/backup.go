@@ -3,11 +3,13 @@ package store
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -137,6 +139,42 @@ func sweepTemps(path string, log *slog.Logger) {
 	}
 }
 
+// readAll reads every key and value of every bucket through bbolt's
+// cursors, in the calling goroutine. On a damaged file that is where a
+// page pointer past the file faults, as a panic CheckFile recovers,
+// before tx.Check reads the same pages from a goroutine of its own, where
+// a fault would end the process. A page cycle is cut short by counting:
+// a file of size bytes cannot hold more than size/16 keys, nor buckets
+// nested deeper than maxNesting.
+func readAll(tx *bolt.Tx, size int64) error {
+	const maxNesting = 8
+	keys := size / 16
+	var sum uint32
+	var read func(b *bolt.Bucket, depth int) error
+	read = func(b *bolt.Bucket, depth int) error {
+		if depth > maxNesting {
+			return fmt.Errorf("%w: buckets nested %d deep", ErrCorrupt, depth)
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if keys--; keys < 0 {
+				return fmt.Errorf("%w: more keys than the file can hold", ErrCorrupt)
+			}
+			// Every byte is read: a key or value past the mapping faults now.
+			sum = crc32.Update(crc32.Update(sum, crc32.IEEETable, k), crc32.IEEETable, v)
+			if v == nil {
+				if nb := b.Bucket(k); nb != nil {
+					if err := read(nb, depth+1); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return read(b, 1) })
+}
+
 // InUse reports whether a store has the file at path open (it holds its
 // lock). A file that does not exist is not in use.
 func InUse(path string) (bool, error) {
@@ -156,17 +194,37 @@ func InUse(path string) (bool, error) {
 // build can open: a bbolt file whose pages are consistent and whose
 // schema is not newer than Schema. It does not look at a write-ahead log.
 // The file must not be open in a running store (that one holds its lock):
-// it is for backups.
-func CheckFile(path string) error {
-	bdb, err := openCheck(path)
+// it is for backups. A damaged file is an error wrapping ErrCorrupt,
+// whatever the damage: bbolt panics on some, and on others reads through
+// a page pointer past the file's mapping, which is a fault rather than a
+// panic unless asked for (FuzzCheckFile).
+func CheckFile(path string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: %w: %v", path, ErrCorrupt, r)
+		}
+	}()
+	f, err := os.Open(path)
 	if err != nil {
 		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	// Before bbolt maps the file: it trusts the page structure, and a
+	// damaged one can make it, or its checker's own goroutine, read past
+	// the mapping.
+	if err := checkPages(f, fi.Size()); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	bdb, err := bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer bdb.Close()
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
 	return bdb.View(func(tx *bolt.Tx) error {
 		// Before any page is read: a page past the end of a truncated
 		// file is not an error but a SIGBUS.
@@ -179,6 +237,9 @@ func CheckFile(path string) error {
 		if tx.Bucket(bMissions) == nil {
 			return fmt.Errorf("%s: %w: no missions bucket", path, ErrCorrupt)
 		}
+		if err := readAll(tx, fi.Size()); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
 		var first error
 		for err := range tx.Check() { // drained: the checker stops only then
 			if first == nil {
@@ -187,19 +248,4 @@ func CheckFile(path string) error {
 		}
 		return first
 	})
-}
-
-// openCheck opens path read-only, turning bbolt's panics on a damaged
-// file into ErrCorrupt.
-func openCheck(path string) (bdb *bolt.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			bdb, err = nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, r)
-		}
-	}()
-	bdb, err = bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return bdb, nil
 }

@@ -2,10 +2,15 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
 )
@@ -190,4 +195,90 @@ func FuzzParseRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzCheckFile damages a small store file byte by byte (the input is a
+// list of patches: two bytes of offset, one of value) and checks it:
+// whatever the damage, CheckFile answers, and never crashes the process
+// that checks a backup before restoring it.
+func FuzzCheckFile(f *testing.F) {
+	base := checkBase(f, 5, 0)
+	for _, off := range []int{0, 16, 20, 24, 32, 56, 64, 4096, 4096 + 56, 8192, 12288, 16384} {
+		f.Add([]byte{byte(off >> 8), byte(off), 0xff})
+		f.Add([]byte{byte(off >> 8), byte(off), 0x00, byte(off >> 8), byte(off + 1), 0x7f})
+	}
+	f.Fuzz(func(t *testing.T, patch []byte) {
+		checkPatched(t, base, patch, 2)
+	})
+}
+
+// FuzzCheckFileLarge is FuzzCheckFile on a file with branch pages,
+// nested buckets of several pages and overflow pages (a mission with a
+// large context), with three bytes of offset per patch.
+func FuzzCheckFileLarge(f *testing.F) {
+	base := checkBase(f, 300, 20000)
+	for _, off := range []int{0, 4096 + 56, 8192, 3 * 4096, 5 * 4096, 9*4096 + 10, 17 * 4096} {
+		f.Add([]byte{byte(off >> 16), byte(off >> 8), byte(off), 0xff})
+		f.Add([]byte{byte(off >> 16), byte(off >> 8), byte(off + 12), 0x40})
+	}
+	f.Fuzz(func(t *testing.T, patch []byte) {
+		checkPatched(t, base, patch, 3)
+	})
+}
+
+// checkBase is the bytes of a store file (a backup) holding n missions,
+// the first with a context value of big bytes.
+func checkBase(f *testing.F, n, big int) []byte {
+	db, err := Open(filepath.Join(f.TempDir(), "base.db"), testOptions())
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range n {
+		m := newMission(mid(i))
+		if i == 0 && big > 0 {
+			m.Context.Values = map[string]any{"big": strings.Repeat("x", big)}
+		}
+		if _, _, err := db.Create(context.Background(), m, []driver.Event{event(m, 1, driver.StatePending)}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := db.Backup(&buf); err != nil {
+		f.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		f.Fatal(err)
+	}
+	if err := CheckFile(writeTemp(f, f.TempDir(), buf.Bytes())); err != nil {
+		f.Fatalf("the undamaged file: %v", err)
+	}
+	return buf.Bytes()
+}
+
+// checkPatched applies patches of offLen offset bytes and one value byte
+// to a copy of base and checks the result: it must not crash, and a
+// refusal must say the file is damaged or not a store.
+func checkPatched(t *testing.T, base, patch []byte, offLen int) {
+	b := bytes.Clone(base)
+	for i := 0; i+offLen < len(patch); i += offLen + 1 {
+		off := 0
+		for _, x := range patch[i : i+offLen] {
+			off = off<<8 | int(x)
+		}
+		b[off%len(b)] = patch[i+offLen]
+	}
+	err := CheckFile(writeTemp(t, t.TempDir(), b))
+	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrSchema) && !errors.Is(err, bolt.ErrInvalid) &&
+		!errors.Is(err, bolt.ErrVersionMismatch) && !errors.Is(err, bolt.ErrChecksum) {
+		t.Errorf("refused without saying the file is damaged: %v", err)
+	}
+}
+
+func writeTemp(tb testing.TB, dir string, b []byte) string {
+	tb.Helper()
+	p := filepath.Join(dir, "check.db")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

@@ -1,0 +1,222 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"io"
+)
+
+// checkPages reads a bbolt file's page structure, a page at a time and
+// with Go's bounds checks, before bbolt itself reads it through a memory
+// map:
+// the meta page in use, the freelist, and every page of every bucket's
+// tree, nested buckets included. It refuses what would make bbolt read
+// outside the file or a page, visit a page twice, or walk an absurd
+// overflow count. bbolt's own checker trusts those, and on a damaged file
+// it faults, or spends minutes and gigabytes on one bad overflow count
+// (both found by FuzzCheckFile).
+//
+// The layout is bbolt's file format version 2, in the byte order of the
+// machine that wrote it: little-endian on every platform this agent
+// ships for.
+func checkPages(r io.ReaderAt, size int64) error {
+	c := pageChecker{r: r, size: uint64(size)}
+	m, err := c.meta()
+	if err != nil {
+		return err
+	}
+	c.hwm = m.hwm
+	c.seen = make([]bool, c.hwm)
+	c.seen[0], c.seen[1] = true, true // the two meta pages
+	if m.freelist != noFreelist {
+		if err := c.freelist(m.freelist); err != nil {
+			return err
+		}
+	}
+	return c.tree(m.root, 0)
+}
+
+const (
+	pageHeaderLen = 16
+	elemLen       = 16 // branch and leaf elements alike
+	bucketHdrLen  = 16 // a bucket's root page ID and sequence
+	metaLen       = 64
+	boltMagic     = 0xED0CDAED
+	boltVersion   = 2
+	branchPage    = 0x01
+	leafPage      = 0x02
+	freelistPage  = 0x10
+	bucketLeaf    = 0x01
+	noFreelist    = ^uint64(0)
+	// maxTreeDepth bounds a descent: a real tree of this height would
+	// hold more keys than any file.
+	maxTreeDepth = 64
+)
+
+type pageChecker struct {
+	r        io.ReaderAt
+	size     uint64
+	pageSize uint64
+	hwm      uint64 // pages in use: ids below it are valid
+	seen     []bool
+}
+
+type boltMeta struct {
+	root, freelist, hwm, txid uint64
+}
+
+var le = binary.LittleEndian
+
+// meta returns the meta page bbolt uses: of the two with a valid magic,
+// version and checksum, the one with the higher transaction ID.
+func (c *pageChecker) meta() (boltMeta, error) {
+	var p [pageHeaderLen + metaLen]byte
+	if _, err := c.r.ReadAt(p[:], 0); err != nil {
+		return boltMeta{}, fmt.Errorf("%w: no meta page: %v", ErrCorrupt, err)
+	}
+	c.pageSize = uint64(le.Uint32(p[pageHeaderLen+8:]))
+	if c.pageSize < 1024 || c.pageSize > 1<<16 || c.pageSize&(c.pageSize-1) != 0 {
+		return boltMeta{}, fmt.Errorf("%w: page size %d", ErrCorrupt, c.pageSize)
+	}
+	var best boltMeta
+	found := false
+	for id := uint64(0); id < 2; id++ {
+		if _, err := c.r.ReadAt(p[:], int64(id*c.pageSize)); err != nil {
+			continue
+		}
+		m := p[pageHeaderLen:]
+		h := fnv.New64a()
+		h.Write(m[:56])
+		if le.Uint32(m) != boltMagic || le.Uint32(m[4:]) != boltVersion || le.Uint64(m[56:]) != h.Sum64() {
+			continue
+		}
+		bm := boltMeta{root: le.Uint64(m[16:]), freelist: le.Uint64(m[32:]), hwm: le.Uint64(m[40:]), txid: le.Uint64(m[48:])}
+		if !found || bm.txid > best.txid {
+			best, found = bm, true
+		}
+	}
+	switch {
+	case !found:
+		return boltMeta{}, fmt.Errorf("%w: no valid meta page", ErrCorrupt)
+	case best.hwm < 2 || best.hwm > c.size/c.pageSize:
+		return boltMeta{}, fmt.Errorf("%w: the meta page counts %d pages in a file of %d bytes", ErrCorrupt, best.hwm, c.size)
+	}
+	return best, nil
+}
+
+// page returns page id's bytes, with its overflow pages, once: the page
+// must be in use, say it is page id, and fit in the file.
+func (c *pageChecker) page(id uint64, flags uint16) ([]byte, error) {
+	if id < 2 || id >= c.hwm {
+		return nil, fmt.Errorf("%w: page %d is outside the %d in use", ErrCorrupt, id, c.hwm)
+	}
+	var hdr [pageHeaderLen]byte
+	if _, err := c.r.ReadAt(hdr[:], int64(id*c.pageSize)); err != nil {
+		return nil, fmt.Errorf("%w: page %d: %v", ErrCorrupt, id, err)
+	}
+	overflow := uint64(le.Uint32(hdr[12:]))
+	switch {
+	case le.Uint64(hdr[:]) != id:
+		return nil, fmt.Errorf("%w: page %d says it is page %d", ErrCorrupt, id, le.Uint64(hdr[:]))
+	case le.Uint16(hdr[8:])&flags == 0:
+		return nil, fmt.Errorf("%w: page %d has flags %#x where %#x were due", ErrCorrupt, id, le.Uint16(hdr[8:]), flags)
+	case id+overflow >= c.hwm:
+		return nil, fmt.Errorf("%w: page %d overflows %d pages past the %d in use", ErrCorrupt, id, overflow, c.hwm)
+	}
+	for i := id; i <= id+overflow; i++ {
+		if c.seen[i] {
+			return nil, fmt.Errorf("%w: page %d is reached twice", ErrCorrupt, i)
+		}
+		c.seen[i] = true
+	}
+	p := make([]byte, (overflow+1)*c.pageSize)
+	if _, err := c.r.ReadAt(p, int64(id*c.pageSize)); err != nil {
+		return nil, fmt.Errorf("%w: page %d: %v", ErrCorrupt, id, err)
+	}
+	return p, nil
+}
+
+func (c *pageChecker) freelist(id uint64) error {
+	p, err := c.page(id, freelistPage)
+	if err != nil {
+		return err
+	}
+	n, first := uint64(le.Uint16(p[10:])), uint64(pageHeaderLen)
+	if n == 0xFFFF { // the real count is the first element
+		if len(p) < pageHeaderLen+8 {
+			return fmt.Errorf("%w: freelist page %d too short", ErrCorrupt, id)
+		}
+		n, first = le.Uint64(p[pageHeaderLen:]), pageHeaderLen+8
+	}
+	if n > (uint64(len(p))-first)/8 {
+		return fmt.Errorf("%w: freelist page %d lists %d pages it cannot hold", ErrCorrupt, id, n)
+	}
+	for i := range n {
+		if free := le.Uint64(p[first+8*i:]); free < 2 || free >= c.hwm {
+			return fmt.Errorf("%w: freelist page %d lists page %d, outside the %d in use", ErrCorrupt, id, free, c.hwm)
+		}
+	}
+	return nil
+}
+
+// tree checks the bucket tree whose root is page id.
+func (c *pageChecker) tree(id uint64, depth int) error {
+	if depth > maxTreeDepth {
+		return fmt.Errorf("%w: a tree deeper than %d", ErrCorrupt, maxTreeDepth)
+	}
+	p, err := c.page(id, branchPage|leafPage)
+	if err != nil {
+		return err
+	}
+	return c.nodes(p, id, depth)
+}
+
+// nodes checks the elements of page p (a page of the file, or a bucket's
+// inline page) and what they lead to.
+func (c *pageChecker) nodes(p []byte, id uint64, depth int) error {
+	if len(p) < pageHeaderLen {
+		return fmt.Errorf("%w: page %d shorter than its header", ErrCorrupt, id)
+	}
+	flags, n := le.Uint16(p[8:]), int(le.Uint16(p[10:]))
+	if flags != branchPage && flags != leafPage {
+		return fmt.Errorf("%w: page %d in a bucket's tree has flags %#x", ErrCorrupt, id, flags)
+	}
+	if n > (len(p)-pageHeaderLen)/elemLen {
+		return fmt.Errorf("%w: page %d holds %d elements it has no room for", ErrCorrupt, id, n)
+	}
+	for i := range n {
+		e := pageHeaderLen + i*elemLen
+		el := p[e : e+elemLen]
+		if flags == branchPage {
+			pos, ksize := uint64(le.Uint32(el)), uint64(le.Uint32(el[4:]))
+			if uint64(e)+pos+ksize > uint64(len(p)) {
+				return fmt.Errorf("%w: page %d element %d lies outside it", ErrCorrupt, id, i)
+			}
+			if err := c.tree(le.Uint64(el[8:]), depth+1); err != nil {
+				return err
+			}
+			continue
+		}
+		eflags, pos, ksize, vsize := le.Uint32(el), uint64(le.Uint32(el[4:])), uint64(le.Uint32(el[8:])), uint64(le.Uint32(el[12:]))
+		end := uint64(e) + pos + ksize + vsize
+		if end > uint64(len(p)) {
+			return fmt.Errorf("%w: page %d element %d lies outside it", ErrCorrupt, id, i)
+		}
+		if eflags&bucketLeaf == 0 {
+			continue
+		}
+		v := p[end-vsize : end]
+		if len(v) < bucketHdrLen {
+			return fmt.Errorf("%w: page %d element %d is a bucket too short for its header", ErrCorrupt, id, i)
+		}
+		if root := le.Uint64(v); root != 0 {
+			if err := c.tree(root, depth+1); err != nil {
+				return err
+			}
+		} else if err := c.nodes(v[bucketHdrLen:], id, depth+1); err != nil { // an inline bucket
+			return err
+		}
+	}
+	return nil
+}
