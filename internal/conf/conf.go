@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -36,6 +37,9 @@ func Decode(path string, v any) error {
 		if errors.As(err, &perr) {
 			return &Error{File: path, Msg: fmt.Sprintf("line %d: %s", perr.Position.Line, perr.Message)}
 		}
+		if e := bracketsError(path, err); e != nil {
+			return e
+		}
 		return &Error{File: path, Msg: err.Error()}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
@@ -48,6 +52,25 @@ func Decode(path string, v any) error {
 			msg += " (all unknown: " + strings.Join(keys, ", ") + ")"
 		}
 		return &Error{File: path, Field: keys[0], Msg: msg}
+	}
+	return nil
+}
+
+// The TOML library's messages for a table given where a list of tables
+// is due, and for a list of tables given where one table is due.
+var (
+	tableForList = regexp.MustCompile(`line (\d+) \(last key "([^"]+)"\): incompatible types: TOML value has type map\[.*; destination has type slice`)
+	listForTable = regexp.MustCompile(`line (\d+) \(last key "([^"]+)"\): type mismatch for .*: expected table but found \[\]map\[`)
+)
+
+// bracketsError explains the type mismatch that [x] for [[x]], or the
+// reverse, causes, in the terms of the file rather than of Go types.
+func bracketsError(path string, err error) *Error {
+	if m := tableForList.FindStringSubmatch(err.Error()); m != nil {
+		return &Error{File: path, Field: m[2], Msg: fmt.Sprintf("line %s: a list: write [[%s]] (double brackets) before each entry, not [%s]", m[1], m[2], m[2])}
+	}
+	if m := listForTable.FindStringSubmatch(err.Error()); m != nil {
+		return &Error{File: path, Field: m[2], Msg: fmt.Sprintf("line %s: a single table: write [%s] (single brackets), once, not [[%s]]", m[1], m[2], m[2])}
 	}
 	return nil
 }

@@ -14,6 +14,9 @@ func TestDecode(t *testing.T) {
 		Sub  struct {
 			N int `toml:"n"`
 		} `toml:"sub"`
+		Users []struct {
+			Name string `toml:"name"`
+		} `toml:"users"`
 	}
 	dir := t.TempDir()
 	write := func(body string) string {
@@ -28,6 +31,8 @@ func TestDecode(t *testing.T) {
 		{"unknown key", "name = \"x\"\n[sub]\nm = 2\n", "sub.m", "unknown key"},
 		{"syntax", "name = \n", "", "line 1"},
 		{"wrong type", "name = 3\n", "", "name"},
+		{"list with single brackets", "name = \"x\"\n[users]\nname = \"a\"\n", "users", "line 2: a list: write [[users]] (double brackets) before each entry, not [users]"},
+		{"table with double brackets", "name = \"x\"\n[[sub]]\nn = 2\n", "sub", "line 2: a single table: write [sub] (single brackets), once, not [[sub]]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
