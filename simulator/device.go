@@ -57,9 +57,10 @@ type Device struct {
 	// which must not wait, to the device's worker, which starts them.
 	settling chan emitted
 	// unsettled are publishes whose PUBACK had not come when last looked
-	// at (see watch).
+	// at, and sweeping says a look is due (see watch).
 	unsettledMu sync.Mutex
 	unsettled   []sent
+	sweeping    bool
 	// wake tells the connection loop that the wish to be online or the
 	// outage schedule changed.
 	wake chan struct{}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
 )
@@ -182,5 +186,66 @@ func TestWriteBackup(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), "*.part-*")); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
+	}
+}
+
+// TestCheckFileLayouts: CheckFile accepts every layout bbolt writes and
+// opens, its own check of the page structure included: other page sizes,
+// and a damaged first meta page, which bbolt passes over for the second.
+// It refuses a file written without a freelist, which the store never
+// writes.
+func TestCheckFileLayouts(t *testing.T) {
+	db := openTest(t)
+	for i := range 40 {
+		m := newMission(mid(i))
+		if i == 0 {
+			m.Context.Values = map[string]any{"big": strings.Repeat("x", 20000)} // overflow pages
+		}
+		mustCreate(t, db, m)
+	}
+	var buf bytes.Buffer
+	if _, err := db.Backup(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.db")
+	if err := os.WriteFile(base, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	relayout := func(name string, opts bolt.Options) string {
+		src, err := bolt.Open(base, 0, &bolt.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		p := filepath.Join(dir, name)
+		dst, err := bolt.Open(p, 0o600, &opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bolt.Compact(dst, src, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, ps := range []int{1024, 16 << 10, 64 << 10, 128 << 10} {
+		if err := CheckFile(relayout(fmt.Sprintf("pages-%d.db", ps), bolt.Options{PageSize: ps})); err != nil {
+			t.Errorf("page size %d: %v", ps, err)
+		}
+	}
+	b := bytes.Clone(buf.Bytes())
+	b[16+8] ^= 0x01 // meta page 0's page size
+	damaged := filepath.Join(dir, "meta0.db")
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFile(damaged); err != nil {
+		t.Errorf("a damaged first meta page, with the second intact: %v", err)
+	}
+	if err := CheckFile(relayout("nofreelist.db", bolt.Options{NoFreelistSync: true})); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "without a freelist") {
+		t.Errorf("a file without a freelist: %v, want ErrCorrupt saying so", err)
 	}
 }

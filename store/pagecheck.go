@@ -29,10 +29,8 @@ func checkPages(r io.ReaderAt, size int64) error {
 	c.hwm = m.hwm
 	c.seen = make([]bool, c.hwm)
 	c.seen[0], c.seen[1] = true, true // the two meta pages
-	if m.freelist != noFreelist {
-		if err := c.freelist(m.freelist); err != nil {
-			return err
-		}
+	if err := c.freelist(m.freelist); err != nil {
+		return err
 	}
 	return c.tree(m.root, 0)
 }
@@ -68,39 +66,54 @@ type boltMeta struct {
 
 var le = binary.LittleEndian
 
-// meta returns the meta page bbolt uses: of the two with a valid magic,
-// version and checksum, the one with the higher transaction ID.
+// meta returns the meta page bbolt uses, found as bbolt finds it: the
+// page size from meta page 0 if that page is valid, else from the first
+// valid meta page at a power-of-two offset from 1 KiB to 16 MiB; then, of
+// the two meta pages at that size that are valid (magic, version,
+// checksum), the one with the higher transaction ID.
 func (c *pageChecker) meta() (boltMeta, error) {
 	var p [pageHeaderLen + metaLen]byte
-	if _, err := c.r.ReadAt(p[:], 0); err != nil {
-		return boltMeta{}, fmt.Errorf("%w: no meta page: %v", ErrCorrupt, err)
-	}
-	c.pageSize = uint64(le.Uint32(p[pageHeaderLen+8:]))
-	if c.pageSize < 1024 || c.pageSize > 1<<16 || c.pageSize&(c.pageSize-1) != 0 {
-		return boltMeta{}, fmt.Errorf("%w: page size %d", ErrCorrupt, c.pageSize)
-	}
-	var best boltMeta
-	found := false
-	for id := uint64(0); id < 2; id++ {
-		if _, err := c.r.ReadAt(p[:], int64(id*c.pageSize)); err != nil {
-			continue
+	read := func(off uint64) (boltMeta, uint64, bool) {
+		if _, err := c.r.ReadAt(p[:], int64(off)); err != nil {
+			return boltMeta{}, 0, false
 		}
 		m := p[pageHeaderLen:]
 		h := fnv.New64a()
 		h.Write(m[:56])
 		if le.Uint32(m) != boltMagic || le.Uint32(m[4:]) != boltVersion || le.Uint64(m[56:]) != h.Sum64() {
-			continue
+			return boltMeta{}, 0, false
 		}
 		bm := boltMeta{root: le.Uint64(m[16:]), freelist: le.Uint64(m[32:]), hwm: le.Uint64(m[40:]), txid: le.Uint64(m[48:])}
-		if !found || bm.txid > best.txid {
-			best, found = bm, true
+		return bm, uint64(le.Uint32(m[8:])), true
+	}
+	_, size, ok := read(0)
+	for i := 0; !ok && i <= 14 && 1024<<i < c.size-1024; i++ {
+		_, size, ok = read(1024 << i)
+	}
+	if !ok {
+		return boltMeta{}, fmt.Errorf("%w: no valid meta page", ErrCorrupt)
+	}
+	if size < pageHeaderLen+metaLen || size > 1<<24 {
+		return boltMeta{}, fmt.Errorf("%w: page size %d", ErrCorrupt, size)
+	}
+	c.pageSize = size
+	var best boltMeta
+	found := false
+	for id := uint64(0); id < 2; id++ {
+		if m, _, ok := read(id * c.pageSize); ok && (!found || m.txid > best.txid) {
+			best, found = m, true
 		}
 	}
 	switch {
 	case !found:
-		return boltMeta{}, fmt.Errorf("%w: no valid meta page", ErrCorrupt)
+		return boltMeta{}, fmt.Errorf("%w: no valid meta page for page size %d", ErrCorrupt, c.pageSize)
 	case best.hwm < 2 || best.hwm > c.size/c.pageSize:
 		return boltMeta{}, fmt.Errorf("%w: the meta page counts %d pages in a file of %d bytes", ErrCorrupt, best.hwm, c.size)
+	case best.freelist == noFreelist:
+		// Not a file this agent writes (it syncs its freelist), and one
+		// bbolt's checker rebuilds the freelist for from a goroutine that
+		// outlives the check if the tree is out of order.
+		return boltMeta{}, fmt.Errorf("%w: written without a freelist, not by this agent", ErrCorrupt)
 	}
 	return best, nil
 }
