@@ -194,10 +194,12 @@ func InUse(path string) (bool, error) {
 // build can open: a bbolt file whose pages are consistent and whose
 // schema is not newer than Schema. It does not look at a write-ahead log.
 // The file must not be open in a running store (that one holds its lock):
-// it is for backups. A damaged file is an error wrapping ErrCorrupt,
-// whatever the damage: bbolt panics on some, and on others reads through
-// a page pointer past the file's mapping, which is a fault rather than a
-// panic unless asked for (FuzzCheckFile).
+// it is for backups. A damaged file is refused with an error (most wrap
+// ErrCorrupt), whatever the damage, and never brings the process down,
+// although bbolt panics on some damage, and on other damage reads past
+// the file's mapping (FuzzCheckFile): the page structure is checked
+// first (checkPages), and bbolt's reads here run with faults turned into
+// panics, which are recovered.
 func CheckFile(path string) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
