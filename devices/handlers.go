@@ -356,9 +356,19 @@ func (h *Handlers) verify(ctx context.Context, device string, want map[string]an
 			return nil, fmt.Errorf("verify %s: %w", device, context.Cause(ctx))
 		case <-t.C:
 			return nil, driver.PermanentError(CodeVerifyFailed,
-				fmt.Errorf("device %s acked but reported %v, not %v, within %v", device, got, want, timeout))
+				fmt.Errorf("device %s acked but reported %s, not %s, within %v (another command, from another mission or an app, may have changed it since)",
+					device, jsonText(got), jsonText(want), timeout))
 		}
 	}
+}
+
+// jsonText writes a state as JSON, as devices report it, for messages.
+func jsonText(v map[string]any) string {
+	b, err := driver.AppendJSONValue(nil, v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // Restore executes a KindRestore step: it sends a "set" command with the

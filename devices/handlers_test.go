@@ -99,6 +99,10 @@ func TestCommandVerifyFailed(t *testing.T) {
 		"device": "front-door", "action": "lock", "verify": true, "verify_timeout": "150ms",
 	}))
 	wantClass(t, err, driver.Permanent, devices.CodeVerifyFailed)
+	// The states as devices report them, not as Go prints maps.
+	if want := `reported {"locked":false}, not {"locked":true}`; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
 }
 
 func TestCommandRejectedBeforePublish(t *testing.T) {

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/driver"
 )
 
 // Backup writes a copy of the database to w while the store stays in
@@ -175,6 +179,35 @@ func readAll(tx *bolt.Tx, size int64) error {
 	return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return read(b, 1) })
 }
 
+// checkRecords decodes every mission and every timeline event, as the
+// agent will: bbolt keeps no checksums of values, so damage inside one is
+// found only by reading it. (Damage that leaves valid JSON is not.)
+func checkRecords(tx *bolt.Tx) error {
+	if err := tx.Bucket(bMissions).ForEach(func(k, v []byte) error {
+		if _, err := decodeMission(v); err != nil {
+			return fmt.Errorf("mission %q: %w", k, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	tl := tx.Bucket(bTimeline)
+	if tl == nil {
+		return nil
+	}
+	return tl.ForEach(func(k, v []byte) error {
+		var ev driver.Event
+		if err := json.Unmarshal(v, &ev); err != nil {
+			id, seq := k, uint64(0)
+			if len(k) > 9 {
+				id, seq = k[:len(k)-9], binary.BigEndian.Uint64(k[len(k)-8:])
+			}
+			return fmt.Errorf("%w: mission %q, event %d: %v", ErrCorrupt, id, seq, err)
+		}
+		return nil
+	})
+}
+
 // InUse reports whether a store has the file at path open (it holds its
 // lock). A file that does not exist is not in use.
 func InUse(path string) (bool, error) {
@@ -194,8 +227,9 @@ func InUse(path string) (bool, error) {
 // build can open: a bbolt file whose pages are consistent and whose
 // schema is not newer than Schema. It does not look at a write-ahead log.
 // The file must not be open in a running store (that one holds its lock):
-// it is for backups. A damaged file is refused with an error (most wrap
-// ErrCorrupt), whatever the damage, and never brings the process down,
+// it is for backups. Every mission and event is decoded, so damage
+// inside one is found too. A damaged file is refused with an error (most
+// wrap ErrCorrupt), whatever the damage, and never brings the process down,
 // although bbolt panics on some damage, and on other damage reads past
 // the file's mapping (FuzzCheckFile): the page structure is checked
 // first (checkPages), and bbolt's reads here run with faults turned into
@@ -240,6 +274,9 @@ func CheckFile(path string) (err error) {
 			return fmt.Errorf("%s: %w: no missions bucket", path, ErrCorrupt)
 		}
 		if err := readAll(tx, fi.Size()); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := checkRecords(tx); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		var first error

@@ -249,3 +249,33 @@ func TestCheckFileLayouts(t *testing.T) {
 		t.Errorf("a file without a freelist: %v, want ErrCorrupt saying so", err)
 	}
 }
+
+// TestCheckFileRecords: damage inside a mission record or a timeline
+// event, which bbolt cannot see, is found by decoding them.
+func TestCheckFileRecords(t *testing.T) {
+	db := openTest(t)
+	m := newMission(mid(1))
+	mustCreate(t, db, m)
+	var buf bytes.Buffer
+	if _, err := db.Backup(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, find, want string }{
+		{"mission", `"id":"` + m.ID + `"`, `mission "` + m.ID + `"`},
+		{"event", `"mission_id":"` + m.ID + `"`, `mission "` + m.ID + `", event 1`},
+	} {
+		b := bytes.Clone(buf.Bytes())
+		i := bytes.Index(b, []byte(c.find))
+		if i < 0 {
+			t.Fatalf("%s: %s not in the file", c.name, c.find)
+		}
+		b[i] = '!' // the record no longer decodes; its length is unchanged
+		path := filepath.Join(t.TempDir(), "damaged.db")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckFile(path); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s damaged: %v, want ErrCorrupt naming %s", c.name, err, c.want)
+		}
+	}
+}
