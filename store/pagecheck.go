@@ -9,9 +9,8 @@ import (
 
 // checkPages reads a bbolt file's page structure, a page at a time and
 // with Go's bounds checks, before bbolt itself reads it through a memory
-// map:
-// the meta page in use, the freelist, and every page of every bucket's
-// tree, nested buckets included. It refuses what would make bbolt read
+// map: the meta page in use, the freelist, and every page of every
+// bucket's tree, nested buckets included. It refuses what would make bbolt read
 // outside the file or a page, visit a page twice, or walk an absurd
 // overflow count. bbolt's own checker trusts those, and on a damaged file
 // it faults, or spends minutes and gigabytes on one bad overflow count
