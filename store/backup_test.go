@@ -195,21 +195,10 @@ func TestWriteBackup(t *testing.T) {
 // It refuses a file written without a freelist, which the store never
 // writes.
 func TestCheckFileLayouts(t *testing.T) {
-	db := openTest(t)
-	for i := range 40 {
-		m := newMission(mid(i))
-		if i == 0 {
-			m.Context.Values = map[string]any{"big": strings.Repeat("x", 20000)} // overflow pages
-		}
-		mustCreate(t, db, m)
-	}
-	var buf bytes.Buffer
-	if _, err := db.Backup(&buf); err != nil {
-		t.Fatal(err)
-	}
+	backup := checkBase(t, 40, 20000) // the big context takes overflow pages
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base.db")
-	if err := os.WriteFile(base, buf.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(base, backup, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	relayout := func(name string, opts bolt.Options) string {
@@ -236,7 +225,7 @@ func TestCheckFileLayouts(t *testing.T) {
 			t.Errorf("page size %d: %v", ps, err)
 		}
 	}
-	b := bytes.Clone(buf.Bytes())
+	b := bytes.Clone(backup)
 	b[16+8] ^= 0x01 // meta page 0's page size
 	damaged := filepath.Join(dir, "meta0.db")
 	if err := os.WriteFile(damaged, b, 0o600); err != nil {
@@ -253,18 +242,12 @@ func TestCheckFileLayouts(t *testing.T) {
 // TestCheckFileRecords: damage inside a mission record or a timeline
 // event, which bbolt cannot see, is found by decoding them.
 func TestCheckFileRecords(t *testing.T) {
-	db := openTest(t)
-	m := newMission(mid(1))
-	mustCreate(t, db, m)
-	var buf bytes.Buffer
-	if _, err := db.Backup(&buf); err != nil {
-		t.Fatal(err)
-	}
+	backup, id := checkBase(t, 1, 0), mid(0)
 	for _, c := range []struct{ name, find, want string }{
-		{"mission", `"id":"` + m.ID + `"`, `mission "` + m.ID + `"`},
-		{"event", `"mission_id":"` + m.ID + `"`, `mission "` + m.ID + `", event 1`},
+		{"mission", `"id":"` + id + `"`, `mission "` + id + `"`},
+		{"event", `"mission_id":"` + id + `"`, `mission "` + id + `", event 1`},
 	} {
-		b := bytes.Clone(buf.Bytes())
+		b := bytes.Clone(backup)
 		i := bytes.Index(b, []byte(c.find))
 		if i < 0 {
 			t.Fatalf("%s: %s not in the file", c.name, c.find)

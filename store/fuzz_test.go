@@ -227,11 +227,12 @@ func FuzzCheckFileLarge(f *testing.F) {
 }
 
 // checkBase is the bytes of a store file (a backup) holding n missions,
-// the first with a context value of big bytes.
-func checkBase(f *testing.F, n, big int) []byte {
-	db, err := Open(filepath.Join(f.TempDir(), "base.db"), testOptions())
+// the first with a context value of big bytes; CheckFile accepts it.
+func checkBase(tb testing.TB, n, big int) []byte {
+	tb.Helper()
+	db, err := Open(filepath.Join(tb.TempDir(), "base.db"), testOptions())
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
 	for i := range n {
 		m := newMission(mid(i))
@@ -239,18 +240,18 @@ func checkBase(f *testing.F, n, big int) []byte {
 			m.Context.Values = map[string]any{"big": strings.Repeat("x", big)}
 		}
 		if _, _, err := db.Create(context.Background(), m, []driver.Event{event(m, 1, driver.StatePending)}); err != nil {
-			f.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	var buf bytes.Buffer
 	if _, err := db.Backup(&buf); err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
-	if err := CheckFile(writeTemp(f, f.TempDir(), buf.Bytes())); err != nil {
-		f.Fatalf("the undamaged file: %v", err)
+	if err := CheckFile(writeTemp(tb, tb.TempDir(), buf.Bytes())); err != nil {
+		tb.Fatalf("the undamaged file: %v", err)
 	}
 	return buf.Bytes()
 }
