@@ -25,7 +25,16 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
-lint: fmt-check vet
+# golangci-lint, built from the version pinned in tools/go.mod (its own
+# module, so the agent's go.mod carries none of its dependencies).
+GOLANGCI := bin/golangci-lint
+
+$(GOLANGCI): tools/go.mod tools/go.sum
+	@mkdir -p bin
+	$(GO) -C tools build -o ../$(GOLANGCI) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+lint: fmt-check vet $(GOLANGCI)
+	$(GOLANGCI) run $(PKGS)
 
 # The README's test command: format check, vet, and every test under -race.
 test: fmt-check vet
