@@ -11,8 +11,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 // BenchmarkRoundTrip measures command round trips per second through the
@@ -22,7 +22,7 @@ import (
 // ten slices of each run, so load from elsewhere on the machine hits both
 // alike; the run reports each one's ops/s and client/raw as x_raw.
 func BenchmarkRoundTrip(b *testing.B) {
-	br := simulator.TestBroker(b)
+	br := brokertest.Start(b)
 	topics := devices.Topics{}
 	startEcho(b, br.URL(), topics, "bench")
 	raw := newRawRequester(b, br.URL(), topics)

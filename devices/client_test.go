@@ -12,13 +12,14 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 func TestSendAck(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, nil)
 	c := dial(t, b, nil)
 
@@ -46,7 +47,7 @@ func TestSendAck(t *testing.T) {
 }
 
 func TestRetryAfterLostAck(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	dev := startDevice(t, b, "lamp", nil, func(_ devices.Command, n int) reply {
 		return reply{Drop: n == 1}
 	})
@@ -88,7 +89,7 @@ func TestRejections(t *testing.T) {
 		{devices.CodeExpired, true},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
-			b := simulator.TestBroker(t)
+			b := brokertest.Start(t)
 			id := "dev-" + tc.code
 			dev := startDevice(t, b, id, nil, func(devices.Command, int) reply { return reply{Code: tc.code} })
 			c := dial(t, b, nil)
@@ -111,7 +112,7 @@ func TestRejections(t *testing.T) {
 }
 
 func TestLateAckCompletesRetry(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	hold := make(chan struct{})
 	dev := startDevice(t, b, "lock1", nil, func(_ devices.Command, n int) reply {
 		return reply{Hold: hold}
@@ -145,7 +146,7 @@ func TestLateAckCompletesRetry(t *testing.T) {
 }
 
 func TestDuplicateAckIgnored(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	startDevice(t, b, "lamp", nil, func(devices.Command, int) reply { return reply{Twice: true} })
 	stray := make(chan bool, 4)
 	c := dial(t, b, func(o *devices.Options) {
@@ -163,7 +164,7 @@ func TestDuplicateAckIgnored(t *testing.T) {
 }
 
 func TestAckFromOtherDeviceIgnored(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	// "thief" acks every command ID it sees on lamp's topic, as if it were
 	// lamp's answer; it must not complete lamp's command.
 	hold := make(chan struct{})
@@ -178,7 +179,7 @@ func TestAckFromOtherDeviceIgnored(t *testing.T) {
 }
 
 func TestConcurrentSends(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	dev := startDevice(t, b, "lamp", nil, nil)
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 5 * time.Second })
 	var wg sync.WaitGroup
@@ -204,7 +205,7 @@ func TestConcurrentSends(t *testing.T) {
 }
 
 func TestSameIDInFlight(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	hold := make(chan struct{})
 	dev := startDevice(t, b, "lamp", nil, func(devices.Command, int) reply { return reply{Hold: hold} })
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 5 * time.Second })
@@ -224,7 +225,7 @@ func TestSameIDInFlight(t *testing.T) {
 }
 
 func TestInvalidRejectedBeforePublish(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	dev := startDevice(t, b, "lamp", nil, nil)
 	c := dial(t, b, nil)
 	for _, tc := range []struct {
@@ -259,7 +260,7 @@ func TestInvalidRejectedBeforePublish(t *testing.T) {
 }
 
 func TestAvailabilityAndState(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	changes := make(chan string, 64)
 	c := dial(t, b, func(o *devices.Options) {
 		o.OnChange = func(id string) {
@@ -318,7 +319,7 @@ func TestAvailabilityAndState(t *testing.T) {
 }
 
 func TestBrokerRestart(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	addr := b.Addr()
 	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, func(_ devices.Command, n int) reply {
 		return reply{Drop: n == 1} // the first answer is lost with the broker
@@ -340,7 +341,7 @@ func TestBrokerRestart(t *testing.T) {
 	// written.
 	waitUntil(t, c, "lamp", "state on", func() bool { st, _ := c.State("lamp"); return st["power"] == "on" })
 	_ = b.Close()
-	b2, err := simulator.StartBroker(simulator.BrokerOptions{Addr: addr})
+	b2, err := broker.Start(broker.Options{Addr: addr})
 	if err != nil {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
@@ -376,7 +377,7 @@ func TestBrokerRestart(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	c := dial(t, b, func(o *devices.Options) { o.ClientID = "closer" })
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -391,7 +392,7 @@ func TestClose(t *testing.T) {
 }
 
 func TestDialFails(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	url := b.URL()
 	_ = b.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)

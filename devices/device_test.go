@@ -13,8 +13,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/devices"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 // reply is what a fake device does with one received command. n counts
@@ -67,7 +67,7 @@ var effectsOf = map[string]map[string]any{
 	"close":    {"position": 0},
 }
 
-func startDevice(t testing.TB, b *simulator.Broker, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
+func startDevice(t testing.TB, b *broker.Broker, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
 	t.Helper()
 	d := &fakeDevice{
 		t: t, id: id, script: script,
@@ -313,7 +313,7 @@ var clientSeq atomic.Int64
 // of a connection; TestInProcess sets it. No test here runs in parallel.
 var inProcess bool
 
-func dial(t testing.TB, b *simulator.Broker, mod func(*devices.Options)) *devices.Client {
+func dial(t testing.TB, b *broker.Broker, mod func(*devices.Options)) *devices.Client {
 	t.Helper()
 	o := devices.Options{
 		Broker:     b.URL(),
@@ -340,7 +340,7 @@ func dial(t testing.TB, b *simulator.Broker, mod func(*devices.Options)) *device
 // disconnected during the test, so that the broker's own Close cannot
 // race with that departure (see closeBrokerFirst). mochi offers no event
 // for it (OnDisconnect runs before the client is deleted), so this polls.
-func waitGone(t testing.TB, b *simulator.Broker, clientID string) {
+func waitGone(t testing.TB, b *broker.Broker, clientID string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -360,7 +360,7 @@ func waitGone(t testing.TB, b *simulator.Broker, clientID string) {
 // takes its read lock twice, and a Delete from the departing client queues
 // for the write lock in between); idle clients of a closing broker never
 // trigger that.
-func closeBrokerFirst(t testing.TB, b *simulator.Broker) {
+func closeBrokerFirst(t testing.TB, b *broker.Broker) {
 	t.Cleanup(func() { _ = b.Close() })
 }
 

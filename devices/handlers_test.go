@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 // rig is a broker, a client and the device handlers over the shipped home.
 type rig struct {
-	broker *simulator.Broker
+	broker *broker.Broker
 	client *devices.Client
 	h      *devices.Handlers
 	kinds  map[string]driver.Handler
@@ -22,7 +23,7 @@ type rig struct {
 
 func newRig(t *testing.T, opts devices.HandlerOptions) *rig {
 	t.Helper()
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	c := dial(t, b, nil)
 	h := devices.NewHandlers(c, loadHome(t), opts)
 	r := &rig{broker: b, client: c, h: h, kinds: map[string]driver.Handler{}}

@@ -5,8 +5,8 @@ import (
 
 	"testing"
 
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 // TestInProcess runs the tests that do not depend on the connection with
@@ -37,7 +37,7 @@ func TestInProcess(t *testing.T) {
 // What a device retained before the client existed is known once Dial
 // returns, and Close ends the subscriptions.
 func TestInProcessRetainedAndClose(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	startDevice(t, b, "lamp", map[string]any{"power": "on"}, nil)
 	if err := b.Publish(devices.Topics{}.Availability("door"), []byte(devices.Offline), true, 1); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestInProcessRetainedAndClose(t *testing.T) {
 // Close waits for a hook already running on the broker's receive path,
 // and no hook runs after it returns.
 func TestInProcessCloseWaitsForHandlers(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	entered, release := make(chan string, 8), make(chan struct{})
 	c, err := devices.Dial(t.Context(), devices.Options{Local: b, Logger: discard(), OnChange: func(id string) {
 		entered <- id

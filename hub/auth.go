@@ -1,16 +1,13 @@
 package hub
 
 import (
-	"crypto/subtle"
 	"fmt"
+	"log/slog"
 	"strings"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
-
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/clientid"
-	"github.com/sortie-edge/sortie/internal/passwd"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -35,7 +32,7 @@ func ParseHash(h string) error {
 	return nil
 }
 
-// AuthOptions configures an Auth hook.
+// AuthOptions configures NewAuth.
 type AuthOptions struct {
 	// Prefix is the topic prefix (default uplink.DefaultPrefix).
 	Prefix string
@@ -48,41 +45,22 @@ type AuthOptions struct {
 	// Gateways maps gateway ID (the MQTT username) to a password hash
 	// from HashPassword.
 	Gateways map[string]string
+	// Logger receives the broker's refusals; nil discards them.
+	Logger *slog.Logger
 }
 
-// Auth is a mochi hook for the hub's embedded broker. It refuses
-// anonymous clients and wrong passwords, and confines each gateway G to
-// publishing on its own status, heartbeat, events and control/result
-// topics (and a last will on its status topic) and subscribing to its
-// own ack and control topics. Everything else is denied: mochi's own
-// auth ledger allows what no rule matches, so it is not used.
-type Auth struct {
-	mqtt.HookBase
-	topics  uplink.Topics
-	hubUser string
-	hubPass []byte
-	hubCID  string
-	creds   *passwd.Book
-	// ids keeps each client ID to one user: the hub's own ID and a
-	// gateway's default one, its name and its name and a dot are
-	// reserved to them; any other ID is its first user's until its
-	// session ends.
-	ids *clientid.Owners
-}
-
-// NewAuth checks the options and returns the hook; pass it to the
-// broker with a nil config.
-func NewAuth(opts AuthOptions) (*Auth, error) {
+// NewAuth returns the access control of the hub's embedded broker (pass
+// it as broker.Options.Auth). It refuses anonymous clients and wrong
+// passwords, and confines each gateway G to publishing on its own
+// status, heartbeat, events and control/result topics (and a last will
+// on its status topic) and subscribing to its own ack and control
+// topics; the hub identity may do anything. The hub's client ID and a
+// gateway's default one are reserved to them.
+func NewAuth(opts AuthOptions) (*broker.Auth, error) {
 	if opts.HubUser == "" || opts.HubPassword == "" {
 		return nil, fmt.Errorf("%w: hub identity needs a user and a password", ErrInvalid)
 	}
-	a := &Auth{
-		topics:  uplink.Topics{Prefix: opts.Prefix},
-		hubUser: opts.HubUser,
-		hubPass: []byte(opts.HubPassword),
-		hubCID:  opts.HubClientID,
-		creds:   passwd.NewBook(),
-	}
+	creds := passwd.NewBook()
 	for gw, h := range opts.Gateways {
 		if err := driver.ValidateID("gateway", gw); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -94,88 +72,30 @@ func NewAuth(opts AuthOptions) (*Auth, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gateway %q: %w: %w (see \"hub passwd\")", gw, ErrInvalid, err)
 		}
-		a.creds.Add(gw, c)
+		creds.Add(gw, c)
 	}
-	named := clientid.Named(func(name string) bool { return name == a.hubUser || a.creds.Has(name) })
-	a.ids = clientid.New(func(id string) string {
-		if a.hubCID != "" && id == a.hubCID {
-			return a.hubUser
-		}
-		if gw, ok := strings.CutPrefix(id, uplink.DefaultClientID("")); ok && a.creds.Has(gw) {
-			return gw
-		}
-		return named(id)
+	t := uplink.Topics{Prefix: opts.Prefix}
+	return broker.NewAuth(broker.AuthOptions{
+		Users:    creds,
+		Internal: opts.HubUser, InternalPassword: opts.HubPassword,
+		Allow: func(gw, topic string, write bool) bool {
+			if write {
+				return topic == t.Status(gw) || topic == t.Heartbeat(gw) || topic == t.Events(gw) || topic == t.ControlResult(gw)
+			}
+			return topic == t.Ack(gw) || topic == t.Control(gw)
+		},
+		AllowWill: func(gw, topic string) bool { return topic == t.Status(gw) },
+		Reserved: func(id string) string {
+			if opts.HubClientID != "" && id == opts.HubClientID {
+				return opts.HubUser
+			}
+			if gw, ok := strings.CutPrefix(id, uplink.DefaultClientID("")); ok && creds.Has(gw) {
+				return gw
+			}
+			return ""
+		},
+		Logger: opts.Logger,
 	})
-	return a, nil
-}
-
-// Bind is simulator.BrokerOptions.Bind: the hook sees the connected
-// clients when it releases a client ID.
-func (a *Auth) Bind(srv *mqtt.Server) { a.ids.Bind(srv) }
-
-// OnDisconnect releases the client ID when the session goes with the
-// connection (a clean session).
-func (a *Auth) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if expire {
-		a.ids.Release(cl)
-	}
-}
-
-// OnClientExpired releases the client ID of a kept session that expired.
-func (a *Auth) OnClientExpired(cl *mqtt.Client) { a.ids.Release(cl) }
-
-// ID names the hook in mochi's logs.
-func (a *Auth) ID() string { return "sortie-hub-auth" }
-
-// Provides says which hook methods Auth implements.
-func (a *Auth) Provides(b byte) bool {
-	switch b {
-	case mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnClientExpired:
-		return true
-	}
-	return false
-}
-
-// OnConnectAuthenticate admits the hub identity and gateways with the
-// right password whose last will, if any, is their own status topic, and
-// whose client ID no other user holds.
-func (a *Auth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	user, pass := string(pk.Connect.Username), pk.Connect.Password
-	if user == "" || len(pass) == 0 {
-		return false
-	}
-	var ok bool
-	if user == a.hubUser {
-		ok = subtle.ConstantTimeCompare(pass, a.hubPass) == 1
-	} else {
-		if pk.Connect.WillFlag && pk.Connect.WillTopic != a.topics.Status(user) {
-			// Wills are not ACL-checked when sent, so check them here.
-			return false
-		}
-		ok = a.creds.Check(user, pass)
-	}
-	return ok && a.ids.Claim(user, pk.Connect.ClientIdentifier)
-}
-
-// OnACLCheck allows the hub everything and a gateway only its own
-// topics; write is true for a publish, false for a subscription filter
-// or a delivery.
-func (a *Auth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	user := string(cl.Properties.Username)
-	if user == "" {
-		return false
-	}
-	if user == a.hubUser {
-		return true
-	}
-	if !a.creds.Has(user) {
-		return false
-	}
-	t := a.topics
-	if write {
-		return topic == t.Status(user) || topic == t.Heartbeat(user) || topic == t.Events(user) || topic == t.ControlResult(user)
-	}
-	return topic == t.Ack(user) || topic == t.Control(user)
 }
 
 // gatewayOf returns the gateway ID of a hub topic and its kind

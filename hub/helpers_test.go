@@ -16,9 +16,9 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/passwd"
-	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -36,7 +36,7 @@ const (
 func gatewayPassword(id string) string { return "pw-" + id }
 
 // testAuth returns the hook for gateways ids with gatewayPassword.
-func testAuth(tb testing.TB, ids ...string) *Auth {
+func testAuth(tb testing.TB, ids ...string) *broker.Auth {
 	tb.Helper()
 	creds := map[string]string{}
 	for _, id := range ids {
@@ -54,10 +54,10 @@ func testAuth(tb testing.TB, ids ...string) *Auth {
 }
 
 // testBroker starts the embedded broker with the hub's ACL.
-func testBroker(tb testing.TB, ids ...string) *simulator.Broker {
+func testBroker(tb testing.TB, ids ...string) *broker.Broker {
 	tb.Helper()
 	auth := testAuth(tb, ids...)
-	b, err := simulator.StartBroker(simulator.BrokerOptions{Addr: "127.0.0.1:0", Auth: auth, Bind: auth.Bind})
+	b, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Auth: auth})
 	if err != nil {
 		tb.Fatalf("start broker: %v", err)
 	}
@@ -67,7 +67,7 @@ func testBroker(tb testing.TB, ids ...string) *simulator.Broker {
 
 // env is a running hub: broker with ACL, store, service and API.
 type env struct {
-	broker *simulator.Broker
+	broker *broker.Broker
 	st     *Store
 	svc    *Service
 	api    *API

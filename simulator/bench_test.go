@@ -8,6 +8,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 )
 
@@ -51,7 +52,7 @@ func BenchmarkHandle(b *testing.B) {
 // against a raw QoS 1 publish → delivery round trip through the same
 // broker. x_raw is the ratio.
 func BenchmarkRoundTrip(b *testing.B) {
-	br := TestBroker(b)
+	br := brokertest.Start(b)
 	startHome(b, br, DeviceConfig{ID: "light", Type: TypeLight})
 	got := make(chan struct{}, 1)
 	c := paho.NewClient(paho.NewClientOptions().AddBroker(br.URL()).SetClientID("bench"))

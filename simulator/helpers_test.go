@@ -15,6 +15,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 )
 
@@ -70,7 +72,7 @@ func (a *agent) ch(kind, device string) chan []byte {
 
 var clientSeq atomic.Int64
 
-func newAgent(t testing.TB, b *Broker) *agent {
+func newAgent(t testing.TB, b *broker.Broker) *agent {
 	t.Helper()
 	a := &agent{
 		t:      t,
@@ -192,7 +194,7 @@ func (a *agent) next(kind, device string) []byte {
 }
 
 // startHome starts a home of the given devices on b, seed 1.
-func startHome(t testing.TB, b *Broker, devs ...DeviceConfig) *Home {
+func startHome(t testing.TB, b *broker.Broker, devs ...DeviceConfig) *Home {
 	t.Helper()
 	h, err := NewHome(HomeConfig{Broker: b.URL(), Seed: 1, Devices: devs, Logger: testLogger()})
 	if err != nil {
@@ -210,7 +212,7 @@ func startHome(t testing.TB, b *Broker, devs ...DeviceConfig) *Home {
 // rig is a broker, an agent and a started home.
 func rig(t testing.TB, devs ...DeviceConfig) (*Home, *agent) {
 	t.Helper()
-	b := TestBroker(t)
+	b := brokertest.Start(t)
 	h := startHome(t, b, devs...)
 	// The agent subscribes to an idle home and gets one availability and
 	// state per device, which it consumes so that the tests see only what

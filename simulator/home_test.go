@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 )
 
@@ -146,7 +148,7 @@ func TestNewHomeNeedsBroker(t *testing.T) {
 }
 
 func TestHomeLifecycle(t *testing.T) {
-	b := TestBroker(t)
+	b := brokertest.Start(t)
 	a := newAgent(t, b)
 	h := startHome(t, b, DeviceConfig{ID: "d", Type: TypeLight})
 	if err := h.Start(t.Context()); err == nil {
@@ -176,12 +178,12 @@ func TestHomeLifecycle(t *testing.T) {
 }
 
 func TestHomeReconnectsAfterBrokerRestart(t *testing.T) {
-	b := TestBroker(t)
+	b := brokertest.Start(t)
 	addr := b.Addr()
 	h := startHome(t, b, DeviceConfig{ID: "d", Type: TypeLight})
 	d := h.Device("d")
 	_ = b.Close()
-	b2, err := StartBroker(BrokerOptions{Addr: addr})
+	b2, err := broker.Start(broker.Options{Addr: addr})
 	if err != nil {
 		t.Skipf("port %s not reusable at once: %v", addr, err)
 	}

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 type fakeHealth struct{}
@@ -20,7 +21,7 @@ func (fakeHealth) Heartbeat(context.Context) Heartbeat {
 }
 
 func TestSyncDeliversAndDeletesAfterAck(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
 	w.steps(3, 12) // written before the uplink starts
@@ -69,7 +70,7 @@ func TestSyncDeliversAndDeletesAfterAck(t *testing.T) {
 }
 
 func TestSyncHubAbsentThenBack(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
 	w.steps(4, 20)
@@ -99,7 +100,7 @@ func TestSyncHubAbsentThenBack(t *testing.T) {
 }
 
 func TestSyncSurvivesBrokerRestart(t *testing.T) {
-	b, err := simulator.StartBroker(simulator.BrokerOptions{Addr: "127.0.0.1:0"})
+	b, err := broker.Start(broker.Options{Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestSyncSurvivesBrokerRestart(t *testing.T) {
 	waitStats(t, u, "disconnected", func(s Stats) bool { return !s.Connected })
 	w.steps(3, 9) // written while the hub is unreachable
 	u.Notify()
-	b2, err := simulator.StartBroker(simulator.BrokerOptions{Addr: addr})
+	b2, err := broker.Start(broker.Options{Addr: addr})
 	if err != nil {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
@@ -137,7 +138,7 @@ func TestSyncSurvivesBrokerRestart(t *testing.T) {
 }
 
 func TestSyncResumesAfterAgentRestart(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	path := filepath.Join(t.TempDir(), "sortie.db")
 	w := &world{tb: t, db: openStore(t, path), ms: map[string]*driver.Mission{}}
@@ -168,7 +169,7 @@ func TestSyncResumesAfterAgentRestart(t *testing.T) {
 }
 
 func TestAckBeyondSentIsCapped(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
 	w.step("a")
@@ -189,7 +190,7 @@ func TestAckBeyondSentIsCapped(t *testing.T) {
 }
 
 func TestPresence(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
 	px := startProxy(t, b.Addr())
@@ -248,7 +249,7 @@ func (r *recordingControl) Control(_ context.Context, c Control) ControlResult {
 }
 
 func TestControl(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
 	rc := &recordingControl{}

@@ -22,8 +22,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
 func testHash(t *testing.T, pw string) string {

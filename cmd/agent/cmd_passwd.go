@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
 const passwdUsage = `Usage: agent passwd [-role app|device|admin] [-generate] NAME

@@ -6,7 +6,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/sortie-edge/sortie/internal/passwd"
+	"github.com/sortie-edge/sortie/broker/passwd"
 )
 
 // agent passwd prints an entry the config accepts, its flags may follow

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
@@ -132,7 +133,7 @@ type agent struct {
 	cfg    Config
 	log    *slog.Logger
 	db     *store.DB
-	broker *simulator.Broker
+	broker *broker.Broker
 	auth   *brokerAuth // the embedded broker's, when it has users
 	home   *simulator.Home
 	dev    *devices.Client
@@ -248,7 +249,7 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 		return err
 	}
 	if cfg.Broker.Embedded {
-		opts := simulator.BrokerOptions{Addr: cfg.Broker.Listen}
+		opts := broker.Options{Addr: cfg.Broker.Listen}
 		// The agent's own TCP clients trust its certificate alone.
 		if opts.TLS, tlsCfg, err = cfg.Broker.serverTLS(cfg); err != nil {
 			return err
@@ -261,10 +262,10 @@ func (a *agent) start(ctx context.Context, rf *runFlags, stdout io.Writer) error
 			if err != nil {
 				return err
 			}
-			opts.Auth, opts.Bind, user, password = auth, auth.bind, internalUser, internal
+			opts.Auth, user, password = auth.hook, internalUser, internal
 			a.auth = auth
 		}
-		if a.broker, err = simulator.StartBroker(opts); err != nil {
+		if a.broker, err = broker.Start(opts); err != nil {
 			return err
 		}
 		a.closers = append(a.closers, func() { _ = a.broker.Close() })

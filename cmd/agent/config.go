@@ -15,10 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/conf"
-	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
 // Config is the agent's configuration file (configs/agent.toml).

@@ -12,8 +12,9 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 type chanPublisher chan string
@@ -89,7 +90,7 @@ func TestFeedSkipsUnfollowedEvents(t *testing.T) {
 	}
 }
 
-type brokerPublisher struct{ b *simulator.Broker }
+type brokerPublisher struct{ b *broker.Broker }
 
 func (p brokerPublisher) Publish(topic string, qos byte, retained bool, payload []byte) error {
 	return p.b.Publish(topic, payload, retained, qos)
@@ -99,7 +100,7 @@ func (p brokerPublisher) Publish(topic string, qos byte, retained bool, payload 
 // a mission's events after the feed found nobody following them gets the
 // events from then on.
 func TestFeedLateSubscriber(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	f := newFeed(slog.New(slog.NewTextHandler(io.Discard, nil)), brokerPublisher{b}, newAgentTopics("sortie", "home"), "home")
 	f.listened, f.subsAdded = b.Subscribed, b.SubscriptionsAdded
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,6 +18,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/simulator"
 )
@@ -63,7 +65,7 @@ type testEnv struct {
 	t       *testing.T
 	gw      string
 	dir     string
-	broker  *simulator.Broker
+	broker  *broker.Broker
 	home    *simulator.Home
 	app     paho.Client
 	cfgPath string
@@ -99,7 +101,7 @@ func newEnv(t *testing.T, extraConfig string) *testEnv {
 func newGatewayEnv(t *testing.T, gw, extraConfig string) *testEnv {
 	t.Helper()
 	e := newBareEnv(t, gw)
-	e.broker = simulator.TestBroker(t)
+	e.broker = brokertest.Start(t)
 	e.connect(e.broker.URL())
 	e.writeConfig(fmt.Sprintf("embedded = false\nurl = %q\n", e.broker.URL()), extraConfig)
 	return e

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
-	"github.com/sortie-edge/sortie/internal/passwd"
 )
 
 // cmdPasswd prints a [gateways] line for a gateway. The password comes

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sortie-edge/sortie/hub"
-	"github.com/sortie-edge/sortie/simulator"
+	"github.com/sortie-edge/sortie/broker"
 )
 
 // onListening, when set (by tests), learns the bound addresses.
@@ -174,10 +174,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // startBroker starts the embedded broker with the hub's ACL, and returns
 // the URL and TLS settings the hub's own client uses to reach it.
-func startBroker(cfg Config, hubPassword string, log *slog.Logger) (*simulator.Broker, string, *tls.Config, error) {
+func startBroker(cfg Config, hubPassword string, log *slog.Logger) (*broker.Broker, string, *tls.Config, error) {
 	auth, err := hub.NewAuth(hub.AuthOptions{
 		Prefix: cfg.Prefix, HubUser: cfg.Identity.Username, HubPassword: hubPassword,
-		HubClientID: cfg.Identity.ClientID, Gateways: cfg.Gateways,
+		HubClientID: cfg.Identity.ClientID, Gateways: cfg.Gateways, Logger: log.With("component", "broker"),
 	})
 	if err != nil {
 		return nil, "", nil, err
@@ -186,8 +186,8 @@ func startBroker(cfg Config, hubPassword string, log *slog.Logger) (*simulator.B
 	if err != nil {
 		return nil, "", nil, err
 	}
-	b, err := simulator.StartBroker(simulator.BrokerOptions{
-		Addr: cfg.Broker.Listen, TLS: serverTLS, Auth: auth, Bind: auth.Bind, Logger: log.With("component", "broker"),
+	b, err := broker.Start(broker.Options{
+		Addr: cfg.Broker.Listen, TLS: serverTLS, Auth: auth, Logger: log.With("component", "broker"),
 	})
 	if err != nil {
 		return nil, "", nil, err

@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -50,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("config", "configs/home.toml", "home config `file`")
-	broker := fs.String("broker", "", "broker `URL` (tcp://host:port); overrides the config; empty starts an embedded broker")
+	brokerURL := fs.String("broker", "", "broker `URL` (tcp://host:port); overrides the config; empty starts an embedded broker")
 	listen := fs.String("listen", "127.0.0.1:1883", "embedded broker `address`")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")
@@ -74,11 +75,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *broker != "" {
-		cfg.Broker = *broker
+	if *brokerURL != "" {
+		cfg.Broker = *brokerURL
 	}
 	if cfg.Broker == "" {
-		b, err := simulator.StartBroker(simulator.BrokerOptions{Addr: *listen, Logger: brokerLogger(log, lvl)})
+		b, err := broker.Start(broker.Options{Addr: *listen, Logger: brokerLogger(log, lvl)})
 		if err != nil {
 			return err
 		}

@@ -11,8 +11,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 const wait = 10 * time.Second
@@ -95,7 +95,7 @@ func TestRunErrors(t *testing.T) {
 }
 
 func TestRunPortTaken(t *testing.T) {
-	b := simulator.TestBroker(t)
+	b := brokertest.Start(t)
 	err := run(t.Context(), []string{"-config", "../../configs/home.toml", "-listen", b.Addr()}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), b.Addr()) {
 		t.Fatalf("run on a taken port: %v", err)

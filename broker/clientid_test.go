@@ -1,4 +1,4 @@
-package clientid
+package broker
 
 import (
 	"sync"
@@ -7,39 +7,42 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 )
 
-func TestNamed(t *testing.T) {
+func TestNamedOwnerTakesTheLongestUserPrefix(t *testing.T) {
 	users := map[string]bool{"lamp": true, "lamp.kitchen": true, "hub": true}
-	r := Named(func(n string) bool { return users[n] })
+	r := namedOwner(func(n string) bool { return users[n] })
 	for id, want := range map[string]string{
 		"lamp": "lamp", "lamp.1": "lamp", "lamp.kitchen": "lamp.kitchen", "lamp.kitchen.2": "lamp.kitchen",
 		"lamps": "", "lamp-1": "", ".lamp": "", "": "", "x.lamp": "", "hub.a.b": "hub",
 	} {
 		if got := r(id); got != want {
-			t.Errorf("Named(%q) = %q, want %q", id, got, want)
+			t.Errorf("namedOwner(%q) = %q, want %q", id, got, want)
 		}
 	}
 }
 
 func TestClaimAndRelease(t *testing.T) {
-	o := New(Named(func(n string) bool { return n == "lamp" }))
-	if !o.Claim("app", "free-1") || !o.Claim("app", "free-1") {
-		t.Fatal("a free ID, or one's own, refused")
+	o := newOwners(namedOwner(func(n string) bool { return n == "lamp" }))
+	if !o.claim("app", "free-1") {
+		t.Fatal("a free ID refused")
 	}
-	if o.Claim("lamp", "free-1") {
+	if !o.claim("app", "free-1") {
+		t.Fatal("an ID refused to the user who holds it")
+	}
+	if o.claim("lamp", "free-1") {
 		t.Error("an ID held by app went to lamp")
 	}
-	if o.Claim("app", "lamp.2") || !o.Claim("lamp", "lamp.2") {
+	if o.claim("app", "lamp.2") || !o.claim("lamp", "lamp.2") {
 		t.Error("an ID reserved to lamp went to app, or not to lamp")
 	}
 	cl := &mqtt.Client{ID: "free-1"}
 	cl.Properties.Username = []byte("lamp") // not the holder: no effect
-	o.Release(cl)
-	if o.Claim("lamp", "free-1") {
+	o.release(cl)
+	if o.claim("lamp", "free-1") {
 		t.Error("released by another user")
 	}
 	cl.Properties.Username = []byte("app")
-	o.Release(cl)
-	if !o.Claim("lamp", "free-1") {
+	o.release(cl)
+	if !o.claim("lamp", "free-1") {
 		t.Error("not released by its holder")
 	}
 	// Racing for one ID: exactly one user wins.
@@ -47,7 +50,7 @@ func TestClaimAndRelease(t *testing.T) {
 	wins := make(chan string, 8)
 	for _, u := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
 		wg.Go(func() {
-			if o.Claim(u, "contested") {
+			if o.claim(u, "contested") {
 				wins <- u
 			}
 		})

@@ -1,4 +1,4 @@
-package simulator
+package broker
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestBrokerRoundTrip(t *testing.T) {
-	b := TestBroker(t)
+	b := startTest(t)
 	opts := paho.NewClientOptions().AddBroker(b.URL()).SetClientID("t1").SetAutoReconnect(false)
 	c := paho.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -33,14 +33,14 @@ func TestBrokerRoundTrip(t *testing.T) {
 }
 
 func TestBrokerPortTaken(t *testing.T) {
-	b := TestBroker(t)
-	if _, err := StartBroker(BrokerOptions{Addr: b.Addr()}); err == nil {
+	b := startTest(t)
+	if _, err := Start(Options{Addr: b.Addr()}); err == nil {
 		t.Fatal("second broker on the same port: want error")
 	}
 }
 
 func TestBrokerSubscribed(t *testing.T) {
-	b := TestBroker(t)
+	b := startTest(t)
 	topic := "sortie/gateways/home/missions/m1/events"
 	if b.Subscribed(topic) {
 		t.Fatal("subscribed with no client")
@@ -105,7 +105,7 @@ func TestMatchTopic(t *testing.T) {
 // publisher, sees no retained message from before, and nothing after
 // its cancel.
 func TestBrokerTap(t *testing.T) {
-	b := TestBroker(t)
+	b := startTest(t)
 	if err := b.Publish("dev/lamp/ack", []byte("old"), true, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -158,4 +158,16 @@ func TestBrokerTap(t *testing.T) {
 		t.Errorf("tapped %q after cancel", s)
 	default:
 	}
+}
+
+// startTest starts a broker on a free loopback port for a test; the
+// package's own tests cannot import brokertest, which imports it.
+func startTest(tb testing.TB) *Broker {
+	tb.Helper()
+	b, err := Start(Options{Addr: "127.0.0.1:0"})
+	if err != nil {
+		tb.Fatalf("start broker: %v", err)
+	}
+	tb.Cleanup(func() { _ = b.Close() }) // Close's error is the broker's shutdown, not the test's subject
+	return b
 }

@@ -1,4 +1,4 @@
-package simulator
+package broker
 
 import (
 	"crypto/tls"
@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
@@ -17,23 +16,18 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// BrokerOptions configures an embedded broker.
-type BrokerOptions struct {
+// Options configures an embedded broker.
+type Options struct {
 	// Addr is the TCP address to listen on; "127.0.0.1:0" picks a free port.
 	// Default "127.0.0.1:1883".
 	Addr string
 	// TLS, when set, makes the listener speak TLS.
 	TLS *tls.Config
 	// Auth decides who may connect, publish and subscribe. Nil allows
-	// everyone, which suits a broker bound to loopback.
-	Auth mqtt.Hook
-	// AuthConfig is passed to Auth's Init.
-	AuthConfig any
+	// everyone, which suits a broker bound to loopback only.
+	Auth *Auth
 	// Logger receives the broker's logs; nil discards them.
 	Logger *slog.Logger
-	// Bind, when set, is given the server before it serves, for an Auth
-	// hook that looks at the clients already connected.
-	Bind func(*mqtt.Server)
 }
 
 // Broker is an embedded mochi MQTT broker.
@@ -60,8 +54,8 @@ type tap struct {
 	handle func(topic string, payload []byte)
 }
 
-// StartBroker starts a broker and returns once it accepts connections.
-func StartBroker(opts BrokerOptions) (*Broker, error) {
+// Start starts a broker and returns once it accepts connections.
+func Start(opts Options) (*Broker, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:1883"
 	}
@@ -70,14 +64,14 @@ func StartBroker(opts BrokerOptions) (*Broker, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	srv := mqtt.New(&mqtt.Options{Logger: log, InlineClient: true})
-	if opts.Bind != nil {
-		opts.Bind(srv)
+	var hook mqtt.Hook = new(auth.AllowHook)
+	if opts.Auth != nil {
+		// Auth releases a client ID only once no client of that ID is
+		// connected, so it needs to see the server's clients.
+		opts.Auth.ids.bind(srv)
+		hook = opts.Auth
 	}
-	hook := opts.Auth
-	if hook == nil {
-		hook = new(auth.AllowHook)
-	}
-	if err := srv.AddHook(hook, opts.AuthConfig); err != nil {
+	if err := srv.AddHook(hook, nil); err != nil {
 		return nil, fmt.Errorf("broker auth hook: %w", err)
 	}
 	b := &Broker{srv: srv}
@@ -152,7 +146,7 @@ func (b *Broker) Subscribe(filter string, handle func(topic string, payload []by
 // its publish hooks). handle runs on the publishing client's receive
 // goroutine and must not block.
 //
-// The tap is the last publish hook StartBroker adds; a hook added later
+// The tap is the last publish hook Start adds; a hook added later
 // through Server().AddHook that drops messages would drop them for
 // subscribers only, not for taps.
 func (b *Broker) Tap(filter string, handle func(topic string, payload []byte)) (func(), error) {
@@ -257,16 +251,4 @@ func (b *Broker) disconnectClients(listener string) {
 			_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
 		}
 	}
-}
-
-// TestBroker starts a broker on 127.0.0.1:0 for a test and closes it in
-// the test's cleanup.
-func TestBroker(tb testing.TB) *Broker {
-	tb.Helper()
-	b, err := StartBroker(BrokerOptions{Addr: "127.0.0.1:0"})
-	if err != nil {
-		tb.Fatalf("start broker: %v", err)
-	}
-	tb.Cleanup(func() { _ = b.Close() })
-	return b
 }

@@ -172,15 +172,17 @@ func Read(in io.Reader, prompt io.Writer, who string, generate bool) (string, er
 	}
 	var password string
 	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fmt.Fprintf(prompt, "password for %s: ", who)
+		// A prompt that cannot be shown does not stop the typing, so
+		// its write errors are dropped.
+		_, _ = fmt.Fprintf(prompt, "password for %s: ", who)
 		first, err := term.ReadPassword(int(f.Fd()))
-		fmt.Fprintln(prompt)
+		_, _ = fmt.Fprintln(prompt)
 		if err != nil {
 			return "", fmt.Errorf("read password: %w", err)
 		}
-		fmt.Fprintf(prompt, "again: ")
+		_, _ = fmt.Fprintf(prompt, "again: ")
 		again, err := term.ReadPassword(int(f.Fd()))
-		fmt.Fprintln(prompt)
+		_, _ = fmt.Fprintln(prompt)
 		if err != nil {
 			return "", fmt.Errorf("read password: %w", err)
 		}
