@@ -87,6 +87,14 @@ const (
 	ReasonInvalidField = "invalid_field"
 	ReasonUnknownScene = "unknown_scene"
 	ReasonInvalidParam = "invalid_param"
+
+	// The agent's trigger service adds these: the scene's mode refused
+	// a second mission, the trigger queue is full, the agent is
+	// stopping, or something failed inside it.
+	ReasonAlreadyRunning = "already_running"
+	ReasonOverloaded     = "overloaded"
+	ReasonShuttingDown   = "shutting_down"
+	ReasonInternal       = "internal"
 )
 
 // TriggerError says why a trigger was rejected. Reason is one of the

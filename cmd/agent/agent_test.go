@@ -15,6 +15,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/simulator"
 )
@@ -77,7 +78,7 @@ func TestDroppedAckRetriedEffectOnce(t *testing.T) {
 	}
 	light.SetFaults(simulator.Faults{})
 	e.waitState(id, driver.StateSucceeded, 30*time.Second)
-	e.waitEvent(id, func(ev eventMsg) bool {
+	e.waitEvent(id, func(ev agent.EventMessage) bool {
 		return ev.Input == driver.InBeginStep && ev.StepID == "living-light-on" && ev.Attempt >= 2
 	}, time.Second)
 	c := light.Counters()
@@ -97,7 +98,7 @@ func TestOfflineDeviceDelaysStep(t *testing.T) {
 	r := e.trigger("go_home", "r-off", nil)
 	id := r["mission_id"].(string)
 	// The AC step waits (not-ready) instead of failing.
-	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InStepWait && ev.Code == "device_offline" }, 20*time.Second)
+	e.waitEvent(id, func(ev agent.EventMessage) bool { return ev.Input == driver.InStepWait && ev.Code == "device_offline" }, 20*time.Second)
 	ac.SetOnline(true)
 	e.waitState(id, driver.StateSucceeded, 30*time.Second)
 	wantState(t, ac, map[string]any{"power": "on", "target": 24})
@@ -200,7 +201,7 @@ func TestSIGTERMThenRestartCompletes(t *testing.T) {
 	}
 	r := e.trigger("go_home", "r-term", nil)
 	id := r["mission_id"].(string)
-	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InStepOK }, 20*time.Second)
+	e.waitEvent(id, func(ev agent.EventMessage) bool { return ev.Input == driver.InStepOK }, 20*time.Second)
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0\n%s", code, p.log())
 	}
@@ -221,7 +222,7 @@ func TestSIGKILLThenRestartNoDoubleEffect(t *testing.T) {
 	r := e.trigger("go_home", "r-kill", nil)
 	id := r["mission_id"].(string)
 	// Kill while the AC command is in flight: the step is STEP_RUNNING.
-	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
+	e.waitEvent(id, func(ev agent.EventMessage) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
 	p.stop(t, syscall.SIGKILL)
 	e.start()
 	e.waitState(id, driver.StateSucceeded, 30*time.Second)
@@ -230,7 +231,7 @@ func TestSIGKILLThenRestartNoDoubleEffect(t *testing.T) {
 			t.Errorf("%s applied %d effects, want 1 (%+v)", dev, c.Applied, c)
 		}
 	}
-	e.waitEvent(id, func(ev eventMsg) bool { return ev.Input == driver.InRecover }, time.Second)
+	e.waitEvent(id, func(ev agent.EventMessage) bool { return ev.Input == driver.InRecover }, time.Second)
 }
 
 func TestValidateReportsBrokenScene(t *testing.T) {
@@ -315,7 +316,7 @@ func TestSceneModes(t *testing.T) {
 	// restart: the running go_home is cancelled (and undone), the new one runs.
 	e.device("living-ac").SetFaults(simulator.Faults{AckDelay: 500 * time.Millisecond})
 	g1 := e.trigger("go_home", "restart-1", nil)["mission_id"].(string)
-	e.waitEvent(g1, func(ev eventMsg) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
+	e.waitEvent(g1, func(ev agent.EventMessage) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
 	g2 := e.trigger("go_home", "restart-2", nil)["mission_id"].(string)
 	e.waitState(g1, driver.StateCancelled, 30*time.Second)
 	e.waitState(g2, driver.StateSucceeded, 30*time.Second)

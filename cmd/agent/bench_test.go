@@ -20,6 +20,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -56,7 +57,7 @@ type = "speaker"
 // benchAgent runs a whole agent in this process: embedded broker,
 // zero-latency simulated devices, real bbolt store, and an app client.
 type benchAgent struct {
-	a      *agent
+	a      *agent.Agent
 	app    paho.Client
 	url    string
 	cancel context.CancelFunc
@@ -93,19 +94,26 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}, done: make(chan error, 1)}
 	// The agent's own logger for the configured level (error), as a
 	// deployment makes it: at info, the simulated devices log every command.
-	ba.a = &agent{cfg: cfg, log: newLogger(cfg.Log, io.Discard), overTCP: overTCP}
-	ctx, cancel := context.WithCancel(context.Background())
-	ba.cancel = cancel
-	if err := ba.a.start(ctx, &runFlags{}, io.Discard); err != nil {
+	opts, err := agentOptions(cfg, newLogger(cfg.Log, io.Discard))
+	if err != nil {
 		b.Fatal(err)
 	}
-	go func() { ba.done <- ba.a.serve(ctx, &runFlags{}) }()
+	opts.OverTCP = overTCP
+	if ba.a, err = agent.New(opts); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ba.cancel = cancel
+	if err := ba.a.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	go func() { ba.done <- ba.a.Run(ctx) }()
 	b.Cleanup(func() {
 		cancel()
 		<-ba.done
-		ba.a.close()
+		ba.a.Close()
 	})
-	ba.url = ba.a.broker.URL()
+	ba.url = ba.a.Addrs().BrokerURL
 	ba.app = paho.NewClient(paho.NewClientOptions().AddBroker(ba.url).SetClientID("bench-app").SetOrderMatters(false))
 	if tok := ba.app.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		b.Fatal(tok.Error())
@@ -118,7 +126,7 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	}
 	// Commands are timed where the broker receives them: a subscriber
 	// would add a delivery per command to the load being measured.
-	if err := ba.a.broker.Server().AddHook(&cmdHook{ba: ba}, nil); err != nil {
+	if err := ba.a.Broker().Server().AddHook(&cmdHook{ba: ba}, nil); err != nil {
 		b.Fatal(err)
 	}
 	sub("sortie/gateways/bench/replies/+", func(_ paho.Client, m paho.Message) {
@@ -136,7 +144,7 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	})
 	// Completion is observed in-process: the event feed is best effort by
 	// design, and the benchmark must not lose a completion.
-	ba.a.drv.Observe(driver.ObserverFunc(func(ev driver.Event, m *driver.Mission) {
+	ba.a.Driver().Observe(driver.ObserverFunc(func(ev driver.Event, m *driver.Mission) {
 		if ev.To == driver.StateSucceeded {
 			ba.done2(m.ID) <- time.Now()
 		}

@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
 )
@@ -35,74 +35,6 @@ func testHash(t *testing.T, pw string) string {
 	return h
 }
 
-func TestBrokerAuthRoles(t *testing.T) {
-	b := BrokerConfig{Prefix: "sortie", Users: []BrokerUser{
-		{Name: "voice", Role: roleApp, PasswordHash: testHash(t, "voice-password")},
-		{Name: "living-light", Role: roleDevice, PasswordHash: testHash(t, "light-password")},
-		{Name: "ops", Role: roleAdmin, PasswordHash: testHash(t, "ops-password")},
-	}}
-	a, internal, err := newBrokerAuth(b, "home", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		user, topic string
-		write, want bool
-	}{
-		{"voice", "sortie/gateways/home/trigger", true, true},
-		{"voice", "sortie/gateways/other/trigger", true, false},
-		{"voice", "sortie/gateways/home/replies/r1", true, false},
-		{"voice", "sortie/devices/living-light/cmd", true, false},
-		{"voice", "sortie/gateways/home/replies/#", false, true},
-		{"voice", "sortie/gateways/home/replies/r1", false, true},
-		{"voice", "sortie/gateways/home/missions/+/events", false, true},
-		{"voice", "sortie/gateways/home/#", false, false},
-		{"voice", "sortie/gateways/home/trigger", false, false},
-		{"voice", "sortie/devices/+/state", false, true},
-		{"voice", "sortie/devices/front-door/availability", false, true},
-		{"voice", "sortie/devices/+/cmd", false, false},
-		{"voice", "sortie/devices/#", false, false},
-		{"voice", "#", false, false},
-		{"living-light", "sortie/devices/living-light/ack", true, true},
-		{"living-light", "sortie/devices/living-light/state", true, true},
-		{"living-light", "sortie/devices/living-light/availability", true, true},
-		{"living-light", "sortie/devices/kitchen-light/state", true, false},
-		{"living-light", "sortie/devices/living-light/cmd", true, false},
-		{"living-light", "sortie/gateways/home/trigger", true, false},
-		{"living-light", "sortie/devices/living-light/cmd", false, true},
-		{"living-light", "sortie/devices/+/cmd", false, false},
-		{"living-light", "sortie/devices/kitchen-light/cmd", false, false},
-		{"ops", "sortie/devices/kitchen-light/cmd", true, true},
-		{"ops", "#", false, true},
-		{internalUser, "sortie/devices/kitchen-light/state", true, true},
-		{"stranger", "sortie/gateways/home/trigger", true, false},
-		{"", "sortie/gateways/home/replies/#", false, false},
-	} {
-		if got := a.may(c.user, c.topic, c.write); got != c.want {
-			t.Errorf("%s %s (write %v): %v, want %v", c.user, c.topic, c.write, got, c.want)
-		}
-	}
-	for _, c := range []struct {
-		user, topic string
-		want        bool
-	}{
-		{"living-light", "sortie/devices/living-light/availability", true},
-		{"living-light", "sortie/devices/living-light/ack", false},
-		{"living-light", "sortie/devices/living-light/state", false},
-		{"living-light", "sortie/devices/kitchen-light/availability", false},
-		{"voice", "sortie/gateways/home/trigger", true},
-		{"voice", "sortie/devices/living-light/availability", false},
-		{"ops", "anything/at/all", true},
-	} {
-		if got := a.mayWill(c.user, c.topic); got != c.want {
-			t.Errorf("will of %s on %s: %v, want %v", c.user, c.topic, got, c.want)
-		}
-	}
-	if internal == "" || len(internal) < 16 {
-		t.Errorf("internal password %q is too short", internal)
-	}
-}
-
 func TestBrokerUsersValidated(t *testing.T) {
 	good := testHash(t, "a-good-password")
 	for _, c := range []struct {
@@ -110,11 +42,11 @@ func TestBrokerUsersValidated(t *testing.T) {
 		field string
 	}{
 		{[]BrokerUser{{Name: "voice", Role: "guest", PasswordHash: good}}, "broker.users[0].role"},
-		{[]BrokerUser{{Name: "voice", Role: roleApp, PasswordHash: "plain"}}, "broker.users[0].password_hash"},
-		{[]BrokerUser{{Name: "a/b", Role: roleDevice, PasswordHash: good}}, "broker.users[0].name"},
-		{[]BrokerUser{{Name: "", Role: roleApp, PasswordHash: good}}, "broker.users[0].name"},
-		{[]BrokerUser{{Name: "v", Role: roleApp, PasswordHash: good}, {Name: "v", Role: roleAdmin, PasswordHash: good}}, "broker.users[1].name"},
-		{[]BrokerUser{{Name: internalUser, Role: roleAdmin, PasswordHash: good}}, "broker.users[0].name"},
+		{[]BrokerUser{{Name: "voice", Role: agent.RoleApp, PasswordHash: "plain"}}, "broker.users[0].password_hash"},
+		{[]BrokerUser{{Name: "a/b", Role: agent.RoleDevice, PasswordHash: good}}, "broker.users[0].name"},
+		{[]BrokerUser{{Name: "", Role: agent.RoleApp, PasswordHash: good}}, "broker.users[0].name"},
+		{[]BrokerUser{{Name: "v", Role: agent.RoleApp, PasswordHash: good}, {Name: "v", Role: agent.RoleAdmin, PasswordHash: good}}, "broker.users[1].name"},
+		{[]BrokerUser{{Name: agent.InternalUser, Role: agent.RoleAdmin, PasswordHash: good}}, "broker.users[0].name"},
 	} {
 		cfg := DefaultConfig()
 		cfg.Broker.Users = c.users
@@ -125,7 +57,7 @@ func TestBrokerUsersValidated(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Broker.Embedded, cfg.Broker.URL = false, "tcp://127.0.0.1:1883"
-	cfg.Broker.Users = []BrokerUser{{Name: "voice", Role: roleApp, PasswordHash: good}}
+	cfg.Broker.Users = []BrokerUser{{Name: "voice", Role: agent.RoleApp, PasswordHash: good}}
 	cfg.Broker.ServerCertFile, cfg.Broker.ServerKeyFile = "broker.crt", "broker.key"
 	err := cfg.Validate("agent.toml")
 	for _, field := range []string{"broker.users", "broker.server_cert_file"} {
@@ -251,7 +183,7 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 	lost := make(chan string, 4)
 	for _, c := range []struct{ name, user, pw string }{
 		{"anonymous", "", ""}, {"wrong password", "voice", "light-password"}, {"unknown user", "guest", "voice-password"},
-		{"the agent's own name", internalUser, "voice-password"},
+		{"the agent's own name", agent.InternalUser, "voice-password"},
 	} {
 		if _, err := login(t, url, "t-"+strings.ReplaceAll(c.name, " ", "-"), c.user, c.pw, nil, nil); err == nil {
 			t.Errorf("%s: connected", c.name)
@@ -448,7 +380,7 @@ func TestEmbeddedBrokerClientIDs(t *testing.T) {
 }
 
 func TestExposureWarnings(t *testing.T) {
-	users := []BrokerUser{{Name: "voice", Role: roleApp}}
+	users := []BrokerUser{{Name: "voice", Role: agent.RoleApp}}
 	for _, c := range []struct {
 		b    BrokerConfig
 		h    HTTPConfig

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 )
@@ -229,7 +230,7 @@ func (c *client) send(ctx context.Context, method, path string, body any) (*http
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var ae apiError
+	var ae api.Error
 	if json.Unmarshal(raw, &ae) != nil || ae.Error.Message == "" {
 		return nil, &callError{Status: resp.StatusCode, Code: "http", Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 	}
@@ -306,7 +307,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 			}
 		}
 		q.Set("limit", strconv.Itoa(limit))
-		var list missionList
+		var list api.MissionList
 		raw, err := c.call(ctx, http.MethodGet, "/api/missions?"+q.Encode(), nil, &list)
 		if err != nil {
 			return err
@@ -325,7 +326,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		_, err = io.WriteString(o.stdout, renderList(list, o.loc, again.String()))
 		return err
 	case "show":
-		var d missionDetail
+		var d api.MissionDetail
 		raw, err := c.call(ctx, http.MethodGet, "/api/missions/"+url.PathEscape(pos[0]), nil, &d)
 		if err != nil {
 			return err
@@ -346,9 +347,9 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		if err != nil {
 			return &usageError{msg: fmt.Sprintf("priority %q is not a whole number (%d..%d)", pos[1], driver.MinPriority, driver.MaxPriority)}
 		}
-		body = priorityRequest{Priority: &p}
+		body = api.PriorityRequest{Priority: &p}
 	}
-	var it missionItem
+	var it api.MissionItem
 	raw, err := c.call(ctx, http.MethodPost, "/api/missions/"+url.PathEscape(pos[0])+"/"+action, body, &it)
 	if err != nil {
 		return err
@@ -363,7 +364,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 
 // controlLine says what a control request did; pause and cancel of a
 // mission with a step in flight take effect when that step ends.
-func controlLine(action string, it missionItem) string {
+func controlLine(action string, it api.MissionItem) string {
 	switch {
 	case action == "priority":
 		return fmt.Sprintf("mission %s: priority %d (%s)", it.ID, it.Priority, it.State)
@@ -379,7 +380,7 @@ func controlLine(action string, it missionItem) string {
 
 // renderList draws a page of missions as a table; again holds the flags
 // (" -state FAILED -limit 20") that the hint for the next page repeats.
-func renderList(list missionList, loc *time.Location, again string) string {
+func renderList(list api.MissionList, loc *time.Location, again string) string {
 	var b strings.Builder
 	if len(list.Missions) == 0 {
 		b.WriteString("no missions\n")
@@ -445,7 +446,7 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 		}
 		params[k] = paramValue(v)
 	}
-	req := submitRequest{Scene: pos[0], RequestID: *requestID, Source: *source}
+	req := api.SubmitRequest{Scene: pos[0], RequestID: *requestID, Source: *source}
 	if len(params) > 0 {
 		if req.Params, err = json.Marshal(params); err != nil {
 			return err
@@ -518,7 +519,7 @@ func cmdDevices(ctx context.Context, args []string, o cliOut) error {
 	if err != nil {
 		return err
 	}
-	var list deviceList
+	var list api.DeviceList
 	raw, err := c.call(ctx, http.MethodGet, "/api/devices", nil, &list)
 	if err != nil {
 		return err
@@ -534,7 +535,7 @@ func cmdDevices(ctx context.Context, args []string, o cliOut) error {
 	return err
 }
 
-func renderDevices(list deviceList) string {
+func renderDevices(list api.DeviceList) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tROOM\tNAME\tONLINE\tSTATE")
@@ -565,7 +566,7 @@ func cmdScenes(ctx context.Context, args []string, o cliOut) error {
 	if err != nil {
 		return err
 	}
-	var list sceneList
+	var list api.SceneList
 	raw, err := c.call(ctx, http.MethodGet, "/api/scenes", nil, &list)
 	if err != nil {
 		return err
@@ -578,7 +579,7 @@ func cmdScenes(ctx context.Context, args []string, o cliOut) error {
 	return err
 }
 
-func renderScenes(list sceneList) string {
+func renderScenes(list api.SceneList) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tPRIORITY\tDEADLINE\tSTEPS\tPARAMS\tDESCRIPTION")

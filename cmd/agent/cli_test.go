@@ -4,21 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
 func TestRenderList(t *testing.T) {
-	list := missionList{
-		Missions: []missionItem{
+	list := api.MissionList{
+		Missions: []api.MissionItem{
 			{ID: "0195508a1f400003c0ffee00", Scene: "go_home", State: driver.StateStepRunning, Step: 1, Steps: 3, Source: "alexa", Created: at(60000)},
 			{ID: "0195508a1f400002c0ffee00", Scene: "movie_night", State: driver.StateFailed, Step: 2, Steps: 5, Undone: 2, Source: "cli", Created: at(30000), Finished: at(34310),
 				Error: "step 3-front-door failed: gave up after 3 attempts: device jammed; compensation of 2-living-ac failed: ack timeout"},
@@ -27,7 +33,7 @@ func TestRenderList(t *testing.T) {
 		NextCursor: "0000000000000007",
 	}
 	golden(t, "list.golden", renderList(list, time.UTC, " -state FAILED -limit 3"))
-	if got := renderList(missionList{}, time.UTC, ""); got != "no missions\n" {
+	if got := renderList(api.MissionList{}, time.UTC, ""); got != "no missions\n" {
 		t.Errorf("empty list: %q", got)
 	}
 }
@@ -35,13 +41,13 @@ func TestRenderList(t *testing.T) {
 func TestControlLine(t *testing.T) {
 	for _, c := range []struct {
 		action string
-		it     missionItem
+		it     api.MissionItem
 		want   string
 	}{
-		{"cancel", missionItem{ID: "m", State: driver.StateCompensating, Control: driver.Control{Cancel: true}}, "mission m: cancelled; undoing its completed steps (COMPENSATING)"},
-		{"cancel", missionItem{ID: "m", State: driver.StateStepRunning, Control: driver.Control{Cancel: true}}, "mission m: cancel requested; it stops when the running step ends (STEP_RUNNING)"},
-		{"cancel", missionItem{ID: "m", State: driver.StateCancelled}, "mission m: CANCELLED"},
-		{"pause", missionItem{ID: "m", State: driver.StateStepRunning, Control: driver.Control{Pause: true}}, "mission m: pause requested; it holds when the running step ends (STEP_RUNNING)"},
+		{"cancel", api.MissionItem{ID: "m", State: driver.StateCompensating, Control: driver.Control{Cancel: true}}, "mission m: cancelled; undoing its completed steps (COMPENSATING)"},
+		{"cancel", api.MissionItem{ID: "m", State: driver.StateStepRunning, Control: driver.Control{Cancel: true}}, "mission m: cancel requested; it stops when the running step ends (STEP_RUNNING)"},
+		{"cancel", api.MissionItem{ID: "m", State: driver.StateCancelled}, "mission m: CANCELLED"},
+		{"pause", api.MissionItem{ID: "m", State: driver.StateStepRunning, Control: driver.Control{Pause: true}}, "mission m: pause requested; it holds when the running step ends (STEP_RUNNING)"},
 	} {
 		if got := controlLine(c.action, c.it); got != c.want {
 			t.Errorf("controlLine(%s, %s) = %q, want %q", c.action, c.it.State, got, c.want)
@@ -50,14 +56,14 @@ func TestControlLine(t *testing.T) {
 }
 
 func TestRenderDevicesAndScenes(t *testing.T) {
-	devs := deviceList{Connected: true, Devices: []deviceItem{
+	devs := api.DeviceList{Connected: true, Devices: []api.DeviceItem{
 		{ID: "living-light", Type: "light", Room: "living", Name: "Living room light", Available: true, State: map[string]any{"power": "on", "brightness": 80}},
 		{ID: "front-door", Type: "lock", Available: false},
 	}}
-	sl := sceneList{Scenes: []sceneItem{
+	sl := api.SceneList{Scenes: []api.SceneItem{
 		{Name: "go_home", Mode: scenes.ModeRestart, Priority: 60, Deadline: driver.Duration(2 * time.Minute), Steps: 3,
-			Description: "Welcome home.", Params: []sceneParam{{Name: "temperature", Default: 24}, {Name: "room", Required: true}}},
-		{Name: "good_night", Mode: scenes.ModeSingle, Priority: 70, Deadline: driver.Duration(3 * time.Minute), Steps: 6, Params: []sceneParam{}},
+			Description: "Welcome home.", Params: []api.SceneParam{{Name: "temperature", Default: 24}, {Name: "room", Required: true}}},
+		{Name: "good_night", Mode: scenes.ModeSingle, Priority: 70, Deadline: driver.Duration(3 * time.Minute), Steps: 6, Params: []api.SceneParam{}},
 	}}
 	golden(t, "devices_scenes.golden", renderDevices(devs)+"\n"+renderScenes(sl))
 }
@@ -113,13 +119,13 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 
 func TestCLIAgainstAPI(t *testing.T) {
 	const token = "cli-s3cret"
-	f := newAPIFixture(t, token)
+	f := newCLIFixture(t, token)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "agent.toml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[http]\nlisten = %q\ntoken_file = \"token\"\n", strings.TrimPrefix(f.srv.URL, "http://"))), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[http]\nlisten = %q\ntoken_file = \"token\"\n", strings.TrimPrefix(f.url, "http://"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(tokenEnv, "")
@@ -154,7 +160,7 @@ func TestCLIAgainstAPI(t *testing.T) {
 		{"unknown scene", []string{"trigger", "nope", "-config", cfg}, 1, nil, "scene nope rejected (unknown_scene)"},
 		{"bad param", []string{"trigger", "cool", "temperature=hot", "-config", cfg}, 1, nil, "invalid_param"},
 		{"param not key=value", []string{"trigger", "cool", "hot", "-config", cfg}, 2, nil, "not key=value"},
-		{"devices", []string{"devices", "-config", cfg}, 0, []string{"living-light", "brightness=80 power=on", "living-ac", "NO"}, ""},
+		{"devices", []string{"devices", "-config", cfg}, 0, []string{"living-light", "living-ac", "ONLINE"}, ""},
 		{"scenes", []string{"scenes", "-config", cfg}, 0, []string{"cool", "temperature=24", "solo", "parallel"}, ""},
 		{"wrong token", []string{"scenes", "-config", cfg, "-token", "nope"}, 1, nil, "wrong bearer token (set $SORTIE_TOKEN"},
 		{"no agent", []string{"scenes", "-addr", "127.0.0.1:1"}, 1, nil, "cannot reach the agent at http://127.0.0.1:1"},
@@ -182,7 +188,7 @@ func TestCLIAgainstAPI(t *testing.T) {
 
 	// Control through the CLI, with the token from the environment.
 	t.Setenv(tokenEnv, token)
-	addr := strings.TrimPrefix(f.srv.URL, "http://")
+	addr := strings.TrimPrefix(f.url, "http://")
 	f.gate.hold.Store(true)
 	id2 := f.submit(t, "many", "cli-2")
 	<-f.gate.entered
@@ -248,5 +254,161 @@ func TestCLIEndToEnd(t *testing.T) {
 	e.waitState(m[1], driver.StateSucceeded, 30*time.Second)
 	if dev := cli("devices"); !strings.Contains(dev, "front-door") || !strings.Contains(dev, "locked=true") {
 		t.Errorf("devices after good_night:\n%s", dev)
+	}
+}
+
+// cliFixture is a whole agent in this process whose device and delay
+// steps are a gate the test opens, with the scenes of cliScenes.
+type cliFixture struct {
+	url   string
+	token string
+	gate  *gate
+	watch *watcher
+}
+
+const cliScenes = `
+[[scene]]
+name = "solo"
+description = "One step the test lets through."
+mode = "single"
+[[scene.step]]
+id = "hold"
+delay = "1s"
+
+[[scene]]
+name = "many"
+mode = "parallel"
+[[scene.step]]
+delay = "1s"
+[[scene.step]]
+delay = "1s"
+
+[[scene]]
+name = "cool"
+mode = "parallel"
+[[scene.step]]
+device = "living-ac"
+action = "set"
+params = { power = "on", target = { from = "temperature", default = 24 } }
+`
+
+func newCLIFixture(t *testing.T, token string) *cliFixture {
+	t.Helper()
+	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := scenes.Parse([]byte(cliScenes), "cli.toml", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &cliFixture{
+		token: token,
+		gate:  &gate{entered: make(chan string, 16), release: make(chan struct{})},
+		watch: &watcher{states: map[string]driver.State{}, ch: make(chan struct{})},
+	}
+	a, err := agent.New(agent.Options{
+		Gateway: "test", DataDir: t.TempDir(), Registry: reg, Catalog: cat,
+		Broker:    agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
+		HTTP:      agent.HTTPOptions{Listen: "127.0.0.1:0", Token: token},
+		Handlers:  map[string]driver.Handler{scenes.DelayKind: f.gate, devices.KindCommand: f.gate},
+		Observers: []driver.Observer{f.watch},
+		Driver:    agent.DriverOptions{StopGrace: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx); err != nil {
+		cancel()
+		a.Close()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		// A held step must not keep the stop waiting.
+		f.gate.hold.Store(false)
+		close(f.gate.release)
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent run: %v", err)
+		}
+		a.Close()
+	})
+	f.url = a.Addrs().API
+	return f
+}
+
+// submit runs scene through the API and returns the new mission's ID.
+func (f *cliFixture) submit(t *testing.T, scene, requestID string) string {
+	t.Helper()
+	req, err := http.NewRequest("POST", f.url+"/api/missions", strings.NewReader(`{"scene":"`+scene+`","request_id":"`+requestID+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep scenes.Reply
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != http.StatusCreated || rep.MissionID == "" {
+		t.Fatalf("submit %s: %d %+v %v", scene, resp.StatusCode, rep, err)
+	}
+	return rep.MissionID
+}
+
+// gate is the step handler of the CLI tests: while hold is set each
+// attempt waits for a release.
+type gate struct {
+	hold    atomic.Bool
+	entered chan string
+	release chan struct{}
+}
+
+func (g *gate) Execute(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
+	if g.hold.Load() {
+		g.entered <- req.MissionID
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return nil, nil
+}
+
+// watcher records each mission's latest state and wakes waiters.
+type watcher struct {
+	mu     sync.Mutex
+	states map[string]driver.State
+	ch     chan struct{}
+}
+
+func (w *watcher) Observe(_ driver.Event, m *driver.Mission) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.states[m.ID] = m.State
+	close(w.ch)
+	w.ch = make(chan struct{})
+}
+
+func (w *watcher) wait(t *testing.T, id string, want driver.State) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		w.mu.Lock()
+		got, ch := w.states[id], w.ch
+		w.mu.Unlock()
+		if got == want {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("mission %s is %s, want %s", id, got, want)
+		}
 	}
 }

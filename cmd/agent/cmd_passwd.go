@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
@@ -28,7 +29,7 @@ device ID. See the README, "Who may use the embedded broker".
 func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("passwd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	role := fs.String("role", roleApp, "the user's role: "+strings.Join(roles, ", "))
+	role := fs.String("role", agent.RoleApp, "the user's role: "+strings.Join(agent.Roles, ", "))
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
 	bad := func(msg string) error { return &usageError{msg: msg, usage: passwdUsage} }
 	pos, err := parseArgs(fs, args)
@@ -43,9 +44,9 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	name := pos[0]
 	switch {
-	case !slices.Contains(roles, *role):
-		return bad(fmt.Sprintf("-role %q must be one of %s", *role, strings.Join(roles, ", ")))
-	case *role == roleDevice:
+	case !slices.Contains(agent.Roles, *role):
+		return bad(fmt.Sprintf("-role %q must be one of %s", *role, strings.Join(agent.Roles, ", ")))
+	case *role == agent.RoleDevice:
 		if err := devices.ValidateDeviceID(name); err != nil {
 			return bad(err.Error())
 		}

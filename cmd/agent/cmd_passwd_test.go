@@ -6,6 +6,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/broker/passwd"
 )
 
@@ -23,7 +24,7 @@ func TestPasswdCommand(t *testing.T) {
 	if _, err := toml.Decode(out.String(), &cfg); err != nil {
 		t.Fatalf("entry %q: %v", out.String(), err)
 	}
-	if len(cfg.Broker.Users) != 1 || cfg.Broker.Users[0].Name != "voice" || cfg.Broker.Users[0].Role != roleAdmin {
+	if len(cfg.Broker.Users) != 1 || cfg.Broker.Users[0].Name != "voice" || cfg.Broker.Users[0].Role != agent.RoleAdmin {
 		t.Fatalf("entry decodes to %+v", cfg.Broker.Users)
 	}
 	c, err := passwd.Parse(cfg.Broker.Users[0].PasswordHash)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
@@ -44,7 +45,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if err := checkDeviceUsers(cfg.Broker, reg); err != nil {
+	if err := agent.CheckDeviceUsers(brokerUsers(cfg.Broker), reg); err != nil {
 		return fmt.Errorf("%s: %w", *config, err)
 	}
 	cat, err := scenes.Load(cfg.Path(cfg.Scenes), reg)

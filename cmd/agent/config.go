@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
@@ -248,11 +249,11 @@ func (c Config) Validate(file string) error {
 	for i, u := range b.Users {
 		field := fmt.Sprintf("broker.users[%d]", i)
 		switch {
-		case u.Name == internalUser:
+		case u.Name == agent.InternalUser:
 			bad(field+".name", "%q is the agent's own", u.Name)
 		case names[u.Name]:
 			bad(field+".name", "%q appears twice", u.Name)
-		case u.Role == roleDevice:
+		case u.Role == agent.RoleDevice:
 			if err := devices.ValidateDeviceID(u.Name); err != nil {
 				bad(field+".name", "a device's user name is its ID: %v", err)
 			}
@@ -262,8 +263,8 @@ func (c Config) Validate(file string) error {
 			}
 		}
 		names[u.Name] = true
-		if !slices.Contains(roles, u.Role) {
-			bad(field+".role", "%q must be one of %s", u.Role, strings.Join(roles, ", "))
+		if !slices.Contains(agent.Roles, u.Role) {
+			bad(field+".role", "%q must be one of %s", u.Role, strings.Join(agent.Roles, ", "))
 		}
 		if u.PasswordHash == "" {
 			bad(field+".password_hash", "must be set (make one with \"agent passwd\"; the config holds no passwords)")
@@ -420,4 +421,13 @@ func (b BrokerConfig) password(c Config) (string, error) {
 		return "", fmt.Errorf("broker.password_file: %w", err)
 	}
 	return strings.TrimSpace(string(p)), nil
+}
+
+// brokerUsers are the embedded broker's users as the agent takes them.
+func brokerUsers(b BrokerConfig) []agent.BrokerUser {
+	out := make([]agent.BrokerUser, 0, len(b.Users))
+	for _, u := range b.Users {
+		out = append(out, agent.BrokerUser{Name: u.Name, Role: u.Role, PasswordHash: u.PasswordHash})
+	}
+	return out
 }

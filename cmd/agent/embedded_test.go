@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/simulator"
 )
@@ -75,8 +76,8 @@ func TestEmbeddedBrokerInProcess(t *testing.T) {
 // A simulated home that cannot reach its broker fails the start with the
 // reason, instead of holding it forever.
 func TestSimulatedHomeStartBounded(t *testing.T) {
-	defer func(d time.Duration) { homeStartTimeout = d }(homeStartTimeout)
-	homeStartTimeout = time.Second
+	defer func(d time.Duration) { agent.HomeStartTimeout = d }(agent.HomeStartTimeout)
+	agent.HomeStartTimeout = time.Second
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -91,9 +92,16 @@ func TestSimulatedHomeStartBounded(t *testing.T) {
 	cfg.Simulator.Home = repoPath(t, "configs/home.toml")
 	cfg.Broker.Embedded, cfg.Broker.URL = false, url
 	cfg.HTTP.Listen = ""
-	a := &agent{cfg: cfg, log: newLogger(cfg.Log, io.Discard)}
-	err = a.start(t.Context(), &runFlags{}, io.Discard)
-	a.close()
+	opts, err := agentOptions(cfg, newLogger(cfg.Log, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Start(t.Context())
+	a.Close()
 	if err == nil || !strings.Contains(err.Error(), "not online within 1s") || !strings.Contains(err.Error(), "connect to "+url) {
 		t.Fatalf("start: %v, want the home's timeout and its last connection error", err)
 	}

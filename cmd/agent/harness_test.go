@@ -18,6 +18,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
@@ -72,8 +74,8 @@ type testEnv struct {
 
 	mu      sync.Mutex
 	replies map[string]chan map[string]any
-	events  map[string][]eventMsg
-	evCh    chan eventMsg
+	events  map[string][]agent.EventMessage
+	evCh    chan agent.EventMessage
 
 	proc *agentProc
 }
@@ -108,7 +110,7 @@ func newGatewayEnv(t *testing.T, gw, extraConfig string) *testEnv {
 }
 
 func newBareEnv(t *testing.T, gw string) *testEnv {
-	return &testEnv{t: t, gw: gw, dir: t.TempDir(), replies: map[string]chan map[string]any{}, events: map[string][]eventMsg{}, evCh: make(chan eventMsg, 1024)}
+	return &testEnv{t: t, gw: gw, dir: t.TempDir(), replies: map[string]chan map[string]any{}, events: map[string][]agent.EventMessage{}, evCh: make(chan agent.EventMessage, 1024)}
 }
 
 // connect starts the home (from configs/home.toml without its faults)
@@ -154,7 +156,7 @@ func (e *testEnv) connect(url string) {
 		e.replyChan(id) <- r
 	})
 	sub(base+"/missions/+/events", func(_ paho.Client, m paho.Message) {
-		var ev eventMsg
+		var ev agent.EventMessage
 		if err := json.Unmarshal(m.Payload(), &ev); err != nil {
 			t.Errorf("event is not JSON: %s", m.Payload())
 			return
@@ -279,15 +281,15 @@ func (e *testEnv) start(args ...string) *agentProc {
 // the same string, but a failure under -race.
 func (e *testEnv) awaitRetained() {
 	e.proc.mu.Lock()
-	api := e.proc.http
+	addr := e.proc.http
 	e.proc.mu.Unlock()
-	if e.home == nil || api == "" {
+	if e.home == nil || addr == "" {
 		return
 	}
 	want := len(e.home.Devices())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var l deviceList
+		var l api.DeviceList
 		e.get("/api/devices", &l)
 		n := 0
 		for _, d := range l.Devices {
@@ -379,7 +381,7 @@ func (e *testEnv) waitState(id string, want driver.State, within time.Duration) 
 }
 
 // waitEvent waits for an event matching f and returns it.
-func (e *testEnv) waitEvent(id string, f func(eventMsg) bool, within time.Duration) eventMsg {
+func (e *testEnv) waitEvent(id string, f func(agent.EventMessage) bool, within time.Duration) agent.EventMessage {
 	e.t.Helper()
 	deadline := time.After(within)
 	for {
@@ -395,7 +397,7 @@ func (e *testEnv) waitEvent(id string, f func(eventMsg) bool, within time.Durati
 		case <-e.evCh:
 		case <-deadline:
 			e.t.Fatalf("mission %s: event not seen; events: %v", id, e.eventSummary(id))
-			return eventMsg{}
+			return agent.EventMessage{}
 		}
 	}
 }

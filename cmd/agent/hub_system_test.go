@@ -19,6 +19,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/simulator"
@@ -348,7 +349,7 @@ func TestHubThreeGateways(t *testing.T) {
 		// A mission on gw1 held up by a slow device, and one on gw3.
 		e1.device("living-ac").SetFaults(simulator.Faults{AckDelay: 1500 * time.Millisecond})
 		m1 := e1.trigger("go_home", "slow-gw1", nil)["mission_id"].(string)
-		e1.waitEvent(m1, func(ev eventMsg) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
+		e1.waitEvent(m1, func(ev agent.EventMessage) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
 		var res struct {
 			OK        bool         `json:"ok"`
 			MissionID string       `json:"mission_id"`

@@ -296,7 +296,7 @@ func undoLabel(st driver.Step) string {
 		var p devices.RestoreParams
 		_ = json.Unmarshal(c.Params, &p)
 		if p.Device == "" {
-			p.Device, _ = stepTargetRaw(st.Params)
+			p.Device, _ = devices.ParamsTarget(st.Params)
 		}
 		return "restore " + p.Device + " to its state before the step"
 	}

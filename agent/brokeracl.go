@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"crypto/rand"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,21 +15,32 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 )
 
-// Roles of the embedded broker's users ([[broker.users]]).
+// Roles of the embedded broker's users (BrokerUser.Role).
 const (
-	// roleDevice is one device: the user name is its ID, and it may only
+	// RoleDevice is one device: the user name is its ID, and it may only
 	// read its own commands and publish its own acks, state and
 	// availability (and a last will on its availability).
-	roleDevice = "device"
-	// roleApp is a voice assistant, phone app or dashboard: it may
+	RoleDevice = "device"
+	// RoleApp is a voice assistant, phone app or dashboard: it may
 	// publish triggers to this gateway and read replies, mission events
 	// and the devices' state and availability.
-	roleApp = "app"
-	// roleAdmin may do anything, like a client of an open broker.
-	roleAdmin = "admin"
+	RoleApp = "app"
+	// RoleAdmin may do anything, like a client of an open broker.
+	RoleAdmin = "admin"
 )
 
-var roles = []string{roleDevice, roleApp, roleAdmin}
+// Roles lists the roles a BrokerUser may have.
+var Roles = []string{RoleDevice, RoleApp, RoleAdmin}
+
+// BrokerUser is a client of the embedded broker.
+type BrokerUser struct {
+	// Name is the MQTT user name; a device's is its ID.
+	Name string
+	// Role is one of Roles.
+	Role string
+	// PasswordHash is made by broker/passwd (the "agent passwd" command).
+	PasswordHash string
+}
 
 // brokerAuth is the embedded broker's access control when users are
 // configured: broker.Auth with the agent's roles as its rule.
@@ -43,52 +53,17 @@ type brokerAuth struct {
 	refusals *prometheus.CounterVec
 }
 
-// exposureWarnings are what the embedded broker's and the API's settings
-// leave open beyond loopback, for run's log and validate's output.
-func exposureWarnings(c Config) []string {
-	var out []string
-	b := c.Broker
-	if b.Embedded && !onLoopback(b.Listen) {
-		switch {
-		case len(b.Users) == 0:
-			out = append(out, fmt.Sprintf("the embedded broker listens on %s with no [[broker.users]]: anyone who reaches it can send triggers and device commands (README: Who may use the embedded broker)", b.Listen))
-		case b.ServerCertFile == "":
-			out = append(out, fmt.Sprintf("the embedded broker listens on %s without TLS: its users' passwords cross the network in the clear (set server_cert_file and server_key_file)", b.Listen))
-		}
-	}
-	h := c.HTTP
-	if h.Listen != "" && !onLoopback(h.Listen) {
-		switch {
-		case h.Token == "" && h.TokenFile == "":
-			out = append(out, fmt.Sprintf("the API listens on %s with no token: anyone who reaches it can run scenes and control missions (set http.token_file)", h.Listen))
-		case h.CertFile == "":
-			out = append(out, fmt.Sprintf("the API listens on %s without TLS: its token crosses the network in the clear (set http.cert_file and http.key_file)", h.Listen))
-		}
-	}
-	return out
-}
+// InternalUser names the agent's own identity on its embedded broker,
+// for the clients it runs over TCP; no BrokerUser may take it.
+const InternalUser = "sortie-internal"
 
-// onLoopback says whether a listen address is only reachable from this
-// host.
-func onLoopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return true // not an address: Validate says so
-	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
-}
-
-// internalUser names the agent's own identity on its broker.
-const internalUser = "sortie-internal"
-
-// checkDeviceUsers reports device users that are not in the registry:
+// CheckDeviceUsers reports device users that are not in the registry:
 // the ACL would confine them to the topics of a device that does not
 // exist.
-func checkDeviceUsers(b BrokerConfig, reg *devices.Registry) error {
+func CheckDeviceUsers(users []BrokerUser, reg *devices.Registry) error {
 	var errs []error
-	for i, u := range b.Users {
-		if _, ok := reg.Device(u.Name); u.Role == roleDevice && !ok {
+	for i, u := range users {
+		if _, ok := reg.Device(u.Name); u.Role == RoleDevice && !ok {
 			errs = append(errs, fmt.Errorf("broker.users[%d].name: device %q is not in the device registry", i, u.Name))
 		}
 	}
@@ -98,7 +73,7 @@ func checkDeviceUsers(b BrokerConfig, reg *devices.Registry) error {
 // newBrokerAuth returns the access control for the configured users
 // (already validated) and the agent's internal password, made anew at
 // every start.
-func newBrokerAuth(b BrokerConfig, gateway string, log *slog.Logger) (*brokerAuth, string, error) {
+func newBrokerAuth(b BrokerOptions, gateway string, log *slog.Logger) (*brokerAuth, string, error) {
 	a := &brokerAuth{
 		roles: map[string]string{},
 		dev:   devices.Topics{Prefix: b.Prefix},
@@ -124,7 +99,7 @@ func newBrokerAuth(b BrokerConfig, gateway string, log *slog.Logger) (*brokerAut
 	pass := base64.RawURLEncoding.EncodeToString(secret)
 	hook, err := broker.NewAuth(broker.AuthOptions{
 		Users:    book,
-		Internal: internalUser, InternalPassword: pass,
+		Internal: InternalUser, InternalPassword: pass,
 		Allow:     a.may,
 		AllowWill: a.mayWill,
 		Logger:    log,
@@ -139,18 +114,18 @@ func newBrokerAuth(b BrokerConfig, gateway string, log *slog.Logger) (*brokerAut
 
 // may says whether user may publish to (write) or read topic.
 func (a *brokerAuth) may(user, topic string, write bool) bool {
-	if user == internalUser {
+	if user == InternalUser {
 		return true
 	}
 	switch a.roles[user] {
-	case roleAdmin:
+	case RoleAdmin:
 		return true
-	case roleDevice:
+	case RoleDevice:
 		if write {
 			return topic == a.dev.Ack(user) || topic == a.dev.State(user) || topic == a.dev.Availability(user)
 		}
 		return topic == a.dev.Command(user)
-	case roleApp:
+	case RoleApp:
 		if write {
 			return topic == a.agent.Trigger()
 		}
@@ -163,7 +138,7 @@ func (a *brokerAuth) may(user, topic string, write bool) bool {
 // publish, but a device only on its availability, the one topic where a
 // message the broker sends for it means something.
 func (a *brokerAuth) mayWill(user, topic string) bool {
-	if a.roles[user] == roleDevice {
+	if a.roles[user] == RoleDevice {
 		return topic == a.dev.Availability(user)
 	}
 	return a.may(user, topic, true)

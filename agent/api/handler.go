@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"bytes"
@@ -23,32 +23,37 @@ import (
 	"github.com/sortie-edge/sortie/store"
 )
 
+// ErrOverloaded is what Options.Trigger returns (wrapped or not) when
+// the trigger service cannot take a trigger now; the API answers 503
+// with Retry-After.
+var ErrOverloaded = errors.New("trigger queue is full")
+
 // API limits.
 const (
-	// maxBodySize bounds request bodies; triggers are smaller still
+	// MaxBodySize bounds request bodies; triggers are smaller still
 	// (scenes.MaxTriggerSize).
-	maxBodySize = 64 << 10
+	MaxBodySize = 64 << 10
 	// submitTimeout bounds how long a submit waits for the trigger
 	// goroutine before it answers "overloaded".
 	submitTimeout = 30 * time.Second
 )
 
-// Error codes of the API, in {"error":{"code":...}}. Trigger rejections
+// Error codes of the API, in {"error":{"code":...}} (docs/api.md). Trigger rejections
 // use the reply's reason (unknown_scene, invalid_param, already_running,
 // ...) as their code.
 const (
-	codeBadRequest       = "bad_request"
-	codeUnauthorized     = "unauthorized"
-	codeNotFound         = "not_found"
-	codeConflict         = "conflict"
-	codeTooLarge         = "too_large"
-	codeShuttingDown     = "shutting_down"
-	codeMethodNotAllowed = "method_not_allowed"
-	codeInternal         = "internal"
+	CodeBadRequest       = "bad_request"
+	CodeUnauthorized     = "unauthorized"
+	CodeNotFound         = "not_found"
+	CodeConflict         = "conflict"
+	CodeTooLarge         = "too_large"
+	CodeShuttingDown     = "shutting_down"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeInternal         = "internal"
 )
 
-// deviceStatus is what the API reads about devices: the devices.Client.
-type deviceStatus interface {
+// DeviceStatus is what the API reads about devices: the devices.Client.
+type DeviceStatus interface {
 	// Connected reports whether the devices connection is up.
 	Connected() bool
 	// Available reports whether a device is online.
@@ -57,17 +62,20 @@ type deviceStatus interface {
 	State(deviceID string) (map[string]any, bool)
 }
 
-// apiOptions are the parts of the agent the management API uses.
-type apiOptions struct {
+// Options are the parts of the agent the management API uses.
+type Options struct {
 	Log *slog.Logger
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// /api/; health checks and metrics stay open.
 	Token    string
 	Driver   *driver.Driver
-	Devices  deviceStatus
+	Devices  DeviceStatus
 	Registry *devices.Registry
 	Catalog  *scenes.Catalog
-	Triggers *triggers
+	// Trigger submits a decoded trigger through the agent's trigger
+	// service (scene modes, request-ID idempotency) and returns its
+	// reply; an error means the service did not answer in time.
+	Trigger func(ctx context.Context, tr scenes.Trigger) (scenes.Reply, error)
 	// Backup makes a consistent copy of the database in a temporary file
 	// (store.DB.BackupFile), which is then sent.
 	Backup func() (io.ReadCloser, int64, error)
@@ -75,8 +83,8 @@ type apiOptions struct {
 
 // api is the management API. It serves JSON under /api/ and the health
 // checks; startHTTP mounts it next to /metrics.
-type api struct {
-	apiOptions
+type Handler struct {
+	opts  Options
 	token []byte
 	// stopped ends when the HTTP server begins shutting down: requests
 	// still waiting then answer 503 instead of hanging.
@@ -88,21 +96,23 @@ type api struct {
 	backingUp atomic.Bool
 }
 
-func newAPI(o apiOptions) *api {
-	s := &api{apiOptions: o, token: []byte(o.Token)}
+func New(o Options) *Handler {
+	s := &Handler{opts: o, token: []byte(o.Token)}
 	s.stopped, s.stop = context.WithCancel(context.Background())
 	return s
 }
 
-// shutdown marks the API as stopping; register it with
+// Shutdown marks the API as stopping, so that requests still waiting
+// answer 503 instead of holding the server's shutdown; register it with
 // http.Server.RegisterOnShutdown.
-func (s *api) shutdown() {
+func (s *Handler) Shutdown() {
 	s.stopping.Store(true)
 	s.stop()
 }
 
-// register adds the API's routes to mux.
-func (s *api) register(mux *http.ServeMux) {
+// Register adds the API's routes to mux: JSON under /api/, and the
+// health checks /healthz and /readyz.
+func (s *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -123,7 +133,7 @@ func (s *api) register(mux *http.ServeMux) {
 	// GET would answer HEAD too, by making a whole copy for nothing.
 	mux.Handle("HEAD /api/backup", s.guard(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET")
-		writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, "/api/backup takes GET, not HEAD")
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "/api/backup takes GET, not HEAD")
 	}))
 	// Without these the mux would answer other methods and unknown paths
 	// in plain text.
@@ -134,17 +144,17 @@ func (s *api) register(mux *http.ServeMux) {
 		allow := strings.Join(methods, ", ")
 		mux.Handle(path, s.guard(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, allow, r.Method))
+			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, allow, r.Method))
 		}))
 	}
 	mux.Handle("/api/", s.guard(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	}))
 }
 
 // guard checks the token, refuses work while shutting down and bounds
 // the body. The token is compared in constant time and never logged.
-func (s *api) guard(h http.HandlerFunc) http.Handler {
+func (s *Handler) guard(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(s.token) > 0 {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -154,16 +164,16 @@ func (s *api) guard(h http.HandlerFunc) http.Handler {
 				if ok {
 					msg = "wrong bearer token"
 				}
-				s.Log.Warn("api: unauthorized request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "why", msg)
-				writeError(w, http.StatusUnauthorized, codeUnauthorized, msg)
+				s.opts.Log.Warn("api: unauthorized request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "why", msg)
+				writeError(w, http.StatusUnauthorized, CodeUnauthorized, msg)
 				return
 			}
 		}
 		if s.stopping.Load() {
-			writeError(w, http.StatusServiceUnavailable, codeShuttingDown, "the agent is shutting down")
+			writeError(w, http.StatusServiceUnavailable, CodeShuttingDown, "the agent is shutting down")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBodySize)
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodySize)
 		h(w, r)
 	})
 }
@@ -172,40 +182,40 @@ func (s *api) guard(h http.HandlerFunc) http.Handler {
 // answers, the devices connection is up and the server is not stopping
 // (the driver is started before the listener opens and stopped after
 // it closes).
-func (s *api) readyz(w http.ResponseWriter, r *http.Request) {
+func (s *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	var reasons []string
-	if _, err := s.Driver.Get(r.Context(), "readyz-probe"); err != nil && !errors.Is(err, driver.ErrNotFound) {
+	if _, err := s.opts.Driver.Get(r.Context(), "readyz-probe"); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		reasons = append(reasons, "store: "+err.Error())
 	}
-	if !s.Devices.Connected() {
+	if !s.opts.Devices.Connected() {
 		reasons = append(reasons, "devices: not connected to the broker")
 	}
 	if s.stopping.Load() {
 		reasons = append(reasons, "driver: shutting down")
 	}
 	if len(reasons) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, readiness{Status: "not_ready", Reasons: reasons})
+		writeJSON(w, http.StatusServiceUnavailable, Readiness{Status: "not_ready", Reasons: reasons})
 		return
 	}
-	writeJSON(w, http.StatusOK, readiness{Status: "ready"})
+	writeJSON(w, http.StatusOK, Readiness{Status: "ready"})
 }
 
-// readiness is the body of /readyz.
-type readiness struct {
+// Readiness is the body of /readyz.
+type Readiness struct {
 	Status  string   `json:"status"`
 	Reasons []string `json:"reasons,omitempty"`
 }
 
-// missionItem is one row of GET /api/missions: enough to list and pick
+// MissionItem is one row of GET /api/missions: enough to list and pick
 // a mission without its steps and context.
-type missionItem struct {
+type MissionItem struct {
 	ID        string         `json:"id"`
 	Scene     string         `json:"scene"`
 	State     driver.State   `json:"state"`
 	Priority  int            `json:"priority"`
 	Step      int            `json:"step"`             // current step index, from 0
 	Steps     int            `json:"steps"`            // number of steps
-	Undone    int            `json:"undone,omitempty"` // completed steps compensated since
+	Undone    int            `json:"Undone,omitempty"` // completed steps compensated since
 	Source    string         `json:"source,omitempty"`
 	RequestID string         `json:"request_id,omitempty"`
 	TraceID   string         `json:"trace_id"`
@@ -218,25 +228,25 @@ type missionItem struct {
 	Control   driver.Control `json:"control,omitzero"` // pause or cancel waiting for a step boundary
 }
 
-func itemOf(m *driver.Mission) missionItem {
-	return missionItem{
+func ItemOf(m *driver.Mission) MissionItem {
+	return MissionItem{
 		ID: m.ID, Scene: m.Type, State: m.State, Priority: m.Priority, Step: m.Progress.Step, Steps: len(m.Steps),
 		Source: m.Meta.Source, RequestID: m.Meta.RequestKey, TraceID: m.Meta.TraceID, Error: m.Error, Reason: m.Reason,
 		Created: m.Meta.Created, Started: m.Meta.Started, Updated: m.Meta.Updated, Finished: m.Meta.Finished,
 		Control: driver.Control{Pause: m.Control.Pause, Cancel: m.Control.Cancel},
-		Undone:  undone(m),
+		Undone:  Undone(m),
 	}
 }
 
-// missionList is the body of GET /api/missions.
-type missionList struct {
-	Missions []missionItem `json:"missions"`
+// MissionList is the body of GET /api/missions.
+type MissionList struct {
+	Missions []MissionItem `json:"missions"`
 	// NextCursor, when set, is the cursor parameter of the next page.
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
-// missionDetail is the body of GET /api/missions/{id}.
-type missionDetail struct {
+// MissionDetail is the body of GET /api/missions/{id}.
+type MissionDetail struct {
 	Mission  *driver.Mission `json:"mission"`
 	Timeline []driver.Event  `json:"timeline"`
 }
@@ -301,20 +311,20 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-func (s *api) listMissions(w http.ResponseWriter, r *http.Request) {
+func (s *Handler) listMissions(w http.ResponseWriter, r *http.Request) {
 	f, err := missionFilter(r.URL.Query(), time.Now())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	ms, next, err := s.Driver.List(r.Context(), f)
+	ms, next, err := s.opts.Driver.List(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err, "")
 		return
 	}
-	out := missionList{Missions: make([]missionItem, len(ms)), NextCursor: next}
+	out := MissionList{Missions: make([]MissionItem, len(ms)), NextCursor: next}
 	for i, m := range ms {
-		out.Missions[i] = itemOf(m)
+		out.Missions[i] = ItemOf(m)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -325,17 +335,17 @@ const shortIDMin = 6
 
 // resolve turns a unique suffix of a recent mission's ID (as the progress
 // view prints) into the full ID; a full or unknown ID comes back as is.
-func (s *api) resolve(ctx context.Context, id string) (string, error) {
+func (s *Handler) resolve(ctx context.Context, id string) (string, error) {
 	if len(id) < shortIDMin || len(id) >= 24 {
 		return id, nil
 	}
-	if _, err := s.Driver.Get(ctx, id); err == nil {
+	if _, err := s.opts.Driver.Get(ctx, id); err == nil {
 		return id, nil
 	}
 	var found []string
 	f := driver.Filter{Limit: 1000}
 	for range 10 { // the 10,000 newest missions
-		ms, next, err := s.Driver.List(ctx, f)
+		ms, next, err := s.opts.Driver.List(ctx, f)
 		if err != nil {
 			return "", err
 		}
@@ -361,29 +371,29 @@ func (s *api) resolve(ctx context.Context, id string) (string, error) {
 // errAmbiguous means a short mission ID matched several missions.
 var errAmbiguous = errors.New("ambiguous mission id")
 
-func (s *api) getMission(w http.ResponseWriter, r *http.Request) {
+func (s *Handler) getMission(w http.ResponseWriter, r *http.Request) {
 	id, err := s.resolve(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	m, err := s.Driver.Get(r.Context(), id)
+	m, err := s.opts.Driver.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err, id)
 		return
 	}
-	evs, err := s.Driver.Timeline(r.Context(), id)
+	evs, err := s.opts.Driver.Timeline(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err, id)
 		return
 	}
-	writeJSON(w, http.StatusOK, missionDetail{Mission: m, Timeline: evs})
+	writeJSON(w, http.StatusOK, MissionDetail{Mission: m, Timeline: evs})
 }
 
-// submitRequest is the body of POST /api/missions. RequestID is
+// SubmitRequest is the body of POST /api/missions. RequestID is
 // optional; without one the API makes one up, so the request is not
 // idempotent.
-type submitRequest struct {
+type SubmitRequest struct {
 	Scene     string          `json:"scene"`
 	RequestID string          `json:"request_id,omitempty"`
 	Source    string          `json:"source,omitempty"`
@@ -391,8 +401,8 @@ type submitRequest struct {
 }
 
 // submit runs a scene exactly as an MQTT trigger would.
-func (s *api) submit(w http.ResponseWriter, r *http.Request) {
-	var req submitRequest
+func (s *Handler) submit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
@@ -406,7 +416,7 @@ func (s *api) submit(w http.ResponseWriter, r *http.Request) {
 	// limits, so HTTP accepts exactly what MQTT accepts.
 	payload, err := json.Marshal(req)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	tr, err := scenes.DecodeTrigger(payload)
@@ -417,23 +427,23 @@ func (s *api) submit(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), submitTimeout)
 	defer cancel()
 	defer context.AfterFunc(s.stopped, cancel)()
-	reply, err := s.Triggers.call(ctx, tr)
+	reply, err := s.opts.Trigger(ctx, tr)
 	switch {
 	case err == nil:
 		s.writeReply(w, reply)
 	case s.stopping.Load():
-		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, "the agent is shutting down; retry with the same request_id")
-	case errors.Is(err, errTriggerQueueFull), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, CodeShuttingDown, "the agent is shutting down; retry with the same request_id")
+	case errors.Is(err, ErrOverloaded), errors.Is(err, context.DeadlineExceeded):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, reasonOverloaded, "the agent is overloaded; retry with the same request_id")
+		writeError(w, http.StatusServiceUnavailable, scenes.ReasonOverloaded, "the agent is overloaded; retry with the same request_id")
 	default: // the client went away
-		writeError(w, http.StatusServiceUnavailable, codeInternal, err.Error())
+		writeError(w, http.StatusServiceUnavailable, CodeInternal, err.Error())
 	}
 }
 
 // writeReply answers a submit: the reply itself when accepted (201 for
 // a new mission, 200 for a repeated request), an error otherwise.
-func (s *api) writeReply(w http.ResponseWriter, rep scenes.Reply) {
+func (s *Handler) writeReply(w http.ResponseWriter, rep scenes.Reply) {
 	if rep.Status == scenes.StatusAccepted {
 		status := http.StatusCreated
 		if rep.Duplicate {
@@ -448,30 +458,30 @@ func (s *api) writeReply(w http.ResponseWriter, rep scenes.Reply) {
 		status = http.StatusNotFound
 	case scenes.ReasonTooLarge:
 		status = http.StatusRequestEntityTooLarge
-	case reasonAlreadyRunning:
+	case scenes.ReasonAlreadyRunning:
 		status = http.StatusConflict
-	case reasonOverloaded, reasonShuttingDown:
+	case scenes.ReasonOverloaded, scenes.ReasonShuttingDown:
 		status = http.StatusServiceUnavailable
-	case reasonInternal:
+	case scenes.ReasonInternal:
 		status = http.StatusInternalServerError
 	}
 	writeError(w, status, rep.Reason, rep.Message)
 }
 
 // control applies pause, resume, cancel or retry.
-func (s *api) control(w http.ResponseWriter, r *http.Request) {
+func (s *Handler) control(w http.ResponseWriter, r *http.Request) {
 	ops := map[string]func(context.Context, string) (*driver.Mission, error){
-		"pause": s.Driver.Pause, "resume": s.Driver.Resume, "cancel": s.Driver.Cancel, "retry": s.Driver.Retry,
+		"pause": s.opts.Driver.Pause, "resume": s.opts.Driver.Resume, "cancel": s.opts.Driver.Cancel, "retry": s.opts.Driver.Retry,
 	}
 	action, id := r.PathValue("action"), r.PathValue("id")
 	id, err := s.resolve(r.Context(), id)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	op := ops[action]
 	if op == nil {
-		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no action %q (want pause, resume, cancel, retry or priority)", action))
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no action %q (want pause, resume, cancel, retry or priority)", action))
 		return
 	}
 	if !s.emptyBody(w, r) {
@@ -480,43 +490,43 @@ func (s *api) control(w http.ResponseWriter, r *http.Request) {
 	s.controlled(w, r, id, action, func(ctx context.Context) (*driver.Mission, error) { return op(ctx, id) })
 }
 
-// priorityRequest is the body of POST /api/missions/{id}/priority.
-type priorityRequest struct {
+// PriorityRequest is the body of POST /api/missions/{id}/priority.
+type PriorityRequest struct {
 	Priority *int `json:"priority"`
 }
 
-func (s *api) setPriority(w http.ResponseWriter, r *http.Request) {
+func (s *Handler) setPriority(w http.ResponseWriter, r *http.Request) {
 	id, err := s.resolve(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	var req priorityRequest
+	var req PriorityRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
 	if req.Priority == nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "priority is missing")
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "priority is missing")
 		return
 	}
 	s.controlled(w, r, id, "priority", func(ctx context.Context) (*driver.Mission, error) {
-		return s.Driver.SetPriority(ctx, id, *req.Priority)
+		return s.opts.Driver.SetPriority(ctx, id, *req.Priority)
 	})
 }
 
 // controlled runs one control operation and answers with the mission.
-func (s *api) controlled(w http.ResponseWriter, r *http.Request, id, action string, op func(context.Context) (*driver.Mission, error)) {
+func (s *Handler) controlled(w http.ResponseWriter, r *http.Request, id, action string, op func(context.Context) (*driver.Mission, error)) {
 	m, err := op(r.Context())
 	if err != nil {
 		s.fail(w, r, err, id)
 		return
 	}
-	s.Log.Info("api: mission control", "mission", id, "action", action, "state", m.State, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, itemOf(m))
+	s.opts.Log.Info("api: mission control", "mission", id, "action", action, "state", m.State, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, ItemOf(m))
 }
 
-// deviceItem is one device of GET /api/devices.
-type deviceItem struct {
+// DeviceItem is one device of GET /api/devices.
+type DeviceItem struct {
 	ID        string         `json:"id"`
 	Type      string         `json:"type"`
 	Name      string         `json:"name,omitempty"`
@@ -525,46 +535,46 @@ type deviceItem struct {
 	State     map[string]any `json:"state"` // last reported; null if none yet
 }
 
-// deviceList is the body of GET /api/devices.
-type deviceList struct {
+// DeviceList is the body of GET /api/devices.
+type DeviceList struct {
 	// Connected is false when the devices connection is down; availability
 	// and state are then as last seen.
 	Connected bool         `json:"connected"`
-	Devices   []deviceItem `json:"devices"`
+	Devices   []DeviceItem `json:"devices"`
 }
 
-func (s *api) listDevices(w http.ResponseWriter, _ *http.Request) {
-	out := deviceList{Connected: s.Devices.Connected(), Devices: make([]deviceItem, 0, len(s.Registry.Devices))}
-	for _, d := range s.Registry.Devices {
-		st, _ := s.Devices.State(d.ID)
-		out.Devices = append(out.Devices, deviceItem{
-			ID: d.ID, Type: d.Type, Name: d.Name, Room: d.Room, Available: s.Devices.Available(d.ID), State: st,
+func (s *Handler) listDevices(w http.ResponseWriter, _ *http.Request) {
+	out := DeviceList{Connected: s.opts.Devices.Connected(), Devices: make([]DeviceItem, 0, len(s.opts.Registry.Devices))}
+	for _, d := range s.opts.Registry.Devices {
+		st, _ := s.opts.Devices.State(d.ID)
+		out.Devices = append(out.Devices, DeviceItem{
+			ID: d.ID, Type: d.Type, Name: d.Name, Room: d.Room, Available: s.opts.Devices.Available(d.ID), State: st,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// sceneItem is one scene of GET /api/scenes.
-type sceneItem struct {
+// SceneItem is one scene of GET /api/scenes.
+type SceneItem struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
 	Mode        scenes.Mode     `json:"mode"`
 	Priority    int             `json:"priority"`
 	Deadline    driver.Duration `json:"deadline"`
 	Steps       int             `json:"steps"`
-	Params      []sceneParam    `json:"params"`
+	Params      []SceneParam    `json:"params"`
 }
 
-// sceneParam is a trigger parameter a scene reads.
-type sceneParam struct {
+// SceneParam is a trigger parameter a scene reads.
+type SceneParam struct {
 	Name     string `json:"name"`
 	Required bool   `json:"required"`
 	Default  any    `json:"default,omitempty"`
 }
 
-// sceneList is the body of GET /api/scenes.
-type sceneList struct {
-	Scenes []sceneItem `json:"scenes"`
+// SceneList is the body of GET /api/scenes.
+type SceneList struct {
+	Scenes []SceneItem `json:"scenes"`
 }
 
 // backup sends a copy of the database. The copy is made into a file
@@ -574,15 +584,15 @@ type sceneList struct {
 // steps) could wait for it. The Content-Length lets any client tell a
 // whole copy from a cut one. Shutdown cuts a download short rather than
 // wait for it.
-func (s *api) backup(w http.ResponseWriter, r *http.Request) {
+func (s *Handler) backup(w http.ResponseWriter, r *http.Request) {
 	if !s.backingUp.CompareAndSwap(false, true) {
-		writeError(w, http.StatusConflict, codeConflict, "a backup is being sent already; try again when it is done")
+		writeError(w, http.StatusConflict, CodeConflict, "a backup is being sent already; try again when it is done")
 		return
 	}
 	defer s.backingUp.Store(false)
-	f, n, err := s.Backup()
+	f, n, err := s.opts.Backup()
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
 		return
 	}
 	defer f.Close()
@@ -590,10 +600,10 @@ func (s *api) backup(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", `attachment; filename="missions.db"`)
 	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 	if _, err := io.Copy(w, stopReader{s.stopped, f}); err != nil {
-		s.Log.Warn("backup not delivered", "bytes", n, "remote", r.RemoteAddr, "err", err)
+		s.opts.Log.Warn("backup not delivered", "bytes", n, "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	s.Log.Info("backup sent", "bytes", n, "remote", r.RemoteAddr)
+	s.opts.Log.Info("backup sent", "bytes", n, "remote", r.RemoteAddr)
 }
 
 // stopReader ends a read once ctx is done.
@@ -609,16 +619,16 @@ func (s stopReader) Read(p []byte) (int, error) {
 	return s.r.Read(p)
 }
 
-func (s *api) listScenes(w http.ResponseWriter, _ *http.Request) {
-	out := sceneList{Scenes: []sceneItem{}}
-	for _, name := range s.Catalog.Names() {
-		info, _ := s.Catalog.Scene(name)
-		it := sceneItem{
+func (s *Handler) listScenes(w http.ResponseWriter, _ *http.Request) {
+	out := SceneList{Scenes: []SceneItem{}}
+	for _, name := range s.opts.Catalog.Names() {
+		info, _ := s.opts.Catalog.Scene(name)
+		it := SceneItem{
 			Name: info.Name, Description: info.Description, Mode: info.Mode, Priority: info.Priority,
-			Deadline: driver.Duration(info.Deadline), Steps: info.Steps, Params: []sceneParam{},
+			Deadline: driver.Duration(info.Deadline), Steps: info.Steps, Params: []SceneParam{},
 		}
 		for _, p := range info.Params {
-			it.Params = append(it.Params, sceneParam{Name: p.Name, Required: p.Required, Default: p.Default})
+			it.Params = append(it.Params, SceneParam{Name: p.Name, Required: p.Required, Default: p.Default})
 		}
 		out.Scenes = append(out.Scenes, it)
 	}
@@ -632,10 +642,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body is over %d bytes", mbe.Limit))
+			writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is over %d bytes", mbe.Limit))
 			return nil, false
 		}
-		writeError(w, http.StatusBadRequest, codeBadRequest, "read body: "+err.Error())
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "read body: "+err.Error())
 		return nil, false
 	}
 	return body, true
@@ -643,7 +653,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 
 // decode reads a JSON body into v, rejecting unknown fields, answering
 // 400 or 413 itself when it cannot.
-func (s *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+func (s *Handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, ok := readBody(w, r)
 	if !ok {
 		return false
@@ -664,13 +674,13 @@ func (s *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 
 // emptyBody accepts no body or "{}" on actions that take none: anything
 // else is a client mistake, such as a priority sent to the wrong action.
-func (s *api) emptyBody(w http.ResponseWriter, r *http.Request) bool {
+func (s *Handler) emptyBody(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := readBody(w, r)
 	if !ok {
 		return false
 	}
 	if b := bytes.TrimSpace(body); len(b) > 0 && !bytes.Equal(b, []byte("{}")) {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "this action takes no body")
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "this action takes no body")
 		return false
 	}
 	return true
@@ -684,36 +694,36 @@ func randomID() string {
 }
 
 // fail maps a driver or store error to a status and an error body.
-func (s *api) fail(w http.ResponseWriter, r *http.Request, err error, id string) {
+func (s *Handler) fail(w http.ResponseWriter, r *http.Request, err error, id string) {
 	switch {
 	case errors.Is(err, driver.ErrNotFound):
-		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("mission %s not found", id))
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("mission %s not found", id))
 	case errors.Is(err, driver.ErrIllegalTransition), errors.Is(err, driver.ErrTerminal):
-		writeError(w, http.StatusConflict, codeConflict, err.Error())
+		writeError(w, http.StatusConflict, CodeConflict, err.Error())
 	case errors.Is(err, driver.ErrInvalid), errors.Is(err, store.ErrCursor):
-		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 	case errors.Is(err, driver.ErrClosed):
-		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, "the agent is shutting down")
+		writeError(w, http.StatusServiceUnavailable, CodeShuttingDown, "the agent is shutting down")
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
 	default:
-		s.Log.Error("api: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		s.opts.Log.Error("api: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
 }
 
-// apiError is the body of every error answer.
-type apiError struct {
-	Error apiErrorBody `json:"error"`
+// Error is the body of every error answer.
+type Error struct {
+	Error ErrorBody `json:"error"`
 }
 
-type apiErrorBody struct {
+type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, apiError{Error: apiErrorBody{Code: code, Message: msg}})
+	writeJSON(w, status, Error{Error: ErrorBody{Code: code, Message: msg}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -725,8 +735,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v) // the client may be gone; nothing to do about it
 }
 
-// undone counts the steps whose effects compensation has reversed.
-func undone(m *driver.Mission) int {
+// Undone counts the steps whose effects compensation has reversed.
+func Undone(m *driver.Mission) int {
 	n := 0
 	for _, r := range m.Undo {
 		if r.Status == driver.StepCompensated {

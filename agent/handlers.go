@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"github.com/sortie-edge/sortie/devices"
@@ -7,7 +7,7 @@ import (
 )
 
 // registerHandlers plugs the step kinds scenes produce into the driver.
-func registerHandlers(a *agent) {
+func registerHandlers(a *Agent) {
 	hs := devices.NewHandlers(a.dev, a.reg, devices.HandlerOptions{})
 	hs.Register(func(kind string, h driver.Handler) {
 		if kind == devices.KindCommand {
@@ -16,4 +16,7 @@ func registerHandlers(a *agent) {
 		a.drv.Register(kind, h)
 	})
 	a.drv.Register(scenes.DelayKind, scenes.DelayHandler{})
+	for kind, h := range a.opts.Handlers {
+		a.drv.Register(kind, h)
+	}
 }

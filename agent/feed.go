@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 )
 
-// eventMsg is what apps following a mission receive on its events topic.
-type eventMsg struct {
+// EventMessage is what apps following a mission receive on its events
+// topic (docs/protocol.md).
+type EventMessage struct {
 	Gateway   string       `json:"gateway"`
 	MissionID string       `json:"mission_id"`
 	Scene     string       `json:"scene"`
@@ -38,10 +39,10 @@ type eventMsg struct {
 // the hub gets its events through the outbox, not this feed).
 type feed struct {
 	log     *slog.Logger
-	pub     publisher
+	pub     Publisher
 	topics  agentTopics
 	gateway string
-	q       chan eventMsg
+	q       chan EventMessage
 	dropped atomic.Uint64
 	// listened, when set, says whether anyone subscribes to a topic, and
 	// subsAdded counts subscriptions made: a "no" from listened holds
@@ -67,8 +68,8 @@ type followed struct {
 // it ends, and all of them if that many are running.
 const maxFollowed = 4096
 
-func newFeed(log *slog.Logger, pub publisher, topics agentTopics, gateway string) *feed {
-	return &feed{log: log, pub: pub, topics: topics, gateway: gateway, q: make(chan eventMsg, 1024), followed: map[string]followed{}}
+func newFeed(log *slog.Logger, pub Publisher, topics agentTopics, gateway string) *feed {
+	return &feed{log: log, pub: pub, topics: topics, gateway: gateway, q: make(chan EventMessage, 1024), followed: map[string]followed{}}
 }
 
 // Observe implements driver.Observer. The internal "next" transition
@@ -81,7 +82,7 @@ func (f *feed) Observe(ev driver.Event, m *driver.Mission) {
 	if f.listened != nil && !f.follows(ev) {
 		return
 	}
-	msg := eventMsg{
+	msg := EventMessage{
 		Gateway: f.gateway, MissionID: ev.MissionID, Scene: ev.Type, Seq: ev.Seq, Input: ev.Input,
 		From: ev.From, To: ev.To, Step: ev.Step, StepID: ev.StepID, Steps: len(m.Steps), Attempt: ev.Attempt,
 		Error: ev.Error, Code: ev.Code, Detail: ev.Detail, Time: ev.Time, TraceID: ev.TraceID,

@@ -1,10 +1,11 @@
-package main
+package agent
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 )
@@ -13,7 +14,7 @@ import (
 // mission a request ID already made, a rejection, or a new mission under
 // the scene's mode. MQTT and HTTP triggers both end here, so they share
 // idempotency and modes. It runs on one of the trigger workers.
-func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
+func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	// Mode decisions read the scene's active runs and then change them,
 	// and a re-sent request must find its first mission rather than be
 	// judged as a second run: hold the scene's lock across all of it.
@@ -29,7 +30,7 @@ func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 		return t.accepted(tr, m, true)
 	} else if !errors.Is(err, driver.ErrNotFound) {
 		t.log.Error("lookup request", "request", tr.RequestID, "err", err)
-		return t.rejected(tr, reasonInternal, "looking up the request failed")
+		return t.rejected(tr, scenes.ReasonInternal, "looking up the request failed")
 	}
 	spec, err := t.cat.Build(tr.Scene, tr.Params)
 	if err != nil {
@@ -46,7 +47,7 @@ func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	switch info.Mode {
 	case scenes.ModeSingle:
 		if len(running) > 0 {
-			return t.rejected(tr, reasonAlreadyRunning, fmt.Sprintf("scene %s is already running as mission %s (mode single)", tr.Scene, running[0]))
+			return t.rejected(tr, scenes.ReasonAlreadyRunning, fmt.Sprintf("scene %s is already running as mission %s (mode single)", tr.Scene, running[0]))
 		}
 	case scenes.ModeRestart:
 		// Cancelling only asks: a step in flight finishes and the run's
@@ -67,10 +68,10 @@ func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	}
 	m, created, err := t.driver.Submit(ctx, spec)
 	if err != nil {
-		reason := reasonInternal
+		reason := scenes.ReasonInternal
 		switch {
 		case errors.Is(err, driver.ErrClosed):
-			reason = reasonShuttingDown
+			reason = scenes.ReasonShuttingDown
 		case errors.Is(err, driver.ErrInvalid):
 			reason = scenes.ReasonInvalidParam
 		}
@@ -81,20 +82,20 @@ func (t *triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 
 // rejectedErr rejects for err, taking the reason and message from a
 // *scenes.TriggerError when there is one and fallback otherwise.
-func (t *triggers) rejectedErr(tr scenes.Trigger, err error, fallback string) scenes.Reply {
+func (t *Triggers) rejectedErr(tr scenes.Trigger, err error, fallback string) scenes.Reply {
 	r := scenes.Rejection(tr.RequestID, tr.Scene, err, fallback)
 	return t.rejected(tr, r.Reason, r.Message)
 }
 
 // rejected counts and logs a rejection and returns its reply.
-func (t *triggers) rejected(tr scenes.Trigger, reason, msg string) scenes.Reply {
+func (t *Triggers) rejected(tr scenes.Trigger, reason, msg string) scenes.Reply {
 	t.metrics.rejected(reason)
 	t.log.Warn("trigger rejected", "request", tr.RequestID, "scene", tr.Scene, "source", tr.Source, "reason", reason, "msg", msg)
 	return scenes.Reply{RequestID: tr.RequestID, Scene: tr.Scene, Status: scenes.StatusRejected, Reason: reason, Message: msg}
 }
 
 // accepted logs an acceptance and returns its reply.
-func (t *triggers) accepted(tr scenes.Trigger, m *driver.Mission, duplicate bool) scenes.Reply {
+func (t *Triggers) accepted(tr scenes.Trigger, m *driver.Mission, duplicate bool) scenes.Reply {
 	t.log.Info("trigger accepted", "request", tr.RequestID, "scene", m.Type, "mission", m.ID, "trace", m.Meta.TraceID, "source", tr.Source, "duplicate", duplicate)
 	return scenes.Reply{
 		RequestID: tr.RequestID, Status: scenes.StatusAccepted, MissionID: m.ID, Scene: m.Type,
@@ -102,22 +103,18 @@ func (t *triggers) accepted(tr scenes.Trigger, m *driver.Mission, duplicate bool
 	}
 }
 
-// errTriggerQueueFull is returned by call when the trigger workers are
-// too far behind to take another request.
-var errTriggerQueueFull = errors.New("trigger queue is full")
-
-// call hands a decoded trigger to the trigger workers and waits for
-// its reply: the HTTP API's way in. It fails with errTriggerQueueFull
+// Call hands a decoded trigger to the trigger workers and waits for
+// its reply: the HTTP API's and the hub's way in. It fails with api.ErrOverloaded
 // when the queue is full, and with ctx's error when ctx ends first (the
 // trigger may still be decided later; its request ID makes a retry
 // safe).
-func (t *triggers) call(ctx context.Context, tr scenes.Trigger) (scenes.Reply, error) {
+func (t *Triggers) Call(ctx context.Context, tr scenes.Trigger) (scenes.Reply, error) {
 	done := make(chan scenes.Reply, 1)
 	select {
 	case t.jobs <- triggerJob{trigger: &tr, done: done}:
 	default:
-		t.metrics.rejected(reasonOverloaded)
-		return scenes.Reply{}, errTriggerQueueFull
+		t.metrics.rejected(scenes.ReasonOverloaded)
+		return scenes.Reply{}, api.ErrOverloaded
 	}
 	select {
 	case r := <-done:

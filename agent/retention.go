@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 // retention deletes finished missions by the policy of prune, in the
 // background; the store prunes in small transactions so the loop's
 // commits are never held up for long.
-func (a *agent) retention(ctx context.Context) error {
-	r := a.cfg.Retention
+func (a *Agent) retention(ctx context.Context) error {
+	r := a.opts.Retention
 	if r.Interval <= 0 || (r.MaxAge <= 0 && r.MaxCount <= 0) {
 		<-ctx.Done()
 		return nil
 	}
-	t := time.NewTicker(r.Interval.D())
+	t := time.NewTicker(r.Interval)
 	defer t.Stop()
 	for {
 		a.pruneOnce(ctx)
@@ -28,8 +28,8 @@ func (a *agent) retention(ctx context.Context) error {
 	}
 }
 
-func (a *agent) pruneOnce(ctx context.Context) {
-	n, err := prune(ctx, a.db, a.cfg.Retention, time.Now())
+func (a *Agent) pruneOnce(ctx context.Context) {
+	n, err := prune(ctx, a.db, a.opts.Retention, time.Now())
 	if err != nil {
 		a.log.Error("retention", "err", err)
 	}
@@ -45,10 +45,10 @@ func (a *agent) pruneOnce(ctx context.Context) {
 // it is older than max_age, or when more than max_count finished missions
 // are stored (oldest first). The count is a hard cap so that a busy
 // gateway's database stays bounded on small flash, whatever the age.
-func prune(ctx context.Context, db *store.DB, r RetentionConfig, now time.Time) (int, error) {
+func prune(ctx context.Context, db *store.DB, r RetentionOptions, now time.Time) (int, error) {
 	total := 0
 	if r.MaxAge > 0 {
-		n, err := db.Prune(ctx, now.Add(-r.MaxAge.D()), 0)
+		n, err := db.Prune(ctx, now.Add(-r.MaxAge), 0)
 		total += n
 		if err != nil {
 			return total, err

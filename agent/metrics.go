@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -101,7 +102,7 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.stepFailures, m.retries, m.waits,
 		m.compensation, m.inFlight, m.rejections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", reasonAlreadyRunning, reasonOverloaded} {
+	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", scenes.ReasonAlreadyRunning, scenes.ReasonOverloaded} {
 		m.rejections.WithLabelValues(r)
 	}
 	return m
@@ -210,7 +211,7 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 			if ev.Step < len(ms.Results) {
 				out = ms.Results[ev.Step].Outputs
 			}
-			dev, action := ranTarget(ms.Steps[ev.Step], out)
+			dev, action := devices.RanTarget(ms.Steps[ev.Step], out)
 			m.stepDuration.WithLabelValues(m.deviceType(dev, ms.Steps[ev.Step].Kind), action, result).Observe(ev.Time.Sub(began).Seconds())
 		}
 	case driver.InCompResult:
@@ -269,7 +270,7 @@ func (m *metrics) instrument(h driver.Handler) driver.Handler {
 		if err == nil {
 			dev, _ := out["device"].(string) // the command handler's outputs name it
 			if dev == "" {
-				dev, _ = stepTargetRaw(req.Params)
+				dev, _ = devices.ParamsTarget(req.Params)
 			}
 			m.ackLatency.WithLabelValues(m.deviceType(dev, req.Kind)).Observe(time.Since(start).Seconds())
 		}

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
@@ -124,7 +124,7 @@ func (f *fakeDevices) State(id string) (map[string]any, bool) {
 // apiFixture is the API over a real driver, a real bbolt store and the
 // real trigger service.
 type apiFixture struct {
-	api   *api
+	api   *api.Handler
 	srv   *httptest.Server
 	drv   *driver.Driver
 	gate  *gate
@@ -174,9 +174,9 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 	}
 	trigDone := make(chan struct{})
 	go func() { defer close(trigDone); _ = trig.Run(ctx) }()
-	f.api = newAPI(apiOptions{Log: log, Token: token, Driver: drv, Devices: f.devs, Registry: reg, Catalog: cat, Triggers: trig})
+	f.api = api.New(api.Options{Log: log, Token: token, Driver: drv, Devices: f.devs, Registry: reg, Catalog: cat, Trigger: trig.Call})
 	mux := http.NewServeMux()
-	f.api.register(mux)
+	f.api.Register(mux)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
 		f.srv.Close()
@@ -238,9 +238,9 @@ func (f *apiFixture) submit(t *testing.T, scene, requestID string) string {
 }
 
 // wantError checks an error answer's status and code.
-func (f *apiFixture) wantError(t *testing.T, method, path, body string, status int, code string) apiError {
+func (f *apiFixture) wantError(t *testing.T, method, path, body string, status int, code string) api.Error {
 	t.Helper()
-	var e apiError
+	var e api.Error
 	if got := f.do(t, method, path, body, &e); got != status || e.Error.Code != code || e.Error.Message == "" {
 		t.Errorf("%s %s: %d %+v, want %d %s with a message", method, path, got, e, status, code)
 	}
@@ -273,12 +273,12 @@ func TestAPIAuth(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var e apiError
+			var e api.Error
 			_ = json.NewDecoder(resp.Body).Decode(&e)
 			if resp.StatusCode != c.want {
 				t.Fatalf("status %d, want %d", resp.StatusCode, c.want)
 			}
-			if c.want == http.StatusUnauthorized && (e.Error.Code != codeUnauthorized || resp.Header.Get("WWW-Authenticate") == "") {
+			if c.want == http.StatusUnauthorized && (e.Error.Code != api.CodeUnauthorized || resp.Header.Get("WWW-Authenticate") == "") {
 				t.Errorf("401 without the error body or challenge: %+v", e)
 			}
 		})
@@ -289,20 +289,20 @@ func TestAPIBadInput(t *testing.T) {
 	f := newAPIFixture(t, "")
 	id := f.submit(t, "many", "bad-input-1")
 	f.watch.wait(t, id, driver.StateSucceeded)
-	big := `{"scene":"many","request_id":"big","params":{"x":"` + strings.Repeat("a", maxBodySize) + `"}}`
+	big := `{"scene":"many","request_id":"big","params":{"x":"` + strings.Repeat("a", api.MaxBodySize) + `"}}`
 	mid := `{"scene":"many","request_id":"mid","params":{"x":"` + strings.Repeat("a", scenes.MaxTriggerSize) + `"}}`
 	cases := []struct {
 		name, method, path, body string
 		status                   int
 		code                     string
 	}{
-		{"unknown mission", "GET", "/api/missions/nope", "", 404, codeNotFound},
-		{"control unknown mission", "POST", "/api/missions/nope/cancel", "", 404, codeNotFound},
-		{"unknown action", "POST", "/api/missions/" + id + "/explode", "", 404, codeNotFound},
-		{"unknown endpoint", "GET", "/api/nope", "", 404, codeNotFound},
-		{"wrong method", "DELETE", "/api/missions/" + id, "", 405, codeMethodNotAllowed},
-		{"wrong method on a list", "PUT", "/api/missions", "", 405, codeMethodNotAllowed},
-		{"wrong method on an action", "GET", "/api/missions/" + id + "/cancel", "", 405, codeMethodNotAllowed},
+		{"unknown mission", "GET", "/api/missions/nope", "", 404, api.CodeNotFound},
+		{"control unknown mission", "POST", "/api/missions/nope/cancel", "", 404, api.CodeNotFound},
+		{"unknown action", "POST", "/api/missions/" + id + "/explode", "", 404, api.CodeNotFound},
+		{"unknown endpoint", "GET", "/api/nope", "", 404, api.CodeNotFound},
+		{"wrong method", "DELETE", "/api/missions/" + id, "", 405, api.CodeMethodNotAllowed},
+		{"wrong method on a list", "PUT", "/api/missions", "", 405, api.CodeMethodNotAllowed},
+		{"wrong method on an action", "GET", "/api/missions/" + id + "/cancel", "", 405, api.CodeMethodNotAllowed},
 		{"not json", "POST", "/api/missions", "hello", 400, scenes.ReasonBadJSON},
 		{"trailing data", "POST", "/api/missions", `{"scene":"many"} {}`, 400, scenes.ReasonBadJSON},
 		{"unknown field", "POST", "/api/missions", `{"scene":"many","sceen":"x"}`, 400, scenes.ReasonBadJSON},
@@ -311,23 +311,23 @@ func TestAPIBadInput(t *testing.T) {
 		{"unsafe request id", "POST", "/api/missions", `{"scene":"many","request_id":"a/b"}`, 400, scenes.ReasonInvalidField},
 		{"param out of range", "POST", "/api/missions", `{"scene":"cool","params":{"temperature":40}}`, 400, scenes.ReasonInvalidParam},
 		{"params not object", "POST", "/api/missions", `{"scene":"cool","params":[1]}`, 400, scenes.ReasonInvalidField},
-		{"body over the API limit", "POST", "/api/missions", big, 413, codeTooLarge},
+		{"body over the API limit", "POST", "/api/missions", big, 413, api.CodeTooLarge},
 		{"trigger over the trigger limit", "POST", "/api/missions", mid, 413, scenes.ReasonTooLarge},
-		{"body on an action", "POST", "/api/missions/" + id + "/cancel", `{"force":true}`, 400, codeBadRequest},
-		{"cancel finished", "POST", "/api/missions/" + id + "/cancel", "", 409, codeConflict},
-		{"pause finished", "POST", "/api/missions/" + id + "/pause", "{}", 409, codeConflict},
-		{"retry succeeded", "POST", "/api/missions/" + id + "/retry", "", 409, codeConflict},
-		{"resume not paused", "POST", "/api/missions/" + id + "/resume", "", 409, codeConflict},
-		{"priority missing", "POST", "/api/missions/" + id + "/priority", `{}`, 400, codeBadRequest},
+		{"body on an action", "POST", "/api/missions/" + id + "/cancel", `{"force":true}`, 400, api.CodeBadRequest},
+		{"cancel finished", "POST", "/api/missions/" + id + "/cancel", "", 409, api.CodeConflict},
+		{"pause finished", "POST", "/api/missions/" + id + "/pause", "{}", 409, api.CodeConflict},
+		{"retry succeeded", "POST", "/api/missions/" + id + "/retry", "", 409, api.CodeConflict},
+		{"resume not paused", "POST", "/api/missions/" + id + "/resume", "", 409, api.CodeConflict},
+		{"priority missing", "POST", "/api/missions/" + id + "/priority", `{}`, 400, api.CodeBadRequest},
 		{"priority not a number", "POST", "/api/missions/" + id + "/priority", `{"priority":"high"}`, 400, scenes.ReasonBadJSON},
-		{"priority out of range", "POST", "/api/missions/" + id + "/priority", `{"priority":101}`, 400, codeBadRequest},
-		{"priority of finished", "POST", "/api/missions/" + id + "/priority", `{"priority":10}`, 409, codeConflict},
-		{"bad state", "GET", "/api/missions?state=DONE", "", 400, codeBadRequest},
-		{"bad limit", "GET", "/api/missions?limit=0", "", 400, codeBadRequest},
-		{"limit too big", "GET", "/api/missions?limit=100000", "", 400, codeBadRequest},
-		{"bad since", "GET", "/api/missions?since=yesterday", "", 400, codeBadRequest},
-		{"bad cursor", "GET", "/api/missions?cursor=zz", "", 400, codeBadRequest},
-		{"unknown parameter", "GET", "/api/missions?sate=RUNNING", "", 400, codeBadRequest},
+		{"priority out of range", "POST", "/api/missions/" + id + "/priority", `{"priority":101}`, 400, api.CodeBadRequest},
+		{"priority of finished", "POST", "/api/missions/" + id + "/priority", `{"priority":10}`, 409, api.CodeConflict},
+		{"bad state", "GET", "/api/missions?state=DONE", "", 400, api.CodeBadRequest},
+		{"bad limit", "GET", "/api/missions?limit=0", "", 400, api.CodeBadRequest},
+		{"limit too big", "GET", "/api/missions?limit=100000", "", 400, api.CodeBadRequest},
+		{"bad since", "GET", "/api/missions?since=yesterday", "", 400, api.CodeBadRequest},
+		{"bad cursor", "GET", "/api/missions?cursor=zz", "", 400, api.CodeBadRequest},
+		{"unknown parameter", "GET", "/api/missions?sate=RUNNING", "", 400, api.CodeBadRequest},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -340,7 +340,7 @@ func TestAPIBadInput(t *testing.T) {
 			f.wantError(t, c.method, c.path, c.body, c.status, c.code)
 		})
 	}
-	e := f.wantError(t, "GET", "/api/missions/0190nope", "", 404, codeNotFound)
+	e := f.wantError(t, "GET", "/api/missions/0190nope", "", 404, api.CodeNotFound)
 	if e.Error.Message != "mission 0190nope not found" {
 		t.Errorf("message %q, want it to name the mission", e.Error.Message)
 	}
@@ -355,7 +355,7 @@ func TestAPISubmitModesAndIdempotency(t *testing.T) {
 	if code := f.do(t, "POST", "/api/missions", `{"scene":"solo","request_id":"solo-1"}`, &rep); code != 200 || !rep.Duplicate || rep.MissionID != id {
 		t.Errorf("repeated request: %d %+v, want 200 duplicate of %s", code, rep, id)
 	}
-	e := f.wantError(t, "POST", "/api/missions", `{"scene":"solo","request_id":"solo-2"}`, 409, reasonAlreadyRunning)
+	e := f.wantError(t, "POST", "/api/missions", `{"scene":"solo","request_id":"solo-2"}`, 409, scenes.ReasonAlreadyRunning)
 	if !strings.Contains(e.Error.Message, id) {
 		t.Errorf("already_running message %q does not name %s", e.Error.Message, id)
 	}
@@ -369,7 +369,7 @@ func TestAPISubmitModesAndIdempotency(t *testing.T) {
 	if a.MissionID == "" || a.MissionID == b.MissionID || !strings.HasPrefix(a.RequestID, "http-") {
 		t.Fatalf("submits without request IDs: %+v %+v", a, b)
 	}
-	var d missionDetail
+	var d api.MissionDetail
 	f.do(t, "GET", "/api/missions/"+a.MissionID, "", &d)
 	var p devices.CommandParams
 	_ = json.Unmarshal(d.Mission.Steps[0].Params, &p)
@@ -381,9 +381,9 @@ func TestAPISubmitModesAndIdempotency(t *testing.T) {
 func TestAPIPauseResumeCancelRetry(t *testing.T) {
 	f := newAPIFixture(t, "")
 	f.gate.hold.Store(true)
-	control := func(id, action, body string) missionItem {
+	control := func(id, action, body string) api.MissionItem {
 		t.Helper()
-		var it missionItem
+		var it api.MissionItem
 		if code := f.do(t, "POST", "/api/missions/"+id+"/"+action, body, &it); code != 200 {
 			t.Fatalf("%s: status %d", action, code)
 		}
@@ -428,7 +428,7 @@ func TestAPIPauseResumeCancelRetry(t *testing.T) {
 	control(id, "retry", "")
 	f.watch.wait(t, id, driver.StateSucceeded)
 
-	var d missionDetail
+	var d api.MissionDetail
 	f.do(t, "GET", "/api/missions/"+id, "", &d)
 	var inputs []string
 	for _, ev := range d.Timeline {
@@ -453,7 +453,7 @@ func TestAPIListPaging(t *testing.T) {
 	var got []string
 	cursor, pages := "", 0
 	for {
-		var l missionList
+		var l api.MissionList
 		path := "/api/missions?limit=2&state=succeeded,failed&scene=many"
 		if cursor != "" {
 			path += "&cursor=" + cursor
@@ -473,7 +473,7 @@ func TestAPIListPaging(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") || pages != 3 {
 		t.Errorf("paged list %v in %d pages, want %v in 3 (newest first)", got, pages, want)
 	}
-	var l missionList
+	var l api.MissionList
 	f.do(t, "GET", "/api/missions?state=FAILED", "", &l)
 	if len(l.Missions) != 0 {
 		t.Errorf("state filter: %d missions, want none", len(l.Missions))
@@ -486,11 +486,11 @@ func TestAPIListPaging(t *testing.T) {
 
 func TestAPIDevicesAndScenes(t *testing.T) {
 	f := newAPIFixture(t, "")
-	var dl deviceList
+	var dl api.DeviceList
 	if code := f.do(t, "GET", "/api/devices", "", &dl); code != 200 || !dl.Connected {
 		t.Fatalf("devices: %d %+v", code, dl)
 	}
-	byID := map[string]deviceItem{}
+	byID := map[string]api.DeviceItem{}
 	for _, d := range dl.Devices {
 		byID[d.ID] = d
 	}
@@ -500,7 +500,7 @@ func TestAPIDevicesAndScenes(t *testing.T) {
 	if d := byID["living-ac"]; d.Available || d.State != nil {
 		t.Errorf("offline living-ac without state: %+v", d)
 	}
-	var sl sceneList
+	var sl api.SceneList
 	f.do(t, "GET", "/api/scenes", "", &sl)
 	if len(sl.Scenes) != 3 {
 		t.Fatalf("scenes: %+v", sl)
@@ -517,7 +517,7 @@ func TestAPIDevicesAndScenes(t *testing.T) {
 
 func TestAPIReadinessAndShutdown(t *testing.T) {
 	f := newAPIFixture(t, "")
-	var r readiness
+	var r api.Readiness
 	if code := f.do(t, "GET", "/readyz", "", &r); code != 200 || r.Status != "ready" {
 		t.Errorf("readyz: %d %+v", code, r)
 	}
@@ -526,41 +526,14 @@ func TestAPIReadinessAndShutdown(t *testing.T) {
 		t.Errorf("readyz without broker: %d %+v", code, r)
 	}
 	f.devs.connected.Store(true)
-	f.api.shutdown()
+	f.api.Shutdown()
 	if code := f.do(t, "GET", "/readyz", "", &r); code != 503 || !strings.Contains(strings.Join(r.Reasons, ";"), "shutting down") {
 		t.Errorf("readyz while stopping: %d %+v", code, r)
 	}
-	f.wantError(t, "POST", "/api/missions", `{"scene":"many"}`, 503, codeShuttingDown)
+	f.wantError(t, "POST", "/api/missions", `{"scene":"many"}`, 503, api.CodeShuttingDown)
 	if code := f.do(t, "GET", "/healthz", "", nil); code != 200 {
 		t.Errorf("healthz while stopping: %d", code)
 	}
-}
-
-// FuzzMissionFilter: any query either parses into a filter the store
-// accepts or is refused with an error; it never panics.
-func FuzzMissionFilter(f *testing.F) {
-	for _, q := range []string{"", "state=running,FAILED&scene=go_home", "since=2h&until=2025-03-01T21:30:00Z", "limit=0", "limit=1000", "cursor=zz", "state=", "since=-1h", "x=1"} {
-		f.Add(q)
-	}
-	now := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, raw string) {
-		q, err := url.ParseQuery(raw)
-		if err != nil {
-			return
-		}
-		flt, err := missionFilter(q, now)
-		if err != nil {
-			return
-		}
-		if flt.Limit < 0 || flt.Limit > store.MaxLimit {
-			t.Errorf("limit %d accepted from %q", flt.Limit, raw)
-		}
-		for _, s := range flt.States {
-			if !s.Valid() {
-				t.Errorf("state %q accepted from %q", s, raw)
-			}
-		}
-	})
 }
 
 // FuzzAPISubmit: whatever the body, a submit answers JSON with a 2xx or
@@ -578,7 +551,7 @@ func FuzzAPISubmit(f *testing.F) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("POST", "/api/missions", strings.NewReader(body))
 		fx.srv.Config.Handler.ServeHTTP(rec, req)
-		var e apiError
+		var e api.Error
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
 			t.Fatalf("answer to %q is not JSON: %v: %s", body, err, rec.Body)
 		}

@@ -1,8 +1,10 @@
-package main
+package agent
 
 import (
 	"net/http"
 	"testing"
+
+	"github.com/sortie-edge/sortie/agent/api"
 )
 
 // TestAPIShortIDs: the 8-character IDs the progress view prints work in
@@ -18,6 +20,6 @@ func TestAPIShortIDs(t *testing.T) {
 	if code := f.do(t, "GET", "/api/missions/"+id[len(id)-8:], "", &got); code != http.StatusOK || got.Mission.ID != id {
 		t.Fatalf("GET by short ID: %d %+v, want %s", code, got, id)
 	}
-	f.wantError(t, "GET", "/api/missions/"+id[len(id)-3:], "", http.StatusNotFound, codeNotFound)
-	f.wantError(t, "GET", "/api/missions/zzzzzzzz", "", http.StatusNotFound, codeNotFound)
+	f.wantError(t, "GET", "/api/missions/"+id[len(id)-3:], "", http.StatusNotFound, api.CodeNotFound)
+	f.wantError(t, "GET", "/api/missions/zzzzzzzz", "", http.StatusNotFound, api.CodeNotFound)
 }

@@ -1,11 +1,10 @@
-package main
+package agent
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
@@ -14,7 +13,7 @@ import (
 
 // Heartbeat implements uplink.HeartbeatSource: the device inventory with
 // availability and last reported state, and the number of live missions.
-func (a *agent) Heartbeat(context.Context) uplink.Heartbeat {
+func (a *Agent) Heartbeat(context.Context) uplink.Heartbeat {
 	q := a.drv.Queue()
 	active := 0
 	for _, n := range q.ByState {
@@ -34,7 +33,7 @@ func (a *agent) Heartbeat(context.Context) uplink.Heartbeat {
 // Control implements uplink.ControlHandler: the hub's requests go through
 // the same paths as local ones (a trigger through the scene modes and
 // request-ID idempotency; the rest to the driver).
-func (a *agent) Control(ctx context.Context, c uplink.Control) uplink.ControlResult {
+func (a *Agent) Control(ctx context.Context, c uplink.Control) uplink.ControlResult {
 	res := uplink.ControlResult{ID: c.ID}
 	fail := func(code string, err error) uplink.ControlResult {
 		res.Error, res.Code = err.Error(), code
@@ -59,7 +58,7 @@ func (a *agent) Control(ctx context.Context, c uplink.Control) uplink.ControlRes
 			}
 			return fail("invalid", err)
 		}
-		reply, err := a.trig.call(ctx, tr)
+		reply, err := a.trig.Call(ctx, tr)
 		if err != nil {
 			return fail("unavailable", err)
 		}
@@ -97,29 +96,13 @@ func (a *agent) Control(ctx context.Context, c uplink.Control) uplink.ControlRes
 }
 
 // startUplink connects the store's outbox to the hub.
-func (a *agent) startUplink() error {
-	h := a.cfg.Hub
-	hb := h.broker()
-	password, err := hb.password(a.cfg)
-	if err != nil {
-		return fmt.Errorf("hub: %w", err)
-	}
-	// The environment can carry the secret instead of a file on disk.
-	if p := os.Getenv("SORTIE_HUB_PASSWORD"); p != "" {
-		password = p
-	}
-	tlsCfg, err := hb.tlsConfig(a.cfg)
-	if err != nil {
-		return fmt.Errorf("hub: %w", err)
-	}
-	user := h.Username
-	if user == "" {
-		user = a.cfg.GatewayID
-	}
+func (a *Agent) startUplink() error {
+	h := a.opts.Hub
+	var err error
 	a.up, err = uplink.New(uplink.Options{
-		Broker: h.URL, Gateway: a.cfg.GatewayID, Username: user, Password: password, TLS: tlsCfg,
+		Broker: h.URL, Gateway: a.opts.Gateway, Username: h.Username, Password: h.Password, TLS: h.TLS,
 		Prefix: h.Prefix, Source: a.db, Heartbeat: a, Control: a,
-		Logger: a.log, Version: Version, HeartbeatInterval: h.Heartbeat.D(),
+		Logger: a.log, Version: a.opts.Version, HeartbeatInterval: h.Heartbeat,
 	})
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/sortie-edge/sortie/scenes"
 )
 
-// resumeSpy is a missionAPI that records Resume calls.
+// resumeSpy is a Missions that records Resume calls.
 type resumeSpy struct {
-	missionAPI
+	Missions
 	resumed chan string
 }
 

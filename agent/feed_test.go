@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func TestFeedSkipsUnfollowedEvents(t *testing.T) {
 		t.Helper()
 		select {
 		case got := <-pub:
-			var msg eventMsg
+			var msg EventMessage
 			topic, payload, _ := strings.Cut(got, " ")
 			if err := json.Unmarshal([]byte(payload), &msg); err != nil || msg.MissionID != want || topic != "sortie/gateways/home/missions/"+want+"/events" {
 				t.Errorf("published %q (%v), want %s's event on its events topic", got, err, want)
@@ -118,9 +118,9 @@ func TestFeedLateSubscriber(t *testing.T) {
 		t.Fatalf("connect: %v", tok.Error())
 	}
 	defer app.Disconnect(50)
-	got := make(chan eventMsg, 4)
+	got := make(chan EventMessage, 4)
 	if tok := app.Subscribe("sortie/gateways/home/missions/+/events", 0, func(_ paho.Client, msg paho.Message) {
-		var e eventMsg
+		var e EventMessage
 		if err := json.Unmarshal(msg.Payload(), &e); err != nil {
 			t.Errorf("event is not JSON: %s", msg.Payload())
 		}

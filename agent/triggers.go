@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -10,14 +10,6 @@ import (
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
-)
-
-// Rejection reasons the agent adds to those of scenes.
-const (
-	reasonAlreadyRunning = "already_running"
-	reasonOverloaded     = "overloaded"
-	reasonInternal       = "internal"
-	reasonShuttingDown   = "shutting_down"
 )
 
 // agentTopics are the agent's own topics under prefix/gateways/ID.
@@ -39,17 +31,19 @@ func (t agentTopics) Events(missionID string) string {
 // is missing or unsafe to put in a topic.
 const invalidReplyID = "_invalid"
 
-// missionAPI is what the trigger service needs from the driver.
-type missionAPI interface {
+// Missions is what the trigger service needs from the driver
+// (*driver.Driver): submit a mission idempotently by request key,
+// cancel or resume one for a scene's mode, and find one by request key.
+type Missions interface {
 	Submit(ctx context.Context, spec driver.Spec) (*driver.Mission, bool, error)
 	CancelFor(ctx context.Context, id, reason string) (*driver.Mission, error)
 	Resume(ctx context.Context, id string) (*driver.Mission, error)
 	Lookup(ctx context.Context, requestKey string) (*driver.Mission, error)
 }
 
-// publisher sends a payload; the trigger service and event feed share
+// Publisher sends a payload; the trigger service and event feed share
 // the agent's MQTT connection through it.
-type publisher interface {
+type Publisher interface {
 	Publish(topic string, qos byte, retained bool, payload []byte) error
 }
 
@@ -61,14 +55,14 @@ type triggerJob struct {
 	done    chan<- scenes.Reply
 }
 
-// triggers turns trigger messages into missions and replies, and runs
+// Triggers turns trigger messages into missions and replies, and runs
 // the scene modes (single, restart, queued, parallel). Decisions for one
 // scene are serialised by its lock so that two triggers cannot race.
-type triggers struct {
+type Triggers struct {
 	log     *slog.Logger
 	cat     *scenes.Catalog
-	driver  missionAPI
-	pub     publisher
+	driver  Missions
+	pub     Publisher
 	topics  agentTopics
 	gateway string
 	jobs    chan triggerJob
@@ -88,8 +82,32 @@ type activeRun struct {
 	held    bool // queued behind another run, not yet resumed
 }
 
-func newTriggers(log *slog.Logger, cat *scenes.Catalog, d missionAPI, pub publisher, topics agentTopics, gateway string, m *metrics) *triggers {
-	return &triggers{
+// TriggerOptions configures a trigger service.
+type TriggerOptions struct {
+	Logger  *slog.Logger // nil discards
+	Catalog *scenes.Catalog
+	// Missions is the driver; Publisher sends the replies.
+	Missions  Missions
+	Publisher Publisher
+	// Prefix and Gateway place the trigger and reply topics
+	// (Prefix/gateways/Gateway/...).
+	Prefix, Gateway string
+}
+
+// NewTriggers returns a trigger service: it decodes triggers (from MQTT
+// through its subscription, or Call), applies each scene's mode against
+// the runs it tracks (Observe must see the driver's events), submits
+// missions idempotently by request ID and publishes the replies. Run
+// runs its workers.
+func NewTriggers(o TriggerOptions) *Triggers {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return newTriggers(o.Logger, o.Catalog, o.Missions, o.Publisher, newAgentTopics(o.Prefix, o.Gateway), o.Gateway, nil)
+}
+
+func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publisher, topics agentTopics, gateway string, m *metrics) *Triggers {
+	return &Triggers{
 		log: log, cat: cat, driver: d, pub: pub, topics: topics, gateway: gateway, metrics: m,
 		jobs:        make(chan triggerJob, 256),
 		active:      map[string]map[string]activeRun{},
@@ -100,7 +118,7 @@ func newTriggers(log *slog.Logger, cat *scenes.Catalog, d missionAPI, pub publis
 }
 
 // seed records the missions that were active at start-up.
-func (t *triggers) seed(ms []*driver.Mission) {
+func (t *Triggers) seed(ms []*driver.Mission) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range ms {
@@ -108,7 +126,7 @@ func (t *triggers) seed(ms []*driver.Mission) {
 	}
 }
 
-func (t *triggers) trackLocked(m *driver.Mission) {
+func (t *Triggers) trackLocked(m *driver.Mission) {
 	runs := t.active[m.Type]
 	if runs == nil {
 		runs = map[string]activeRun{}
@@ -120,7 +138,7 @@ func (t *triggers) trackLocked(m *driver.Mission) {
 // Observe keeps the active-run table current and notes scenes whose run
 // ended, so a held run can start. It never blocks the driver, and a note
 // is never lost: it is a set entry plus a wake-up, not a queue slot.
-func (t *triggers) Observe(ev driver.Event, m *driver.Mission) {
+func (t *Triggers) Observe(ev driver.Event, m *driver.Mission) {
 	t.mu.Lock()
 	switch {
 	case ev.Input == driver.InSubmit, ev.Input == driver.InRetry:
@@ -144,7 +162,7 @@ func (t *triggers) Observe(ev driver.Event, m *driver.Mission) {
 }
 
 // takeEnded returns and clears the scenes whose runs ended.
-func (t *triggers) takeEnded() []string {
+func (t *Triggers) takeEnded() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]string, 0, len(t.endedScenes))
@@ -158,13 +176,13 @@ func (t *triggers) takeEnded() []string {
 
 // onMessage is the trigger subscription's handler, on the MQTT receive
 // path: it only hands the payload on.
-func (t *triggers) onMessage(_ string, payload []byte) {
+func (t *Triggers) onMessage(_ string, payload []byte) {
 	select {
 	case t.jobs <- triggerJob{payload: payload}:
 	default:
-		t.metrics.rejected(reasonOverloaded)
+		t.metrics.rejected(scenes.ReasonOverloaded)
 		t.log.Warn("trigger dropped: queue full", "bytes", len(payload))
-		t.reply(scenes.Reply{RequestID: requestIDOf(payload), Status: scenes.StatusRejected, Reason: reasonOverloaded, Message: "agent is overloaded; try again"})
+		t.reply(scenes.Reply{RequestID: requestIDOf(payload), Status: scenes.StatusRejected, Reason: scenes.ReasonOverloaded, Message: "agent is overloaded; try again"})
 	}
 }
 
@@ -175,7 +193,7 @@ const triggerWorkers = 8
 
 // Run processes jobs until ctx ends. At start it resumes queued runs
 // whose predecessor finished while the agent was down.
-func (t *triggers) Run(ctx context.Context) error {
+func (t *Triggers) Run(ctx context.Context) error {
 	for _, scene := range t.scenesWithRuns() {
 		t.startQueued(ctx, scene)
 	}
@@ -214,7 +232,7 @@ func (t *triggers) Run(ctx context.Context) error {
 }
 
 // sceneLock returns the lock that serialises mode decisions for a scene.
-func (t *triggers) sceneLock(scene string) *sync.Mutex {
+func (t *Triggers) sceneLock(scene string) *sync.Mutex {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l := t.locks[scene]
@@ -225,7 +243,7 @@ func (t *triggers) sceneLock(scene string) *sync.Mutex {
 	return l
 }
 
-func (t *triggers) scenesWithRuns() []string {
+func (t *Triggers) scenesWithRuns() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []string
@@ -239,7 +257,7 @@ func (t *triggers) scenesWithRuns() []string {
 }
 
 // startQueued resumes the oldest held run of scene if no run is going.
-func (t *triggers) startQueued(ctx context.Context, scene string) {
+func (t *Triggers) startQueued(ctx context.Context, scene string) {
 	l := t.sceneLock(scene)
 	l.Lock()
 	defer l.Unlock()
@@ -266,7 +284,7 @@ func (t *triggers) startQueued(ctx context.Context, scene string) {
 	t.log.Info("queued run started", "scene", scene, "mission", next)
 }
 
-func (t *triggers) reply(r scenes.Reply) {
+func (t *Triggers) reply(r scenes.Reply) {
 	id := r.RequestID
 	if driver.ValidateID("request_id", id) != nil {
 		id = invalidReplyID
@@ -295,7 +313,7 @@ func requestIDOf(b []byte) string {
 }
 
 // handle decodes one MQTT trigger, decides it and replies.
-func (t *triggers) handle(ctx context.Context, payload []byte) {
+func (t *Triggers) handle(ctx context.Context, payload []byte) {
 	tr, err := scenes.DecodeTrigger(payload)
 	if err != nil {
 		tr.RequestID = requestIDOf(payload)
@@ -306,7 +324,7 @@ func (t *triggers) handle(ctx context.Context, payload []byte) {
 }
 
 // runs lists the scene's active missions, oldest first.
-func (t *triggers) runs(scene string) []string {
+func (t *Triggers) runs(scene string) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var ids []string

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestRetentionPolicy(t *testing.T) {
 	}
 	active := add(99, driver.StatePaused, 50*24*time.Hour)
 
-	n, err := prune(ctx, db, RetentionConfig{MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 3}, now)
+	n, err := prune(ctx, db, RetentionOptions{MaxAge: 30 * 24 * time.Hour, MaxCount: 3}, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,366 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/simulator"
+	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// HomeStartTimeout bounds the wait for the simulated home's devices to
+// connect; they take milliseconds on a working broker, and a home that
+// cannot log in (a wrong URL, a certificate it refuses) would otherwise
+// hold the start forever. A variable for tests.
+var HomeStartTimeout = 20 * time.Second
+
+// Agent is one gateway's agent: the embedded broker (or a link to an
+// external one), the mission store, the driver and its step handlers,
+// the trigger service, the event feed, the management API and the hub
+// sync, started in that order and closed in reverse.
+//
+// Start it, Run it until its context ends, then Close it to release
+// what Start opened. Its methods are safe for concurrent use once Start
+// has returned.
+type Agent struct {
+	opts Options
+	log  *slog.Logger
+
+	db     *store.DB
+	broker *broker.Broker
+	auth   *brokerAuth // the embedded broker's, when it has users
+	home   *simulator.Home
+	dev    *devices.Client
+	conn   link
+	drv    *driver.Driver
+	cat    *scenes.Catalog
+	reg    *devices.Registry
+	topics agentTopics
+	trig   *Triggers
+	feed   *feed
+
+	metrics *metrics
+	http    *http.Server
+	httpLn  net.Listener
+	up      *uplink.Uplink
+
+	closeMu sync.Mutex
+	closers []func()
+}
+
+// New checks opts and returns an agent that Start will start.
+func New(opts Options) (*Agent, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{
+		opts: opts, log: opts.Logger, cat: opts.Catalog, reg: opts.Registry,
+		topics: newAgentTopics(opts.Broker.Prefix, opts.Gateway),
+	}, nil
+}
+
+// Close stops and releases everything Start opened, in reverse order.
+// It is safe to call more than once, and after a failed Start.
+func (a *Agent) Close() {
+	a.closeMu.Lock()
+	cs := a.closers
+	a.closers = nil // closed once, whoever calls first
+	a.closeMu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
+}
+
+func (a *Agent) onClose(f func()) {
+	a.closeMu.Lock()
+	a.closers = append(a.closers, f)
+	a.closeMu.Unlock()
+}
+
+// Start opens and wires every component; it returns once the agent takes
+// triggers and its API listens. On error, Close undoes what was done.
+func (a *Agent) Start(ctx context.Context) error {
+	o, log := a.opts, a.log
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	var err error
+	// With a hub, every event is also written to the outbox in the same
+	// transaction as the change it reports.
+	sopts := store.Options{Logger: log, Outbox: o.Hub != nil}
+	if o.Hub != nil {
+		sopts.OutboxMax = o.Hub.OutboxMax
+	}
+	if a.db, err = store.Open(filepath.Join(o.DataDir, "missions.db"), sopts); err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return fmt.Errorf("%w (is another agent running with this data_dir?)", err)
+		}
+		return err
+	}
+	a.onClose(func() {
+		if err := a.db.Close(); err != nil {
+			log.Error("close store", "err", err)
+		}
+	})
+
+	brokerURL, user, password, tlsCfg := o.Broker.URL, o.Broker.Username, o.Broker.Password, o.Broker.TLS
+	if o.Broker.Embedded {
+		bopts := broker.Options{Addr: o.Broker.Listen, TLS: o.Broker.ServerTLS, Logger: log.With("component", "broker")}
+		if len(o.Broker.Users) > 0 {
+			auth, internal, err := newBrokerAuth(o.Broker, o.Gateway, log.With("component", "broker"))
+			if err != nil {
+				return err
+			}
+			// The agent's own TCP clients log in as the agent itself.
+			bopts.Auth, user, password = auth.hook, InternalUser, internal
+			a.auth = auth
+		}
+		if a.broker, err = broker.Start(bopts); err != nil {
+			return err
+		}
+		a.onClose(func() { _ = a.broker.Close() }) // its clients are gone by now; nothing left to report
+		brokerURL = a.broker.URL()
+		// Tests and scripts read this line to find a port chosen with :0.
+		log.Info("embedded broker listening", "addr", a.broker.Addr(), "tls", bopts.TLS != nil, "users", len(o.Broker.Users))
+	}
+
+	if o.Home != nil {
+		hc := *o.Home
+		hc.Broker = brokerURL
+		hc.Username, hc.Password, hc.TLS = user, password, tlsCfg
+		hc.Prefix = o.Broker.Prefix
+		hc.Logger = log.With("component", "simulator")
+		if a.home, err = simulator.NewHome(hc); err != nil {
+			return err
+		}
+		sctx, cancel := context.WithTimeoutCause(ctx, HomeStartTimeout, fmt.Errorf("not online within %s", HomeStartTimeout))
+		err = a.home.Start(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("simulated home: %w", err)
+		}
+		a.onClose(func() { _ = a.home.Close() }) // the demo's devices saying goodbye: nothing to act on
+		log.Info("simulated home running", "devices", len(a.home.Devices()))
+	}
+
+	a.metrics = newMetrics()
+	if a.auth != nil {
+		a.metrics.reg.MustRegister(a.auth.refusals)
+	}
+	a.drv, err = driver.New(driver.Options{
+		Store: a.db, Logger: log.With("component", "driver"), Workers: o.Driver.Workers,
+		StepTimeout: o.Driver.StepTimeout, StopGrace: o.Driver.StopGrace,
+		// The owner is random per process, so a restart sees the leases of
+		// the previous run as foreign and records their recovery.
+	})
+	if err != nil {
+		return err
+	}
+	drv := a.drv
+	// The embedded broker is in this process: the agent's own traffic
+	// goes to it by function call, with no socket or client in between.
+	// Devices and apps still connect to it over TCP.
+	var local devices.Local
+	if a.broker != nil && !o.OverTCP {
+		local = a.broker
+	}
+	a.dev, err = devices.Dial(ctx, devices.Options{
+		Local: local, Broker: brokerURL, ClientID: "sortie-" + o.Gateway + "-devices", Username: user,
+		Password: password, TLS: tlsCfg, Prefix: o.Broker.Prefix, AckTimeout: o.Broker.AckTimeout,
+		Logger: log,
+		// A device coming online or reporting state may unblock the steps
+		// waiting on that device (and only those).
+		OnChange: drv.Wake,
+	})
+	if err != nil {
+		return err
+	}
+	a.onClose(func() { _ = a.dev.Close() }) // a failed goodbye to the broker changes nothing for the next start
+	registerHandlers(a)
+
+	if local != nil {
+		a.conn = &localLink{b: local}
+	} else if a.conn, err = dialConn(ctx, connOptions{
+		URL: brokerURL, ClientID: "sortie-" + o.Gateway + "-agent", Username: user,
+		Password: password, TLS: tlsCfg, Log: log.With("component", "mqtt"),
+	}); err != nil {
+		return err
+	}
+	a.onClose(a.conn.Close)
+	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, a.conn, a.topics, o.Gateway, a.metrics)
+	a.feed = newFeed(log.With("component", "feed"), a.conn, a.topics, o.Gateway)
+	if a.broker != nil {
+		a.feed.listened, a.feed.subsAdded = a.broker.Subscribed, a.broker.SubscriptionsAdded
+	}
+	drv.Observe(a.metrics)
+	drv.Observe(a.trig)
+	drv.Observe(a.feed)
+	if !o.QuietMissions {
+		drv.Observe(logObserver{log: log})
+	}
+	for _, obs := range o.Observers {
+		drv.Observe(obs)
+	}
+	active, err := a.db.Active(ctx)
+	if err != nil {
+		return err
+	}
+	a.trig.seed(active)
+	a.metrics.setDeviceTypes(deviceTypes(a.reg))
+	a.metrics.watch(drv, a.dev, func() (int, error) { s, err := a.db.Stats(); return s.Missions, err })
+	if counts, err := terminalCounts(ctx, a.db); err == nil {
+		a.metrics.setTerminal(counts)
+	}
+	if o.Hub != nil {
+		if err := a.startUplink(); err != nil {
+			return err
+		}
+	}
+	if err := drv.Start(ctx); err != nil {
+		return err
+	}
+	a.onClose(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), o.Driver.StopGrace+time.Second)
+		defer cancel()
+		if err := drv.Stop(stopCtx); err != nil {
+			log.Warn("driver stop", "err", err)
+		}
+	})
+	if len(active) > 0 {
+		log.Info("resuming missions from the last run", "count", len(active))
+	}
+	if err := a.conn.Subscribe(a.topics.Trigger(), a.trig.onMessage); err != nil {
+		return err
+	}
+	if o.HTTP.Listen != "" {
+		if err := a.startHTTP(); err != nil {
+			return err
+		}
+	}
+	log.Info("agent ready", "gateway", o.Gateway, "version", o.Version, "scenes", strings.Join(a.cat.Names(), ","), "trigger_topic", a.topics.Trigger())
+	return nil
+}
+
+// Run runs the agent's loops until ctx ends, then stops them in order
+// (stop taking triggers, let in-flight steps finish) and returns; Close
+// then releases the rest. It starts the agent first if Start was not
+// called.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.drv == nil {
+		if err := a.Start(ctx); err != nil {
+			return err
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	// First thing on shutdown: stop taking steps and let those in flight
+	// finish, alongside (not after) the HTTP drain and the other loops.
+	g.Go(func() error {
+		<-gctx.Done()
+		stopCtx, cancel := context.WithTimeout(context.Background(), a.opts.Driver.StopGrace+time.Second)
+		defer cancel()
+		if err := a.drv.Stop(stopCtx); err != nil {
+			a.log.Warn("driver stop", "err", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return a.trig.Run(gctx) })
+	g.Go(func() error { return a.feed.Run(gctx) })
+	if a.http != nil {
+		g.Go(func() error {
+			if err := a.http.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return a.http.Shutdown(sctx)
+		})
+	}
+	g.Go(func() error { return a.retention(gctx) })
+	if a.up != nil {
+		g.Go(func() error { return a.up.Run(gctx) })
+	}
+	if a.opts.DemoTrigger != "" {
+		if err := a.selfTrigger(a.opts.DemoTrigger); err != nil {
+			a.log.Error("demo trigger", "err", err)
+		}
+	}
+	err := g.Wait()
+	a.log.Info("agent stopping")
+	return err
+}
+
+// selfTrigger publishes a trigger to our own topic, exercising the same
+// path an app would.
+func (a *Agent) selfTrigger(scene string) error {
+	payload := fmt.Sprintf(`{"scene":%q,"request_id":"demo-%d","source":"demo"}`, scene, time.Now().UnixNano())
+	return a.conn.Publish(a.topics.Trigger(), 1, false, []byte(payload))
+}
+
+// Addrs are where a started agent can be reached.
+type Addrs struct {
+	// BrokerURL is the broker devices and apps use (tcp:// or ssl://).
+	BrokerURL string
+	// BrokerListen is the embedded broker's bound host:port; "" with an
+	// external broker.
+	BrokerListen string
+	// API is the management API's base URL; "" when it is disabled.
+	API string
+	// TriggerTopic is where apps publish triggers.
+	TriggerTopic string
+	// Scenes are the scenes that can be triggered.
+	Scenes []string
+	// BrokerUsers says whether the embedded broker asks for a login.
+	BrokerUsers bool
+}
+
+// Addrs says where the started agent listens.
+func (a *Agent) Addrs() Addrs {
+	ad := Addrs{BrokerURL: a.opts.Broker.URL, TriggerTopic: a.topics.Trigger(), Scenes: a.cat.Names(), BrokerUsers: a.auth != nil}
+	if a.broker != nil {
+		ad.BrokerURL, ad.BrokerListen = a.broker.URL(), a.broker.Addr()
+	}
+	if a.httpLn != nil {
+		scheme := "http://"
+		if a.opts.HTTP.TLS != nil {
+			scheme = "https://"
+		}
+		ad.API = scheme + a.httpLn.Addr().String()
+	}
+	return ad
+}
+
+// Unfinished counts the missions a next start would go on with.
+func (a *Agent) Unfinished(ctx context.Context) (int, error) {
+	active, err := a.db.Active(ctx)
+	return len(active), err
+}
+
+// Broker is the embedded broker, for an embedder that adds its own
+// hooks or publishes in process; nil with an external broker or before
+// Start.
+func (a *Agent) Broker() *broker.Broker { return a.broker }
+
+// Driver is the mission driver, for an embedder that submits, controls
+// or observes missions directly; nil before Start.
+func (a *Agent) Driver() *driver.Driver { return a.drv }

@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// TestMetricsFromEvents checks the event-driven metrics with testutil,
+// without a process: a retried step, a failure class and compensation.
+func TestMetricsFromEvents(t *testing.T) {
+	m := newMetrics()
+	m.setDeviceTypes(map[string]string{"living-light": "light"})
+	ms := &driver.Mission{ID: "m", Type: "go_home", Steps: []driver.Step{{ID: "s", Kind: "device.command", Params: []byte(`{"device":"living-light","action":"turn_on"}`)}}}
+	now := time.Now()
+	for _, ev := range []driver.Event{
+		{Input: driver.InSubmit, To: driver.StatePending, Time: now},
+		{Input: driver.InBeginStep, Step: 0, Attempt: 1, Time: now},
+		{Input: driver.InStepError, Step: 0, Attempt: 1, Detail: "retryable", Code: "ack_timeout", Time: now.Add(2 * time.Second)},
+		{Input: driver.InBeginStep, Step: 0, Attempt: 2, Time: now.Add(3 * time.Second)},
+		{Input: driver.InStepOK, Step: 0, Attempt: 2, Time: now.Add(3*time.Second + 5*time.Millisecond)},
+		{Input: driver.InCompResult, Step: 0, Detail: "compensated", Time: now},
+		{Input: driver.InCompResult, Step: 0, Detail: "compensation failed", Time: now},
+		{Input: driver.InFail, To: driver.StateFailed, Time: now},
+	} {
+		m.Observe(ev, ms)
+	}
+	check := func(name, want string) {
+		t.Helper()
+		if err := testutil.CollectAndCompare(m.reg, strings.NewReader(want), name); err != nil {
+			t.Error(err)
+		}
+	}
+	check("sortie_step_retries_total", `
+# HELP sortie_step_retries_total Step attempts after the first, by scene.
+# TYPE sortie_step_retries_total counter
+sortie_step_retries_total{scene="go_home"} 1
+`)
+	check("sortie_step_failures_total", `
+# HELP sortie_step_failures_total Failed step attempts, by error class and code.
+# TYPE sortie_step_failures_total counter
+sortie_step_failures_total{class="retryable",code="ack_timeout"} 1
+`)
+	check("sortie_compensations_total", `
+# HELP sortie_compensations_total Compensation attempts that finished, by result (succeeded, failed, retry).
+# TYPE sortie_compensations_total counter
+sortie_compensations_total{result="failed"} 1
+sortie_compensations_total{result="succeeded"} 1
+`)
+	check("sortie_missions_finished_total", fmt.Sprintf(`
+# HELP sortie_missions_finished_total Missions that reached a terminal state, by scene and outcome.
+# TYPE sortie_missions_finished_total counter
+sortie_missions_finished_total{outcome=%q,scene="go_home"} 1
+`, "FAILED"))
+	if n := testutil.CollectAndCount(m.reg, "sortie_step_duration_seconds"); n != 2 {
+		t.Errorf("step duration series: %d, want 2 (error and ok)", n)
+	}
+}

@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// Options configures an Agent. The zero value of each optional field
+// takes the default its comment gives; cmd/agent maps its config file
+// onto these.
+type Options struct {
+	// Gateway names this gateway in topics, events and the hub. Required.
+	Gateway string
+	// DataDir holds the mission database (missions.db). Required.
+	DataDir string
+	// Registry is the device registry and Catalog the scenes built on
+	// it. Required.
+	Registry *devices.Registry
+	Catalog  *scenes.Catalog
+
+	Broker    BrokerOptions
+	HTTP      HTTPOptions
+	Driver    DriverOptions
+	Retention RetentionOptions
+	// Hub, when set, syncs mission events to a hub and takes its
+	// control requests.
+	Hub *HubOptions
+	// Home, when set, runs a simulated home inside the agent (the demo).
+	// Its broker, login and prefix are filled in by the agent.
+	Home *simulator.HomeConfig
+
+	// Logger receives the agent's logs; nil discards them.
+	Logger *slog.Logger
+	// Observers see every mission event after the agent's own (a
+	// progress view, say). Each must not block: it runs on the driver's
+	// commit path.
+	Observers []driver.Observer
+	// Handlers add step kinds, or replace the built-in ones (devices'
+	// and scenes' kinds), for an embedder with steps of its own or a
+	// test that stands in for the devices.
+	Handlers map[string]driver.Handler
+	// QuietMissions leaves out the one log line per meaningful mission
+	// transition, for when an Observer already says as much.
+	QuietMissions bool
+	// Version is reported in logs and to the hub.
+	Version string
+	// DemoTrigger, when set, is a scene the agent triggers through its
+	// own trigger topic once it runs, as an app would.
+	DemoTrigger string
+	// OverTCP makes the agent reach its embedded broker over TCP, as it
+	// does an external one, instead of by function call; benchmarks
+	// compare the two.
+	OverTCP bool
+}
+
+// BrokerOptions says which MQTT broker devices and apps use.
+type BrokerOptions struct {
+	// Embedded runs a broker inside the agent on Listen (default
+	// 127.0.0.1:1883), speaking TLS with ServerTLS when set.
+	Embedded  bool
+	Listen    string
+	ServerTLS *tls.Config
+	// Users may connect to the embedded broker, each confined to its
+	// role's topics; none lets every client in.
+	Users []BrokerUser
+
+	// URL is the external broker when Embedded is false; Username,
+	// Password and TLS are the agent's login there. With an embedded
+	// broker, TLS is what the agent's own TCP clients trust (its own
+	// certificate).
+	URL      string
+	Username string
+	Password string
+	TLS      *tls.Config
+
+	// Prefix is the topic prefix for devices, triggers and events
+	// (default devices.DefaultPrefix).
+	Prefix string
+	// AckTimeout is how long a command waits for its ack unless a step
+	// says otherwise (default 2s).
+	AckTimeout time.Duration
+}
+
+// HTTPOptions is the management API (health, metrics, missions, scenes).
+type HTTPOptions struct {
+	// Listen is its address; "" disables it.
+	Listen string
+	// Token protects it; "" leaves it open (sensible on loopback only).
+	Token string
+	// TLS, when set, makes it HTTPS.
+	TLS *tls.Config
+}
+
+// DriverOptions tunes the mission loop (see driver.Options).
+type DriverOptions struct {
+	Workers     int
+	StepTimeout time.Duration
+	// StopGrace bounds how long steps in flight may finish at shutdown.
+	StopGrace time.Duration
+}
+
+// RetentionOptions bounds the finished missions kept. A mission is
+// deleted when older than MaxAge, or when more than MaxCount finished
+// missions are stored (oldest first). Checked every Interval; zero
+// Interval, or both bounds zero, keeps everything.
+type RetentionOptions struct {
+	MaxAge   time.Duration
+	MaxCount int
+	Interval time.Duration
+}
+
+// HubOptions connects the agent to a hub (store-and-forward sync).
+type HubOptions struct {
+	// URL is the hub's broker. Required.
+	URL string
+	// Username defaults to the gateway ID, which the hub's ACL expects.
+	Username string
+	Password string
+	TLS      *tls.Config
+	// Prefix is the hub's topic prefix (default "sortie").
+	Prefix string
+	// OutboxMax bounds the events kept while the hub is unreachable;
+	// past it each mission keeps only its latest event.
+	OutboxMax int
+	// Heartbeat is how often the inventory is sent (default 30s).
+	Heartbeat time.Duration
+}
+
+// withDefaults checks the required fields and fills in the defaults.
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	if err := driver.ValidateID("gateway", o.Gateway); err != nil {
+		errs = append(errs, err)
+	}
+	if o.DataDir == "" {
+		errs = append(errs, errors.New("no data directory"))
+	}
+	if o.Registry == nil || o.Catalog == nil {
+		errs = append(errs, errors.New("no device registry or scene catalog"))
+	}
+	if o.Hub != nil && o.Hub.URL == "" {
+		errs = append(errs, errors.New("hub: no URL"))
+	}
+	if o.Broker.Embedded {
+		if o.Broker.Listen == "" {
+			o.Broker.Listen = "127.0.0.1:1883"
+		}
+		if err := CheckDeviceUsers(o.Broker.Users, o.Registry); o.Registry != nil && err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		if o.Broker.URL == "" {
+			errs = append(errs, errors.New("broker: neither embedded nor a URL"))
+		}
+		if len(o.Broker.Users) > 0 {
+			errs = append(errs, errors.New("broker: users are for the embedded broker"))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, fmt.Errorf("agent options: %w", err)
+	}
+	if o.Broker.Prefix == "" {
+		o.Broker.Prefix = devices.DefaultPrefix
+	}
+	if o.Broker.AckTimeout <= 0 {
+		o.Broker.AckTimeout = 2 * time.Second
+	}
+	if o.Driver.StopGrace <= 0 {
+		o.Driver.StopGrace = 10 * time.Second
+	}
+	if o.Hub != nil {
+		h := *o.Hub
+		if h.Username == "" {
+			h.Username = o.Gateway
+		}
+		if h.Heartbeat <= 0 {
+			h.Heartbeat = 30 * time.Second
+		}
+		o.Hub = &h
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	return o, nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// agentOptions maps a validated config onto the agent's options, loading
+// the files it names (registry, scenes, simulated home, secrets).
+func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
+	o := agent.Options{
+		Gateway: cfg.GatewayID, DataDir: cfg.Path(cfg.DataDir), Logger: log, Version: Version,
+		Driver: agent.DriverOptions{
+			Workers: cfg.Driver.Workers, StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(),
+		},
+		Retention: agent.RetentionOptions{
+			MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount, Interval: cfg.Retention.Interval.D(),
+		},
+	}
+	var err error
+	if o.Registry, err = devices.LoadRegistry(cfg.Path(cfg.Devices)); err != nil {
+		return o, err
+	}
+	if o.Catalog, err = scenes.Load(cfg.Path(cfg.Scenes), o.Registry); err != nil {
+		return o, err
+	}
+
+	b := cfg.Broker
+	o.Broker = agent.BrokerOptions{
+		Embedded: b.Embedded, Listen: b.Listen, URL: b.URL, Username: b.Username,
+		Prefix: b.Prefix, AckTimeout: b.AckTimeout.D(),
+	}
+	if o.Broker.Password, err = b.password(cfg); err != nil {
+		return o, err
+	}
+	if o.Broker.TLS, err = b.tlsConfig(cfg); err != nil {
+		return o, err
+	}
+	if b.Embedded {
+		// The agent's own TCP clients trust its certificate alone.
+		if o.Broker.ServerTLS, o.Broker.TLS, err = b.serverTLS(cfg); err != nil {
+			return o, err
+		}
+		o.Broker.Users = brokerUsers(b)
+	}
+
+	if h := cfg.HTTP; h.Listen != "" {
+		o.HTTP.Listen = h.Listen
+		if o.HTTP.Token, err = httpToken(cfg); err != nil {
+			return o, err
+		}
+		if o.HTTP.TLS, _, err = h.serverTLS(cfg); err != nil {
+			return o, err
+		}
+	}
+
+	if h := cfg.Hub; h.URL != "" {
+		hb := h.broker()
+		ho := &agent.HubOptions{
+			URL: h.URL, Username: h.Username, Prefix: h.Prefix, OutboxMax: h.OutboxMax, Heartbeat: h.Heartbeat.D(),
+		}
+		if ho.Password, err = hb.password(cfg); err != nil {
+			return o, fmt.Errorf("hub: %w", err)
+		}
+		// The environment can carry the secret instead of a file on disk.
+		if p := os.Getenv("SORTIE_HUB_PASSWORD"); p != "" {
+			ho.Password = p
+		}
+		if ho.TLS, err = hb.tlsConfig(cfg); err != nil {
+			return o, fmt.Errorf("hub: %w", err)
+		}
+		o.Hub = ho
+	}
+
+	if cfg.Simulator.Home != "" {
+		hc, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home))
+		if err != nil {
+			return o, err
+		}
+		o.Home = &hc
+	}
+	return o, nil
+}
+
+// httpToken returns the API token: token_file's content when set (read
+// once, at start), else token. "" leaves the API open.
+func httpToken(c Config) (string, error) {
+	if c.HTTP.TokenFile == "" {
+		return c.HTTP.Token, nil
+	}
+	b, err := os.ReadFile(c.Path(c.HTTP.TokenFile))
+	if err != nil {
+		return "", fmt.Errorf("http.token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("http.token_file: %s is empty", c.HTTP.TokenFile)
+	}
+	return tok, nil
+}
