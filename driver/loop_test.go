@@ -26,14 +26,8 @@ func TestConcurrentMissionsNeverShareAWorker(t *testing.T) {
 			t.Errorf("mission %s has %d steps in flight", req.MissionID, n)
 		}
 		defer c.(*atomic.Int32).Add(-1)
-		n := total.Add(1)
+		raise(&peak, total.Add(1))
 		defer total.Add(-1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
 		if req.Attempt == 1 && req.StepIndex == 1 {
 			return nil, RetryableError("busy", errors.New("busy")) // exercise the backoff timer
 		}
@@ -152,6 +146,13 @@ func TestStopGraceCancelsStuckStep(t *testing.T) {
 	got := get(t, d, m.ID)
 	if got.State != StateStepRunning || got.Results[0].Attempts != 1 || got.Lease.Owner != d.Owner() {
 		t.Fatalf("after cancelled stop: state %s attempts %d lease %+v", got.State, got.Results[0].Attempts, got.Lease)
+	}
+}
+
+// raise sets peak to n if n is higher, for handlers that track the most
+// steps they ever saw in flight at once.
+func raise(peak *atomic.Int32, n int32) {
+	for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 	}
 }
 

@@ -40,14 +40,8 @@ func TestRetryRacingFailureCommitRunsStepOnce(t *testing.T) {
 		if n == 1 {
 			return nil, PermanentError("boom", errors.New("first run fails"))
 		}
-		c := inFlight.Add(1)
+		raise(&peak, inFlight.Add(1))
 		defer inFlight.Add(-1)
-		for {
-			p := peak.Load()
-			if c <= p || peak.CompareAndSwap(p, c) {
-				break
-			}
-		}
 		retried <- struct{}{}
 		select {
 		case <-release:
