@@ -20,8 +20,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/hub"
 )
 
 // onListening, when set (by tests), learns the bound addresses.
