@@ -113,6 +113,33 @@ func drain(t *testing.T, d *Driver, clk *fakeClock) {
 	t.Fatal("drain: driver did not settle")
 }
 
+// step advances what is due now, as Step does, and reports its error.
+// It uses Error, not Fatal, because tests also call it from goroutines
+// that block in a handler.
+func step(t testing.TB, d *Driver) int {
+	t.Helper()
+	n, err := d.Step(context.Background())
+	if err != nil {
+		t.Error(err)
+	}
+	return n
+}
+
+// start starts d's loop and stops it when the test ends, reporting a
+// Stop that had to cancel steps. Stop is idempotent, so a test may also
+// stop d itself and check what Stop returns.
+func start(t testing.TB, d *Driver) {
+	t.Helper()
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+}
+
 func get(t *testing.T, d *Driver, id string) *Mission {
 	t.Helper()
 	m, err := d.Get(context.Background(), id)
@@ -195,11 +222,11 @@ func TestRetryThenSuccessWithBackoff(t *testing.T) {
 	eq(t, "first backoff", d.NextWake().Sub(start), 100*time.Millisecond)
 	// Not due yet: nothing happens.
 	clk.Advance(99 * time.Millisecond)
-	if n, _ := d.Step(context.Background()); n != 0 {
+	if n := step(t, d); n != 0 {
 		t.Fatalf("advanced %d missions before backoff elapsed", n)
 	}
 	clk.Advance(time.Millisecond)
-	d.Step(context.Background())
+	step(t, d)
 	eq(t, "second backoff", d.NextWake().Sub(clk.Now()), 200*time.Millisecond)
 	drain(t, d, clk)
 	got := get(t, d, m.ID)
@@ -264,7 +291,7 @@ func TestStepTimeout(t *testing.T) {
 	d.Register("test", h)
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a")})
 	done := make(chan struct{})
-	go func() { d.Step(context.Background()); close(done) }()
+	go func() { step(t, d); close(done) }()
 	<-started
 	clk.Advance(time.Second)
 	<-done
@@ -289,7 +316,7 @@ func TestNotReadyWaitsWithoutSpendingAttempts(t *testing.T) {
 	}
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a")})
 	for range 5 { // five waits; the policy allows 3 attempts
-		d.Step(context.Background())
+		step(t, d)
 		clk.AdvanceTo(d.NextWake())
 	}
 	got := get(t, d, m.ID)
@@ -299,16 +326,16 @@ func TestNotReadyWaitsWithoutSpendingAttempts(t *testing.T) {
 	eq(t, "waits", got.Results[0].Waits, 5)
 	// The device comes back: Wake makes the step due at once, without
 	// waiting for the minute to pass.
-	d.Step(context.Background())
+	step(t, d)
 	mu.Lock()
 	offline = false
 	mu.Unlock()
 	d.Wake("another-device")
-	if n, _ := d.Step(context.Background()); n != 0 {
+	if n := step(t, d); n != 0 {
 		t.Fatalf("Wake of another key woke the mission (advanced %d)", n)
 	}
 	d.Wake("light-1")
-	if n, _ := d.Step(context.Background()); n != 1 {
+	if n := step(t, d); n != 1 {
 		t.Fatalf("Wake did not make the waiting mission due (advanced %d)", n)
 	}
 	got = get(t, d, m.ID)
@@ -374,9 +401,9 @@ func TestCancelMidStepCompensates(t *testing.T) {
 		return nil, nil
 	}
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a!", "b!", "c!")})
-	d.Step(context.Background()) // a
+	step(t, d) // a
 	done := make(chan struct{})
-	go func() { d.Step(context.Background()); close(done) }() // b, blocked
+	go func() { step(t, d); close(done) }() // b, blocked
 	<-inB
 	cm, err := d.Cancel(context.Background(), m.ID)
 	if err != nil {
@@ -416,7 +443,7 @@ func TestCancelPendingAndTerminal(t *testing.T) {
 func TestPauseResumeMidMission(t *testing.T) {
 	d, clk, _, sc := fixture(t, Options{})
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a", "b", "c")})
-	d.Step(context.Background()) // a done, b begun (write-ahead) but not run
+	step(t, d) // a done, b begun (write-ahead) but not run
 	pm, err := d.Pause(context.Background(), m.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +476,7 @@ func TestPauseWhileWaitingForRetry(t *testing.T) {
 		return nil, nil
 	}
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a")})
-	d.Step(context.Background())
+	step(t, d)
 	pm, err := d.Pause(context.Background(), m.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -457,7 +484,9 @@ func TestPauseWhileWaitingForRetry(t *testing.T) {
 	eq(t, "state", pm.State, StatePaused)
 	drain(t, d, clk)
 	eq(t, "still paused", get(t, d, m.ID).State, StatePaused)
-	d.Resume(context.Background(), m.ID)
+	if _, err := d.Resume(context.Background(), m.ID); err != nil {
+		t.Fatal(err)
+	}
 	drain(t, d, clk)
 	got := get(t, d, m.ID)
 	eq(t, "state", got.State, StateSucceeded)
@@ -469,7 +498,7 @@ func TestPriorityOrder(t *testing.T) {
 	low := submit(t, d, Spec{Type: "low", Priority: 10, Steps: steps("low")})
 	high := submit(t, d, Spec{Type: "high", Priority: 90, Steps: steps("high")})
 	mid := submit(t, d, Spec{Type: "mid", Priority: 50, Steps: steps("mid")})
-	d.Step(context.Background())
+	step(t, d)
 	eq(t, "order", sc.trace(), []string{"high", "mid", "low"})
 	// Reprioritise: low jumps ahead for its next step.
 	_ = high
@@ -486,7 +515,7 @@ func TestSetPriorityReorders(t *testing.T) {
 	if _, err := d.SetPriority(context.Background(), a.ID, 60); err != nil {
 		t.Fatal(err)
 	}
-	d.Step(context.Background())
+	step(t, d)
 	eq(t, "order", sc.trace(), []string{"a1", "b1"})
 	if !strings.Contains(inputs(t, d, a.ID), "priority") {
 		t.Errorf("priority change not on the timeline")
@@ -551,9 +580,11 @@ func TestDeadline(t *testing.T) {
 	t.Run("paused past deadline", func(t *testing.T) {
 		d, clk, _, _ := fixture(t, Options{})
 		m := submit(t, d, Spec{Type: "t", Steps: steps("a!", "b!"), Timeout: time.Minute})
-		d.Step(context.Background())
-		d.Pause(context.Background(), m.ID)
-		d.Step(context.Background())
+		step(t, d)
+		if _, err := d.Pause(context.Background(), m.ID); err != nil {
+			t.Fatal(err)
+		}
+		step(t, d)
 		eq(t, "paused", get(t, d, m.ID).State, StatePaused)
 		drain(t, d, clk)
 		got := get(t, d, m.ID)
@@ -634,38 +665,13 @@ func TestHandlerPanicIsPermanentFailure(t *testing.T) {
 	eq(t, "code", got.Results[0].Code, "panic")
 }
 
-func TestObserversSeeEveryEventInOrder(t *testing.T) {
-	var mu sync.Mutex
-	seen := map[string][]uint64{}
-	obs := ObserverFunc(func(ev Event, m *Mission) {
-		mu.Lock()
-		defer mu.Unlock()
-		seen[ev.MissionID] = append(seen[ev.MissionID], ev.Seq)
-		if m.Seq < ev.Seq {
-			t.Errorf("snapshot seq %d behind event %d", m.Seq, ev.Seq)
-		}
-	})
-	d, clk, _, _ := fixture(t, Options{Observers: []Observer{obs}})
-	m := submit(t, d, Spec{Type: "t", Steps: steps("a", "b")})
-	drain(t, d, clk)
-	evs, _ := d.Timeline(context.Background(), m.ID)
-	if len(seen[m.ID]) != len(evs) {
-		t.Fatalf("observed %d events, timeline has %d", len(seen[m.ID]), len(evs))
-	}
-	for i, s := range seen[m.ID] {
-		if s != uint64(i+1) {
-			t.Fatalf("observed seqs %v", seen[m.ID])
-		}
-	}
-}
-
 func TestSaveFailureDoesNotLoseMission(t *testing.T) {
 	d, clk, st, _ := fixture(t, Options{})
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a", "b")})
 	st.mu.Lock()
 	st.failNext = errors.New("disk full")
 	st.mu.Unlock()
-	d.Step(context.Background())
+	step(t, d)
 	got := get(t, d, m.ID)
 	eq(t, "unchanged after failed save", got.State, StateStepRunning)
 	eq(t, "a not recorded", got.Results[0].Status, StepRunning)
@@ -720,7 +726,7 @@ func TestPauseWaitsForRunningStep(t *testing.T) {
 	}
 	m := submit(t, d, Spec{Type: "t", Steps: steps("a", "b")})
 	done := make(chan struct{})
-	go func() { d.Step(context.Background()); close(done) }()
+	go func() { step(t, d); close(done) }()
 	<-inA
 	pm, err := d.Pause(context.Background(), m.ID)
 	if err != nil {
@@ -745,7 +751,7 @@ func TestCancelBeforeFirstStepRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, "state", got.State, StateCancelled)
-	d.Step(context.Background())
+	step(t, d)
 	eq(t, "nothing ran", len(sc.trace()), 0)
 	eq(t, "a skipped", get(t, d, m.ID).Results[0].Status, StepSkipped)
 }

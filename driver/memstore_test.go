@@ -93,7 +93,7 @@ func (s *memStore) Save(_ context.Context, m *Mission, events []Event) error {
 	_ = old
 	if prev := s.state[m.ID]; prev.Version != m.Version-1 {
 		return fmt.Errorf("save %s v%d over v%d: %w", m.ID, m.Version, prev.Version, ErrConflict)
-	} else if prev.State.Terminal() && !(prev.State == StateFailed && m.State == StateRunning) && m.State != prev.State {
+	} else if retried := prev.State == StateFailed && m.State == StateRunning; prev.State.Terminal() && !retried && m.State != prev.State {
 		s.t.Errorf("mission %s left terminal state %s for %s", m.ID, prev.State, m.State)
 	}
 	if err := s.checkEvents(m.ID, events); err != nil {

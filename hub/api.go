@@ -139,7 +139,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 func (a *API) method(m string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
+		if head := m == http.MethodGet && r.Method == http.MethodHead; r.Method != m && !head {
 			w.Header().Set("Allow", m)
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" not allowed; use "+m)
 			return
@@ -342,7 +342,10 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, "retry: 2000\nevent: hello\ndata: {}\n\n")
+	// A failed write means the browser has gone; it reconnects by itself.
+	if _, err := fmt.Fprint(w, "retry: 2000\nevent: hello\ndata: {}\n\n"); err != nil {
+		return
+	}
 	fl.Flush()
 	keep := time.NewTicker(a.opts.KeepAlive)
 	defer keep.Stop()
@@ -353,7 +356,9 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) {
 		case <-a.closed:
 			return
 		case <-keep.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
 		case u, ok := <-updates:
 			if !ok {
 				return // fell behind or stopping; the browser reconnects
@@ -364,7 +369,9 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) {
 			} else {
 				data, _ = json.Marshal(u.Mission)
 			}
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", u.Type, data)
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", u.Type, data); err != nil {
+				return
+			}
 		}
 		fl.Flush()
 	}

@@ -76,12 +76,21 @@ func BenchmarkIngest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
 	svc := NewService(st, ServiceOptions{Broker: broker.URL(), ClientID: hubClientID, Username: hubUser, Password: hubPassword})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
 	<-svc.Ready()
 	lags := make([][]time.Duration, len(gws))
 	b.StartTimer()
@@ -161,7 +170,7 @@ func publishAll(b *testing.B, gws []*fakeGateway, n int, tag string, size int, l
 				window = append(window, g.c.Publish(g.topics.Events(g.id), 1, false, payload))
 				if len(window) == benchWindow {
 					if !window[0].WaitTimeout(wait) || window[0].Error() != nil {
-						errs <- fmt.Errorf("%s: publish: %v", g.id, window[0].Error())
+						errs <- fmt.Errorf("%s: publish: %w", g.id, tokenErr(window[0]))
 						return
 					}
 					window = window[1:]
@@ -169,7 +178,7 @@ func publishAll(b *testing.B, gws []*fakeGateway, n int, tag string, size int, l
 			}
 			for _, t := range window {
 				if !t.WaitTimeout(wait) || t.Error() != nil {
-					errs <- fmt.Errorf("%s: publish: %v", g.id, t.Error())
+					errs <- fmt.Errorf("%s: publish: %w", g.id, tokenErr(t))
 					return
 				}
 			}

@@ -192,7 +192,7 @@ func startChromium(t *testing.T, ctx context.Context, bin string) *cdpPage {
 	}
 	var targets []struct{ Type, WebSocketDebuggerURL string }
 	err = json.NewDecoder(res.Body).Decode(&targets)
-	res.Body.Close()
+	_ = res.Body.Close() // read-only: the decode error is the one that matters
 	if err != nil {
 		t.Fatalf("devtools targets: %v", err)
 	}

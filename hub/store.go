@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/uplink"
@@ -201,7 +202,7 @@ func (s *Store) Gateways() ([]Gateway, error) {
 
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	err := s.db.Update(fn)
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}
 	return err
@@ -209,7 +210,7 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 
 func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 	err := s.db.View(fn)
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}
 	return err
@@ -227,16 +228,6 @@ func missionKey(gw, id string) []byte {
 	k = append(k, gw...)
 	k = append(k, 0)
 	return append(k, id...)
-}
-
-// splitMissionKey undoes missionKey.
-func splitMissionKey(k []byte) (gw, id string, ok bool) {
-	for i, c := range k {
-		if c == 0 {
-			return string(k[:i]), string(k[i+1:]), true
-		}
-	}
-	return "", "", false
 }
 
 // eventKey is missionKey + 0x00 + seq (big-endian), so a mission's

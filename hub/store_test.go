@@ -366,7 +366,11 @@ func TestOpenTwiceTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	if _, err := Open(path, Options{Timeout: 50 * time.Millisecond}); err == nil {
 		t.Fatal("second open of a locked file succeeded")
 	}

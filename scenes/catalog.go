@@ -62,7 +62,7 @@ func readFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose once read
 	return io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 }
 

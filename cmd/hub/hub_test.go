@@ -214,7 +214,7 @@ func TestRun(t *testing.T) {
 	}
 	var page struct{ Missions []hub.Mission }
 	err = json.NewDecoder(res.Body).Decode(&page)
-	res.Body.Close()
+	_ = res.Body.Close() // read-only: the decode error is the one that matters
 	if err != nil || len(page.Missions) != 1 || page.Missions[0].ID != "m1" {
 		t.Fatalf("missions %+v (%v)", page, err)
 	}

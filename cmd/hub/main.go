@@ -70,9 +70,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "passwd":
 		err = cmdPasswd(args, stdin, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "sortie hub", Version)
+		_, err = fmt.Fprintln(stdout, "sortie hub", Version)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		_, err = fmt.Fprint(stdout, usage)
 	default:
 		err = &usageError{fmt.Sprintf("unknown command %q", cmd)}
 	}
@@ -81,10 +81,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "hub: %v\n\n%s", err, usage)
+		_, _ = fmt.Fprintf(stderr, "hub: %v\n\n%s", err, usage) // nowhere else to report it
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "hub: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "hub: %v\n", err) // nowhere else to report it
 		return 1
 	}
 }

@@ -37,8 +37,10 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *generate {
-		fmt.Fprintf(stdout, "# password for gateway %s (put it in the gateway's config; it is not shown again): %s\n", id, password)
+		if _, err := fmt.Fprintf(stdout, "# password for gateway %s (put it in the gateway's config; it is not shown again): %s\n", id, password); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(stdout, "%s = %q\n", id, h)
-	return nil
+	_, err = fmt.Fprintf(stdout, "%s = %q\n", id, h)
+	return err
 }

@@ -83,8 +83,10 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 }
 
 // serve wires the store, broker, service and HTTP server together and
-// runs them until ctx is cancelled or one fails.
-func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+// runs them until ctx is cancelled or one fails. Close errors of the
+// store and broker join what it returns: a store that failed to close
+// may not have kept the last ingest.
+func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	token, err := cfg.token()
 	if err != nil {
 		return err
@@ -93,7 +95,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() { rerr = errors.Join(rerr, st.Close()) }()
 	ids := make([]string, 0, len(cfg.Gateways))
 	for id := range cfg.Gateways {
 		ids = append(ids, id)
@@ -125,7 +127,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		defer broker.Close()
+		defer func() { rerr = errors.Join(rerr, broker.Close()) }()
 		brokerAddr = broker.Addr()
 		sopts.Broker, sopts.TLS = url, clientTLS
 		log.Info("embedded broker listening", "addr", brokerAddr, "tls", clientTLS != nil, "gateways", len(ids))

@@ -33,6 +33,6 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("identity.password_file: %w", err)
 		}
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d gateways)\n", *path, len(cfg.Gateways))
-	return nil
+	_, err = fmt.Fprintf(stdout, "%s: ok (%d gateways)\n", *path, len(cfg.Gateways))
+	return err
 }

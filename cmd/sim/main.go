@@ -87,7 +87,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// through it.
 		defer func() { _ = b.Close() }()
 		cfg.Broker = b.URL()
-		fmt.Fprintf(stdout, "embedded broker listening on %s (%s)\n", b.Addr(), b.URL())
+		if _, err := fmt.Fprintf(stdout, "embedded broker listening on %s (%s)\n", b.Addr(), b.URL()); err != nil {
+			return err
+		}
 	}
 	cfg.Logger = log
 	home, err := simulator.NewHome(cfg)
@@ -101,7 +103,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "home online: %d devices on %s, prefix %q\n", len(home.Devices()), home.Broker(), home.Prefix())
+	if _, err := fmt.Fprintf(stdout, "home online: %d devices on %s, prefix %q\n", len(home.Devices()), home.Broker(), home.Prefix()); err != nil {
+		return err
+	}
 	<-ctx.Done()
 	log.Info("stopping; signal again to kill")
 	return home.Close()

@@ -21,7 +21,9 @@ func TestDecode(t *testing.T) {
 	dir := t.TempDir()
 	write := func(body string) string {
 		p := filepath.Join(dir, "c.toml")
-		os.WriteFile(p, []byte(body), 0o600)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		return p
 	}
 	cases := []struct {
