@@ -18,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/pagecheck"
 )
 
 // Backup writes a copy of the database to w while the store stays in
@@ -232,7 +233,7 @@ func InUse(path string) (bool, error) {
 // wrap ErrCorrupt), whatever the damage, and never brings the process down,
 // although bbolt panics on some damage, and on other damage reads past
 // the file's mapping (FuzzCheckFile): the page structure is checked
-// first (checkPages), and bbolt's reads here run with faults turned into
+// first (pagecheck.Check), and bbolt's reads here run with faults turned into
 // panics, which are recovered.
 func CheckFile(path string) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -253,8 +254,8 @@ func CheckFile(path string) (err error) {
 	// Before bbolt maps the file: it trusts the page structure, and a
 	// damaged one can make it, or its checker's own goroutine, read past
 	// the mapping.
-	if err := checkPages(f, fi.Size()); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if err := pagecheck.Check(f, fi.Size()); err != nil {
+		return fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 	}
 	bdb, err := bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {

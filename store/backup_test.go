@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // A backup taken while writes go on holds every write acknowledged
@@ -28,7 +29,7 @@ func TestBackupWhileRunning(t *testing.T) {
 	// The last write is in the log only: no checkpoint has run yet.
 	ms[0] = mustSave(t, db, ms[0], driver.StateRunning)
 	db.wmu.Lock()
-	inLogOnly := db.appliedLSN() < db.wal.lsn
+	inLogOnly := db.appliedLSN() < logOf(db).LSN()
 	db.wmu.Unlock()
 	if !inLogOnly {
 		t.Fatal("the last write was checkpointed already; the test needs it in the log only")
@@ -122,7 +123,7 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	mustSave(t, db, m, driver.StateRunning) // after the backup, in the log only
 	// The agent dies: the log stays. Keep a copy of it and let Close
 	// remove the original.
-	wal, err := os.ReadFile(walPath(live))
+	oldLog, err := os.ReadFile(wal.Path(live))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	if err := os.WriteFile(live, backup, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(walPath(live), wal, 0o600); err != nil {
+	if err := os.WriteFile(wal.Path(live), oldLog, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := NewIdentity(live); err != nil {
@@ -139,7 +140,7 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	if _, err := Open(live, testOptions()); !errors.Is(err, ErrForeignLog) {
 		t.Fatalf("Open beside the old log: %v, want ErrForeignLog", err)
 	}
-	os.Remove(walPath(live))
+	os.Remove(wal.Path(live))
 	got := mustGet(t, openAt(t, live), m.ID)
 	if got.Version != m.Version {
 		t.Errorf("restored v%d, want the backup's v%d", got.Version, m.Version)

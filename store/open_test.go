@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -332,4 +334,57 @@ func TestRecordSchema(t *testing.T) {
 		rec[0] = driver.SchemaVersion
 		return b.Put([]byte(m.ID), rec)
 	})
+}
+
+// TestOpenDamagedRootPageIsErrCorrupt: a file whose meta pages are
+// intact but whose root page is damaged fails Open with ErrCorrupt.
+//
+// Found by review (as TestReviewOpenDamagedRootPanics): Open came to
+// read the tree in replayWAL (its View for walMeta, and the replay's
+// Update) before init, whose recover turned bbolt's panics on a damaged
+// file into ErrCorrupt, so such a file made Open panic instead.
+func TestOpenDamagedRootPageIsErrCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sortie.db")
+	db, err := Open(path, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		mustCreate(t, db, newMission(mid(i)))
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The newer of the two meta pages names the root bucket's page.
+	pageSize := int(binary.LittleEndian.Uint32(data[16+8:]))
+	var root uint64
+	var txid uint64
+	for i := range 2 {
+		m := data[i*pageSize+16:]
+		if tx := binary.LittleEndian.Uint64(m[48:]); tx >= txid {
+			txid, root = tx, binary.LittleEndian.Uint64(m[16:])
+		}
+	}
+	page := bytes.Repeat([]byte{0xff}, pageSize)
+	writeAt(t, path, int64(root)*int64(pageSize), page)
+
+	err = func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("Open panicked: %v", r)
+			}
+		}()
+		db, err := Open(path, testOptions())
+		if err == nil {
+			return errors.Join(errors.New("Open succeeded"), db.Close())
+		}
+		return err
+	}()
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Open of a file with a damaged root page = %v, want ErrCorrupt", err)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // Restore puts a copy of backup in place of the store file at path,
@@ -85,13 +87,13 @@ func Restore(backup, path string) (kept []string, err error) {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
 	swapped = true
-	switch err := os.Rename(walPath(path), walPath(path)+suffix); {
+	switch err := os.Rename(wal.Path(path), wal.Path(path)+suffix); {
 	case err == nil:
-		kept = append(kept, walPath(path)+suffix)
+		kept = append(kept, wal.Path(path)+suffix)
 	case !errors.Is(err, fs.ErrNotExist):
-		return kept, fmt.Errorf("restore: keep %s: %w", walPath(path), err)
+		return kept, fmt.Errorf("restore: keep %s: %w", wal.Path(path), err)
 	}
-	if err := syncDir(path); err != nil {
+	if err := wal.SyncDir(path); err != nil {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
 	return kept, nil
@@ -185,7 +187,7 @@ func WriteBackup(r io.Reader, want int64, dst string) (int64, error) {
 	if err := os.Rename(f.Name(), dst); err != nil {
 		return n, fmt.Errorf("backup: %w", err)
 	}
-	if err := syncDir(dst); err != nil {
+	if err := wal.SyncDir(dst); err != nil {
 		return n, fmt.Errorf("backup: %w", err)
 	}
 	return n, nil

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 func TestRestore(t *testing.T) {
@@ -27,9 +28,9 @@ func TestRestore(t *testing.T) {
 		t.Fatalf("Restore under an open store: %v, want ErrLocked", err)
 	}
 	// The agent dies: its log stays beside the file.
-	wal, _ := os.ReadFile(walPath(live))
+	oldLog, _ := os.ReadFile(wal.Path(live))
 	db.Close()
-	os.WriteFile(walPath(live), wal, 0o600)
+	os.WriteFile(wal.Path(live), oldLog, 0o600)
 
 	kept, err := Restore(backup, live)
 	if err != nil {
@@ -38,7 +39,7 @@ func TestRestore(t *testing.T) {
 	if len(kept) != 2 || !strings.Contains(kept[0], "missions.db.before-restore-") || !strings.Contains(kept[1], "missions.db-wal.before-restore-") {
 		t.Errorf("kept %v, want the old file and its log", kept)
 	}
-	if _, err := os.Stat(walPath(live)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(wal.Path(live)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the old log is still beside the restored file: %v", err)
 	}
 	if left, _ := filepath.Glob(live + tempRestore + "*"); len(left) > 0 {
