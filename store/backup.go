@@ -93,8 +93,7 @@ func (db *DB) BackupFile() (io.ReadCloser, int64, error) {
 		_, err = f.Seek(0, io.SeekStart)
 	}
 	if err != nil {
-		c.Close()
-		return nil, 0, fmt.Errorf("backup: %w", err)
+		return nil, 0, fmt.Errorf("backup: %w", errors.Join(err, c.Close()))
 	}
 	return c, n, nil
 }
@@ -109,7 +108,8 @@ type tempCopy struct {
 func (c *tempCopy) Close() error {
 	err := c.File.Close()
 	if c.named {
-		os.Remove(c.File.Name())
+		// Left behind, the next Open's sweep removes it; but say so.
+		err = errors.Join(err, os.Remove(c.Name()))
 	}
 	return err
 }
@@ -203,7 +203,7 @@ func checkRecords(tx *bolt.Tx) error {
 			if len(k) > 9 {
 				id, seq = k[:len(k)-9], binary.BigEndian.Uint64(k[len(k)-8:])
 			}
-			return fmt.Errorf("%w: mission %q, event %d: %v", ErrCorrupt, id, seq, err)
+			return fmt.Errorf("%w: mission %q, event %d: %w", ErrCorrupt, id, seq, err)
 		}
 		return nil
 	})
@@ -219,7 +219,9 @@ func InUse(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer f.Close() // releases the lock if we took it
+	// Opened read-only, so nothing is lost if Close fails; it releases
+	// the lock if we took it.
+	defer func() { _ = f.Close() }()
 	locked, err := tryLockFile(f)
 	return !locked, err
 }
@@ -246,7 +248,7 @@ func CheckFile(path string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	fi, err := f.Stat()
 	if err != nil {
 		return err
@@ -261,7 +263,7 @@ func CheckFile(path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	defer bdb.Close()
+	defer func() { err = errors.Join(err, bdb.Close()) }()
 	return bdb.View(func(tx *bolt.Tx) error {
 		// Before any page is read: a page past the end of a truncated
 		// file is not an error but a SIGBUS.
@@ -283,7 +285,7 @@ func CheckFile(path string) (err error) {
 		var first error
 		for err := range tx.Check() { // drained: the checker stops only then
 			if first == nil {
-				first = fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
+				first = fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 			}
 		}
 		return first
