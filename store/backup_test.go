@@ -110,7 +110,7 @@ func TestBackupAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	mustClose(t, db)
 	if _, err := db.Backup(&bytes.Buffer{}); err == nil {
 		t.Error("Backup of a closed store succeeded")
 	}
@@ -127,7 +127,7 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	mustClose(t, db)
 	if err := os.WriteFile(live, backup, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,9 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	if _, err := Open(live, testOptions()); !errors.Is(err, ErrForeignLog) {
 		t.Fatalf("Open beside the old log: %v, want ErrForeignLog", err)
 	}
-	os.Remove(wal.Path(live))
+	if err := os.Remove(wal.Path(live)); err != nil {
+		t.Fatal(err)
+	}
 	got := mustGet(t, openAt(t, live), m.ID)
 	if got.Version != m.Version {
 		t.Errorf("restored v%d, want the backup's v%d", got.Version, m.Version)
@@ -170,7 +172,7 @@ func backedUp(t *testing.T) (db *DB, path string, m *driver.Mission, backup []by
 // a store has open.
 func TestWriteBackup(t *testing.T) {
 	db, live, m, b := backedUp(t)
-	defer db.Close()
+	defer mustClose(t, db)
 	dst := filepath.Join(t.TempDir(), "copy.db")
 	if _, err := WriteBackup(bytes.NewReader(b[:len(b)-1]), int64(len(b)), dst); err == nil {
 		t.Fatal("took a copy shorter than announced")
@@ -207,7 +209,7 @@ func TestCheckFileLayouts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer src.Close()
+		defer mustClose(t, src)
 		p := filepath.Join(dir, name)
 		dst, err := bolt.Open(p, 0o600, &opts)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sortie-edge/sortie/driver"
 )
@@ -212,8 +212,8 @@ func checkPatched(t *testing.T, base, patch []byte, offLen int) {
 		b[off%len(b)] = patch[i+offLen]
 	}
 	err := CheckFile(writeTemp(t, t.TempDir(), b))
-	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrSchema) && !errors.Is(err, bolt.ErrInvalid) &&
-		!errors.Is(err, bolt.ErrVersionMismatch) && !errors.Is(err, bolt.ErrChecksum) {
+	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrSchema) && !errors.Is(err, berrors.ErrInvalid) &&
+		!errors.Is(err, berrors.ErrVersionMismatch) && !errors.Is(err, berrors.ErrChecksum) {
 		t.Errorf("refused without saying the file is damaged: %v", err)
 	}
 }

@@ -207,7 +207,7 @@ func writeAt(tb testing.TB, path string, off int64, b []byte) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer f.Close()
+	defer mustClose(tb, f)
 	if _, err := f.WriteAt(b, off); err != nil {
 		tb.Fatal(err)
 	}
@@ -770,8 +770,7 @@ func TestWALForeignLog(t *testing.T) {
 			b, err = Open(pathB, testOptions())
 			if tc.corrupt {
 				if err == nil {
-					b.Close()
-					t.Fatal("Open succeeded")
+					t.Fatalf("Open succeeded (Close: %v)", b.Close())
 				}
 				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), wal.Path(pathB)) {
 					t.Errorf("Open = %v, want %v naming %s", err, tc.want, wal.Path(pathB))
@@ -817,7 +816,7 @@ func TestWALGap(t *testing.T) {
 					t.Fatal(err)
 				}
 				m = mustSave(t, db, m, driver.StateStepSucceeded)
-				m = mustSave(t, db, m, driver.StateRunning)
+				mustSave(t, db, m, driver.StateRunning)
 			}
 			crash(t, db)
 			logPath := wal.Path(path)
@@ -835,8 +834,7 @@ func TestWALGap(t *testing.T) {
 			}
 			db, err = Open(path, testOptions())
 			if err == nil {
-				db.Close()
-				t.Fatal("Open succeeded")
+				t.Fatalf("Open succeeded (Close: %v)", db.Close())
 			}
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), logPath) {
 				t.Errorf("Open = %v, want ErrCorrupt naming %s", err, logPath)
@@ -896,7 +894,7 @@ func TestWALReplaySkipsApplied(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { db.Close() })
+			t.Cleanup(func() { mustClose(t, db) })
 			checkInvariants(t, db)
 			sameJSON(t, mustGet(t, db, m.ID), m)
 			sameLSNs(t, "timeline", timelineSeqs(t, db, m.ID), seqRange(1, 5))
