@@ -18,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/pagecheck"
 )
 
 // Backup writes a copy of the database to w while the store stays in
@@ -92,8 +93,7 @@ func (db *DB) BackupFile() (io.ReadCloser, int64, error) {
 		_, err = f.Seek(0, io.SeekStart)
 	}
 	if err != nil {
-		c.Close()
-		return nil, 0, fmt.Errorf("backup: %w", err)
+		return nil, 0, fmt.Errorf("backup: %w", errors.Join(err, c.Close()))
 	}
 	return c, n, nil
 }
@@ -108,7 +108,8 @@ type tempCopy struct {
 func (c *tempCopy) Close() error {
 	err := c.File.Close()
 	if c.named {
-		os.Remove(c.File.Name())
+		// Left behind, the next Open's sweep removes it; but say so.
+		err = errors.Join(err, os.Remove(c.Name()))
 	}
 	return err
 }
@@ -202,7 +203,7 @@ func checkRecords(tx *bolt.Tx) error {
 			if len(k) > 9 {
 				id, seq = k[:len(k)-9], binary.BigEndian.Uint64(k[len(k)-8:])
 			}
-			return fmt.Errorf("%w: mission %q, event %d: %v", ErrCorrupt, id, seq, err)
+			return fmt.Errorf("%w: mission %q, event %d: %w", ErrCorrupt, id, seq, err)
 		}
 		return nil
 	})
@@ -218,7 +219,9 @@ func InUse(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer f.Close() // releases the lock if we took it
+	// Opened read-only, so nothing is lost if Close fails; it releases
+	// the lock if we took it.
+	defer func() { _ = f.Close() }()
 	locked, err := tryLockFile(f)
 	return !locked, err
 }
@@ -232,7 +235,7 @@ func InUse(path string) (bool, error) {
 // wrap ErrCorrupt), whatever the damage, and never brings the process down,
 // although bbolt panics on some damage, and on other damage reads past
 // the file's mapping (FuzzCheckFile): the page structure is checked
-// first (checkPages), and bbolt's reads here run with faults turned into
+// first (pagecheck.Check), and bbolt's reads here run with faults turned into
 // panics, which are recovered.
 func CheckFile(path string) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -245,7 +248,7 @@ func CheckFile(path string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	fi, err := f.Stat()
 	if err != nil {
 		return err
@@ -253,14 +256,14 @@ func CheckFile(path string) (err error) {
 	// Before bbolt maps the file: it trusts the page structure, and a
 	// damaged one can make it, or its checker's own goroutine, read past
 	// the mapping.
-	if err := checkPages(f, fi.Size()); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if err := pagecheck.Check(f, fi.Size()); err != nil {
+		return fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 	}
 	bdb, err := bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	defer bdb.Close()
+	defer func() { err = errors.Join(err, bdb.Close()) }()
 	return bdb.View(func(tx *bolt.Tx) error {
 		// Before any page is read: a page past the end of a truncated
 		// file is not an error but a SIGBUS.
@@ -282,7 +285,7 @@ func CheckFile(path string) (err error) {
 		var first error
 		for err := range tx.Check() { // drained: the checker stops only then
 			if first == nil {
-				first = fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
+				first = fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 			}
 		}
 		return first

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // A backup taken while writes go on holds every write acknowledged
@@ -28,7 +29,7 @@ func TestBackupWhileRunning(t *testing.T) {
 	// The last write is in the log only: no checkpoint has run yet.
 	ms[0] = mustSave(t, db, ms[0], driver.StateRunning)
 	db.wmu.Lock()
-	inLogOnly := db.appliedLSN() < db.wal.lsn
+	inLogOnly := db.appliedLSN() < logOf(db).LSN()
 	db.wmu.Unlock()
 	if !inLogOnly {
 		t.Fatal("the last write was checkpointed already; the test needs it in the log only")
@@ -109,7 +110,7 @@ func TestBackupAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	mustClose(t, db)
 	if _, err := db.Backup(&bytes.Buffer{}); err == nil {
 		t.Error("Backup of a closed store succeeded")
 	}
@@ -122,15 +123,15 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	mustSave(t, db, m, driver.StateRunning) // after the backup, in the log only
 	// The agent dies: the log stays. Keep a copy of it and let Close
 	// remove the original.
-	wal, err := os.ReadFile(walPath(live))
+	oldLog, err := os.ReadFile(wal.Path(live))
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	mustClose(t, db)
 	if err := os.WriteFile(live, backup, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(walPath(live), wal, 0o600); err != nil {
+	if err := os.WriteFile(wal.Path(live), oldLog, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := NewIdentity(live); err != nil {
@@ -139,7 +140,9 @@ func TestNewIdentityRefusesOldLog(t *testing.T) {
 	if _, err := Open(live, testOptions()); !errors.Is(err, ErrForeignLog) {
 		t.Fatalf("Open beside the old log: %v, want ErrForeignLog", err)
 	}
-	os.Remove(walPath(live))
+	if err := os.Remove(wal.Path(live)); err != nil {
+		t.Fatal(err)
+	}
 	got := mustGet(t, openAt(t, live), m.ID)
 	if got.Version != m.Version {
 		t.Errorf("restored v%d, want the backup's v%d", got.Version, m.Version)
@@ -169,7 +172,7 @@ func backedUp(t *testing.T) (db *DB, path string, m *driver.Mission, backup []by
 // a store has open.
 func TestWriteBackup(t *testing.T) {
 	db, live, m, b := backedUp(t)
-	defer db.Close()
+	defer mustClose(t, db)
 	dst := filepath.Join(t.TempDir(), "copy.db")
 	if _, err := WriteBackup(bytes.NewReader(b[:len(b)-1]), int64(len(b)), dst); err == nil {
 		t.Fatal("took a copy shorter than announced")
@@ -206,7 +209,7 @@ func TestCheckFileLayouts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer src.Close()
+		defer mustClose(t, src)
 		p := filepath.Join(dir, name)
 		dst, err := bolt.Open(p, 0o600, &opts)
 		if err != nil {

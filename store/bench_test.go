@@ -22,7 +22,11 @@ func benchDir(b testing.TB) string {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { os.RemoveAll(dir) })
+		b.Cleanup(func() {
+			if err := os.RemoveAll(dir); err != nil {
+				b.Error(err)
+			}
+		})
 		return dir
 	}
 	return b.TempDir()
@@ -41,7 +45,7 @@ func openRaw(b testing.TB) *rawDB {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { bdb.Close() })
+	b.Cleanup(func() { mustClose(b, bdb) })
 	if err := bdb.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("raw")); return err }); err != nil {
 		b.Fatal(err)
 	}
@@ -86,7 +90,7 @@ func BenchmarkSave(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer db.Close()
+			defer mustClose(b, db)
 			raw := openRaw(b)
 			ctx := context.Background()
 			ms := make([]*driver.Mission, writers+1) // the last for direct commits

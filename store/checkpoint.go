@@ -9,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // Checkpoint pacing: a checkpoint waits up to checkpointDelay for
@@ -219,6 +221,13 @@ func (db *DB) sleep(d time.Duration, waiting *int) bool {
 	}
 }
 
+// The meta keys of the log: the store's WAL ID, which its log's header
+// carries, and the last LSN applied to bbolt.
+var (
+	kWALID  = []byte("wal_id")
+	kWALLSN = []byte("wal_lsn")
+)
+
 // walMeta reads the store's WAL ID and last applied LSN; a file that has
 // neither (new, or from before the log) reads as zero.
 func walMeta(tx *bolt.Tx) (id, lsn uint64) {
@@ -252,30 +261,34 @@ func (db *DB) replayWAL() (uint64, error) {
 		// this build's replay of its log first.
 		return applied, nil
 	}
-	recs, err := readWAL(walPath(db.path), id)
+	path := wal.Path(db.path)
+	recs, err := wal.Read(path, id)
+	if fe := (*wal.FormatError)(nil); errors.As(err, &fe) {
+		return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
 	if err != nil {
 		return 0, err
 	}
 	var todo []pendingWrite
 	for _, r := range recs {
-		if r.lsn <= applied {
+		if r.LSN <= applied {
 			continue
 		}
-		if len(todo) == 0 && r.lsn != applied+1 {
-			return 0, fmt.Errorf("%w: %s starts at LSN %d but the store applied only up to %d", ErrCorrupt, walPath(db.path), r.lsn, applied)
+		if len(todo) == 0 && r.LSN != applied+1 {
+			return 0, fmt.Errorf("%w: %s starts at LSN %d but the store applied only up to %d", ErrCorrupt, path, r.LSN, applied)
 		}
-		w, err := decodeWrite(r.payload)
+		w, err := decodeWrite(r.Payload)
 		if err != nil {
-			return 0, fmt.Errorf("%s LSN %d: %w", walPath(db.path), r.lsn, err)
+			return 0, fmt.Errorf("%s LSN %d: %w", path, r.LSN, err)
 		}
-		todo = append(todo, pendingWrite{lsn: r.lsn, w: w})
+		todo = append(todo, pendingWrite{lsn: r.LSN, w: w})
 	}
 	if len(todo) == 0 {
 		return applied, nil
 	}
 	last := todo[len(todo)-1].lsn
 	if err := db.bolt.Update(func(tx *bolt.Tx) error { return db.applyLogged(tx, todo, last) }); err != nil {
-		return 0, fmt.Errorf("replay %s: %w", walPath(db.path), err)
+		return 0, fmt.Errorf("replay %s: %w", path, err)
 	}
 	db.log.Info("replayed write-ahead log", "writes", len(todo), "last_lsn", last)
 	return last, nil

@@ -12,7 +12,7 @@ import (
 // caughtUp says whether every logged write is in bbolt.
 func (db *DB) caughtUp() bool {
 	db.wmu.Lock()
-	last := db.wal.lsn
+	last := logOf(db).LSN()
 	db.wmu.Unlock()
 	return db.appliedLSN() == last
 }

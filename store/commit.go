@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // Create stores a new mission with its first events, as driver.Writer
@@ -147,12 +148,12 @@ var writeSizeHint atomic.Int64
 const maxSizeHint = 64 << 10
 
 // checkSize refuses a write whose log record could exceed what reading
-// the log accepts (walMaxRecord): acknowledged, it would be lost at the
+// the log accepts (wal.MaxRecord): acknowledged, it would be lost at the
 // next replay. Only a pathological mission (tens of MiB of context or
 // labels) comes near it.
 func (w *write) checkSize() error {
-	if w.sizeBound() > walMaxRecord {
-		return fmt.Errorf("%w: mission %q encodes to more than %d MiB", driver.ErrInvalid, w.id, walMaxRecord>>20)
+	if w.sizeBound() > wal.MaxRecord {
+		return fmt.Errorf("%w: mission %q encodes to more than %d MiB", driver.ErrInvalid, w.id, wal.MaxRecord>>20)
 	}
 	return nil
 }
@@ -270,7 +271,7 @@ func (db *DB) commitBatch(batch []*write) {
 		var first uint64
 		// On failure the outbox seqs stay used: the failed records may
 		// still be on disk, and a gap in the seqs harms no reader.
-		if first, err = db.wal.append(payloads); err == nil {
+		if first, err = db.wal.Append(payloads); err == nil {
 			db.publish(logged, staged, first)
 		}
 	}
@@ -294,15 +295,33 @@ func (db *DB) commitBatch(batch []*write) {
 // checkpoints first when it has grown past walLimit because the
 // background checkpoint never caught up. db.wmu is held.
 func (db *DB) makeRoom() error {
-	if db.wal.off > walLimit {
+	if db.wal.Offset() > walLimit {
 		if err := db.checkpoint(); err != nil {
 			return err
 		}
 	}
-	if db.wal.off > walHeaderLen && db.appliedLSN() == db.wal.lsn {
-		db.wal.rewind()
-	}
+	db.wal.Rewind(db.appliedLSN())
 	return nil
+}
+
+// walLimit bounds the log: under a steady load the background checkpoint
+// rarely finds the log empty, which a rewind needs, so past its
+// preallocated size the next commit checkpoints first (a few
+// milliseconds, once per walLimit of log) and rewinds.
+const walLimit = wal.Prealloc
+
+// logWriter is what the store needs of its write-ahead log: a *wal.Log,
+// or in tests a spy around one that makes appends fail.
+type logWriter interface {
+	// Append logs the payloads durably and returns the first one's LSN.
+	Append(payloads [][]byte) (first uint64, err error)
+	// Rewind starts the next pass after the header once applied, the
+	// last LSN checkpointed, covers everything logged.
+	Rewind(applied uint64) bool
+	// Offset is the length of the current pass.
+	Offset() int64
+	// Close closes the log, deleting it when remove is set.
+	Close(remove bool) error
 }
 
 // check runs each write's checks against the acknowledged state: this

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // waitUntil spins until cond holds; it stands in for hooks in the commit
@@ -258,5 +260,121 @@ func TestCloseWaitsForQueuedWrites(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestCreateRefusesRecordTheLogCannotRead: a mission whose log record
+// would be longer than wal.MaxRecord is refused with ErrInvalid, or, if
+// accepted, survives a crash.
+//
+// Found by review (as TestReviewOversizedRecordReplayed): the log
+// accepted and acknowledged such a record, but reading stops at any
+// frame longer than wal.MaxRecord, so after a crash before the next
+// commit (whose makeRoom would checkpoint it, the log being past
+// walLimit) the acknowledged write was lost.
+func TestCreateRefusesRecordTheLogCannotRead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 64 MiB record")
+	}
+	db, path := openPaused(t)
+	big := newMission(mid(1))
+	big.Meta.Labels["blob"] = strings.Repeat("x", wal.MaxRecord)
+	_, created, err := db.Create(t.Context(), big, []driver.Event{event(big, 1, driver.StatePending)})
+	if errors.Is(err, driver.ErrInvalid) {
+		return // refused up front: nothing acknowledged, nothing to lose
+	}
+	if err != nil || !created {
+		t.Fatalf("Create = created %v, %v", created, err)
+	}
+	big = nil
+	crash(t, db)
+
+	db = openAt(t, path)
+	if _, found := inBolt(t, db, mid(1)); !found {
+		t.Errorf("acknowledged create of %s lost after a crash", mid(1))
+	}
+}
+
+// commitFailing commits batch as one leader does, with the log's append
+// failing.
+func commitFailing(tb testing.TB, db *DB, batch ...*write) {
+	tb.Helper()
+	spy := spyOn(db)
+	spy.fail = true
+	db.commitBatch(batch)
+	db.wmu.Lock()
+	spy.fail = false
+	db.wmu.Unlock()
+	if batch[0].err == nil {
+		tb.Fatal("test premise: the batch's append did not fail")
+	}
+}
+
+// TestFailedBatchFailsDuplicateCreateOfItsOwnCreate: two Creates with
+// the same request key in one batch whose append fails both fail; the
+// second does not report success (created=false) with the first, which
+// was never stored.
+//
+// Found by review (as TestReviewFailedBatchPhantomExisting): the second
+// Create's check found the key owned by the first, staged in the same
+// batch, and recorded it as existing; when the append failed, the first
+// was told so, but the second kept existing and no error.
+func TestFailedBatchFailsDuplicateCreateOfItsOwnCreate(t *testing.T) {
+	db := openTest(t)
+	x, y := newMission(mid(1)), newMission(mid(2))
+	x.Meta.RequestKey, y.Meta.RequestKey = "req-1", "req-1"
+	wx, err := newWrite(true, x, []driver.Event{event(x, 1, driver.StatePending)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wy, err := newWrite(true, y, []driver.Event{event(y, 1, driver.StatePending)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitFailing(t, db, wx, wy)
+	if wy.err == nil && wy.existing != nil {
+		t.Errorf("Create(%s) would return created=false, err=nil and existing mission %s, but that mission's create failed (%v)", y.ID, x.ID, wx.err)
+	}
+	if _, err := db.Lookup(t.Context(), "req-1"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("Lookup(req-1) after the failed batch = %v, want ErrNotFound", err)
+	}
+}
+
+// TestFailedBatchDuplicateCreateReportsNoUnsavedVersion: a duplicate
+// Create in a batch whose append fails, of a key whose acknowledged
+// owner the same batch also saves, does not report success with the
+// owner's version from that save, which was never stored.
+//
+// Found by review (as TestReviewFailedBatchPhantomVersion): the key was
+// not in the batch's stage, so inBatch stayed false, and when the append
+// failed the duplicate Create still reported success with the staged
+// version.
+func TestFailedBatchDuplicateCreateReportsNoUnsavedVersion(t *testing.T) {
+	db := openTest(t)
+	x := newMission(mid(1))
+	x.Meta.RequestKey = "req-1"
+	mustCreate(t, db, x) // acknowledged, version 1
+
+	x2, xev := advance(x, driver.StateRunning)
+	ws, err := newWrite(false, x2, xev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := newMission(mid(2))
+	y.Meta.RequestKey = "req-1"
+	wy, err := newWrite(true, y, []driver.Event{event(y, 1, driver.StatePending)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitFailing(t, db, ws, wy)
+	stored := mustGet(t, db, x.ID)
+	if wy.err == nil && wy.existing != nil {
+		m, err := decodeMission(wy.existing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Version != stored.Version {
+			t.Errorf("Create(%s) reports created=false, err=nil with %s at version %d (state %s), a save that failed; the store holds version %d", y.ID, m.ID, m.Version, m.State, stored.Version)
+		}
 	}
 }

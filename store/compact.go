@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -31,7 +32,7 @@ func Compact(path string, opts Options) (before, after int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	defer src.Close()
+	defer func() { err = errors.Join(err, src.Close()) }()
 	fi, err := os.Stat(path)
 	if err != nil {
 		return 0, 0, fmt.Errorf("compact %s: %w", path, err)
@@ -45,21 +46,17 @@ func Compact(path string, opts Options) (before, after int64, err error) {
 	// Commit every 64 MiB so a large store does not build one huge
 	// transaction in memory.
 	if err := bolt.Compact(dst, src, 64<<20); err != nil {
-		dst.Close()
-		os.Remove(tmp)
-		return 0, 0, fmt.Errorf("compact %s: %w", path, err)
+		return 0, 0, fmt.Errorf("compact %s: %w", path, errors.Join(err, dst.Close(), os.Remove(tmp)))
 	}
 	if err := dst.Close(); err != nil {
-		os.Remove(tmp)
-		return 0, 0, fmt.Errorf("compact %s: %w", path, err)
+		return 0, 0, fmt.Errorf("compact %s: %w", path, errors.Join(err, os.Remove(tmp)))
 	}
 	nfi, err := os.Stat(tmp)
 	if err != nil {
 		return 0, 0, fmt.Errorf("compact %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return 0, 0, fmt.Errorf("compact %s: %w", path, err)
+		return 0, 0, fmt.Errorf("compact %s: %w", path, errors.Join(err, os.Remove(tmp)))
 	}
 	return fi.Size(), nfi.Size(), nil
 }

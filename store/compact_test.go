@@ -39,7 +39,9 @@ func TestCompactShrinksAndKeepsData(t *testing.T) {
 	if _, _, err := store.Compact(path, store.Options{Timeout: 50 * time.Millisecond}); !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("compact of an open store: %v, want ErrLocked", err)
 	}
-	db.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	before, after, err := store.Compact(path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,11 @@ func TestCompactShrinksAndKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reopen after compaction: %v", err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	if m, err := db.Get(ctx, keep); err != nil || m.State != driver.StateSucceeded {
 		t.Fatalf("kept mission after compaction: %v %v", m, err)
 	}

@@ -39,7 +39,10 @@
 // log; Close checkpoints everything and deletes the log, so a stopped
 // store is the one file. The log's header carries the store's random ID
 // ("wal_id"), so a log is never replayed into another file, such as one
-// restored from a backup.
+// restored from a backup. The log itself, its guarantees and its file
+// format are package store/internal/wal's; what a record means (one
+// Create or Save, see encodeWrite), the overlay and the checkpoints are
+// this package's.
 //
 // # Group commit
 //

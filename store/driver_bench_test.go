@@ -24,7 +24,11 @@ func rawCommitRate(b *testing.B, n int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
 	key := make([]byte, 8)
 	start := time.Now()
 	for i := range n {
@@ -57,7 +61,11 @@ func BenchmarkDriverSteps(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer db.Close()
+			defer func() {
+				if err := db.Close(); err != nil {
+					b.Error(err)
+				}
+			}()
 			var mu sync.Mutex
 			done := map[string]chan struct{}{}
 			waiter := func(id string) chan struct{} {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sortie-edge/sortie/driver"
 )
@@ -140,63 +140,6 @@ func FuzzDecodeWrite(f *testing.F) {
 	})
 }
 
-// FuzzParseRecords feeds arbitrary bytes to the log record reader, which
-// reads whatever a crash left on disk: it must never panic, must return
-// only records with consecutive LSNs that frame back to the very bytes
-// it read, and must return records framed as walFile.append frames them,
-// whatever follows them.
-func FuzzParseRecords(f *testing.F) {
-	var good []byte
-	for i, p := range []string{"one", "two", strings.Repeat("three", 100)} {
-		good = frameRecord(good, 7+uint64(i), []byte(p))
-	}
-	f.Add(good, uint64(1), []byte{3, 1, 200})
-	f.Add(good[:len(good)-1], uint64(7), []byte{0})
-	f.Add(append(bytes.Clone(good), good...), ^uint64(0), []byte{255, 255})
-	f.Add(make([]byte, 64), uint64(0), []byte{})
-	f.Add([]byte{}, uint64(5), []byte{1, 2, 3})
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, uint64(1), []byte{10})
-	f.Add(frameRecord(frameRecord(nil, 1, []byte("a")), 3, []byte("b")), uint64(2), []byte{})
-	f.Fuzz(func(t *testing.T, data []byte, first uint64, sizes []byte) {
-		recs := parseRecords(data)
-		var again []byte
-		for i, r := range recs {
-			if i > 0 && r.lsn != recs[i-1].lsn+1 {
-				t.Fatalf("LSN %d follows %d", r.lsn, recs[i-1].lsn)
-			}
-			if len(r.payload) == 0 || len(r.payload) > walMaxRecord {
-				t.Fatalf("LSN %d has a %d-byte payload", r.lsn, len(r.payload))
-			}
-			again = frameRecord(again, r.lsn, r.payload)
-		}
-		if !bytes.HasPrefix(data, again) {
-			t.Fatal("records read do not frame back to the bytes they were read from")
-		}
-
-		var payloads [][]byte
-		var framed []byte
-		for i, s := range sizes {
-			p := make([]byte, 1+int(s))
-			for j := range p {
-				if len(data) > 0 {
-					p[j] = data[(i+j)%len(data)]
-				}
-			}
-			payloads = append(payloads, p)
-			framed = frameRecord(framed, first+uint64(i), p)
-		}
-		got := parseRecords(append(framed, data...))
-		if len(got) < len(payloads) {
-			t.Fatalf("read %d of %d framed records", len(got), len(payloads))
-		}
-		for i, p := range payloads {
-			if got[i].lsn != first+uint64(i) || !bytes.Equal(got[i].payload, p) {
-				t.Fatalf("record %d read back as LSN %d, %d bytes", i, got[i].lsn, len(got[i].payload))
-			}
-		}
-	})
-}
-
 // FuzzCheckFile damages a small store file byte by byte (the input is a
 // list of patches: two bytes of offset, one of value) and checks it:
 // whatever the damage, CheckFile answers, and never crashes the process
@@ -269,8 +212,8 @@ func checkPatched(t *testing.T, base, patch []byte, offLen int) {
 		b[off%len(b)] = patch[i+offLen]
 	}
 	err := CheckFile(writeTemp(t, t.TempDir(), b))
-	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrSchema) && !errors.Is(err, bolt.ErrInvalid) &&
-		!errors.Is(err, bolt.ErrVersionMismatch) && !errors.Is(err, bolt.ErrChecksum) {
+	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrSchema) && !errors.Is(err, berrors.ErrInvalid) &&
+		!errors.Is(err, berrors.ErrVersionMismatch) && !errors.Is(err, berrors.ErrChecksum) {
 		t.Errorf("refused without saying the file is damaged: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -213,3 +214,21 @@ func ids(ms []*driver.Mission) []string {
 }
 
 func mid(i int) string { return fmt.Sprintf("m%08d", i) }
+
+// mustClose closes c (a DB, a bbolt file, a reader), failing the test if
+// that fails: a Close error is a store error like any other.
+func mustClose(tb testing.TB, c io.Closer) {
+	tb.Helper()
+	if err := c.Close(); err != nil {
+		tb.Fatalf("close: %v", err)
+	}
+}
+
+// writeFile writes data to the file at path, failing the test if that
+// fails.
+func writeFile(tb testing.TB, path string, data []byte) {
+	tb.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+}

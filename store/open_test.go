@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -32,8 +34,7 @@ func TestOpenLocked(t *testing.T) {
 	second, err := Open(path, opts)
 	waited := time.Since(started)
 	if !errors.Is(err, ErrLocked) {
-		second.Close()
-		t.Fatalf("second Open = %v, want ErrLocked", err)
+		t.Fatalf("second Open = %v, want ErrLocked (Close: %v)", err, second.Close())
 	}
 	if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "150ms") {
 		t.Errorf("error %q does not name the file and the timeout", msg)
@@ -75,7 +76,7 @@ func TestOpenCorrupt(t *testing.T) {
 	for i := range 20 {
 		mustCreate(t, db, newMission(mid(i)))
 	}
-	db.Close()
+	mustClose(t, db)
 	good, err := os.ReadFile(valid)
 	if err != nil {
 		t.Fatal(err)
@@ -106,19 +107,18 @@ func TestOpenCorrupt(t *testing.T) {
 			}
 			db, err := Open(path, testOptions())
 			if err == nil {
-				db.Close()
-				t.Fatal("Open succeeded")
+				t.Fatalf("Open succeeded (Close: %v)", db.Close())
 			}
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
 				t.Errorf("Open = %v, want ErrCorrupt naming %s", err, path)
 			}
 			// A failed Open must not keep the file locked.
-			os.WriteFile(path, nil, 0o600)
+			writeFile(t, path, nil)
 			db, err = Open(path, testOptions())
 			if err != nil {
 				t.Fatalf("Open after replacing the file: %v", err)
 			}
-			db.Close()
+			mustClose(t, db)
 		})
 	}
 }
@@ -135,15 +135,16 @@ func TestOpenUnwritable(t *testing.T) {
 	}
 	if os.Geteuid() != 0 { // root writes anywhere
 		ro := filepath.Join(dir, "ro")
-		os.Mkdir(ro, 0o500)
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
+		}
 		cases["read-only directory"] = filepath.Join(ro, "sortie.db")
 	}
 	for name, path := range cases {
 		t.Run(name, func(t *testing.T) {
 			db, err := Open(path, testOptions())
 			if err == nil {
-				db.Close()
-				t.Fatal("Open succeeded")
+				t.Fatalf("Open succeeded (Close: %v)", db.Close())
 			}
 			if !strings.Contains(err.Error(), path) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrLocked) {
 				t.Errorf("Open = %v, want a plain error naming %s", err, path)
@@ -217,10 +218,12 @@ func TestMigrateV0(t *testing.T) {
 		t.Errorf("version after save = %d", n.Version)
 	}
 	var schema []byte
-	db.view(func(tx *bolt.Tx) error {
+	if err := db.view(func(tx *bolt.Tx) error {
 		schema = append(schema, tx.Bucket(bMeta).Get(kSchema)...)
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if binary.BigEndian.Uint64(schema) != Schema {
 		t.Errorf("meta schema = %x, want %d", schema, Schema)
 	}
@@ -246,13 +249,15 @@ func TestMigrateV0Corrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bdb.Close()
-	bdb.View(func(tx *bolt.Tx) error {
+	defer mustClose(t, bdb)
+	if err := bdb.View(func(tx *bolt.Tx) error {
 		if tx.Bucket(bMeta) != nil || tx.Bucket(bOrder) != nil {
 			t.Error("failed migration left buckets behind")
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestOpenRejectsSchema(t *testing.T) {
@@ -278,8 +283,7 @@ func TestOpenRejectsSchema(t *testing.T) {
 			path := writeBolt(t, tc.fill)
 			db, err := Open(path, testOptions())
 			if err == nil {
-				db.Close()
-				t.Fatal("Open succeeded")
+				t.Fatalf("Open succeeded (Close: %v)", db.Close())
 			}
 			if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
 				t.Errorf("Open = %v, want ErrSchema with %q and the path", err, tc.want)
@@ -326,10 +330,65 @@ func TestRecordSchema(t *testing.T) {
 		}
 	}
 	// Put it back so the cleanup's invariant check passes.
-	db.bolt.Update(func(tx *bolt.Tx) error {
+	if err := db.bolt.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bMissions)
 		rec := append([]byte(nil), b.Get([]byte(m.ID))...)
 		rec[0] = driver.SchemaVersion
 		return b.Put([]byte(m.ID), rec)
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenDamagedRootPageIsErrCorrupt: a file whose meta pages are
+// intact but whose root page is damaged fails Open with ErrCorrupt.
+//
+// Found by review (as TestReviewOpenDamagedRootPanics): Open came to
+// read the tree in replayWAL (its View for walMeta, and the replay's
+// Update) before init, whose recover turned bbolt's panics on a damaged
+// file into ErrCorrupt, so such a file made Open panic instead.
+func TestOpenDamagedRootPageIsErrCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sortie.db")
+	db, err := Open(path, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		mustCreate(t, db, newMission(mid(i)))
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The newer of the two meta pages names the root bucket's page.
+	pageSize := int(binary.LittleEndian.Uint32(data[16+8:]))
+	var root uint64
+	var txid uint64
+	for i := range 2 {
+		m := data[i*pageSize+16:]
+		if tx := binary.LittleEndian.Uint64(m[48:]); tx >= txid {
+			txid, root = tx, binary.LittleEndian.Uint64(m[16:])
+		}
+	}
+	page := bytes.Repeat([]byte{0xff}, pageSize)
+	writeAt(t, path, int64(root)*int64(pageSize), page)
+
+	err = func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("Open panicked: %v", r)
+			}
+		}()
+		db, err := Open(path, testOptions())
+		if err == nil {
+			return errors.Join(errors.New("Open succeeded"), db.Close())
+		}
+		return err
+	}()
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Open of a file with a damaged root page = %v, want ErrCorrupt", err)
+	}
 }

@@ -236,7 +236,8 @@ func (db *DB) Outbox(ctx context.Context, after uint64, limit int) ([]OutboxEntr
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
-	defer tx.Rollback()
+	// A read-only transaction: rolling back only releases it.
+	defer func() { _ = tx.Rollback() }()
 	var recs []rec
 	c := tx.Bucket(bOutbox).Cursor()
 	for k, v := c.Seek(be64(after + 1)); k != nil && len(recs) < limit; k, v = c.Next() {

@@ -36,7 +36,7 @@ func BenchmarkSaveOutbox(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { db.Close() })
+				b.Cleanup(func() { mustClose(b, db) })
 				s := &side{db: db, ms: make([]*driver.Mission, writers), acker: i == 2}
 				for w := range s.ms {
 					s.ms[w] = newMission(mid(w))

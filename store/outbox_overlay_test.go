@@ -43,7 +43,7 @@ func TestOutboxFromOverlay(t *testing.T) {
 	if err := db.checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	b = mustSave(t, db, b, driver.StateRunning)
+	mustSave(t, db, b, driver.StateRunning)
 	a = mustSave(t, db, a, driver.StateStepRunning)
 	want = append(want, "b/2", "a/3")
 	got = readOutbox(t, db, 0)
@@ -115,12 +115,14 @@ func TestAckOutboxInLog(t *testing.T) {
 	}
 	inBoltOutbox := func() []uint64 {
 		var seqs []uint64
-		db.view(func(tx *bolt.Tx) error {
+		if err := db.view(func(tx *bolt.Tx) error {
 			return tx.Bucket(bOutbox).ForEach(func(k, _ []byte) error {
 				seqs = append(seqs, binary.BigEndian.Uint64(k))
 				return nil
 			})
-		})
+		}); err != nil {
+			t.Fatal(err)
+		}
 		return seqs
 	}
 	sameLSNs(t, "bbolt after the checkpoint", inBoltOutbox(), []uint64{3})

@@ -110,7 +110,7 @@ func (db *DB) List(ctx context.Context, f driver.Filter) ([]*driver.Mission, str
 		c := tx.Bucket(bOrder).Cursor()
 		k, id := c.Last()
 		if below != 0 {
-			if k, id = c.Seek(be64(below)); k != nil {
+			if k, _ = c.Seek(be64(below)); k != nil {
 				k, id = c.Prev()
 			} else {
 				k, id = c.Last()

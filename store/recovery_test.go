@@ -3,6 +3,7 @@ package store_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ func readLines(t testing.TB, path string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -63,10 +64,11 @@ func (e *effects) Execute(ctx context.Context, req driver.StepRequest) (map[stri
 			e.mu.Unlock()
 			return nil, err
 		}
-		fmt.Fprintln(f, req.IdempotencyKey)
-		err = f.Sync()
-		f.Close()
-		if err != nil {
+		_, err = fmt.Fprintln(f, req.IdempotencyKey)
+		if err == nil {
+			err = f.Sync()
+		}
+		if err = errors.Join(err, f.Close()); err != nil {
 			e.mu.Unlock()
 			return nil, err
 		}
@@ -107,7 +109,11 @@ func TestCrashChild(t *testing.T) {
 		if reached {
 			// Tell the parent we are mid-step (effect applied, outcome not
 			// yet saved), then wait to be killed.
-			once.Do(func() { os.WriteFile(filepath.Join(dir, "mid-step"), nil, 0o600) })
+			once.Do(func() {
+				if err := os.WriteFile(filepath.Join(dir, "mid-step"), nil, 0o600); err != nil {
+					panic(err) // the parent sees the child exit early
+				}
+			})
 			select {}
 		}
 	}
@@ -161,21 +167,26 @@ func TestCrashRecovery(t *testing.T) {
 		case err := <-exited:
 			t.Fatalf("child exited early: %v\n%s", err, out)
 		case <-deadline:
-			cmd.Process.Kill()
-			t.Fatalf("child never reached mid-step\n%s", out)
+			t.Fatalf("child never reached mid-step (kill: %v)\n%s", cmd.Process.Kill(), out)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
+	if err := <-exited; err == nil {
+		t.Fatal("the child exited cleanly after SIGKILL")
+	}
 
 	db, err := store.Open(filepath.Join(dir, "missions.db"), store.Options{})
 	if err != nil {
 		t.Fatalf("reopen after SIGKILL: %v", err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	before := len(readLines(t, filepath.Join(dir, "effects")))
 	active, err := db.Active(context.Background())
 	if err != nil {
@@ -206,7 +217,11 @@ func TestCrashRecovery(t *testing.T) {
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Stop(context.Background())
+	defer func() {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 	for range active {
 		select {
 		case <-done:

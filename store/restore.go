@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // Restore puts a copy of backup in place of the store file at path,
@@ -40,7 +42,8 @@ func Restore(backup, path string) (kept []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	defer old.Close() // releases the lock
+	// Nothing is written through old: closing it only releases the lock.
+	defer func() { _ = old.Close() }()
 	locked, err := tryLockFile(old)
 	if err != nil {
 		return nil, fmt.Errorf("restore: lock %s: %w", path, err)
@@ -52,7 +55,7 @@ func Restore(backup, path string) (kept []string, err error) {
 	if placeholder {
 		defer func() {
 			if err != nil && !swapped {
-				os.Remove(path) // still our empty, locked stand-in
+				err = errors.Join(err, os.Remove(path)) // still our empty, locked stand-in
 			}
 		}()
 	}
@@ -60,7 +63,7 @@ func Restore(backup, path string) (kept []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // gone once renamed
+	defer removeTemp(tmp.Name(), &err)
 	if err := fillFrom(tmp, backup); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
@@ -85,13 +88,13 @@ func Restore(backup, path string) (kept []string, err error) {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
 	swapped = true
-	switch err := os.Rename(walPath(path), walPath(path)+suffix); {
+	switch err := os.Rename(wal.Path(path), wal.Path(path)+suffix); {
 	case err == nil:
-		kept = append(kept, walPath(path)+suffix)
+		kept = append(kept, wal.Path(path)+suffix)
 	case !errors.Is(err, fs.ErrNotExist):
-		return kept, fmt.Errorf("restore: keep %s: %w", walPath(path), err)
+		return kept, fmt.Errorf("restore: keep %s: %w", wal.Path(path), err)
 	}
-	if err := syncDir(path); err != nil {
+	if err := wal.SyncDir(path); err != nil {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
 	return kept, nil
@@ -100,8 +103,8 @@ func Restore(backup, path string) (kept []string, err error) {
 // keepAs gives the file at path the second name kept: a hard link, or,
 // where the file system has none, a copy, made under a temporary name
 // so that kept never names a partial one. It never replaces kept.
-func keepAs(path, kept string) error {
-	err := os.Link(path, kept)
+func keepAs(path, kept string) (err error) {
+	err = os.Link(path, kept)
 	if err == nil || errors.Is(err, fs.ErrExist) {
 		return err
 	}
@@ -109,7 +112,7 @@ func keepAs(path, kept string) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name()) // gone once renamed
+	defer removeTemp(f.Name(), &err)
 	if err := fillFrom(f, path); err != nil {
 		return err
 	}
@@ -123,12 +126,19 @@ func keepAs(path, kept string) error {
 func fillFrom(f *os.File, src string) error {
 	in, err := os.Open(src)
 	if err != nil {
-		f.Close()
-		return err
+		return errors.Join(err, f.Close())
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only: nothing to lose
 	_, err = fill(f, in)
 	return err
+}
+
+// removeTemp removes a temporary file, which a rename may already have
+// taken away, adding a failure to *err.
+func removeTemp(name string, err *error) {
+	if rerr := os.Remove(name); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		*err = errors.Join(*err, rerr)
+	}
 }
 
 // fill copies r into f, syncs and closes it.
@@ -151,7 +161,7 @@ func fill(f *os.File, r io.Reader) (int64, error) {
 // refuses that log instead of replaying writes made after the backup),
 // and only then renamed into place. It refuses a dst a store has open:
 // replacing it would leave that store writing to a file no one sees.
-func WriteBackup(r io.Reader, want int64, dst string) (int64, error) {
+func WriteBackup(r io.Reader, want int64, dst string) (n int64, err error) {
 	if busy, err := InUse(dst); err != nil {
 		return 0, fmt.Errorf("backup: %w", err)
 	} else if busy {
@@ -166,8 +176,8 @@ func WriteBackup(r io.Reader, want int64, dst string) (int64, error) {
 		}
 		return 0, fmt.Errorf("backup: cannot write in %s: %w", dir, err)
 	}
-	defer os.Remove(f.Name()) // gone once renamed
-	n, err := fill(f, r)
+	defer removeTemp(f.Name(), &err)
+	n, err = fill(f, r)
 	switch {
 	case err != nil:
 		return n, fmt.Errorf("backup: after %d bytes: %w", n, err)
@@ -185,7 +195,7 @@ func WriteBackup(r io.Reader, want int64, dst string) (int64, error) {
 	if err := os.Rename(f.Name(), dst); err != nil {
 		return n, fmt.Errorf("backup: %w", err)
 	}
-	if err := syncDir(dst); err != nil {
+	if err := wal.SyncDir(dst); err != nil {
 		return n, fmt.Errorf("backup: %w", err)
 	}
 	return n, nil

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 func TestRestore(t *testing.T) {
@@ -27,9 +28,9 @@ func TestRestore(t *testing.T) {
 		t.Fatalf("Restore under an open store: %v, want ErrLocked", err)
 	}
 	// The agent dies: its log stays beside the file.
-	wal, _ := os.ReadFile(walPath(live))
-	db.Close()
-	os.WriteFile(walPath(live), wal, 0o600)
+	oldLog, _ := os.ReadFile(wal.Path(live))
+	mustClose(t, db)
+	writeFile(t, wal.Path(live), oldLog)
 
 	kept, err := Restore(backup, live)
 	if err != nil {
@@ -38,7 +39,7 @@ func TestRestore(t *testing.T) {
 	if len(kept) != 2 || !strings.Contains(kept[0], "missions.db.before-restore-") || !strings.Contains(kept[1], "missions.db-wal.before-restore-") {
 		t.Errorf("kept %v, want the old file and its log", kept)
 	}
-	if _, err := os.Stat(walPath(live)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(wal.Path(live)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the old log is still beside the restored file: %v", err)
 	}
 	if left, _ := filepath.Glob(live + tempRestore + "*"); len(left) > 0 {
@@ -55,12 +56,12 @@ func TestRestore(t *testing.T) {
 
 func TestRestoreRefusesBadBackup(t *testing.T) {
 	db, _, _, b := backedUp(t)
-	db.Close()
+	mustClose(t, db)
 	for name, content := range map[string][]byte{"not a database": []byte("not a database"), "half a backup": b[:len(b)/2]} {
 		dir := t.TempDir()
 		live := filepath.Join(dir, "missions.db")
 		bad := filepath.Join(dir, "bad.db")
-		os.WriteFile(bad, content, 0o600)
+		writeFile(t, bad, content)
 		if _, err := Restore(bad, live); err == nil {
 			t.Fatalf("%s: restored", name)
 		}
@@ -75,7 +76,7 @@ func TestRestoreRefusesBadBackup(t *testing.T) {
 // data directory that does not exist yet makes it.
 func TestRestoreTwiceAndIntoNewDir(t *testing.T) {
 	db, live, _, b := backedUp(t)
-	db.Close()
+	mustClose(t, db)
 	backup := writeBackup(t, b)
 	if err := os.Chmod(live, 0o640); err != nil {
 		t.Fatal(err)
@@ -111,7 +112,7 @@ func TestRestoreTwiceAndIntoNewDir(t *testing.T) {
 // restored file instead of creating one the swap would unlink.
 func TestRestoreIntoNothing(t *testing.T) {
 	db, _, m, b := backedUp(t)
-	db.Close()
+	mustClose(t, db)
 	backup := writeBackup(t, b)
 	live := filepath.Join(t.TempDir(), "missions.db")
 	if _, err := Restore(backup, live); err != nil {
@@ -126,13 +127,13 @@ func TestRestoreIntoNothing(t *testing.T) {
 // process left.
 func TestBackupFileLeavesNothing(t *testing.T) {
 	db, path, _, _ := backedUp(t)
-	defer db.Close()
+	defer mustClose(t, db)
 	rc, n, err := db.BackupFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := io.ReadAll(rc)
-	rc.Close()
+	err = errors.Join(err, rc.Close())
 	if err != nil || int64(len(b)) != n || n == 0 {
 		t.Fatalf("read %d of %d bytes: %v", len(b), n, err)
 	}
@@ -140,11 +141,11 @@ func TestBackupFileLeavesNothing(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(dir, "*"+tempBackup+"*")); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
-	db.Close()
+	mustClose(t, db)
 	for _, name := range []string{tempBackup + "123", tempRestore + "456"} {
-		os.WriteFile(path+name, []byte("stale"), 0o600)
+		writeFile(t, path+name, []byte("stale"))
 	}
-	os.WriteFile(filepath.Join(dir, "unrelated"+tempBackup+"1"), []byte("keep"), 0o600)
+	writeFile(t, filepath.Join(dir, "unrelated"+tempBackup+"1"), []byte("keep"))
 	openAt(t, path)
 	left, _ := os.ReadDir(dir)
 	var names []string
@@ -176,7 +177,7 @@ func writeBackup(t *testing.T, b []byte) string {
 func TestOpenFollowsReplacedFile(t *testing.T) {
 	db, live, m, b := backedUp(t)
 	mustSave(t, db, m, driver.StateRunning) // the live file moves on past the backup
-	db.Close()
+	mustClose(t, db)
 	backup := writeBackup(t, b)
 	swapped := false
 	lockedHook = func(path string) {
@@ -210,7 +211,7 @@ func TestRestoreFailureRemovesStandIn(t *testing.T) {
 	if err := bdb.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bMissions); return err }); err != nil {
 		t.Fatal(err)
 	}
-	bdb.Close()
+	mustClose(t, bdb)
 	if err := CheckFile(backup); err != nil {
 		t.Fatalf("the test needs a backup CheckFile accepts: %v", err)
 	}

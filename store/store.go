@@ -15,6 +15,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // Schema is the layout version this build writes. Open migrates older
@@ -41,7 +42,7 @@ var (
 	// ErrForeignLog means the write-ahead log beside the file was written
 	// for another store file (one restored from a backup, say): replaying
 	// it would apply another file's writes.
-	ErrForeignLog = errors.New("write-ahead log belongs to another store file")
+	ErrForeignLog = wal.ErrForeign
 )
 
 // Options configures Open. The zero value is usable.
@@ -115,7 +116,7 @@ type DB struct {
 	// the commit leader's checks and log append, and Prune, which must not
 	// delete a mission between a save's check and its checkpoint.
 	wmu sync.Mutex
-	wal *walFile // appended under wmu
+	wal logWriter // appended under wmu
 	// enc is the scratch buffer a commit encodes its writes into, under
 	// wmu: the log copies them, so it is reused rather than allocated per
 	// write.
@@ -182,8 +183,12 @@ func (db *DB) openWAL(opts Options) (err error) {
 		return nil
 	})
 	db.ov.applied = last
-	db.wal, err = createWAL(walPath(db.path), id, last, opts.Mode)
-	return err
+	l, err := wal.Create(wal.Path(db.path), id, last, opts.Mode)
+	if err != nil {
+		return err
+	}
+	db.wal = l
+	return nil
 }
 
 // openBolt turns bbolt's failures, including panics on damaged files,
@@ -338,7 +343,7 @@ func (db *DB) Close() error {
 	<-db.ckDone
 	// A failed checkpoint leaves the log in place for the next Open.
 	ckErr := db.checkpoint()
-	walErr := db.wal.close(ckErr == nil)
+	walErr := db.wal.Close(ckErr == nil)
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("close store %s: %w", db.path, err)
 	}

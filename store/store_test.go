@@ -309,7 +309,7 @@ func TestTimeline(t *testing.T) {
 	a, b := newMission("m1"), newMission("m10")
 	mustCreate(t, db, a)
 	mustCreate(t, db, b)
-	b = mustSave(t, db, b, driver.StateRunning)
+	mustSave(t, db, b, driver.StateRunning)
 
 	// Events of one save arrive in any order; the timeline is by seq.
 	n := a.Clone()
@@ -319,7 +319,7 @@ func TestTimeline(t *testing.T) {
 	if err := db.Save(ctx, n, evs); err != nil {
 		t.Fatal(err)
 	}
-	n = mustSave(t, db, n, driver.StateStepSucceeded) // seq 5
+	mustSave(t, db, n, driver.StateStepSucceeded) // seq 5
 
 	tl, err := db.Timeline(ctx, "m1")
 	if err != nil {

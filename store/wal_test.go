@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // openPaused opens a store in a fresh directory with its background
@@ -66,12 +66,60 @@ func crash(tb testing.TB, db *DB) {
 		close(db.ckStop)
 		<-db.ckDone
 	}
-	if err := db.wal.f.Close(); err != nil {
+	if err := db.wal.Close(false); err != nil {
 		tb.Fatalf("crash: close log: %v", err)
 	}
 	if err := db.bolt.Close(); err != nil {
 		tb.Fatalf("crash: close bbolt: %v", err)
 	}
+}
+
+// logOf returns the store's log, unwrapped from a spy.
+func logOf(db *DB) *wal.Log {
+	if s, ok := db.wal.(*logSpy); ok {
+		return s.Log
+	}
+	return db.wal.(*wal.Log)
+}
+
+// logSpy wraps a store's log: with fail set, appends fail without
+// writing, as on a full disk; with grown set, the log reports a pass
+// past walLimit until it next rewinds, as if the background checkpoint
+// had fallen far behind.
+type logSpy struct {
+	*wal.Log
+	fail, grown bool
+}
+
+var errAppend = errors.New("append failed (injected)")
+
+func (s *logSpy) Append(payloads [][]byte) (uint64, error) {
+	if s.fail {
+		return 0, errAppend
+	}
+	return s.Log.Append(payloads)
+}
+
+func (s *logSpy) Offset() int64 {
+	if s.grown {
+		return walLimit + 1
+	}
+	return s.Log.Offset()
+}
+
+func (s *logSpy) Rewind(applied uint64) bool {
+	rewound := s.Log.Rewind(applied)
+	s.grown = s.grown && !rewound
+	return rewound
+}
+
+// spyOn wraps db's log in a spy, under the lock appends take.
+func spyOn(db *DB) *logSpy {
+	db.wmu.Lock()
+	defer db.wmu.Unlock()
+	s := &logSpy{Log: logOf(db)}
+	db.wal = s
+	return s
 }
 
 // walLSN reads meta "wal_lsn" straight from bbolt, without the
@@ -109,18 +157,6 @@ func overlaySize(db *DB) (missions, requests, pend int) {
 	return len(db.ov.missions), len(db.ov.requests), len(db.ov.pend)
 }
 
-// frameRecord appends the record walFile.append writes for payload p at
-// lsn (TestWALFraming checks that it does).
-func frameRecord(dst []byte, lsn uint64, p []byte) []byte {
-	start := len(dst)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(p)))
-	dst = append(dst, 0, 0, 0, 0)
-	dst = binary.BigEndian.AppendUint64(dst, lsn)
-	dst = append(dst, p...)
-	binary.BigEndian.PutUint32(dst[start+4:start+8], crc32.Checksum(dst[start+8:], castagn))
-	return dst
-}
-
 // payloadOf is the log payload of a Create or Save of m with evs.
 func payloadOf(tb testing.TB, create bool, m *driver.Mission, evs []driver.Event) []byte {
 	tb.Helper()
@@ -133,26 +169,26 @@ func payloadOf(tb testing.TB, create bool, m *driver.Mission, evs []driver.Event
 
 // readLog returns the records of the log file at path, whichever store
 // its header names.
-func readLog(tb testing.TB, path string) []walRecord {
+func readLog(tb testing.TB, path string) []wal.Record {
 	tb.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if len(data) < walHeaderLen {
+	if len(data) < wal.HeaderLen {
 		tb.Fatalf("%s is %d bytes, shorter than a header", path, len(data))
 	}
-	recs, err := readWAL(path, binary.BigEndian.Uint64(data[16:24]))
+	recs, err := wal.Read(path, binary.BigEndian.Uint64(data[16:24]))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return recs
 }
 
-func lsnsOf(recs []walRecord) []uint64 {
+func lsnsOf(recs []wal.Record) []uint64 {
 	out := make([]uint64, len(recs))
 	for i, r := range recs {
-		out[i] = r.lsn
+		out[i] = r.LSN
 	}
 	return out
 }
@@ -171,7 +207,7 @@ func writeAt(tb testing.TB, path string, off int64, b []byte) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer f.Close()
+	defer mustClose(tb, f)
 	if _, err := f.WriteAt(b, off); err != nil {
 		tb.Fatal(err)
 	}
@@ -197,83 +233,14 @@ func sameLSNs(tb testing.TB, what string, got, want []uint64) {
 	}
 }
 
-// TestWALFraming checks the test's frameRecord against walFile.append,
-// and that readWAL returns what append wrote.
-func TestWALFraming(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "x-wal")
-	w, err := createWAL(path, 0xfeed, 41, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.close(false)
-	payloads := [][]byte{[]byte("a"), bytes.Repeat([]byte("b"), 300), []byte("ccc")}
-	first, err := w.append(payloads[:1])
-	if err != nil || first != 42 {
-		t.Fatalf("append = %d, %v; want 42", first, err)
-	}
-	if first, err = w.append(payloads[1:]); err != nil || first != 43 {
-		t.Fatalf("append = %d, %v; want 43", first, err)
-	}
-	var want []byte
-	for i, p := range payloads {
-		want = frameRecord(want, 42+uint64(i), p)
-	}
-	if w.off != walHeaderLen+int64(len(want)) || w.lsn != 44 {
-		t.Errorf("after appends off=%d lsn=%d, want %d and 44", w.off, w.lsn, walHeaderLen+len(want))
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.HasPrefix(data, walMagic) || binary.BigEndian.Uint64(data[16:24]) != 0xfeed || !bytes.Equal(data[24:32], make([]byte, 8)) {
-		t.Errorf("header = %x", data[:walHeaderLen])
-	}
-	if got := data[walHeaderLen : walHeaderLen+len(want)]; !bytes.Equal(got, want) {
-		t.Fatalf("records:\ngot  %x\nwant %x", got, want)
-	}
-	recs, err := readWAL(path, 0xfeed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameLSNs(t, "LSNs read", lsnsOf(recs), []uint64{42, 43, 44})
-	for i, r := range recs {
-		if !bytes.Equal(r.payload, payloads[i]) {
-			t.Errorf("record %d payload %q, want %q", r.lsn, r.payload, payloads[i])
-		}
-	}
-	if recs, err := readWAL(path+"-missing", 1); recs != nil || err != nil {
-		t.Errorf("readWAL(missing) = %v, %v", recs, err)
-	}
-}
-
 // TestWALCrashBeforeCheckpoint: every acknowledged write survives a crash
 // before any checkpoint, through the log alone.
+// The log's own tests cover its direct and buffered writes alike.
 func TestWALCrashBeforeCheckpoint(t *testing.T) {
-	t.Run("direct", func(t *testing.T) { testWALCrashBeforeCheckpoint(t, false) })
-	t.Run("buffered", func(t *testing.T) { testWALCrashBeforeCheckpoint(t, true) })
-}
-
-// useBuffered switches the log to the buffered writes and fdatasync it
-// uses where the file system refuses O_DIRECT.
-func useBuffered(tb testing.TB, db *DB) {
-	tb.Helper()
-	db.wmu.Lock()
-	defer db.wmu.Unlock()
-	if err := db.wal.buffered(); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-func testWALCrashBeforeCheckpoint(t *testing.T, buffered bool) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "sortie.db")
 	db := openOutboxAt(t, path, 0)
 	pauseCheckpoints(t, db)
-	if buffered {
-		useBuffered(t, db)
-	} else if !db.wal.direct {
-		t.Log("this file system refuses O_DIRECT: the log is buffered here too")
-	}
 
 	a, b, c := newMission(mid(1)), newMission(mid(2)), newMission(mid(3))
 	b.Meta.RequestKey = "req-b"
@@ -301,20 +268,20 @@ func testWALCrashBeforeCheckpoint(t *testing.T, buffered bool) {
 	if lsn := walLSN(t, db); lsn != 0 {
 		t.Fatalf("wal_lsn = %d before any checkpoint", lsn)
 	}
-	if db.wal.lsn != writes {
-		t.Fatalf("log LSN = %d, want %d", db.wal.lsn, writes)
+	if logOf(db).LSN() != writes {
+		t.Fatalf("log LSN = %d, want %d", logOf(db).LSN(), writes)
 	}
 	crash(t, db)
-	sameLSNs(t, "log after the crash", lsnsOf(readLog(t, walPath(path))), seqRange(1, writes))
+	sameLSNs(t, "log after the crash", lsnsOf(readLog(t, wal.Path(path))), seqRange(1, writes))
 
 	db = openOutboxAt(t, path, 0)
 	if lsn := walLSN(t, db); lsn != writes {
 		t.Errorf("wal_lsn after replay = %d, want %d", lsn, writes)
 	}
-	if db.appliedLSN() != writes || db.wal.lsn != writes {
-		t.Errorf("after replay applied=%d log LSN=%d, want %d", db.appliedLSN(), db.wal.lsn, writes)
+	if db.appliedLSN() != writes || logOf(db).LSN() != writes {
+		t.Errorf("after replay applied=%d log LSN=%d, want %d", db.appliedLSN(), logOf(db).LSN(), writes)
 	}
-	if recs := readLog(t, walPath(path)); len(recs) != 0 {
+	if recs := readLog(t, wal.Path(path)); len(recs) != 0 {
 		t.Errorf("the new log holds LSNs %v", lsnsOf(recs))
 	}
 	checkInvariants(t, db)
@@ -346,16 +313,16 @@ func testWALCrashBeforeCheckpoint(t *testing.T, buffered bool) {
 
 	// The log carries on from the replayed LSN.
 	a = mustSave(t, db, a, driver.StateStepSucceeded)
-	if db.wal.lsn != writes+1 {
-		t.Errorf("log LSN after a write = %d, want %d", db.wal.lsn, writes+1)
+	if logOf(db).LSN() != writes+1 {
+		t.Errorf("log LSN after a write = %d, want %d", logOf(db).LSN(), writes+1)
 	}
-	if _, err := os.Stat(walPath(path)); err != nil {
+	if _, err := os.Stat(wal.Path(path)); err != nil {
 		t.Errorf("log while open: %v", err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(walPath(path)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(wal.Path(path)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("log after Close: %v, want it removed", err)
 	}
 	db = openOutboxAt(t, path, 0)
@@ -381,7 +348,7 @@ func TestWALCrashTwice(t *testing.T) {
 	m = mustSave(t, db, m, driver.StateStepSucceeded)
 	m = mustSave(t, db, m, driver.StateRunning)
 	crash(t, db)
-	sameLSNs(t, "second log", lsnsOf(readLog(t, walPath(path))), []uint64{4, 5})
+	sameLSNs(t, "second log", lsnsOf(readLog(t, wal.Path(path))), []uint64{4, 5})
 
 	db = openAt(t, path)
 	sameJSON(t, mustGet(t, db, m.ID), m)
@@ -418,7 +385,7 @@ func TestWALOverlayReads(t *testing.T) {
 		name string
 		fn   func(t *testing.T)
 	}
-	lsn := db.wal.lsn
+	lsn := logOf(db).LSN()
 	checks := []check{
 		{"Get sees the latest save", func(t *testing.T) {
 			sameJSON(t, mustGet(t, db, a.ID), a)
@@ -468,8 +435,8 @@ func TestWALOverlayReads(t *testing.T) {
 			}
 		}},
 		{"refused writes are not logged", func(t *testing.T) {
-			if db.wal.lsn != lsn {
-				t.Errorf("log LSN = %d, want %d", db.wal.lsn, lsn)
+			if logOf(db).LSN() != lsn {
+				t.Errorf("log LSN = %d, want %d", logOf(db).LSN(), lsn)
 			}
 		}},
 	}
@@ -529,12 +496,12 @@ func TestWALTornTail(t *testing.T) {
 	m := newMission(mid(1))
 	mustCreate(t, db, m)
 	m = mustSave(t, db, m, driver.StateRunning)
-	crashEnv := env{last: db.wal.off}
+	crashEnv := env{last: db.wal.Offset()}
 	m3 := mustSave(t, db, m, driver.StateStepRunning)
-	crashEnv.end = db.wal.off
+	crashEnv.end = db.wal.Offset()
 	m4, evs := advance(m3, driver.StateSucceeded)
 	crashEnv.payload4 = payloadOf(t, false, m4, evs)
-	crashEnv.next = frameRecord(nil, 4, crashEnv.payload4)
+	crashEnv.next = wal.AppendRecord(nil, 4, crashEnv.payload4)
 	crash(t, db)
 
 	for _, tc := range []struct {
@@ -551,10 +518,10 @@ func TestWALTornTail(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, 3},
-		{"next record frame only", func(t *testing.T, e env) { writeAt(t, e.wal, e.end, e.next[:walFrameLen]) }, 3},
+		{"next record frame only", func(t *testing.T, e env) { writeAt(t, e.wal, e.end, e.next[:wal.FrameLen]) }, 3},
 		{"next record complete", func(t *testing.T, e env) { writeAt(t, e.wal, e.end, e.next) }, 4},
-		{"next record skips an LSN", func(t *testing.T, e env) { writeAt(t, e.wal, e.end, frameRecord(nil, 5, e.payload4)) }, 3},
-		{"next record repeats an LSN", func(t *testing.T, e env) { writeAt(t, e.wal, e.end, frameRecord(nil, 3, e.payload4)) }, 3},
+		{"next record skips an LSN", func(t *testing.T, e env) { writeAt(t, e.wal, e.end, wal.AppendRecord(nil, 5, e.payload4)) }, 3},
+		{"next record repeats an LSN", func(t *testing.T, e env) { writeAt(t, e.wal, e.end, wal.AppendRecord(nil, 3, e.payload4)) }, 3},
 		{"next record with a bad CRC", func(t *testing.T, e env) {
 			bad := bytes.Clone(e.next)
 			bad[5] ^= 1
@@ -569,7 +536,7 @@ func TestWALTornTail(t *testing.T) {
 			}
 		}, 2},
 		{"last record frame only", func(t *testing.T, e env) {
-			if err := os.Truncate(e.wal, e.last+walFrameLen); err != nil {
+			if err := os.Truncate(e.wal, e.last+wal.FrameLen); err != nil {
 				t.Fatal(err)
 			}
 		}, 2},
@@ -577,10 +544,10 @@ func TestWALTornTail(t *testing.T) {
 		{"last record length zero", func(t *testing.T, e env) { writeAt(t, e.wal, e.last, make([]byte, 4)) }, 2},
 		{"last record length absurd", func(t *testing.T, e env) { writeAt(t, e.wal, e.last, []byte{0xff, 0xff, 0xff, 0xff}) }, 2},
 		{"last record length one too long", func(t *testing.T, e env) {
-			writeAt(t, e.wal, e.last, binary.BigEndian.AppendUint32(nil, uint32(e.end-e.last-walFrameLen+1)))
+			writeAt(t, e.wal, e.last, binary.BigEndian.AppendUint32(nil, uint32(e.end-e.last-wal.FrameLen+1)))
 		}, 2},
 		{"last record length past the end of the file", func(t *testing.T, e env) {
-			writeAt(t, e.wal, e.last, binary.BigEndian.AppendUint32(nil, walMaxRecord))
+			writeAt(t, e.wal, e.last, binary.BigEndian.AppendUint32(nil, wal.MaxRecord))
 			if err := os.Truncate(e.wal, e.end); err != nil {
 				t.Fatal(err)
 			}
@@ -591,9 +558,9 @@ func TestWALTornTail(t *testing.T) {
 			// A copy of the crashed store and its log.
 			path := filepath.Join(t.TempDir(), "sortie.db")
 			copyFile(t, crashed, path)
-			copyFile(t, walPath(crashed), walPath(path))
+			copyFile(t, wal.Path(crashed), wal.Path(path))
 			e := crashEnv
-			e.wal = walPath(path)
+			e.wal = wal.Path(path)
 			tc.damage(t, e)
 			db := openAt(t, path)
 			got := mustGet(t, db, m.ID)
@@ -612,8 +579,8 @@ func TestWALTornTail(t *testing.T) {
 			if err := db.Save(ctx, n, evs); err != nil {
 				t.Errorf("save after replay: %v", err)
 			}
-			if db.wal.lsn != tc.want+1 {
-				t.Errorf("LSN of the next write = %d, want %d", db.wal.lsn, tc.want+1)
+			if logOf(db).LSN() != tc.want+1 {
+				t.Errorf("LSN of the next write = %d, want %d", logOf(db).LSN(), tc.want+1)
 			}
 		})
 	}
@@ -661,7 +628,7 @@ func padTo(tb testing.TB, m *driver.Mission, want int, size func(*driver.Mission
 func saveFrameSize(tb testing.TB, m *driver.Mission, to driver.State) int {
 	tb.Helper()
 	n, evs := advance(m, to)
-	return len(frameRecord(nil, 0, payloadOf(tb, false, n, evs)))
+	return len(wal.AppendRecord(nil, 0, payloadOf(tb, false, n, evs)))
 }
 
 // TestWALRewind: once everything logged is checkpointed, the next write
@@ -673,7 +640,7 @@ func TestWALRewind(t *testing.T) {
 	m := newMission(mid(1))
 	mustCreate(t, db, m)
 	m = mustSave(t, db, m, driver.StateRunning) // LSN 2
-	firstPass := db.wal.off
+	firstPass := db.wal.Offset()
 	if err := db.checkpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -681,23 +648,23 @@ func TestWALRewind(t *testing.T) {
 	// the same size; make two of them fill the first block exactly, so
 	// the frames of two passes line up and a direct write pads nothing
 	// behind the second pass.
-	const size int64 = (walBlock - walHeaderLen) / 2
+	const size int64 = (wal.Block - wal.HeaderLen) / 2
 	padTo(t, m, int(size), func(m *driver.Mission) int { return saveFrameSize(t, m, driver.StateRunning) })
 	m = mustSave(t, db, m, driver.StateRunning) // LSN 3
-	if db.wal.off != walHeaderLen+size {
-		t.Fatalf("log offset %d after a write following a checkpoint, want a rewind to %d (the first pass ended at %d)", db.wal.off, walHeaderLen+size, firstPass)
+	if db.wal.Offset() != wal.HeaderLen+size {
+		t.Fatalf("log offset %d after a write following a checkpoint, want a rewind to %d (the first pass ended at %d)", db.wal.Offset(), wal.HeaderLen+size, firstPass)
 	}
-	sameLSNs(t, "log after the first rewind", lsnsOf(readLog(t, walPath(path))), []uint64{3})
+	sameLSNs(t, "log after the first rewind", lsnsOf(readLog(t, wal.Path(path))), []uint64{3})
 	for lsn := uint64(4); lsn <= 6; lsn++ {
 		m = mustSave(t, db, m, driver.StateRunning)
-		if want := walHeaderLen + int64(lsn-2)*size; db.wal.off != want {
-			t.Fatalf("offset after LSN %d = %d, want %d (records of equal size)", lsn, db.wal.off, want)
+		if want := wal.HeaderLen + int64(lsn-2)*size; db.wal.Offset() != want {
+			t.Fatalf("offset after LSN %d = %d, want %d (records of equal size)", lsn, db.wal.Offset(), want)
 		}
 	}
 	// Not everything applied: no rewind.
 	m = mustSave(t, db, m, driver.StateRunning)
-	if want := walHeaderLen + 5*size; db.wal.off != want {
-		t.Fatalf("offset after LSN 7 = %d, want %d", db.wal.off, want)
+	if want := wal.HeaderLen + 5*size; db.wal.Offset() != want {
+		t.Fatalf("offset after LSN 7 = %d, want %d", db.wal.Offset(), want)
 	}
 	// Everything up to LSN 7 applied: the next write rewinds again.
 	if err := db.checkpoint(); err != nil {
@@ -705,18 +672,18 @@ func TestWALRewind(t *testing.T) {
 	}
 	m = mustSave(t, db, m, driver.StateRunning) // LSN 8, over LSN 3
 	m = mustSave(t, db, m, driver.StateRunning) // LSN 9, over LSN 4
-	if want := walHeaderLen + 2*size; db.wal.off != want {
-		t.Fatalf("offset after the second rewind = %d, want %d", db.wal.off, want)
+	if want := wal.HeaderLen + 2*size; db.wal.Offset() != want {
+		t.Fatalf("offset after the second rewind = %d, want %d", db.wal.Offset(), want)
 	}
 	crash(t, db)
 
-	data, err := os.ReadFile(walPath(path))
+	data, err := os.ReadFile(wal.Path(path))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// LSNs 5 to 7 of the earlier pass are intact right behind LSN 9.
-	sameLSNs(t, "stale records", lsnsOf(parseRecords(data[walHeaderLen+2*size:])), []uint64{5, 6, 7})
-	sameLSNs(t, "log", lsnsOf(readLog(t, walPath(path))), []uint64{8, 9})
+	sameLSNs(t, "stale records", lsnsOf(wal.Parse(data[wal.HeaderLen+2*size:])), []uint64{5, 6, 7})
+	sameLSNs(t, "log", lsnsOf(readLog(t, wal.Path(path))), []uint64{8, 9})
 
 	db = openAt(t, path)
 	got := mustGet(t, db, m.ID)
@@ -738,7 +705,8 @@ func TestWALLimitCheckpoints(t *testing.T) {
 	mustCreate(t, db, m)
 	m = mustSave(t, db, m, driver.StateRunning)
 	before := db.checkpoints.Load()
-	db.wal.off = walLimit + 1 // as if the checkpoint had fallen far behind
+	spy := spyOn(db)
+	spy.grown = true // as if the checkpoint had fallen far behind
 	m = mustSave(t, db, m, driver.StateStepRunning)
 	if got := db.checkpoints.Load(); got != before+1 {
 		t.Errorf("checkpoints = %d, want %d", got, before+1)
@@ -746,11 +714,11 @@ func TestWALLimitCheckpoints(t *testing.T) {
 	if lsn := walLSN(t, db); lsn != 2 {
 		t.Errorf("wal_lsn = %d, want 2", lsn)
 	}
-	if db.wal.off > walHeaderLen+4096 {
-		t.Errorf("offset after the write = %d, want a rewind", db.wal.off)
+	if db.wal.Offset() > wal.HeaderLen+4096 {
+		t.Errorf("offset after the write = %d, want a rewind", db.wal.Offset())
 	}
 	crash(t, db)
-	sameLSNs(t, "log", lsnsOf(readLog(t, walPath(path))), []uint64{3})
+	sameLSNs(t, "log", lsnsOf(readLog(t, wal.Path(path))), []uint64{3})
 	db = openAt(t, path)
 	sameJSON(t, mustGet(t, db, m.ID), m)
 	sameLSNs(t, "timeline", timelineSeqs(t, db, m.ID), seqRange(1, 3))
@@ -766,7 +734,7 @@ func TestWALForeignLog(t *testing.T) {
 	pauseCheckpoints(t, a)
 	mustCreate(t, a, newMission("from-a"))
 	crash(t, a)
-	walA, err := os.ReadFile(walPath(pathA))
+	walA, err := os.ReadFile(wal.Path(pathA))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,11 +748,11 @@ func TestWALForeignLog(t *testing.T) {
 	}{
 		{"another store's log", walA, true, ErrForeignLog},
 		{"unknown magic", append([]byte("NOT-A-SORTIE-LOG"), walA[16:]...), true, ErrCorrupt},
-		{"newer log version", append(append(bytes.Clone(walMagic[:15]), 2), walA[16:]...), true, ErrCorrupt},
+		{"newer log version", append(append(bytes.Clone(walA[:15]), 2), walA[16:]...), true, ErrCorrupt},
 		{"empty", nil, false, nil},
-		{"short header", walA[:walHeaderLen-1], false, nil},
+		{"short header", walA[:wal.HeaderLen-1], false, nil},
 		{"zero header", make([]byte, 4096), false, nil},
-		{"zero header before records", append(make([]byte, walHeaderLen), walA[walHeaderLen:]...), false, nil},
+		{"zero header before records", append(make([]byte, wal.HeaderLen), walA[wal.HeaderLen:]...), false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pathB := filepath.Join(t.TempDir(), "b.db")
@@ -796,21 +764,20 @@ func TestWALForeignLog(t *testing.T) {
 			if err := b.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(walPath(pathB), tc.log, 0o600); err != nil {
+			if err := os.WriteFile(wal.Path(pathB), tc.log, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			b, err = Open(pathB, testOptions())
 			if tc.corrupt {
 				if err == nil {
-					b.Close()
-					t.Fatal("Open succeeded")
+					t.Fatalf("Open succeeded (Close: %v)", b.Close())
 				}
-				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), walPath(pathB)) {
-					t.Errorf("Open = %v, want %v naming %s", err, tc.want, walPath(pathB))
+				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), wal.Path(pathB)) {
+					t.Errorf("Open = %v, want %v naming %s", err, tc.want, wal.Path(pathB))
 				}
 				// The store file is released and intact: moving the log
 				// aside is the way out.
-				if err := os.Rename(walPath(pathB), walPath(pathB)+".bad"); err != nil {
+				if err := os.Rename(wal.Path(pathB), wal.Path(pathB)+".bad"); err != nil {
 					t.Fatal(err)
 				}
 			} else if err != nil {
@@ -849,29 +816,28 @@ func TestWALGap(t *testing.T) {
 					t.Fatal(err)
 				}
 				m = mustSave(t, db, m, driver.StateStepSucceeded)
-				m = mustSave(t, db, m, driver.StateRunning)
+				mustSave(t, db, m, driver.StateRunning)
 			}
 			crash(t, db)
-			wal := walPath(path)
-			data, err := os.ReadFile(wal)
+			logPath := wal.Path(path)
+			data, err := os.ReadFile(logPath)
 			if err != nil {
 				t.Fatal(err)
 			}
-			recs := readLog(t, wal)
-			crafted := bytes.Clone(data[:walHeaderLen])
+			recs := readLog(t, logPath)
+			crafted := bytes.Clone(data[:wal.HeaderLen])
 			for _, r := range recs[len(recs)-tc.keep:] {
-				crafted = frameRecord(crafted, r.lsn, r.payload)
+				crafted = wal.AppendRecord(crafted, r.LSN, r.Payload)
 			}
-			if err := os.WriteFile(wal, crafted, 0o600); err != nil {
+			if err := os.WriteFile(logPath, crafted, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			db, err = Open(path, testOptions())
 			if err == nil {
-				db.Close()
-				t.Fatal("Open succeeded")
+				t.Fatalf("Open succeeded (Close: %v)", db.Close())
 			}
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), wal) {
-				t.Errorf("Open = %v, want ErrCorrupt naming %s", err, wal)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), logPath) {
+				t.Errorf("Open = %v, want ErrCorrupt naming %s", err, logPath)
 			}
 		})
 	}
@@ -895,7 +861,7 @@ func TestWALReplaySkipsApplied(t *testing.T) {
 
 			// Apply the first records as a checkpoint would have, with the
 			// log still holding all five.
-			recs := readLog(t, walPath(path))
+			recs := readLog(t, wal.Path(path))
 			sameLSNs(t, "log", lsnsOf(recs), seqRange(1, 5))
 			if applied > 0 {
 				bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
@@ -904,11 +870,11 @@ func TestWALReplaySkipsApplied(t *testing.T) {
 				}
 				var todo []pendingWrite
 				for _, r := range recs[:applied] {
-					w, err := decodeWrite(r.payload)
+					w, err := decodeWrite(r.Payload)
 					if err != nil {
 						t.Fatal(err)
 					}
-					todo = append(todo, pendingWrite{lsn: r.lsn, w: w})
+					todo = append(todo, pendingWrite{lsn: r.LSN, w: w})
 				}
 				d := &DB{bolt: bdb, log: slog.New(slog.DiscardHandler)}
 				err = bdb.Update(func(tx *bolt.Tx) error { return d.applyLogged(tx, todo, applied) })
@@ -928,7 +894,7 @@ func TestWALReplaySkipsApplied(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { db.Close() })
+			t.Cleanup(func() { mustClose(t, db) })
 			checkInvariants(t, db)
 			sameJSON(t, mustGet(t, db, m.ID), m)
 			sameLSNs(t, "timeline", timelineSeqs(t, db, m.ID), seqRange(1, 5))
@@ -1085,128 +1051,6 @@ func TestWALPruneRacingSaves(t *testing.T) {
 	verify(t, db)
 }
 
-// TestWALFailedAppendNotReplayed: a commit whose append fails reports its
-// writes as failed, and the next append reuses the same offset and LSNs.
-// When the failed append's bytes did land (fdatasync reported an error
-// after the write, or the write was short), and the next append is
-// shorter and ends on a frame boundary of the failed one, the failed
-// batch's later records continue the LSN sequence and are replayed after
-// a crash: a write the caller was told failed overrides an acknowledged
-// one.
-func TestWALFailedAppendNotReplayed(t *testing.T) {
-	for _, checkpointed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("checkpointed=%v", checkpointed), func(t *testing.T) {
-			db, path := openPaused(t)
-			x := newMission(mid(1))
-			mustCreate(t, db, x) // LSN 1
-
-			// A batch of two saves of x whose append fails after writing:
-			// its frames are in the file, but the log's offset, LSN (and
-			// block tail) stay where they were, as append leaves them on
-			// error. The first ends on a block boundary, so a direct
-			// write of a record in its place pads nothing after it.
-			create := len(frameRecord(nil, 1, payloadOf(t, true, x, []driver.Event{event(x, 1, driver.StatePending)})))
-			if db.wal.off != walHeaderLen+int64(create) {
-				t.Fatalf("offset after the create = %d, want %d", db.wal.off, walHeaderLen+create)
-			}
-			p := x.Clone()
-			padTo(t, p, walBlock-walHeaderLen-create, func(m *driver.Mission) int { return saveFrameSize(t, m, driver.StateRunning) })
-			p, pev := advance(p, driver.StateRunning)
-			p3, p3ev := advance(p, driver.StateStepRunning)
-			db.wmu.Lock()
-			failed := &walFile{f: db.wal.f, path: db.wal.path, off: db.wal.off, lsn: db.wal.lsn,
-				direct: db.wal.direct, hdr: db.wal.hdr, tail: bytes.Clone(db.wal.tail)}
-			_, err := failed.append([][]byte{payloadOf(t, false, p, pev), payloadOf(t, false, p3, p3ev)})
-			// What append's error path records, had the failure been real
-			// (TestWALAppendErrorRecordsFailedEnd checks that it does).
-			db.wal.failedEnd = failed.off
-			db.wmu.Unlock()
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Told both saves failed, the caller saves version 2 again,
-			// differently (its encoding has the same size).
-			q := p.Clone()
-			q.Priority = 6
-			if err := db.Save(context.Background(), q, pev); err != nil {
-				t.Fatal(err)
-			}
-			if db.wal.off != walBlock {
-				t.Fatalf("test premise: the retry ends at %d, not on the failed batch's frame boundary %d", db.wal.off, walBlock)
-			}
-			sameJSON(t, mustGet(t, db, x.ID), q)
-			if checkpointed {
-				if err := db.checkpoint(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			crash(t, db)
-			t.Logf("log after the crash holds LSNs %v", lsnsOf(readLog(t, walPath(path))))
-
-			db = openAt(t, path)
-			got := mustGet(t, db, x.ID)
-			if got.Version != 2 || got.Priority != 6 {
-				t.Errorf("after replay %s is at version %d (priority %d, state %s), want the acknowledged version 2 with priority 6", x.ID, got.Version, got.Priority, got.State)
-			}
-			sameLSNs(t, "timeline", timelineSeqs(t, db, x.ID), []uint64{1, 2})
-		})
-	}
-}
-
-// TestWALAppendAcrossBlocks: appends of every size, crossing block
-// boundaries (which direct writes handle by rewriting the tail of the
-// current block), with rewinds between passes, always read back as
-// exactly the records appended since the last rewind.
-func TestWALAppendAcrossBlocks(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed>>1))
-	path := filepath.Join(t.TempDir(), "x-wal")
-	w, err := createWAL(path, 7, 0, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.close(false)
-	t.Logf("direct writes: %v", w.direct)
-	var want []walRecord
-	for round := range 32 {
-		if round%8 == 7 {
-			w.rewind()
-			want = nil
-		}
-		batch := make([][]byte, 1+rng.IntN(3))
-		for i := range batch {
-			n := 1 + rng.IntN(3*walBlock)
-			if rng.IntN(4) == 0 {
-				n = 1 + rng.IntN(64)
-			}
-			batch[i] = make([]byte, n)
-			for j := range batch[i] {
-				batch[i][j] = byte(rng.Uint32())
-			}
-		}
-		first, err := w.append(batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, p := range batch {
-			want = append(want, walRecord{lsn: first + uint64(i), payload: p})
-		}
-		got, err := readWAL(path, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != len(want) {
-			t.Fatalf("round %d (seed %d): read LSNs %v, want %v", round, seed, lsnsOf(got), lsnsOf(want))
-		}
-		for i := range got {
-			if got[i].lsn != want[i].lsn || !bytes.Equal(got[i].payload, want[i].payload) {
-				t.Fatalf("round %d (seed %d): record %d differs", round, seed, want[i].lsn)
-			}
-		}
-	}
-}
-
 // eventually polls cond until it holds or within has passed; for
 // background work the store promises to do within a bound.
 func eventually(tb testing.TB, within time.Duration, what string, cond func() bool) bool {
@@ -1316,89 +1160,52 @@ func copyFile(tb testing.TB, from, to string) {
 	}
 }
 
-// TestWALAppendErrorRecordsFailedEnd: an append that fails remembers how
-// far its bytes may reach, and the appends after it end with a zero frame
-// until the log is written past that point.
-func TestWALAppendErrorRecordsFailedEnd(t *testing.T) {
-	dir := t.TempDir()
-	w, err := createWAL(filepath.Join(dir, "x-wal"), 7, 0, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := bytes.Repeat([]byte("b"), 3000)
-	if _, err := w.append([][]byte{[]byte("first")}); err != nil {
-		t.Fatal(err)
-	}
-	off, lsn := w.off, w.lsn
-	good := w.f
-	bad, err := os.Open(w.path) // read-only: the write fails
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.f = bad
-	if _, err := w.append([][]byte{big}); err == nil {
-		t.Fatal("append on a read-only file succeeded")
-	}
-	bad.Close()
-	w.f = good
-	if w.off != off || w.lsn != lsn {
-		t.Fatalf("failed append moved the log: off %d lsn %d, want %d %d", w.off, w.lsn, off, lsn)
-	}
-	if w.failedEnd < off+int64(walFrameLen+len(big)) {
-		t.Fatalf("failedEnd = %d, want at least %d", w.failedEnd, off+int64(walFrameLen+len(big)))
-	}
-	// Shorter than the failed batch: ends with a zero frame.
-	if _, err := w.append([][]byte{[]byte("second")}); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(w.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(data[w.off:w.off+walFrameLen], make([]byte, walFrameLen)) {
-		t.Errorf("no zero frame after the records while failed bytes may follow: % x", data[w.off:w.off+walFrameLen])
-	}
-	// Written past the failed range: no longer needed.
-	if _, err := w.append([][]byte{big}); err != nil {
-		t.Fatal(err)
-	}
-	if w.failedEnd != 0 {
-		t.Errorf("failedEnd = %d after the log passed it, want 0", w.failedEnd)
-	}
-	recs, err := readWAL(w.path, 7)
-	if err != nil || len(recs) != 3 {
-		t.Fatalf("readWAL = %d records, %v; want 3", len(recs), err)
-	}
-	if err := w.close(true); err != nil {
-		t.Fatal(err)
-	}
-}
+// TestOpenNewerSchemaLeavesLogUnreplayed: a file a newer build wrote,
+// with that build's log beside it, is refused with ErrSchema before this
+// build replays its own reading of the log into it.
+//
+// Found by review (as TestReviewReplayBeforeSchemaCheck): Open replayed
+// the log before init checked the file's schema, so this older build
+// modified the file before rejecting it.
+func TestOpenNewerSchemaLeavesLogUnreplayed(t *testing.T) {
+	db, path := openPaused(t)
+	mustCreate(t, db, newMission(mid(1))) // only in the log
+	crash(t, db)
 
-// TestWALDirectRefusedFallsBack: a file system that accepts O_DIRECT at
-// open but refuses the writes (EINVAL: here, a misaligned buffer stands
-// in for a larger block size) gets buffered writes instead of a log that
-// fails every append.
-func TestWALDirectRefusedFallsBack(t *testing.T) {
-	w, err := createWAL(filepath.Join(t.TempDir(), "x-wal"), 7, 0, 0o600)
+	// As a newer build would have left the file.
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.close(true)
-	if !w.direct {
-		t.Skip("this file system refuses O_DIRECT at open")
-	}
-	w.blk = make([]byte, 3*walBlock+1)[1:] // misaligned: O_DIRECT refuses it
-	if _, err := w.append([][]byte{[]byte("first"), []byte("second")}); err != nil {
-		t.Fatalf("append after a refused direct write: %v", err)
-	}
-	if w.direct {
-		t.Error("still writing O_DIRECT after EINVAL")
-	}
-	if _, err := w.append([][]byte{[]byte("third")}); err != nil {
+	err = bdb.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put(kSchema, be64(Schema+1)) })
+	if err = errors.Join(err, bdb.Close()); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := readWAL(w.path, 7)
-	if err != nil || len(recs) != 3 || string(recs[2].payload) != "third" {
-		t.Fatalf("readWAL = %v, %v; want the three records", lsnsOf(recs), err)
+
+	if db, err := Open(path, testOptions()); !errors.Is(err, ErrSchema) {
+		if err == nil {
+			_ = db.Close() // the test fails either way
+		}
+		t.Fatalf("Open = %v, want ErrSchema", err)
+	}
+	bdb, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := bdb.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := bdb.View(func(tx *bolt.Tx) error {
+		if _, lsn := walMeta(tx); lsn != 0 {
+			t.Errorf("Open refused the newer file but first replayed its log into it (wal_lsn %d, want 0)", lsn)
+		}
+		if tx.Bucket(bMissions).Get([]byte(mid(1))) != nil {
+			t.Errorf("the rejected file now holds %s, applied by this build's replay", mid(1))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,25 +1,17 @@
-package store
+package pagecheck
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 )
 
-// checkPages reads a bbolt file's page structure, a page at a time and
-// with Go's bounds checks, before bbolt itself reads it through a memory
-// map: the meta page in use, the freelist, and every page of every
-// bucket's tree, nested buckets included. It refuses what would make bbolt read
-// outside the file or a page, visit a page twice, or walk an absurd
-// overflow count. bbolt's own checker trusts those, and on a damaged file
-// it faults, or spends minutes and gigabytes on one bad overflow count
-// (both found by FuzzCheckFile).
-//
-// The layout is bbolt's file format version 2, in the byte order of the
-// machine that wrote it: little-endian on every platform this agent
-// ships for.
-func checkPages(r io.ReaderAt, size int64) error {
+// Check reads the page structure of the bbolt file r, size bytes long.
+// Every error it returns describes damage, in a message that names the
+// page; the caller adds its own sentinel and the file's name.
+func Check(r io.ReaderAt, size int64) error {
 	c := pageChecker{r: r, size: uint64(size)}
 	m, err := c.meta()
 	if err != nil {
@@ -90,10 +82,10 @@ func (c *pageChecker) meta() (boltMeta, error) {
 		_, size, ok = read(1024 << i)
 	}
 	if !ok {
-		return boltMeta{}, fmt.Errorf("%w: no valid meta page", ErrCorrupt)
+		return boltMeta{}, errors.New("no valid meta page")
 	}
 	if size < pageHeaderLen+metaLen || size > 1<<24 {
-		return boltMeta{}, fmt.Errorf("%w: page size %d", ErrCorrupt, size)
+		return boltMeta{}, fmt.Errorf("page size %d", size)
 	}
 	c.pageSize = size
 	var best boltMeta
@@ -105,14 +97,14 @@ func (c *pageChecker) meta() (boltMeta, error) {
 	}
 	switch {
 	case !found:
-		return boltMeta{}, fmt.Errorf("%w: no valid meta page for page size %d", ErrCorrupt, c.pageSize)
+		return boltMeta{}, fmt.Errorf("no valid meta page for page size %d", c.pageSize)
 	case best.hwm < 2 || best.hwm > c.size/c.pageSize:
-		return boltMeta{}, fmt.Errorf("%w: the meta page counts %d pages in a file of %d bytes", ErrCorrupt, best.hwm, c.size)
+		return boltMeta{}, fmt.Errorf("the meta page counts %d pages in a file of %d bytes", best.hwm, c.size)
 	case best.freelist == noFreelist:
 		// Not a file this agent writes (it syncs its freelist), and one
 		// bbolt's checker rebuilds the freelist for from a goroutine that
 		// outlives the check if the tree is out of order.
-		return boltMeta{}, fmt.Errorf("%w: written without a freelist, not by this agent", ErrCorrupt)
+		return boltMeta{}, errors.New("written without a freelist, not by this agent")
 	}
 	return best, nil
 }
@@ -121,30 +113,30 @@ func (c *pageChecker) meta() (boltMeta, error) {
 // must be in use, say it is page id, and fit in the file.
 func (c *pageChecker) page(id uint64, flags uint16) ([]byte, error) {
 	if id < 2 || id >= c.hwm {
-		return nil, fmt.Errorf("%w: page %d is outside the %d in use", ErrCorrupt, id, c.hwm)
+		return nil, fmt.Errorf("page %d is outside the %d in use", id, c.hwm)
 	}
 	var hdr [pageHeaderLen]byte
 	if _, err := c.r.ReadAt(hdr[:], int64(id*c.pageSize)); err != nil {
-		return nil, fmt.Errorf("%w: page %d: %v", ErrCorrupt, id, err)
+		return nil, fmt.Errorf("page %d: %w", id, err)
 	}
 	overflow := uint64(le.Uint32(hdr[12:]))
 	switch {
 	case le.Uint64(hdr[:]) != id:
-		return nil, fmt.Errorf("%w: page %d says it is page %d", ErrCorrupt, id, le.Uint64(hdr[:]))
+		return nil, fmt.Errorf("page %d says it is page %d", id, le.Uint64(hdr[:]))
 	case le.Uint16(hdr[8:])&flags == 0:
-		return nil, fmt.Errorf("%w: page %d has flags %#x where %#x were due", ErrCorrupt, id, le.Uint16(hdr[8:]), flags)
+		return nil, fmt.Errorf("page %d has flags %#x where %#x were due", id, le.Uint16(hdr[8:]), flags)
 	case id+overflow >= c.hwm:
-		return nil, fmt.Errorf("%w: page %d overflows %d pages past the %d in use", ErrCorrupt, id, overflow, c.hwm)
+		return nil, fmt.Errorf("page %d overflows %d pages past the %d in use", id, overflow, c.hwm)
 	}
 	for i := id; i <= id+overflow; i++ {
 		if c.seen[i] {
-			return nil, fmt.Errorf("%w: page %d is reached twice", ErrCorrupt, i)
+			return nil, fmt.Errorf("page %d is reached twice", i)
 		}
 		c.seen[i] = true
 	}
 	p := make([]byte, (overflow+1)*c.pageSize)
 	if _, err := c.r.ReadAt(p, int64(id*c.pageSize)); err != nil {
-		return nil, fmt.Errorf("%w: page %d: %v", ErrCorrupt, id, err)
+		return nil, fmt.Errorf("page %d: %w", id, err)
 	}
 	return p, nil
 }
@@ -157,16 +149,16 @@ func (c *pageChecker) freelist(id uint64) error {
 	n, first := uint64(le.Uint16(p[10:])), uint64(pageHeaderLen)
 	if n == 0xFFFF { // the real count is the first element
 		if len(p) < pageHeaderLen+8 {
-			return fmt.Errorf("%w: freelist page %d too short", ErrCorrupt, id)
+			return fmt.Errorf("freelist page %d too short", id)
 		}
 		n, first = le.Uint64(p[pageHeaderLen:]), pageHeaderLen+8
 	}
 	if n > (uint64(len(p))-first)/8 {
-		return fmt.Errorf("%w: freelist page %d lists %d pages it cannot hold", ErrCorrupt, id, n)
+		return fmt.Errorf("freelist page %d lists %d pages it cannot hold", id, n)
 	}
 	for i := range n {
 		if free := le.Uint64(p[first+8*i:]); free < 2 || free >= c.hwm {
-			return fmt.Errorf("%w: freelist page %d lists page %d, outside the %d in use", ErrCorrupt, id, free, c.hwm)
+			return fmt.Errorf("freelist page %d lists page %d, outside the %d in use", id, free, c.hwm)
 		}
 	}
 	return nil
@@ -175,7 +167,7 @@ func (c *pageChecker) freelist(id uint64) error {
 // tree checks the bucket tree whose root is page id.
 func (c *pageChecker) tree(id uint64, depth int) error {
 	if depth > maxTreeDepth {
-		return fmt.Errorf("%w: a tree deeper than %d", ErrCorrupt, maxTreeDepth)
+		return fmt.Errorf("a tree deeper than %d", maxTreeDepth)
 	}
 	p, err := c.page(id, branchPage|leafPage)
 	if err != nil {
@@ -188,14 +180,14 @@ func (c *pageChecker) tree(id uint64, depth int) error {
 // inline page) and what they lead to.
 func (c *pageChecker) nodes(p []byte, id uint64, depth int) error {
 	if len(p) < pageHeaderLen {
-		return fmt.Errorf("%w: page %d shorter than its header", ErrCorrupt, id)
+		return fmt.Errorf("page %d shorter than its header", id)
 	}
 	flags, n := le.Uint16(p[8:]), int(le.Uint16(p[10:]))
 	if flags != branchPage && flags != leafPage {
-		return fmt.Errorf("%w: page %d in a bucket's tree has flags %#x", ErrCorrupt, id, flags)
+		return fmt.Errorf("page %d in a bucket's tree has flags %#x", id, flags)
 	}
 	if n > (len(p)-pageHeaderLen)/elemLen {
-		return fmt.Errorf("%w: page %d holds %d elements it has no room for", ErrCorrupt, id, n)
+		return fmt.Errorf("page %d holds %d elements it has no room for", id, n)
 	}
 	for i := range n {
 		e := pageHeaderLen + i*elemLen
@@ -203,7 +195,7 @@ func (c *pageChecker) nodes(p []byte, id uint64, depth int) error {
 		if flags == branchPage {
 			pos, ksize := uint64(le.Uint32(el)), uint64(le.Uint32(el[4:]))
 			if uint64(e)+pos+ksize > uint64(len(p)) {
-				return fmt.Errorf("%w: page %d element %d lies outside it", ErrCorrupt, id, i)
+				return fmt.Errorf("page %d element %d lies outside it", id, i)
 			}
 			if err := c.tree(le.Uint64(el[8:]), depth+1); err != nil {
 				return err
@@ -213,14 +205,14 @@ func (c *pageChecker) nodes(p []byte, id uint64, depth int) error {
 		eflags, pos, ksize, vsize := le.Uint32(el), uint64(le.Uint32(el[4:])), uint64(le.Uint32(el[8:])), uint64(le.Uint32(el[12:]))
 		end := uint64(e) + pos + ksize + vsize
 		if end > uint64(len(p)) {
-			return fmt.Errorf("%w: page %d element %d lies outside it", ErrCorrupt, id, i)
+			return fmt.Errorf("page %d element %d lies outside it", id, i)
 		}
 		if eflags&bucketLeaf == 0 {
 			continue
 		}
 		v := p[end-vsize : end]
 		if len(v) < bucketHdrLen {
-			return fmt.Errorf("%w: page %d element %d is a bucket too short for its header", ErrCorrupt, id, i)
+			return fmt.Errorf("page %d element %d is a bucket too short for its header", id, i)
 		}
 		if root := le.Uint64(v); root != 0 {
 			if err := c.tree(root, depth+1); err != nil {
