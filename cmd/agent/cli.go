@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,13 +12,12 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/agent/view"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 )
@@ -82,20 +80,13 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// client calls the management API.
-type client struct {
-	base  string // http://host:port
-	token string
-	http  *http.Client
-}
-
 // client resolves the address and token: flags, then the environment,
 // then the config file, then the default.
-func (cf *clientFlags) client() (*client, error) {
-	c := &client{token: cf.token, http: &http.Client{Timeout: clientTimeout}}
+func (cf *clientFlags) client() (*api.Client, error) {
+	c := &api.Client{Token: cf.token, HTTP: &http.Client{Timeout: clientTimeout}, Hint: "set $" + tokenEnv + ", -token or -config"}
 	addr := cf.addr
-	if c.token == "" {
-		c.token = os.Getenv(tokenEnv)
+	if c.Token == "" {
+		c.Token = os.Getenv(tokenEnv)
 	}
 	if cf.config != "" {
 		cfg, err := LoadConfig(cf.config)
@@ -120,11 +111,11 @@ func (cf *clientFlags) client() (*client, error) {
 					return nil, err
 				}
 				addr = "https://" + strings.TrimPrefix(plain, "http://")
-				c.http.Transport = &http.Transport{TLSClientConfig: self}
+				c.HTTP.Transport = &http.Transport{TLSClientConfig: self}
 			}
 		}
-		if c.token == "" {
-			if c.token, err = httpToken(cfg); err != nil {
+		if c.Token == "" {
+			if c.Token, err = httpToken(cfg); err != nil {
 				return nil, err
 			}
 		}
@@ -136,7 +127,7 @@ func (cf *clientFlags) client() (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.base = base
+	c.Base = base
 	return c, nil
 }
 
@@ -164,77 +155,6 @@ func baseURL(addr string) (string, error) {
 		host = "::1"
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
-}
-
-// callError is an error answer of the API.
-type callError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *callError) Error() string {
-	if e.Status == http.StatusUnauthorized {
-		return fmt.Sprintf("%s (set $%s, -token or -config)", e.Message, tokenEnv)
-	}
-	return e.Message
-}
-
-// call sends one request and returns the raw JSON answer; out, when not
-// nil, receives it decoded.
-func (c *client) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {
-	resp, err := c.send(ctx, method, path, body)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read answer of %s %s: %w", method, path, err)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return raw, fmt.Errorf("answer of %s %s is not what this client expects (version mismatch?): %w", method, path, err)
-		}
-	}
-	return raw, nil
-}
-
-// send sends one request and returns a successful response, whose body
-// the caller closes; an error answer becomes a *callError.
-func (c *client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the agent at %s (is it running? see -addr): %w", c.base, err)
-	}
-	if resp.StatusCode < 300 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var ae api.Error
-	if json.Unmarshal(raw, &ae) != nil || ae.Error.Message == "" {
-		return nil, &callError{Status: resp.StatusCode, Code: "http", Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
-	}
-	return nil, &callError{Status: resp.StatusCode, Code: ae.Error.Code, Message: ae.Error.Message}
 }
 
 // cliOut is where a client subcommand writes.
@@ -308,7 +228,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		}
 		q.Set("limit", strconv.Itoa(limit))
 		var list api.MissionList
-		raw, err := c.call(ctx, http.MethodGet, "/api/missions?"+q.Encode(), nil, &list)
+		raw, err := c.Call(ctx, http.MethodGet, "/api/missions?"+q.Encode(), nil, &list)
 		if err != nil {
 			return err
 		}
@@ -323,11 +243,11 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 				fmt.Fprintf(&again, " -%s %s", f[0], f[1])
 			}
 		}
-		_, err = io.WriteString(o.stdout, renderList(list, o.loc, again.String()))
+		_, err = io.WriteString(o.stdout, view.List(list, o.loc, again.String()))
 		return err
 	case "show":
 		var d api.MissionDetail
-		raw, err := c.call(ctx, http.MethodGet, "/api/missions/"+url.PathEscape(pos[0]), nil, &d)
+		raw, err := c.Call(ctx, http.MethodGet, "/api/missions/"+url.PathEscape(pos[0]), nil, &d)
 		if err != nil {
 			return err
 		}
@@ -338,7 +258,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		if d.Mission == nil {
 			return fmt.Errorf("mission %s: the answer holds no mission", pos[0])
 		}
-		_, err = io.WriteString(o.stdout, renderMission(d.Mission, d.Timeline, viewOptions{Verbose: verbose, Loc: o.loc, Now: o.now()}))
+		_, err = io.WriteString(o.stdout, view.Mission(d.Mission, d.Timeline, view.Options{Verbose: verbose, Loc: o.loc, Now: o.now()}))
 		return err
 	}
 	var body any
@@ -350,7 +270,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		body = api.PriorityRequest{Priority: &p}
 	}
 	var it api.MissionItem
-	raw, err := c.call(ctx, http.MethodPost, "/api/missions/"+url.PathEscape(pos[0])+"/"+action, body, &it)
+	raw, err := c.Call(ctx, http.MethodPost, "/api/missions/"+url.PathEscape(pos[0])+"/"+action, body, &it)
 	if err != nil {
 		return err
 	}
@@ -358,69 +278,8 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		_, err = o.stdout.Write(raw)
 		return err
 	}
-	_, err = fmt.Fprintln(o.stdout, controlLine(action, it))
+	_, err = fmt.Fprintln(o.stdout, view.ControlLine(action, it))
 	return err
-}
-
-// controlLine says what a control request did; pause and cancel of a
-// mission with a step in flight take effect when that step ends.
-func controlLine(action string, it api.MissionItem) string {
-	switch {
-	case action == "priority":
-		return fmt.Sprintf("mission %s: priority %d (%s)", it.ID, it.Priority, it.State)
-	case action == "cancel" && it.State == driver.StateCompensating:
-		return fmt.Sprintf("mission %s: cancelled; undoing its completed steps (%s)", it.ID, it.State)
-	case action == "cancel" && it.Control.Cancel && !it.State.Terminal():
-		return fmt.Sprintf("mission %s: cancel requested; it stops when the running step ends (%s)", it.ID, it.State)
-	case action == "pause" && it.Control.Pause && it.State != driver.StatePaused:
-		return fmt.Sprintf("mission %s: pause requested; it holds when the running step ends (%s)", it.ID, it.State)
-	}
-	return fmt.Sprintf("mission %s: %s", it.ID, it.State)
-}
-
-// renderList draws a page of missions as a table; again holds the flags
-// (" -state FAILED -limit 20") that the hint for the next page repeats.
-func renderList(list api.MissionList, loc *time.Location, again string) string {
-	var b strings.Builder
-	if len(list.Missions) == 0 {
-		b.WriteString("no missions\n")
-		return b.String()
-	}
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSCENE\tSTATE\tDONE\tCREATED\tDURATION\tSOURCE\tERROR")
-	for _, m := range list.Missions {
-		took := "-"
-		if !m.Finished.IsZero() {
-			took = span(m.Finished.Sub(m.Created))
-		}
-		done := m.Step
-		if m.State == driver.StateSucceeded {
-			done = m.Steps
-		}
-		progress := fmt.Sprintf("%d/%d", min(done, m.Steps), m.Steps)
-		if m.Undone > 0 {
-			progress += fmt.Sprintf(", %d undone", m.Undone)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Scene, m.State, progress,
-			m.Created.In(loc).Format("2006-01-02 15:04:05"), took, orDash(m.Source), oneLine(m.Error, 60))
-	}
-	_ = tw.Flush()
-	trimmed := trimLines(b.String())
-	b.Reset()
-	b.WriteString(trimmed)
-	if list.NextCursor != "" {
-		fmt.Fprintf(&b, "more: agent missions list%s -cursor %s\n", again, list.NextCursor)
-	}
-	return b.String()
-}
-
-// oneLine shortens s to max runes on one line, for table cells.
-func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > max {
-		return string(r[:max-1]) + "…"
-	}
-	return s
 }
 
 const triggerUsage = `usage: agent trigger SCENE [key=value ...] [-request-id R] [-source S] [-json]
@@ -457,9 +316,9 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	var rep scenes.Reply
-	raw, err := c.call(ctx, http.MethodPost, "/api/missions", req, &rep)
+	raw, err := c.Call(ctx, http.MethodPost, "/api/missions", req, &rep)
 	if err != nil {
-		var ce *callError
+		var ce *api.CallError
 		if errors.As(err, &ce) && ce.Status != http.StatusUnauthorized && ce.Status < 500 {
 			return fmt.Errorf("scene %s rejected (%s): %s", pos[0], ce.Code, ce.Message)
 		}
@@ -520,7 +379,7 @@ func cmdDevices(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	var list api.DeviceList
-	raw, err := c.call(ctx, http.MethodGet, "/api/devices", nil, &list)
+	raw, err := c.Call(ctx, http.MethodGet, "/api/devices", nil, &list)
 	if err != nil {
 		return err
 	}
@@ -531,27 +390,8 @@ func cmdDevices(ctx context.Context, args []string, o cliOut) error {
 	if !list.Connected {
 		fmt.Fprintln(o.stderr, "warning: the agent is not connected to the broker; availability and state may be stale")
 	}
-	_, err = io.WriteString(o.stdout, renderDevices(list))
+	_, err = io.WriteString(o.stdout, view.Devices(list))
 	return err
-}
-
-func renderDevices(list api.DeviceList) string {
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tROOM\tNAME\tONLINE\tSTATE")
-	for _, d := range list.Devices {
-		online := "yes"
-		if !d.Available {
-			online = "NO"
-		}
-		state := "-"
-		if d.State != nil {
-			state = kv(d.State)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Type, orDash(d.Room), orDash(d.Name), online, state)
-	}
-	_ = tw.Flush()
-	return trimLines(b.String())
 }
 
 // cmdScenes lists the scenes the agent can run.
@@ -567,7 +407,7 @@ func cmdScenes(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	var list api.SceneList
-	raw, err := c.call(ctx, http.MethodGet, "/api/scenes", nil, &list)
+	raw, err := c.Call(ctx, http.MethodGet, "/api/scenes", nil, &list)
 	if err != nil {
 		return err
 	}
@@ -575,30 +415,6 @@ func cmdScenes(ctx context.Context, args []string, o cliOut) error {
 		_, err = o.stdout.Write(raw)
 		return err
 	}
-	_, err = io.WriteString(o.stdout, renderScenes(list))
+	_, err = io.WriteString(o.stdout, view.Scenes(list))
 	return err
-}
-
-func renderScenes(list api.SceneList) string {
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tPRIORITY\tDEADLINE\tSTEPS\tPARAMS\tDESCRIPTION")
-	for _, s := range list.Scenes {
-		var ps []string
-		for _, p := range s.Params {
-			switch {
-			case p.Required:
-				ps = append(ps, p.Name+" (required)")
-			case p.Default != nil:
-				ps = append(ps, fmt.Sprintf("%s=%v", p.Name, p.Default))
-			default:
-				ps = append(ps, p.Name)
-			}
-		}
-		sort.Strings(ps)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Mode, s.Priority, s.Deadline, s.Steps,
-			orDash(strings.Join(ps, " ")), oneLine(orDash(s.Description), 60))
-	}
-	_ = tw.Flush()
-	return trimLines(b.String())
 }

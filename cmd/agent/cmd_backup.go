@@ -32,8 +32,8 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 	if err != nil {
 		return err
 	}
-	c.http.Timeout = 0 // a large database takes longer than an API call
-	resp, err := c.send(ctx, http.MethodGet, "/api/backup", nil)
+	c.HTTP.Timeout = 0 // a large database takes longer than an API call
+	resp, err := c.Send(ctx, http.MethodGet, "/api/backup", nil)
 	if err != nil {
 		return err
 	}

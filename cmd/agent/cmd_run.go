@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/view"
 )
 
 // runFlags are the command-line overrides of run; set flags win over the
@@ -139,7 +140,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if rf.progress {
 		// The progress lines say what the mission log lines would, in the
 		// same terminal: one of the two is enough.
-		opts.Observers, opts.QuietMissions = append(opts.Observers, newProgress(stdout)), true
+		opts.Observers, opts.QuietMissions = append(opts.Observers, view.NewProgress(stdout)), true
 	}
 	for _, w := range exposureWarnings(cfg) {
 		log.Warn(w)

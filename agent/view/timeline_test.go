@@ -1,4 +1,4 @@
-package main
+package view
 
 import (
 	"encoding/json"
@@ -125,8 +125,8 @@ func failedMission() (*driver.Mission, []driver.Event) {
 
 func TestRenderFailedMission(t *testing.T) {
 	m, evs := failedMission()
-	golden(t, "show_failed.golden", renderMission(m, evs, viewOptions{Now: at(9000)}))
-	golden(t, "show_failed_verbose.golden", renderMission(m, evs, viewOptions{Verbose: true, Now: at(9000)}))
+	golden(t, "show_failed.golden", Mission(m, evs, Options{Now: at(9000)}))
+	golden(t, "show_failed_verbose.golden", Mission(m, evs, Options{Verbose: true, Now: at(9000)}))
 }
 
 // TestRenderRunningMission draws a live mission: the current step, a
@@ -157,7 +157,7 @@ func TestRenderRunningMission(t *testing.T) {
 		{Seq: 7, Input: driver.InStepOK, From: driver.StateStepRunning, To: driver.StateStepSucceeded, Step: 0, StepID: "living-light-on", Attempt: 1, Time: at(5081)},
 		{Seq: 8, Input: driver.InBeginStep, From: driver.StateRunning, To: driver.StateStepRunning, Step: 1, StepID: "2-wait-door", Attempt: 1, Time: at(5100)},
 	}
-	got := renderMission(m, evs, viewOptions{Now: at(6500)})
+	got := Mission(m, evs, Options{Now: at(6500)})
 	golden(t, "show_running.golden", got)
 	for _, want := range []string{"pause requested", "<- current", "[run 1] attempt 1 failed (permanent)", "6.5s so far", "Retried   once"} {
 		if !strings.Contains(got, want) {
@@ -171,7 +171,7 @@ func TestRenderRunningMission(t *testing.T) {
 func TestRenderKeepsAttemptsAfterRetry(t *testing.T) {
 	m, evs := failedMission()
 	evs = append(evs, driver.Event{MissionID: m.ID, Seq: uint64(len(evs) + 1), Input: driver.InRetry, From: driver.StateFailed, To: driver.StateRunning, Step: 0, Time: at(5000), Detail: "retry from step 1-living-light"})
-	out := renderMission(m, evs, viewOptions{Now: at(9000)})
+	out := Mission(m, evs, Options{Now: at(9000)})
 	for _, want := range []string{"[run 1] attempt 1 failed: device jammed", "[run 1] attempt 2 failed: device jammed", "retry in 400ms"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render after retry lacks %q:\n%s", want, out)
@@ -196,7 +196,7 @@ func TestRenderDelayStep(t *testing.T) {
 		{Seq: 4, Input: driver.InBeginStep, To: driver.StateStepRunning, Step: 0, StepID: "1-delay", Attempt: 1, Time: at(2011)},
 		{Seq: 5, Input: driver.InStepOK, To: driver.StateStepSucceeded, Step: 0, StepID: "1-delay", Attempt: 1, Time: at(2012)},
 	}
-	out := renderMission(m, evs, viewOptions{Now: at(3000)})
+	out := Mission(m, evs, Options{Now: at(3000)})
 	if !strings.Contains(out, "succeeded  waited 2.002s") {
 		t.Errorf("the delay's wait is not shown:\n%s", out)
 	}

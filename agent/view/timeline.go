@@ -1,4 +1,4 @@
-package main
+package view
 
 import (
 	"encoding/json"
@@ -12,8 +12,8 @@ import (
 	"github.com/sortie-edge/sortie/scenes"
 )
 
-// viewOptions says how missions are drawn for a terminal.
-type viewOptions struct {
+// Options says how missions are drawn for a terminal.
+type Options struct {
 	// Verbose appends every event of the timeline.
 	Verbose bool
 	// Loc is the zone times are shown in; nil means UTC.
@@ -22,7 +22,7 @@ type viewOptions struct {
 	Now time.Time
 }
 
-func (o viewOptions) loc() *time.Location {
+func (o Options) loc() *time.Location {
 	if o.Loc == nil {
 		return time.UTC
 	}
@@ -32,12 +32,12 @@ func (o viewOptions) loc() *time.Location {
 // stampLayout is how absolute times are shown.
 const stampLayout = "2006-01-02 15:04:05.000 MST"
 
-// renderMission draws a mission and its timeline for people: a header,
+// Mission draws a mission and its timeline for people: a header,
 // then each step with its outcome and the story of its attempts (failed
 // attempts with their backoff, not-ready waits, recoveries), then the
 // compensations that undid steps, then (Verbose) every event. It is a
 // pure function of its arguments, so it can be golden-tested.
-func renderMission(m *driver.Mission, evs []driver.Event, o viewOptions) string {
+func Mission(m *driver.Mission, evs []driver.Event, o Options) string {
 	var b strings.Builder
 	renderHeader(&b, m, o)
 	notes := stepNotes(m, evs)
@@ -75,7 +75,7 @@ func renderMission(m *driver.Mission, evs []driver.Event, o viewOptions) string 
 	return b.String()
 }
 
-func renderHeader(b *strings.Builder, m *driver.Mission, o viewOptions) {
+func renderHeader(b *strings.Builder, m *driver.Mission, o Options) {
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	stamp := func(t time.Time) string { return t.In(o.loc()).Format(stampLayout) }
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }

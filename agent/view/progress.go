@@ -1,4 +1,4 @@
-package main
+package view
 
 import (
 	"encoding/json"
@@ -12,16 +12,17 @@ import (
 	"github.com/sortie-edge/sortie/scenes"
 )
 
-// progress prints mission events as readable lines for a terminal: the
+// Progress prints mission events as readable lines for a terminal: the
 // `make run` demo and anyone watching an agent by hand. It is a
 // driver.Observer; it writes synchronously but only small lines, under a
-// mutex, to stdout.
-type progress struct {
+// mutex, to its writer.
+type Progress struct {
 	mu  sync.Mutex
 	out io.Writer
 }
 
-func newProgress(out io.Writer) *progress { return &progress{out: out} }
+// NewProgress returns a Progress writing to out.
+func NewProgress(out io.Writer) *Progress { return &Progress{out: out} }
 
 // stepLabel describes a step from its params: "living-ac set target=24".
 func stepLabel(s driver.Step) string {
@@ -168,7 +169,7 @@ func orDash(s string) string {
 }
 
 // Observe implements driver.Observer.
-func (p *progress) Observe(ev driver.Event, m *driver.Mission) {
+func (p *Progress) Observe(ev driver.Event, m *driver.Mission) {
 	line := progressLine(ev, m)
 	if line == "" {
 		return

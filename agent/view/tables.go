@@ -1,0 +1,118 @@
+package view
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// ControlLine says what a control request did; pause and cancel of a
+// mission with a step in flight take effect when that step ends.
+func ControlLine(action string, it api.MissionItem) string {
+	switch {
+	case action == "priority":
+		return fmt.Sprintf("mission %s: priority %d (%s)", it.ID, it.Priority, it.State)
+	case action == "cancel" && it.State == driver.StateCompensating:
+		return fmt.Sprintf("mission %s: cancelled; undoing its completed steps (%s)", it.ID, it.State)
+	case action == "cancel" && it.Control.Cancel && !it.State.Terminal():
+		return fmt.Sprintf("mission %s: cancel requested; it stops when the running step ends (%s)", it.ID, it.State)
+	case action == "pause" && it.Control.Pause && it.State != driver.StatePaused:
+		return fmt.Sprintf("mission %s: pause requested; it holds when the running step ends (%s)", it.ID, it.State)
+	}
+	return fmt.Sprintf("mission %s: %s", it.ID, it.State)
+}
+
+// List draws a page of missions as a table; again holds the flags
+// (" -state FAILED -limit 20") that the hint for the next page repeats.
+func List(list api.MissionList, loc *time.Location, again string) string {
+	var b strings.Builder
+	if len(list.Missions) == 0 {
+		b.WriteString("no missions\n")
+		return b.String()
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSCENE\tSTATE\tDONE\tCREATED\tDURATION\tSOURCE\tERROR")
+	for _, m := range list.Missions {
+		took := "-"
+		if !m.Finished.IsZero() {
+			took = span(m.Finished.Sub(m.Created))
+		}
+		done := m.Step
+		if m.State == driver.StateSucceeded {
+			done = m.Steps
+		}
+		progress := fmt.Sprintf("%d/%d", min(done, m.Steps), m.Steps)
+		if m.Undone > 0 {
+			progress += fmt.Sprintf(", %d undone", m.Undone)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Scene, m.State, progress,
+			m.Created.In(loc).Format("2006-01-02 15:04:05"), took, orDash(m.Source), oneLine(m.Error, 60))
+	}
+	_ = tw.Flush()
+	trimmed := trimLines(b.String())
+	b.Reset()
+	b.WriteString(trimmed)
+	if list.NextCursor != "" {
+		fmt.Fprintf(&b, "more: agent missions list%s -cursor %s\n", again, list.NextCursor)
+	}
+	return b.String()
+}
+
+// oneLine shortens s to max runes on one line, for table cells.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+// Devices draws the device inventory as a table.
+func Devices(list api.DeviceList) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tROOM\tNAME\tONLINE\tSTATE")
+	for _, d := range list.Devices {
+		online := "yes"
+		if !d.Available {
+			online = "NO"
+		}
+		state := "-"
+		if d.State != nil {
+			state = kv(d.State)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Type, orDash(d.Room), orDash(d.Name), online, state)
+	}
+	_ = tw.Flush()
+	return trimLines(b.String())
+}
+
+// Scenes draws the scenes and their parameters as a table.
+func Scenes(list api.SceneList) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMODE\tPRIORITY\tDEADLINE\tSTEPS\tPARAMS\tDESCRIPTION")
+	for _, s := range list.Scenes {
+		var ps []string
+		for _, p := range s.Params {
+			switch {
+			case p.Required:
+				ps = append(ps, p.Name+" (required)")
+			case p.Default != nil:
+				ps = append(ps, fmt.Sprintf("%s=%v", p.Name, p.Default))
+			default:
+				ps = append(ps, p.Name)
+			}
+		}
+		sort.Strings(ps)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Mode, s.Priority, s.Deadline, s.Steps,
+			orDash(strings.Join(ps, " ")), oneLine(orDash(s.Description), 60))
+	}
+	_ = tw.Flush()
+	return trimLines(b.String())
+}
