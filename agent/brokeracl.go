@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
 )
 
 // Roles of the embedded broker's users (BrokerUser.Role).
@@ -56,6 +58,55 @@ type brokerAuth struct {
 // InternalUser names the agent's own identity on its embedded broker,
 // for the clients it runs over TCP; no BrokerUser may take it.
 const InternalUser = "sortie-internal"
+
+// UserError is a problem with Users[Index] of BrokerOptions, in Field
+// (name, role or password_hash).
+type UserError struct {
+	Index int
+	Field string
+	Msg   string
+}
+
+func (e *UserError) Error() string {
+	return fmt.Sprintf("broker user %d: %s: %s", e.Index, e.Field, e.Msg)
+}
+
+// CheckUsers checks the embedded broker's users: each name once, not
+// the agent's own, a device's name a valid device ID; a known role; a
+// password hash made by broker/passwd. It returns every problem.
+func CheckUsers(users []BrokerUser) []*UserError {
+	var errs []*UserError
+	bad := func(i int, field, format string, args ...any) {
+		errs = append(errs, &UserError{Index: i, Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	names := map[string]bool{}
+	for i, u := range users {
+		switch {
+		case u.Name == InternalUser:
+			bad(i, "name", "%q is the agent's own", u.Name)
+		case names[u.Name]:
+			bad(i, "name", "%q appears twice", u.Name)
+		case u.Role == RoleDevice:
+			if err := devices.ValidateDeviceID(u.Name); err != nil {
+				bad(i, "name", "a device's user name is its ID: %v", err)
+			}
+		default:
+			if err := driver.CheckID("user name", u.Name); err != nil {
+				bad(i, "name", "%v", err)
+			}
+		}
+		names[u.Name] = true
+		if !slices.Contains(Roles, u.Role) {
+			bad(i, "role", "%q must be one of %s", u.Role, strings.Join(Roles, ", "))
+		}
+		if u.PasswordHash == "" {
+			bad(i, "password_hash", "must be set (make one with \"agent passwd\"; the config holds no passwords)")
+		} else if _, err := passwd.Parse(u.PasswordHash); err != nil {
+			bad(i, "password_hash", "%v (make one with \"agent passwd\")", err)
+		}
+	}
+	return errs
+}
 
 // CheckDeviceUsers reports device users that are not in the registry:
 // the ACL would confine them to the topics of a device that does not

@@ -153,6 +153,9 @@ func (o Options) withDefaults() (Options, error) {
 		if o.Broker.Listen == "" {
 			o.Broker.Listen = "127.0.0.1:1883"
 		}
+		for _, e := range CheckUsers(o.Broker.Users) {
+			errs = append(errs, e)
+		}
 		if err := CheckDeviceUsers(o.Broker.Users, o.Registry); o.Registry != nil && err != nil {
 			errs = append(errs, err)
 		}

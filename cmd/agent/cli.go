@@ -67,7 +67,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, err
 			}
-			return nil, &usageError{msg: fmt.Sprintf("%s: %v", fs.Name(), err)}
+			return nil, &usageError{Msg: fmt.Sprintf("%s: %v", fs.Name(), err)}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -137,13 +137,13 @@ func baseURL(addr string) (string, error) {
 	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
 		u, err := url.Parse(addr)
 		if err != nil || u.Host == "" {
-			return "", &usageError{msg: fmt.Sprintf("-addr %q is not a URL", addr)}
+			return "", &usageError{Msg: fmt.Sprintf("-addr %q is not a URL", addr)}
 		}
 		return strings.TrimSuffix(addr, "/"), nil
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", &usageError{msg: fmt.Sprintf("-addr %q is not host:port", addr)}
+		return "", &usageError{Msg: fmt.Sprintf("-addr %q is not host:port", addr)}
 	}
 	if port == "0" {
 		return "", fmt.Errorf("address %s has port 0 (chosen at start): pass the agent's real address with -addr", addr)
@@ -178,7 +178,7 @@ const missionsUsage = `usage:
 // cmdMissions lists, shows and controls missions.
 func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return &usageError{msg: "missions needs an action\n" + missionsUsage}
+		return &usageError{Msg: "missions needs an action\n" + missionsUsage}
 	}
 	action, args := args[0], args[1:]
 	fs, cf := newClientFlagSet("missions "+action, o.stderr)
@@ -198,7 +198,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		fs.BoolVar(&verbose, "v", false, "also list every event")
 	case "pause", "resume", "cancel", "retry", "priority":
 	default:
-		return &usageError{msg: fmt.Sprintf("unknown missions action %q\n%s", action, missionsUsage)}
+		return &usageError{Msg: fmt.Sprintf("unknown missions action %q\n%s", action, missionsUsage)}
 	}
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -212,7 +212,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		want = 2
 	}
 	if len(pos) != want {
-		return &usageError{msg: fmt.Sprintf("missions %s takes %d argument(s), got %d\n%s", action, want, len(pos), missionsUsage)}
+		return &usageError{Msg: fmt.Sprintf("missions %s takes %d argument(s), got %d\n%s", action, want, len(pos), missionsUsage)}
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -232,10 +232,6 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		if err != nil {
 			return err
 		}
-		if cf.json {
-			_, err = o.stdout.Write(raw)
-			return err
-		}
 		// The next page keeps the filters and page size.
 		var again strings.Builder
 		for _, f := range [][2]string{{"state", state}, {"scene", scene}, {"since", since}, {"limit", strconv.Itoa(limit)}} {
@@ -243,29 +239,25 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 				fmt.Fprintf(&again, " -%s %s", f[0], f[1])
 			}
 		}
-		_, err = io.WriteString(o.stdout, view.List(list, o.loc, again.String()))
-		return err
+		return o.answer(raw, cf.json, func() string { return view.List(list, o.loc, again.String()) })
 	case "show":
 		var d api.MissionDetail
 		raw, err := c.Call(ctx, http.MethodGet, "/api/missions/"+url.PathEscape(pos[0]), nil, &d)
 		if err != nil {
 			return err
 		}
-		if cf.json {
-			_, err = o.stdout.Write(raw)
-			return err
-		}
-		if d.Mission == nil {
+		if d.Mission == nil && !cf.json {
 			return fmt.Errorf("mission %s: the answer holds no mission", pos[0])
 		}
-		_, err = io.WriteString(o.stdout, view.Mission(d.Mission, d.Timeline, view.Options{Verbose: verbose, Loc: o.loc, Now: o.now()}))
-		return err
+		return o.answer(raw, cf.json, func() string {
+			return view.Mission(d.Mission, d.Timeline, view.Options{Verbose: verbose, Loc: o.loc, Now: o.now()})
+		})
 	}
 	var body any
 	if action == "priority" {
 		p, err := strconv.Atoi(pos[1])
 		if err != nil {
-			return &usageError{msg: fmt.Sprintf("priority %q is not a whole number (%d..%d)", pos[1], driver.MinPriority, driver.MaxPriority)}
+			return &usageError{Msg: fmt.Sprintf("priority %q is not a whole number (%d..%d)", pos[1], driver.MinPriority, driver.MaxPriority)}
 		}
 		body = api.PriorityRequest{Priority: &p}
 	}
@@ -274,12 +266,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		_, err = o.stdout.Write(raw)
-		return err
-	}
-	_, err = fmt.Fprintln(o.stdout, view.ControlLine(action, it))
-	return err
+	return o.answer(raw, cf.json, func() string { return view.ControlLine(action, it) + "\n" })
 }
 
 const triggerUsage = `usage: agent trigger SCENE [key=value ...] [-request-id R] [-source S] [-json]
@@ -295,13 +282,13 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	if len(pos) == 0 {
-		return &usageError{msg: "trigger needs a scene\n" + triggerUsage}
+		return &usageError{Msg: "trigger needs a scene\n" + triggerUsage}
 	}
 	params := map[string]any{}
 	for _, kv := range pos[1:] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return &usageError{msg: fmt.Sprintf("parameter %q is not key=value\n%s", kv, triggerUsage)}
+			return &usageError{Msg: fmt.Sprintf("parameter %q is not key=value\n%s", kv, triggerUsage)}
 		}
 		params[k] = paramValue(v)
 	}
@@ -368,53 +355,47 @@ func paramValue(v string) any {
 
 // cmdDevices lists the registry's devices with their last known state.
 func cmdDevices(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newClientFlagSet("devices", o.stderr)
-	if pos, err := parseArgs(fs, args); err != nil {
-		return err
-	} else if len(pos) > 0 {
-		return &usageError{msg: fmt.Sprintf("devices takes no arguments, got %q", pos)}
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
 	var list api.DeviceList
-	raw, err := c.Call(ctx, http.MethodGet, "/api/devices", nil, &list)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		_, err = o.stdout.Write(raw)
-		return err
-	}
-	if !list.Connected {
-		fmt.Fprintln(o.stderr, "warning: the agent is not connected to the broker; availability and state may be stale")
-	}
-	_, err = io.WriteString(o.stdout, view.Devices(list))
-	return err
+	return o.list(ctx, "devices", args, "/api/devices", &list, func() string {
+		if !list.Connected {
+			fmt.Fprintln(o.stderr, "warning: the agent is not connected to the broker; availability and state may be stale")
+		}
+		return view.Devices(list)
+	})
 }
 
 // cmdScenes lists the scenes the agent can run.
 func cmdScenes(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newClientFlagSet("scenes", o.stderr)
+	var list api.SceneList
+	return o.list(ctx, "scenes", args, "/api/scenes", &list, func() string { return view.Scenes(list) })
+}
+
+// list runs a client subcommand that takes no arguments: it gets path
+// into out and prints it (answer).
+func (o cliOut) list(ctx context.Context, name string, args []string, path string, out any, text func() string) error {
+	fs, cf := newClientFlagSet(name, o.stderr)
 	if pos, err := parseArgs(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return &usageError{msg: fmt.Sprintf("scenes takes no arguments, got %q", pos)}
+		return &usageError{Msg: fmt.Sprintf("%s takes no arguments, got %q", name, pos)}
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	var list api.SceneList
-	raw, err := c.Call(ctx, http.MethodGet, "/api/scenes", nil, &list)
+	raw, err := c.Call(ctx, http.MethodGet, path, nil, out)
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		_, err = o.stdout.Write(raw)
+	return o.answer(raw, cf.json, text)
+}
+
+// answer prints an API answer: its JSON as sent with -json, else text.
+func (o cliOut) answer(raw []byte, asJSON bool, text func() string) error {
+	if asJSON {
+		_, err := o.stdout.Write(raw)
 		return err
 	}
-	_, err = io.WriteString(o.stdout, view.Scenes(list))
+	_, err := io.WriteString(o.stdout, text())
 	return err
 }

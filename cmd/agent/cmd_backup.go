@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,7 +20,7 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return &usageError{msg: fmt.Sprintf("backup takes one argument, the file to write, got %q", pos)}
+		return &usageError{Msg: fmt.Sprintf("backup takes one argument, the file to write, got %q", pos)}
 	}
 	dst := pos[0]
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
@@ -54,27 +52,13 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 // cmdRestore puts a backup in place of the stopped agent's database,
 // keeping the database it replaces beside it.
 func cmdRestore(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	config := fs.String("config", "", "config file (TOML) of the agent whose database to replace")
-	data := fs.String("data", "", "data directory (overrides the config's data_dir)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return &usageError{msg: fmt.Sprintf("restore takes one argument, the backup file, got %q", pos)}
-	}
-	path, err := offlineDB(*config, *data)
+	path, pos, err := offlineDB("restore", args, stderr, 1)
 	if err != nil {
 		return err
 	}
 	kept, err := store.Restore(pos[0], path)
 	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			return fmt.Errorf("%w; stop the agent first", err)
-		}
-		return err
+		return stopFirst(err)
 	}
 	fmt.Fprintf(stdout, "restored %s into %s\n", pos[0], path)
 	for _, k := range kept {

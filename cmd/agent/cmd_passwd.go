@@ -31,12 +31,12 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	role := fs.String("role", agent.RoleApp, "the user's role: "+strings.Join(agent.Roles, ", "))
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
-	bad := func(msg string) error { return &usageError{msg: msg, usage: passwdUsage} }
+	bad := func(msg string) error { return &usageError{Msg: msg, Usage: passwdUsage} }
 	pos, err := parseArgs(fs, args)
 	var ue *usageError
 	switch {
 	case errors.As(err, &ue):
-		return bad(ue.msg)
+		return bad(ue.Msg)
 	case err != nil:
 		return err
 	case len(pos) != 1:

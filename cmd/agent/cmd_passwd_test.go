@@ -38,7 +38,7 @@ func TestPasswdCommand(t *testing.T) {
 	for _, args := range [][]string{{}, {"a", "b"}, {"-role", "guest", "voice"}, {"-role", "device", "a/b"}, {"-nope", "x"}} {
 		err := cmdPasswd(args, strings.NewReader("a-long-password\n"), &out, &errb)
 		ue, ok := err.(*usageError)
-		if !ok || ue.usage != passwdUsage {
+		if !ok || ue.Usage != passwdUsage {
 			t.Errorf("passwd %q: %v, want a usage error with passwd's usage", args, err)
 		}
 	}

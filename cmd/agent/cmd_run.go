@@ -121,10 +121,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &usageError{msg: err.Error()}
+		return &usageError{Msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return &usageError{msg: fmt.Sprintf("run takes no arguments, got %q", fs.Args())}
+		return &usageError{Msg: fmt.Sprintf("run takes no arguments, got %q", fs.Args())}
 	}
 	cfg, err := rf.load()
 	if err != nil {

@@ -23,7 +23,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &usageError{msg: err.Error()}
+		return &usageError{Msg: err.Error()}
 	}
 	cfg, err := LoadConfig(*config)
 	if err == nil {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
-	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/conf"
@@ -245,32 +242,8 @@ func (c Config) Validate(file string) error {
 	} else if b.ServerCertFile != "" && !b.Embedded {
 		bad("broker.server_cert_file", "applies to the embedded broker (for an external one, see ca_file)")
 	}
-	names := map[string]bool{}
-	for i, u := range b.Users {
-		field := fmt.Sprintf("broker.users[%d]", i)
-		switch {
-		case u.Name == agent.InternalUser:
-			bad(field+".name", "%q is the agent's own", u.Name)
-		case names[u.Name]:
-			bad(field+".name", "%q appears twice", u.Name)
-		case u.Role == agent.RoleDevice:
-			if err := devices.ValidateDeviceID(u.Name); err != nil {
-				bad(field+".name", "a device's user name is its ID: %v", err)
-			}
-		default:
-			if err := driver.CheckID("user name", u.Name); err != nil {
-				bad(field+".name", "%v", err)
-			}
-		}
-		names[u.Name] = true
-		if !slices.Contains(agent.Roles, u.Role) {
-			bad(field+".role", "%q must be one of %s", u.Role, strings.Join(agent.Roles, ", "))
-		}
-		if u.PasswordHash == "" {
-			bad(field+".password_hash", "must be set (make one with \"agent passwd\"; the config holds no passwords)")
-		} else if _, err := passwd.Parse(u.PasswordHash); err != nil {
-			bad(field+".password_hash", "%v (make one with \"agent passwd\")", err)
-		}
+	for _, e := range agent.CheckUsers(brokerUsers(b)) {
+		bad(fmt.Sprintf("broker.users[%d].%s", e.Index, e.Field), "%s", e.Msg)
 	}
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
@@ -333,38 +306,20 @@ func parseLevel(s string) (slog.Level, error) {
 
 // tlsConfig builds the broker TLS settings, or nil when none are set.
 func (b BrokerConfig) tlsConfig(c Config) (*tls.Config, error) {
-	if b.CAFile == "" && b.CertFile == "" && !b.Insecure {
-		return nil, nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: b.Insecure} //nolint:gosec // opt-in, documented
-	if b.CAFile != "" {
-		pem, err := os.ReadFile(c.Path(b.CAFile))
-		if err != nil {
-			return nil, fmt.Errorf("broker.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("broker.ca_file: %s holds no PEM certificate", b.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if b.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.Path(b.CertFile), c.Path(b.KeyFile))
-		if err != nil {
-			return nil, fmt.Errorf("broker.cert_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
+	tc, err := conf.ClientTLS(c.Path(b.CAFile), c.Path(b.CertFile), c.Path(b.KeyFile), b.Insecure)
+	if err != nil {
+		return nil, fmt.Errorf("broker.%w", err)
 	}
 	return tc, nil
 }
 
 // serverTLS is the embedded broker's TLS setup, and a client setup for
-// the agent's own clients (see pinnedTLS); nil without a certificate.
+// the agent's own clients (conf.PinnedTLS); nil without a certificate.
 func (b BrokerConfig) serverTLS(c Config) (server, self *tls.Config, err error) {
 	if b.ServerCertFile == "" {
 		return nil, nil, nil
 	}
-	server, self, err = pinnedTLS(c.Path(b.ServerCertFile), c.Path(b.ServerKeyFile))
+	server, self, err = conf.PinnedTLS(c.Path(b.ServerCertFile), c.Path(b.ServerKeyFile))
 	if err != nil {
 		return nil, nil, fmt.Errorf("broker.server_cert_file, broker.server_key_file: %w", err)
 	}
@@ -372,55 +327,25 @@ func (b BrokerConfig) serverTLS(c Config) (server, self *tls.Config, err error) 
 }
 
 // serverTLS is the HTTP API's TLS setup, and a client setup for the
-// agent's own command line (see pinnedTLS); nil without a certificate.
+// agent's own command line (conf.PinnedTLS); nil without a certificate.
 func (h HTTPConfig) serverTLS(c Config) (server, self *tls.Config, err error) {
 	if h.CertFile == "" {
 		return nil, nil, nil
 	}
-	server, self, err = pinnedTLS(c.Path(h.CertFile), c.Path(h.KeyFile))
+	server, self, err = conf.PinnedTLS(c.Path(h.CertFile), c.Path(h.KeyFile))
 	if err != nil {
 		return nil, nil, fmt.Errorf("http.cert_file, http.key_file: %w", err)
 	}
 	return server, self, nil
 }
 
-// pinnedTLS loads a server certificate and key, and returns the server's
-// TLS setup and a client setup that trusts exactly that certificate,
-// whatever names it carries: the agent's own clients (its simulated home,
-// its command line with -config) reach its listeners by address, and
-// have the certificate itself to compare with.
-func pinnedTLS(certFile, keyFile string) (server, self *tls.Config, err error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, nil, err
-	}
-	leaf := cert.Certificate[0]
-	server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	self = &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// Verification is VerifyPeerCertificate's: the one certificate the
-		// agent serves, byte for byte.
-		InsecureSkipVerify: true, //nolint:gosec // pinned below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !bytes.Equal(raw[0], leaf) {
-				return errors.New("not the agent's own certificate")
-			}
-			return nil
-		},
-	}
-	return server, self, nil
-}
-
 // password returns the broker password, reading password_file if set.
 func (b BrokerConfig) password(c Config) (string, error) {
-	if b.PasswordFile == "" {
-		return b.Password, nil
-	}
-	p, err := os.ReadFile(c.Path(b.PasswordFile))
+	p, err := conf.Secret(b.Password, c.Path(b.PasswordFile))
 	if err != nil {
 		return "", fmt.Errorf("broker.password_file: %w", err)
 	}
-	return strings.TrimSpace(string(p)), nil
+	return p, nil
 }
 
 // brokerUsers are the embedded broker's users as the agent takes them.

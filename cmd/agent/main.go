@@ -15,47 +15,34 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
 var Version = "dev"
 
-// exitUsage is returned for bad command lines, as flag does.
-const exitUsage = 2
-
 func main() {
-	ctx, cancel := context.WithCancel(context.Background())
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	serving := len(os.Args) < 2 || os.Args[1] == "run" || strings.HasPrefix(os.Args[1], "-")
-	go func() {
-		<-sigs
+	ctx := cli.SignalContext(func() {
 		if serving {
 			fmt.Fprintln(os.Stderr, "shutting down: finishing in-flight steps (signal again to exit now)")
 		}
-		cancel()
-		<-sigs
+	}, func() {
 		// Leases and write-ahead state make an abrupt exit safe: the next
 		// start re-executes whatever step was in flight, with the same key.
 		fmt.Fprintln(os.Stderr, "exiting now")
-		os.Exit(130)
-	}()
+	})
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// usageError marks errors that should print usage and exit 2: the
-// command's own when it gives one, else the whole list.
-type usageError struct{ msg, usage string }
-
-func (e *usageError) Error() string { return e.msg }
+// usageError is a bad command line: the command's own usage when it
+// gives one, else the whole list.
+type usageError = cli.UsageError
 
 const usage = `Sortie agent - mission-driven automations for your gateway.
 
@@ -89,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 0:
 		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return cli.ExitUsage
 	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
 		cmd = "help"
 	case len(args[0]) > 0 && args[0][0] != '-':
@@ -122,23 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
-		err = &usageError{msg: fmt.Sprintf("unknown command %q", cmd)}
+		err = &usageError{Msg: fmt.Sprintf("unknown command %q", cmd)}
 	}
-	var ue *usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		help := usage
-		if ue.usage != "" {
-			help = ue.usage
-		}
-		fmt.Fprintf(stderr, "agent: %v\n\n%s", err, help)
-		return exitUsage
-	default:
-		fmt.Fprintf(stderr, "agent: %v\n", err)
-		return 1
-	}
+	return cli.Exit(stderr, "agent", err, usage)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -215,14 +214,11 @@ func (c Config) Validate(file string) error {
 
 // secret returns an inline value, else the trimmed contents of file.
 func (c Config) secret(inline, file string) (string, error) {
-	if inline != "" || file == "" {
-		return inline, nil
-	}
-	b, err := os.ReadFile(c.path(file))
+	v, err := conf.Secret(inline, c.path(file))
 	if err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	return v, nil
 }
 
 // token is the API token: $SORTIE_HUB_TOKEN, http.token or http.token_file.
@@ -240,31 +236,28 @@ func (c Config) token() (string, error) {
 	return t, nil
 }
 
-// serverTLS loads the embedded broker's certificate, or nil for plain TCP.
-func (c Config) serverTLS() (*tls.Config, error) {
+// serverTLS loads the embedded broker's certificate, and a client
+// setup that trusts exactly it for the hub's own connection
+// (conf.PinnedTLS); nil for plain TCP.
+func (c Config) serverTLS() (server, self *tls.Config, err error) {
 	if c.Broker.CertFile == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.path(c.Broker.CertFile), c.path(c.Broker.KeyFile))
+	server, self, err = conf.PinnedTLS(c.path(c.Broker.CertFile), c.path(c.Broker.KeyFile))
 	if err != nil {
-		return nil, fmt.Errorf("broker.cert_file: %w", err)
+		return nil, nil, fmt.Errorf("broker.cert_file: %w", err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	return server, self, nil
 }
 
 // clientTLS is how the hub's own client trusts an external broker.
 func (c Config) clientTLS() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.Broker.Insecure} //nolint:gosec // opt-in, documented
-	if c.Broker.CAFile != "" {
-		pem, err := os.ReadFile(c.path(c.Broker.CAFile))
-		if err != nil {
-			return nil, fmt.Errorf("broker.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("broker.ca_file: no certificates in %s", c.Broker.CAFile)
-		}
-		cfg.RootCAs = pool
+	tc, err := conf.ClientTLS(c.path(c.Broker.CAFile), "", "", c.Broker.Insecure)
+	if err != nil {
+		return nil, fmt.Errorf("broker.%w", err)
 	}
-	return cfg, nil
+	if tc == nil {
+		tc = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return tc, nil
 }

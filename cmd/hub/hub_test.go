@@ -17,6 +17,7 @@ import (
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/cli"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -131,8 +132,8 @@ func TestPasswd(t *testing.T) {
 		t.Fatalf("generate: exit %d %q", code, out.String())
 	}
 	for _, args := range [][]string{{"passwd"}, {"passwd", "a/b"}, {"frobnicate"}} {
-		if code := run(context.Background(), args, strings.NewReader("x\n"), &out, &errb); code != exitUsage {
-			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		if code := run(context.Background(), args, strings.NewReader("x\n"), &out, &errb); code != cli.ExitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, cli.ExitUsage)
 		}
 	}
 	if code := run(context.Background(), []string{"passwd", "home"}, strings.NewReader("short\n"), &out, &errb); code != 1 {

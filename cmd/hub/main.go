@@ -10,20 +10,17 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
 var Version = "dev"
-
-// exitUsage is the exit code for a bad command line, as with flag.
-const exitUsage = 2
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -39,9 +36,7 @@ func main() {
 }
 
 // usageError marks errors that print usage and exit 2.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
+type usageError = cli.UsageError
 
 const usage = `Sortie hub - every gateway and mission in one place.
 
@@ -74,17 +69,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "help", "-h", "--help":
 		_, err = fmt.Fprint(stdout, usage)
 	default:
-		err = &usageError{fmt.Sprintf("unknown command %q", cmd)}
+		err = &usageError{Msg: fmt.Sprintf("unknown command %q", cmd)}
 	}
-	var ue *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		_, _ = fmt.Fprintf(stderr, "hub: %v\n\n%s", err, usage) // nowhere else to report it
-		return exitUsage
-	default:
-		_, _ = fmt.Fprintf(stderr, "hub: %v\n", err) // nowhere else to report it
-		return 1
-	}
+	return cli.Exit(stderr, "hub", err, usage)
 }

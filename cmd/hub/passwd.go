@@ -22,11 +22,11 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &usageError{"passwd needs exactly one gateway ID"}
+		return &usageError{Msg: "passwd needs exactly one gateway ID"}
 	}
 	id := fs.Arg(0)
 	if err := driver.CheckID("gateway", id); err != nil {
-		return &usageError{err.Error()}
+		return &usageError{Msg: err.Error()}
 	}
 	password, err := passwd.Read(stdin, stderr, "gateway "+id, *generate)
 	if err != nil {

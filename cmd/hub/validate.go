@@ -25,7 +25,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if _, err := cfg.token(); err != nil {
 		return err
 	}
-	if _, err := cfg.serverTLS(); err != nil {
+	if _, _, err := cfg.serverTLS(); err != nil {
 		return err
 	}
 	if !cfg.Broker.Embedded {
