@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/jsonenc"
 )
 
 // Step kinds served by Handlers.
@@ -364,7 +365,7 @@ func (h *Handlers) verify(ctx context.Context, device string, want map[string]an
 
 // jsonText writes a state as JSON, as devices report it, for messages.
 func jsonText(v map[string]any) string {
-	b, err := driver.AppendJSONValue(nil, v)
+	b, err := jsonenc.AppendValue(nil, v)
 	if err != nil {
 		return fmt.Sprint(v)
 	}
