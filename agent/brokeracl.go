@@ -13,6 +13,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // Roles of the embedded broker's users (BrokerUser.Role).
@@ -47,7 +48,7 @@ type BrokerUser struct {
 type brokerAuth struct {
 	hook  *broker.Auth
 	roles map[string]string
-	dev   devices.Topics
+	dev   wire.Topics
 	agent agentTopics
 	// refusals counts what the hook refused, by reason.
 	refusals *prometheus.CounterVec
@@ -76,7 +77,7 @@ func CheckDeviceUsers(users []BrokerUser, reg *devices.Registry) error {
 func newBrokerAuth(b BrokerOptions, gateway string, log *slog.Logger) (*brokerAuth, string, error) {
 	a := &brokerAuth{
 		roles: map[string]string{},
-		dev:   devices.Topics{Prefix: b.Prefix},
+		dev:   wire.Topics{Prefix: b.Prefix},
 		agent: newAgentTopics(b.Prefix, gateway),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: namespace + "_broker_refusals_total",

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
@@ -243,8 +244,8 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 func codeLabel(code string) string {
 	switch code {
 	case "", "timeout", "ack_timeout", "panic", "not_ready_timeout", "device_offline", "verify_failed", "wait_timeout", "delay", "deadline",
-		devices.CodeBusy, devices.CodeExpired, devices.CodeInternal, devices.CodeInvalidParam,
-		devices.CodeUnknownAction, devices.CodeJammed, devices.CodeUnsupported:
+		wire.CodeBusy, wire.CodeExpired, wire.CodeInternal, wire.CodeInvalidParam,
+		wire.CodeUnknownAction, wire.CodeJammed, wire.CodeUnsupported:
 		return code
 	}
 	return "other"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/broker/passwd"
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/conf"
 )
@@ -160,7 +160,7 @@ func DefaultConfig() Config {
 		Broker: BrokerConfig{
 			Embedded:   true,
 			Listen:     "127.0.0.1:1883",
-			Prefix:     devices.DefaultPrefix,
+			Prefix:     wire.DefaultPrefix,
 			AckTimeout: driver.Duration(2 * time.Second),
 		},
 		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080"},
@@ -254,7 +254,7 @@ func (c Config) Validate(file string) error {
 		case names[u.Name]:
 			bad(field+".name", "%q appears twice", u.Name)
 		case u.Role == agent.RoleDevice:
-			if err := devices.ValidateDeviceID(u.Name); err != nil {
+			if err := wire.ValidateDeviceID(u.Name); err != nil {
 				bad(field+".name", "a device's user name is its ID: %v", err)
 			}
 		default:
