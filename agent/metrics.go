@@ -8,12 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
-	"github.com/sortie-edge/sortie/uplink"
 )
 
 // namespace prefixes every metric the agent exports.
@@ -46,7 +46,7 @@ type metrics struct {
 
 // syncSource feeds the hub sync gauges; nil when no hub is configured.
 type syncSource interface {
-	Stats() uplink.Stats
+	Stats() hubsync.Stats
 }
 
 // outboxSource reports the store's outbox.

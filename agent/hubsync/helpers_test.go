@@ -1,4 +1,4 @@
-package uplink
+package hubsync
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 const gw = "gw-01"
@@ -97,18 +98,18 @@ func (w *world) steps(k, n int) {
 type hub struct {
 	tb     testing.TB
 	client mqtt.Client
-	topics Topics
+	topics uplink.Topics
 
 	mu        sync.Mutex
 	changed   chan struct{}
 	ready     bool
-	entries   []Entry // first copies, in arrival order
+	entries   []uplink.Entry // first copies, in arrival order
 	seen      map[string]bool
 	received  int // entries received, duplicates included
 	maxSeq    uint64
-	statuses  []Status
-	beats     []Heartbeat
-	results   []ControlResult
+	statuses  []uplink.Status
+	beats     []uplink.Heartbeat
+	results   []uplink.ControlResult
 	malformed int
 }
 
@@ -155,7 +156,7 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 	h.record(func() {
 		switch topic {
 		case h.topics.Events(gw):
-			b, err := DecodeBatch(p)
+			b, err := uplink.DecodeBatch(p)
 			if err != nil {
 				h.malformed++
 				return
@@ -170,17 +171,17 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 				}
 			}
 		case h.topics.Status(gw):
-			if s, err := DecodeStatus(p); err == nil {
+			if s, err := uplink.DecodeStatus(p); err == nil {
 				h.statuses = append(h.statuses, s)
 			} else if len(p) > 0 {
 				h.malformed++
 			}
 		case h.topics.Heartbeat(gw):
-			if b, err := DecodeHeartbeat(p); err == nil {
+			if b, err := uplink.DecodeHeartbeat(p); err == nil {
 				h.beats = append(h.beats, b)
 			}
 		case h.topics.ControlResult(gw):
-			if r, err := DecodeControlResult(p); err == nil {
+			if r, err := uplink.DecodeControlResult(p); err == nil {
 				h.results = append(h.results, r)
 			} else {
 				h.malformed++
@@ -227,7 +228,7 @@ func (h *hub) publish(topic string, v any) {
 	}
 }
 
-func (h *hub) ack(upto uint64) { h.publish(h.topics.Ack(gw), Ack{Upto: upto}) }
+func (h *hub) ack(upto uint64) { h.publish(h.topics.Ack(gw), uplink.Ack{Upto: upto}) }
 
 // got lists the first copies as "mission/seq", in arrival order.
 func (h *hub) got() []string {
