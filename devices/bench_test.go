@@ -187,6 +187,9 @@ func (r *rawRequester) roundTrip(ctx context.Context, device, id string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return fmt.Errorf("raw round trip %s: no ack (publish error %v)", id, tok.Error())
+		if err := tok.Error(); err != nil {
+			return fmt.Errorf("raw round trip %s: no ack, publish failed: %w", id, err)
+		}
+		return fmt.Errorf("raw round trip %s: no ack", id)
 	}
 }

@@ -85,12 +85,22 @@ func TestInProcessCloseWaitsForHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	topics := wire.Topics{}
-	go b.Publish(topics.Availability("lamp"), []byte(wire.Online), false, 1)
+	go func() {
+		if err := b.Publish(topics.Availability("lamp"), []byte(wire.Online), false, 1); err != nil {
+			t.Errorf("publish availability: %v", err)
+			entered <- "(nothing published)"
+		}
+	}()
 	if id := <-entered; id != "lamp" {
 		t.Fatalf("OnChange(%q), want lamp", id)
 	}
 	closed := make(chan struct{})
-	go func() { c.Close(); close(closed) }()
+	go func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		close(closed)
+	}()
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a hook was still running")

@@ -134,11 +134,16 @@ func validName(s string) error {
 		return fmt.Errorf("name %.16q... is longer than 64 bytes", s)
 	}
 	for _, c := range s {
-		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+		if !nameChar(c) {
 			return fmt.Errorf("name %q: use letters, digits, '_' and '-'", s)
 		}
 	}
 	return nil
+}
+
+// nameChar reports whether c may appear in a name (see validName).
+func nameChar(c rune) bool {
+	return c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 func (r *Registry) validate() error {

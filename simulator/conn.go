@@ -70,7 +70,7 @@ type cutConn struct {
 
 func (c *cutConn) cut() {
 	c.isCut.Store(true)
-	_ = c.Conn.Close()
+	_ = c.Close() // the cut is the point; the reader reports it
 }
 
 func (c *cutConn) Read(b []byte) (int, error) {

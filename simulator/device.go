@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -162,7 +163,10 @@ func (d *Device) Faults() Faults {
 // returns a *ConfigError if f is invalid for this device.
 func (d *Device) SetFaults(f Faults) error {
 	if err := f.Validate(d.typ); err != nil {
-		err.(*ConfigError).Device = d.id
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.Device = d.id
+		}
 		return err
 	}
 	d.mu.Lock()

@@ -85,7 +85,10 @@ func (c DeviceConfig) check() (map[string]any, error) {
 		return nil, bad("travel", fmt.Errorf("only a curtain travels, this is a %s", c.Type))
 	}
 	if err := c.Faults.Validate(c.Type); err != nil {
-		err.(*ConfigError).Device = c.ID
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.Device = c.ID
+		}
 		return nil, err
 	}
 	// State arrives as TOML values; give it the JSON shape of command

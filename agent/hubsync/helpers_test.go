@@ -34,7 +34,11 @@ func openStore(tb testing.TB, path string) *store.DB {
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}
-	tb.Cleanup(func() { db.Close() })
+	tb.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			tb.Errorf("close store: %v", err)
+		}
+	})
 	return db
 }
 
@@ -355,12 +359,12 @@ func startProxy(tb testing.TB, to string) *proxy {
 			down := p.down
 			p.mu.Unlock()
 			if down {
-				c.Close()
+				_ = c.Close() // refused: the client sees the broker down
 				continue
 			}
 			up, err := net.Dial("tcp", to)
 			if err != nil {
-				c.Close()
+				_ = c.Close() // the broker is gone: so is this connection
 				continue
 			}
 			p.mu.Lock()
@@ -369,14 +373,16 @@ func startProxy(tb testing.TB, to string) *proxy {
 			for _, pair := range [][2]net.Conn{{c, up}, {up, c}} {
 				p.wg.Go(func() {
 					_, _ = io.Copy(pair[0], pair[1])
-					pair[0].Close()
-					pair[1].Close()
+					// One side ended: end the other; their errors are
+					// the cut the test made.
+					_ = pair[0].Close()
+					_ = pair[1].Close()
 				})
 			}
 		}
 	})
 	tb.Cleanup(func() {
-		ln.Close()
+		_ = ln.Close() // ends the accept loop; nothing else to report
 		p.cut()
 		p.wg.Wait()
 	})
@@ -391,7 +397,7 @@ func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
-		c.Close()
+		_ = c.Close() // a cut is the point; a connection already gone is fine
 	}
 	p.conns = nil
 }

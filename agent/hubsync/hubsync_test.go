@@ -126,7 +126,7 @@ func TestSyncSurvivesBrokerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
-	t.Cleanup(func() { b2.Close() })
+	t.Cleanup(func() { _ = b2.Close() }) // as simulator.TestBroker does: the test is over
 
 	// Nothing was acked before the restart, so everything is resent.
 	h.waitFor("15 entries", h.has(15))
