@@ -15,13 +15,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/store"
-	"github.com/sortie-edge/sortie/uplink"
 )
 
 // HomeStartTimeout bounds the wait for the simulated home's devices to
@@ -58,7 +58,7 @@ type Agent struct {
 	metrics *metrics
 	http    *http.Server
 	httpLn  net.Listener
-	up      *uplink.Uplink
+	up      *hubsync.Uplink
 
 	closeMu sync.Mutex
 	closers []func()

@@ -14,6 +14,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -49,7 +50,7 @@ type BrokerUser struct {
 type brokerAuth struct {
 	hook  *broker.Auth
 	roles map[string]string
-	dev   devices.Topics
+	dev   wire.Topics
 	agent agentTopics
 	// refusals counts what the hook refused, by reason.
 	refusals *prometheus.CounterVec
@@ -87,7 +88,7 @@ func CheckUsers(users []BrokerUser) []*UserError {
 		case names[u.Name]:
 			bad(i, "name", "%q appears twice", u.Name)
 		case u.Role == RoleDevice:
-			if err := devices.ValidateDeviceID(u.Name); err != nil {
+			if err := wire.ValidateDeviceID(u.Name); err != nil {
 				bad(i, "name", "a device's user name is its ID: %v", err)
 			}
 		default:
@@ -127,7 +128,7 @@ func CheckDeviceUsers(users []BrokerUser, reg *devices.Registry) error {
 func newBrokerAuth(b BrokerOptions, gateway string, log *slog.Logger) (*brokerAuth, string, error) {
 	a := &brokerAuth{
 		roles: map[string]string{},
-		dev:   devices.Topics{Prefix: b.Prefix},
+		dev:   wire.Topics{Prefix: b.Prefix},
 		agent: newAgentTopics(b.Prefix, gateway),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: namespace + "_broker_refusals_total",

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
-// Heartbeat implements uplink.HeartbeatSource: the device inventory with
+// Heartbeat implements hubsync.HeartbeatSource: the device inventory with
 // availability and last reported state, and the number of live missions.
 func (a *Agent) Heartbeat(context.Context) uplink.Heartbeat {
 	q := a.drv.Queue()
@@ -30,7 +31,7 @@ func (a *Agent) Heartbeat(context.Context) uplink.Heartbeat {
 	return hb
 }
 
-// Control implements uplink.ControlHandler: the hub's requests go through
+// Control implements hubsync.ControlHandler: the hub's requests go through
 // the same paths as local ones (a trigger through the scene modes and
 // request-ID idempotency; the rest to the driver).
 func (a *Agent) Control(ctx context.Context, c uplink.Control) uplink.ControlResult {
@@ -99,7 +100,7 @@ func (a *Agent) Control(ctx context.Context, c uplink.Control) uplink.ControlRes
 func (a *Agent) startUplink() error {
 	h := a.opts.Hub
 	var err error
-	a.up, err = uplink.New(uplink.Options{
+	a.up, err = hubsync.New(hubsync.Options{
 		Broker: h.URL, Gateway: a.opts.Gateway, Username: h.Username, Password: h.Password, TLS: h.TLS,
 		Prefix: h.Prefix, Source: a.db, Heartbeat: a, Control: a,
 		Logger: a.log, Version: a.opts.Version, HeartbeatInterval: h.Heartbeat,

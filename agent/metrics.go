@@ -8,11 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
-	"github.com/sortie-edge/sortie/uplink"
 )
 
 // namespace prefixes every metric the agent exports.
@@ -45,7 +46,7 @@ type metrics struct {
 
 // syncSource feeds the hub sync gauges; nil when no hub is configured.
 type syncSource interface {
-	Stats() uplink.Stats
+	Stats() hubsync.Stats
 }
 
 // outboxSource reports the store's outbox.
@@ -243,8 +244,8 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 func codeLabel(code string) string {
 	switch code {
 	case "", "timeout", "ack_timeout", "panic", "not_ready_timeout", "device_offline", "verify_failed", "wait_timeout", "delay", "deadline",
-		devices.CodeBusy, devices.CodeExpired, devices.CodeInternal, devices.CodeInvalidParam,
-		devices.CodeUnknownAction, devices.CodeJammed, devices.CodeUnsupported:
+		wire.CodeBusy, wire.CodeExpired, wire.CodeInternal, wire.CodeInvalidParam,
+		wire.CodeUnknownAction, wire.CodeJammed, wire.CodeUnsupported:
 		return code
 	}
 	return "other"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
@@ -82,7 +83,7 @@ type BrokerOptions struct {
 	TLS      *tls.Config
 
 	// Prefix is the topic prefix for devices, triggers and events
-	// (default devices.DefaultPrefix).
+	// (default wire.DefaultPrefix).
 	Prefix string
 	// AckTimeout is how long a command waits for its ack unless a step
 	// says otherwise (default 2s).
@@ -171,7 +172,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("agent options: %w", err)
 	}
 	if o.Broker.Prefix == "" {
-		o.Broker.Prefix = devices.DefaultPrefix
+		o.Broker.Prefix = wire.DefaultPrefix
 	}
 	if o.Broker.AckTimeout <= 0 {
 		o.Broker.AckTimeout = 2 * time.Second

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // BenchmarkRoundTrip measures command round trips per second through the
@@ -23,7 +24,7 @@ import (
 // alike; the run reports each one's ops/s and client/raw as x_raw.
 func BenchmarkRoundTrip(b *testing.B) {
 	br := brokertest.Start(b)
-	topics := devices.Topics{}
+	topics := wire.Topics{}
 	startEcho(b, br.URL(), topics, "bench")
 	raw := newRawRequester(b, br.URL(), topics)
 	c := dial(b, br, func(o *devices.Options) { o.AckTimeout = 10 * time.Second })
@@ -33,7 +34,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		return raw.roundTrip(ctx, "bench", fmt.Sprintf("r%d", seq.Add(1)))
 	}
 	clientOp := func(ctx context.Context) error {
-		_, err := c.Send(ctx, "bench", devices.Command{ID: fmt.Sprintf("c%d", seq.Add(1)), Action: "turn_on"})
+		_, err := c.Send(ctx, "bench", wire.Command{ID: fmt.Sprintf("c%d", seq.Add(1)), Action: "turn_on"})
 		return err
 	}
 	for _, inflight := range []int{1, 64} {
@@ -83,7 +84,7 @@ func run(b *testing.B, inflight, n int, op func(context.Context) error) time.Dur
 
 // startEcho runs a device that acks every command at once. Its handler
 // only hands commands to workers, which publish and check the tokens.
-func startEcho(b *testing.B, url string, topics devices.Topics, id string) {
+func startEcho(b *testing.B, url string, topics wire.Topics, id string) {
 	in := make(chan []byte, 4096)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -114,7 +115,7 @@ func startEcho(b *testing.B, url string, topics devices.Topics, id string) {
 						b.Errorf("echo: %v", err)
 						continue
 					}
-					ack, _ := json.Marshal(devices.Ack{ID: cmd.ID, OK: true})
+					ack, _ := json.Marshal(wire.Ack{ID: cmd.ID, OK: true})
 					tok := c.Publish(topics.Ack(id), 1, false, ack)
 					select {
 					case <-tok.Done():
@@ -135,12 +136,12 @@ func startEcho(b *testing.B, url string, topics devices.Topics, id string) {
 // rawRequester is the baseline: plain paho, one map of waiters by ID.
 type rawRequester struct {
 	c       mqtt.Client
-	topics  devices.Topics
+	topics  wire.Topics
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
 }
 
-func newRawRequester(b *testing.B, url string, topics devices.Topics) *rawRequester {
+func newRawRequester(b *testing.B, url string, topics wire.Topics) *rawRequester {
 	r := &rawRequester{topics: topics, waiters: map[string]chan struct{}{}}
 	o := mqtt.NewClientOptions().AddBroker(url).SetClientID("raw-requester").SetOrderMatters(false)
 	r.c = mqtt.NewClient(o)
@@ -186,6 +187,9 @@ func (r *rawRequester) roundTrip(ctx context.Context, device, id string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return fmt.Errorf("raw round trip %s: no ack (publish error %v)", id, tok.Error())
+		if err := tok.Error(); err != nil {
+			return fmt.Errorf("raw round trip %s: no ack, publish failed: %w", id, err)
+		}
+		return fmt.Errorf("raw round trip %s: no ack", id)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -62,7 +63,7 @@ func (e *RejectedError) Error() string {
 
 // Retryable reports whether the device's error code may succeed on a
 // later attempt (see RetryableCode).
-func (e *RejectedError) Retryable() bool { return RetryableCode(e.Code) }
+func (e *RejectedError) Retryable() bool { return wire.RetryableCode(e.Code) }
 
 // Local is an MQTT broker in this process, reached by function calls
 // (see Options.Local).
@@ -143,7 +144,7 @@ type Options struct {
 	// waiting Send: a late ack (its Send gave up) or a duplicate. It must
 	// not block. The agent uses it to count late acks per mission, since
 	// command IDs are step idempotency keys.
-	OnStrayAck func(deviceID string, ack Ack, duplicate bool)
+	OnStrayAck func(deviceID string, ack wire.Ack, duplicate bool)
 }
 
 func (o *Options) withDefaults() {
@@ -203,7 +204,7 @@ type ackKey struct{ device, id string }
 
 // recentAck is a final ack remembered after its Send finished or gave up.
 type recentAck struct {
-	ack Ack
+	ack wire.Ack
 	// reusable acks (ok, or a permanent failure) are what the device
 	// recorded for the ID and would re-send; retryable failures were not
 	// applied, so a retry must publish again.
@@ -216,7 +217,7 @@ type recentAck struct {
 // never reused after a disconnect).
 type Client struct {
 	opts   Options
-	topics Topics
+	topics wire.Topics
 	log    *slog.Logger
 	paho   mqtt.Client // nil with a Local broker
 	local  Local
@@ -233,7 +234,7 @@ type Client struct {
 	ready     chan struct{} // closed while connected and subscribed
 	connected bool          // ready has been closed for this connection
 	conns     int
-	pending   map[ackKey]chan Ack
+	pending   map[ackKey]chan wire.Ack
 	recent    map[ackKey]recentAck
 	recentQ   []ackKey // FIFO eviction order of recent (ring)
 	recentN   int      // next ring slot
@@ -253,11 +254,11 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	opts.withDefaults()
 	c := &Client{
 		opts:    opts,
-		topics:  Topics{Prefix: opts.Prefix},
+		topics:  wire.Topics{Prefix: opts.Prefix},
 		log:     opts.Logger.With("component", "devices", "client_id", opts.ClientID),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
-		pending: make(map[ackKey]chan Ack),
+		pending: make(map[ackKey]chan wire.Ack),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
 		devices: make(map[string]*deviceEntry),
@@ -443,7 +444,7 @@ func (c *Client) shutdown() {
 	c.closed = true
 	close(c.done)
 	pending := c.pending
-	c.pending = make(map[ackKey]chan Ack)
+	c.pending = make(map[ackKey]chan wire.Ack)
 	unsub := c.unsub
 	c.unsub = nil
 	c.mu.Unlock()
@@ -474,7 +475,7 @@ func (c *Client) Stats() Stats {
 }
 
 // Topics returns the topic layout the client uses.
-func (c *Client) Topics() Topics { return c.topics }
+func (c *Client) Topics() wire.Topics { return c.topics }
 
 // validateCommandID applies the driver's ID rules: command IDs are
 // idempotency keys built from mission and step IDs.
@@ -497,24 +498,24 @@ func validateCommandID(id string) error {
 //
 // cmd.Expires is set to when Send stops waiting unless the caller gave an
 // earlier time.
-func (c *Client) Send(ctx context.Context, deviceID string, cmd Command) (Ack, error) {
+func (c *Client) Send(ctx context.Context, deviceID string, cmd wire.Command) (wire.Ack, error) {
 	return c.SendTimeout(ctx, deviceID, cmd, 0)
 }
 
 // SendTimeout is Send with its own ack timeout instead of
 // Options.AckTimeout; zero or less means Options.AckTimeout.
-func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, ackTimeout time.Duration) (Ack, error) {
+func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Command, ackTimeout time.Duration) (wire.Ack, error) {
 	if ackTimeout <= 0 {
 		ackTimeout = c.opts.AckTimeout
 	}
-	if err := ValidateDeviceID(deviceID); err != nil {
-		return Ack{}, fmt.Errorf("send: %w", err)
+	if err := wire.ValidateDeviceID(deviceID); err != nil {
+		return wire.Ack{}, fmt.Errorf("send: %w", err)
 	}
 	if err := validateCommandID(cmd.ID); err != nil {
-		return Ack{}, fmt.Errorf("send: %w", err)
+		return wire.Ack{}, fmt.Errorf("send: %w", err)
 	}
 	if cmd.Action == "" {
-		return Ack{}, fmt.Errorf("send: %w: no action", ErrInvalidCommand)
+		return wire.Ack{}, fmt.Errorf("send: %w: no action", ErrInvalidCommand)
 	}
 	giveUp := time.Now().Add(ackTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(giveUp) {
@@ -525,15 +526,15 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 	}
 	payload, err := cmd.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
-		return Ack{}, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
+		return wire.Ack{}, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
 	}
 
 	key := ackKey{deviceID, cmd.ID}
-	ch := make(chan Ack, 1)
+	ch := make(chan wire.Ack, 1)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return Ack{}, ErrClosed
+		return wire.Ack{}, ErrClosed
 	}
 	if r, ok := c.recent[key]; ok && r.reusable {
 		c.mu.Unlock()
@@ -542,7 +543,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 	}
 	if _, busy := c.pending[key]; busy {
 		c.mu.Unlock()
-		return Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
+		return wire.Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
 	}
 	c.pending[key] = ch
 	ready := c.ready
@@ -556,13 +557,13 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 	select {
 	case <-ready:
 	case <-c.done:
-		return Ack{}, ErrClosed
+		return wire.Ack{}, ErrClosed
 	case <-ctx.Done():
 		c.abandon(key, ch)
-		return Ack{}, fmt.Errorf("send %s to %s: %w: %w", cmd.ID, deviceID, ErrNotConnected, ctx.Err())
+		return wire.Ack{}, fmt.Errorf("send %s to %s: %w: %w", cmd.ID, deviceID, ErrNotConnected, ctx.Err())
 	case <-timer.C:
 		c.abandon(key, ch)
-		return Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
+		return wire.Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
 	}
 
 	var tok mqtt.Token
@@ -570,7 +571,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 	if c.local != nil {
 		if err := c.local.Publish(c.topics.Command(deviceID), payload, false, 1); err != nil {
 			c.abandon(key, ch)
-			return Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
+			return wire.Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
 		}
 	} else {
 		tok = c.paho.Publish(c.topics.Command(deviceID), 1, false, payload)
@@ -581,7 +582,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 		select {
 		case ack, ok := <-ch:
 			if !ok {
-				return Ack{}, ErrClosed
+				return wire.Ack{}, ErrClosed
 			}
 			c.stats.acked.Add(1)
 			return c.finish(deviceID, ack)
@@ -592,7 +593,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 					c.stats.acked.Add(1)
 					return c.finish(deviceID, ack)
 				}
-				return Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
+				return wire.Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
 			}
 		case <-ctx.Done():
 			return c.timeout(key, ch, deviceID, cmd.ID, ctx.Err())
@@ -604,7 +605,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd Command, 
 
 // abandon removes a waiter. If the ack raced in just before, it is
 // returned so it is not lost.
-func (c *Client) abandon(key ackKey, ch chan Ack) (Ack, bool) {
+func (c *Client) abandon(key ackKey, ch chan wire.Ack) (wire.Ack, bool) {
 	c.mu.Lock()
 	if c.pending[key] == ch {
 		delete(c.pending, key)
@@ -614,23 +615,23 @@ func (c *Client) abandon(key ackKey, ch chan Ack) (Ack, bool) {
 	case ack, ok := <-ch:
 		return ack, ok
 	default:
-		return Ack{}, false
+		return wire.Ack{}, false
 	}
 }
 
-func (c *Client) timeout(key ackKey, ch chan Ack, device, id string, cause error) (Ack, error) {
+func (c *Client) timeout(key ackKey, ch chan wire.Ack, device, id string, cause error) (wire.Ack, error) {
 	if ack, ok := c.abandon(key, ch); ok {
 		c.stats.acked.Add(1)
 		return c.finish(device, ack)
 	}
 	c.stats.timeouts.Add(1)
 	if cause != nil {
-		return Ack{}, fmt.Errorf("command %s to %s: %w: %w", id, device, driver.ErrAckTimeout, cause)
+		return wire.Ack{}, fmt.Errorf("command %s to %s: %w: %w", id, device, driver.ErrAckTimeout, cause)
 	}
-	return Ack{}, fmt.Errorf("command %s to %s: %w", id, device, driver.ErrAckTimeout)
+	return wire.Ack{}, fmt.Errorf("command %s to %s: %w", id, device, driver.ErrAckTimeout)
 }
 
-func (c *Client) finish(device string, ack Ack) (Ack, error) {
+func (c *Client) finish(device string, ack wire.Ack) (wire.Ack, error) {
 	if ack.OK {
 		return ack, nil
 	}
@@ -657,7 +658,7 @@ func (c *Client) receive(_ mqtt.Client, m mqtt.Message) {
 // mutex, and the hooks it calls must not block either.
 func (c *Client) onMessage(topic string, payload []byte) {
 	id, kind, ok := c.topics.DeviceOf(topic)
-	if !ok || ValidateDeviceID(id) != nil {
+	if !ok || wire.ValidateDeviceID(id) != nil {
 		c.stats.malformed.Add(1)
 		c.log.Debug("message on unexpected topic", "topic", topic)
 		return
@@ -673,7 +674,7 @@ func (c *Client) onMessage(topic string, payload []byte) {
 }
 
 func (c *Client) handleAck(device string, payload []byte) {
-	ack, err := DecodeAck(payload)
+	ack, err := wire.DecodeAck(payload)
 	if err != nil {
 		c.malformed("ack", device, err)
 		return
@@ -682,7 +683,7 @@ func (c *Client) handleAck(device string, payload []byte) {
 	normalizeOwned(ack.State)
 	normalizeOwned(ack.Prior)
 	key := ackKey{device, ack.ID}
-	reusable := ack.OK || (ack.Error != nil && !RetryableCode(ack.Error.Code))
+	reusable := ack.OK || (ack.Error != nil && !wire.RetryableCode(ack.Error.Code))
 	c.mu.Lock()
 	ch, waiting := c.pending[key]
 	if waiting {
@@ -714,7 +715,7 @@ func (c *Client) handleAck(device string, payload []byte) {
 }
 
 // remember stores a final ack in the bounded FIFO cache. Caller holds mu.
-func (c *Client) remember(key ackKey, ack Ack, reusable bool) {
+func (c *Client) remember(key ackKey, ack wire.Ack, reusable bool) {
 	if _, ok := c.recent[key]; !ok {
 		if old := c.recentQ[c.recentN]; old != (ackKey{}) {
 			delete(c.recent, old)
@@ -749,7 +750,7 @@ func (c *Client) handleState(device string, payload []byte) {
 	if len(payload) == 0 {
 		return // a cleared retained message: nothing reported
 	}
-	rep, err := DecodeState(payload)
+	rep, err := wire.DecodeState(payload)
 	if err != nil {
 		c.malformed("state", device, err)
 		return
@@ -766,7 +767,7 @@ func (c *Client) handleAvailability(device string, payload []byte) {
 	if len(payload) == 0 {
 		return
 	}
-	online, err := DecodeAvailability(payload)
+	online, err := wire.DecodeAvailability(payload)
 	if err != nil {
 		c.malformed("availability", device, err)
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -23,7 +24,7 @@ func TestSendAck(t *testing.T) {
 	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, nil)
 	c := dial(t, b, nil)
 
-	ack, err := c.Send(t.Context(), "lamp", devices.Command{ID: "m1-s1", Action: "turn_on", Params: map[string]any{"brightness": 40}})
+	ack, err := c.Send(t.Context(), "lamp", wire.Command{ID: "m1-s1", Action: "turn_on", Params: map[string]any{"brightness": 40}})
 	if err != nil {
 		t.Fatalf("Send: %v", err)
 	}
@@ -48,11 +49,11 @@ func TestSendAck(t *testing.T) {
 
 func TestRetryAfterLostAck(t *testing.T) {
 	b := brokertest.Start(t)
-	dev := startDevice(t, b, "lamp", nil, func(_ devices.Command, n int) reply {
+	dev := startDevice(t, b, "lamp", nil, func(_ wire.Command, n int) reply {
 		return reply{Drop: n == 1}
 	})
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 150 * time.Millisecond })
-	cmd := devices.Command{ID: "m1-s1", Action: "turn_on"}
+	cmd := wire.Command{ID: "m1-s1", Action: "turn_on"}
 
 	_, err := c.Send(t.Context(), "lamp", cmd)
 	if !errors.Is(err, driver.ErrAckTimeout) {
@@ -82,18 +83,18 @@ func TestRejections(t *testing.T) {
 		code      string
 		retryable bool
 	}{
-		{devices.CodeInvalidParam, false},
-		{devices.CodeJammed, false},
+		{wire.CodeInvalidParam, false},
+		{wire.CodeJammed, false},
 		{"something_new", false},
-		{devices.CodeBusy, true},
-		{devices.CodeExpired, true},
+		{wire.CodeBusy, true},
+		{wire.CodeExpired, true},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			b := brokertest.Start(t)
 			id := "dev-" + tc.code
-			dev := startDevice(t, b, id, nil, func(devices.Command, int) reply { return reply{Code: tc.code} })
+			dev := startDevice(t, b, id, nil, func(wire.Command, int) reply { return reply{Code: tc.code} })
 			c := dial(t, b, nil)
-			ack, err := c.Send(t.Context(), id, devices.Command{ID: "c1", Action: "lock"})
+			ack, err := c.Send(t.Context(), id, wire.Command{ID: "c1", Action: "lock"})
 			var rej *devices.RejectedError
 			if !errors.As(err, &rej) {
 				t.Fatalf("err = %v, want *RejectedError", err)
@@ -114,15 +115,15 @@ func TestRejections(t *testing.T) {
 func TestLateAckCompletesRetry(t *testing.T) {
 	b := brokertest.Start(t)
 	hold := make(chan struct{})
-	dev := startDevice(t, b, "lock1", nil, func(_ devices.Command, n int) reply {
+	dev := startDevice(t, b, "lock1", nil, func(_ wire.Command, n int) reply {
 		return reply{Hold: hold}
 	})
 	stray := make(chan bool, 4)
 	c := dial(t, b, func(o *devices.Options) {
 		o.AckTimeout = 100 * time.Millisecond
-		o.OnStrayAck = func(_ string, _ devices.Ack, dup bool) { stray <- dup }
+		o.OnStrayAck = func(_ string, _ wire.Ack, dup bool) { stray <- dup }
 	})
-	cmd := devices.Command{ID: "late-1", Action: "lock"}
+	cmd := wire.Command{ID: "late-1", Action: "lock"}
 	if _, err := c.Send(t.Context(), "lock1", cmd); !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("Send: err = %v, want ack timeout", err)
 	}
@@ -147,12 +148,12 @@ func TestLateAckCompletesRetry(t *testing.T) {
 
 func TestDuplicateAckIgnored(t *testing.T) {
 	b := brokertest.Start(t)
-	startDevice(t, b, "lamp", nil, func(devices.Command, int) reply { return reply{Twice: true} })
+	startDevice(t, b, "lamp", nil, func(wire.Command, int) reply { return reply{Twice: true} })
 	stray := make(chan bool, 4)
 	c := dial(t, b, func(o *devices.Options) {
-		o.OnStrayAck = func(_ string, _ devices.Ack, dup bool) { stray <- dup }
+		o.OnStrayAck = func(_ string, _ wire.Ack, dup bool) { stray <- dup }
 	})
-	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "d1", Action: "turn_on"}); err != nil {
+	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "d1", Action: "turn_on"}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
 	if dup := <-stray; !dup {
@@ -169,11 +170,11 @@ func TestAckFromOtherDeviceIgnored(t *testing.T) {
 	// lamp's answer; it must not complete lamp's command.
 	hold := make(chan struct{})
 	defer close(hold)
-	startDevice(t, b, "lamp", nil, func(devices.Command, int) reply { return reply{Hold: hold} })
+	startDevice(t, b, "lamp", nil, func(wire.Command, int) reply { return reply{Hold: hold} })
 	thief := startDevice(t, b, "thief", nil, nil)
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 100 * time.Millisecond })
-	thief.publish(c.Topics().Ack("thief"), false, devices.Ack{ID: "x1", OK: true})
-	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "x1", Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
+	thief.publish(c.Topics().Ack("thief"), false, wire.Ack{ID: "x1", OK: true})
+	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "x1", Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("err = %v, want ack timeout", err)
 	}
 }
@@ -186,7 +187,7 @@ func TestConcurrentSends(t *testing.T) {
 	errs := make(chan error, 64)
 	for i := range 64 {
 		wg.Go(func() {
-			_, err := c.Send(t.Context(), "lamp", devices.Command{ID: fmt.Sprintf("c%d", i), Action: "set", Params: map[string]any{"brightness": i}})
+			_, err := c.Send(t.Context(), "lamp", wire.Command{ID: fmt.Sprintf("c%d", i), Action: "set", Params: map[string]any{"brightness": i}})
 			errs <- err
 		})
 	}
@@ -207,15 +208,15 @@ func TestConcurrentSends(t *testing.T) {
 func TestSameIDInFlight(t *testing.T) {
 	b := brokertest.Start(t)
 	hold := make(chan struct{})
-	dev := startDevice(t, b, "lamp", nil, func(devices.Command, int) reply { return reply{Hold: hold} })
+	dev := startDevice(t, b, "lamp", nil, func(wire.Command, int) reply { return reply{Hold: hold} })
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 5 * time.Second })
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Send(t.Context(), "lamp", devices.Command{ID: "same", Action: "turn_on"})
+		_, err := c.Send(t.Context(), "lamp", wire.Command{ID: "same", Action: "turn_on"})
 		done <- err
 	}()
 	dev.next(t)
-	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "same", Action: "turn_on"}); !errors.Is(err, devices.ErrInFlight) {
+	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "same", Action: "turn_on"}); !errors.Is(err, devices.ErrInFlight) {
 		t.Errorf("second Send: err = %v, want ErrInFlight", err)
 	}
 	close(hold)
@@ -230,16 +231,16 @@ func TestInvalidRejectedBeforePublish(t *testing.T) {
 	c := dial(t, b, nil)
 	for _, tc := range []struct {
 		name, device string
-		cmd          devices.Command
+		cmd          wire.Command
 		want         error
 	}{
-		{"wildcard device", "lamp/#", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
-		{"plus device", "+", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
-		{"empty device", "", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
-		{"space device", "la mp", devices.Command{ID: "a", Action: "x"}, devices.ErrInvalidID},
-		{"empty id", "lamp", devices.Command{Action: "x"}, devices.ErrInvalidCommand},
-		{"control id", "lamp", devices.Command{ID: "a\x00", Action: "x"}, devices.ErrInvalidCommand},
-		{"no action", "lamp", devices.Command{ID: "a"}, devices.ErrInvalidCommand},
+		{"wildcard device", "lamp/#", wire.Command{ID: "a", Action: "x"}, wire.ErrInvalidID},
+		{"plus device", "+", wire.Command{ID: "a", Action: "x"}, wire.ErrInvalidID},
+		{"empty device", "", wire.Command{ID: "a", Action: "x"}, wire.ErrInvalidID},
+		{"space device", "la mp", wire.Command{ID: "a", Action: "x"}, wire.ErrInvalidID},
+		{"empty id", "lamp", wire.Command{Action: "x"}, devices.ErrInvalidCommand},
+		{"control id", "lamp", wire.Command{ID: "a\x00", Action: "x"}, devices.ErrInvalidCommand},
+		{"no action", "lamp", wire.Command{ID: "a"}, devices.ErrInvalidCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := c.Send(t.Context(), tc.device, tc.cmd); !errors.Is(err, tc.want) {
@@ -251,7 +252,7 @@ func TestInvalidRejectedBeforePublish(t *testing.T) {
 		t.Errorf("sent %d, want 0", s.Sent)
 	}
 	// Prove the device would have seen a publish: a valid one arrives first.
-	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "ok", Action: "turn_on"}); err != nil {
+	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "ok", Action: "turn_on"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := dev.next(t).ID; got != "ok" {
@@ -296,7 +297,7 @@ func TestAvailabilityAndState(t *testing.T) {
 	// in for the device, since the fake one would reconnect at once.
 	conns := make(chan net.Conn, 1)
 	o := mqtt.NewClientOptions().AddBroker(b.URL()).SetClientID("bare-door").SetAutoReconnect(false).
-		SetWill(c.Topics().Availability("door"), devices.Offline, 1, true).
+		SetWill(c.Topics().Availability("door"), wire.Offline, 1, true).
 		SetCustomOpenConnectionFn(func(u *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
 			conn, err := net.Dial("tcp", u.Host)
 			if err == nil {
@@ -309,7 +310,7 @@ func TestAvailabilityAndState(t *testing.T) {
 		t.Fatalf("connect: %v", tok.Error())
 	}
 	defer bare.Disconnect(0)
-	if tok := bare.Publish(c.Topics().Availability("door"), 1, true, devices.Online); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+	if tok := bare.Publish(c.Topics().Availability("door"), 1, true, wire.Online); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish: %v", tok.Error())
 	}
 	waitUntil(t, c, "door", "online", func() bool { return c.Available("door") })
@@ -321,7 +322,7 @@ func TestAvailabilityAndState(t *testing.T) {
 func TestBrokerRestart(t *testing.T) {
 	b := brokertest.Start(t)
 	addr := b.Addr()
-	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, func(_ devices.Command, n int) reply {
+	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, func(_ wire.Command, n int) reply {
 		return reply{Drop: n == 1} // the first answer is lost with the broker
 	})
 	c := dial(t, b, func(o *devices.Options) {
@@ -331,7 +332,7 @@ func TestBrokerRestart(t *testing.T) {
 		o.MaxReconnectInterval = 200 * time.Millisecond
 		o.ConnectTimeout = time.Second
 	})
-	cmd := devices.Command{ID: "r1", Action: "turn_on"}
+	cmd := wire.Command{ID: "r1", Action: "turn_on"}
 	if _, err := c.Send(t.Context(), "lamp", cmd); !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("first Send: %v, want ack timeout", err)
 	}
@@ -350,7 +351,7 @@ func TestBrokerRestart(t *testing.T) {
 	// Retry the way the driver does, until the client is back.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	var ack devices.Ack
+	var ack wire.Ack
 	for attempt := 2; ; attempt++ {
 		cmd.Attempt = attempt
 		ack, err = c.Send(ctx, "lamp", cmd)
@@ -386,7 +387,7 @@ func TestClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "a", Action: "x"}); !errors.Is(err, devices.ErrClosed) {
+	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "a", Action: "x"}); !errors.Is(err, devices.ErrClosed) {
 		t.Errorf("Send after Close: %v, want ErrClosed", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // reply is what a fake device does with one received command. n counts
@@ -37,19 +38,19 @@ type reply struct {
 type fakeDevice struct {
 	t      testing.TB
 	id     string
-	topics devices.Topics
+	topics wire.Topics
 	paho   mqtt.Client
-	script func(cmd devices.Command, n int) reply
+	script func(cmd wire.Command, n int) reply
 
-	in       chan devices.Command
-	received chan devices.Command // every command, for the test to await
+	in       chan wire.Command
+	received chan wire.Command // every command, for the test to await
 	done     chan struct{}
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
 	seen    map[string]int
-	results map[string]devices.Ack // first final result per ID
-	effects map[string]int         // applications per ID
+	results map[string]wire.Ack // first final result per ID
+	effects map[string]int      // applications per ID
 	state   map[string]any
 	online  bool
 	closing bool
@@ -67,27 +68,27 @@ var effectsOf = map[string]map[string]any{
 	"close":    {"position": 0},
 }
 
-func startDevice(t testing.TB, b *broker.Broker, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
+func startDevice(t testing.TB, b *broker.Broker, id string, state map[string]any, script func(wire.Command, int) reply) *fakeDevice {
 	t.Helper()
 	d := &fakeDevice{
 		t: t, id: id, script: script,
-		in:       make(chan devices.Command, 256),
-		received: make(chan devices.Command, 256),
+		in:       make(chan wire.Command, 256),
+		received: make(chan wire.Command, 256),
 		done:     make(chan struct{}),
 		seen:     map[string]int{},
-		results:  map[string]devices.Ack{},
+		results:  map[string]wire.Ack{},
 		effects:  map[string]int{},
 		state:    maps.Clone(state),
 		online:   true,
 		ready:    make(chan struct{}),
 	}
 	if d.script == nil {
-		d.script = func(devices.Command, int) reply { return reply{} }
+		d.script = func(wire.Command, int) reply { return reply{} }
 	}
 	o := mqtt.NewClientOptions().AddBroker(b.URL()).SetClientID("dev-"+id).
 		SetOrderMatters(false).SetAutoReconnect(true).SetCleanSession(true).
 		SetMaxReconnectInterval(200*time.Millisecond).SetConnectTimeout(time.Second).
-		SetWill(d.topics.Availability(id), devices.Offline, 1, true).
+		SetWill(d.topics.Availability(id), wire.Offline, 1, true).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			// Runs in its own goroutine, so waiting is allowed here; it is
 			// tracked so that close waits for it.
@@ -96,7 +97,7 @@ func startDevice(t testing.TB, b *broker.Broker, id string, state map[string]any
 			}
 			defer d.wg.Done()
 			tok := c.Subscribe(d.topics.Command(id), 1, func(_ mqtt.Client, m mqtt.Message) {
-				cmd, err := devices.DecodeCommand(m.Payload())
+				cmd, err := wire.DecodeCommand(m.Payload())
 				if err != nil {
 					t.Errorf("device %s: bad command: %v", id, err)
 					return
@@ -113,7 +114,7 @@ func startDevice(t testing.TB, b *broker.Broker, id string, state map[string]any
 			st, online := maps.Clone(d.state), d.online
 			d.mu.Unlock()
 			if online {
-				d.publish(d.topics.Availability(id), true, devices.Online)
+				d.publish(d.topics.Availability(id), true, wire.Online)
 			}
 			if st != nil {
 				d.publishState(st)
@@ -191,7 +192,7 @@ func (d *fakeDevice) track() bool {
 }
 
 func (d *fakeDevice) publishState(st map[string]any) {
-	d.publish(d.topics.State(d.id), true, devices.StateReport{State: st, Time: time.Now()})
+	d.publish(d.topics.State(d.id), true, wire.StateReport{State: st, Time: time.Now()})
 }
 
 // setOnline publishes the retained availability as the device would.
@@ -199,9 +200,9 @@ func (d *fakeDevice) setOnline(online bool) {
 	d.mu.Lock()
 	d.online = online
 	d.mu.Unlock()
-	p := devices.Offline
+	p := wire.Offline
 	if online {
-		p = devices.Online
+		p = wire.Online
 	}
 	d.publish(d.topics.Availability(d.id), true, p)
 }
@@ -218,7 +219,7 @@ func (d *fakeDevice) loop() {
 	}
 }
 
-func (d *fakeDevice) handle(cmd devices.Command) {
+func (d *fakeDevice) handle(cmd wire.Command) {
 	d.mu.Lock()
 	d.seen[cmd.ID]++
 	n := d.seen[cmd.ID]
@@ -241,8 +242,8 @@ func (d *fakeDevice) handle(cmd devices.Command) {
 	if !repeat {
 		switch {
 		case r.Code != "":
-			ack = devices.Ack{ID: cmd.ID, Error: &devices.AckError{Code: r.Code, Message: "scripted"}}
-			if !devices.RetryableCode(r.Code) {
+			ack = wire.Ack{ID: cmd.ID, Error: &wire.AckError{Code: r.Code, Message: "scripted"}}
+			if !wire.RetryableCode(r.Code) {
 				d.results[cmd.ID] = ack
 			}
 		default:
@@ -258,7 +259,7 @@ func (d *fakeDevice) handle(cmd devices.Command) {
 				newState = maps.Clone(d.state)
 			}
 			d.effects[cmd.ID]++
-			ack = devices.Ack{ID: cmd.ID, OK: true, State: maps.Clone(d.state)}
+			ack = wire.Ack{ID: cmd.ID, OK: true, State: maps.Clone(d.state)}
 			if !r.NoPrior {
 				ack.Prior = prior
 			}
@@ -293,14 +294,14 @@ func (d *fakeDevice) receivedCount(id string) int {
 }
 
 // next waits for the device to receive a command.
-func (d *fakeDevice) next(t testing.TB) devices.Command {
+func (d *fakeDevice) next(t testing.TB) wire.Command {
 	t.Helper()
 	select {
 	case c := <-d.received:
 		return c
 	case <-time.After(5 * time.Second):
 		t.Fatalf("device %s received no command", d.id)
-		return devices.Command{}
+		return wire.Command{}
 	}
 }
 

@@ -19,5 +19,6 @@
 // "device.wait_state"; register them with the driver through
 // Handlers.Register.
 //
-// The wire contract is documented in docs/protocol.md.
+// The messages and topics themselves are package devices/wire, shared
+// with the simulator; docs/protocol.md documents the contract.
 package devices

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/jsonenc"
 )
 
 // Step kinds served by Handlers.
@@ -235,7 +237,7 @@ func (h *Handlers) check(p CommandParams) error {
 	if errors.As(err, &ce) {
 		return driver.PermanentError(ce.Code(), err)
 	}
-	return driver.PermanentError(CodeInvalidParam, err)
+	return driver.PermanentError(wire.CodeInvalidParam, err)
 }
 
 // send sends a checked command and waits for its ack.
@@ -245,7 +247,7 @@ func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandPa
 			fmt.Errorf("device %s is offline", p.Device))
 	}
 	prior := h.prior(req.IdempotencyKey, p.Device)
-	cmd := Command{
+	cmd := wire.Command{
 		ID:      req.IdempotencyKey,
 		Action:  p.Action,
 		Params:  p.Params,
@@ -300,8 +302,8 @@ func classifySend(err error) error {
 		return driver.PermanentError(rej.Code, err)
 	case errors.Is(err, driver.ErrAckTimeout):
 		return driver.RetryableError(CodeAckTimeout, err)
-	case errors.Is(err, ErrInvalidCommand), errors.Is(err, ErrInvalidID):
-		return driver.PermanentError(CodeInvalidParam, err)
+	case errors.Is(err, ErrInvalidCommand), errors.Is(err, wire.ErrInvalidID):
+		return driver.PermanentError(wire.CodeInvalidParam, err)
 	case errors.Is(err, ErrInFlight):
 		return driver.RetryableError(CodeInFlight, err)
 	case errors.Is(err, ErrNotConnected), errors.Is(err, ErrClosed):
@@ -364,7 +366,7 @@ func (h *Handlers) verify(ctx context.Context, device string, want map[string]an
 
 // jsonText writes a state as JSON, as devices report it, for messages.
 func jsonText(v map[string]any) string {
-	b, err := driver.AppendJSONValue(nil, v)
+	b, err := jsonenc.AppendValue(nil, v)
 	if err != nil {
 		return fmt.Sprint(v)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -32,7 +33,7 @@ func newRig(t *testing.T, opts devices.HandlerOptions) *rig {
 }
 
 // device starts a fake device and waits until the client has its state.
-func (r *rig) device(t *testing.T, id string, state map[string]any, script func(devices.Command, int) reply) *fakeDevice {
+func (r *rig) device(t *testing.T, id string, state map[string]any, script func(wire.Command, int) reply) *fakeDevice {
 	t.Helper()
 	d := startDevice(t, r.broker, id, state, script)
 	waitUntil(t, r.client, id, "first state", func() bool { _, ok := r.client.State(id); return ok })
@@ -95,7 +96,7 @@ func TestCommandVerified(t *testing.T) {
 
 func TestCommandVerifyFailed(t *testing.T) {
 	r := newRig(t, devices.HandlerOptions{})
-	r.device(t, "front-door", map[string]any{"locked": false}, func(devices.Command, int) reply { return reply{Stuck: true} })
+	r.device(t, "front-door", map[string]any{"locked": false}, func(wire.Command, int) reply { return reply{Stuck: true} })
 	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{
 		"device": "front-door", "action": "lock", "verify": true, "verify_timeout": "150ms",
 	}))
@@ -114,8 +115,8 @@ func TestCommandRejectedBeforePublish(t *testing.T) {
 		params any
 		code   string
 	}{
-		{"above max", map[string]any{"device": "living-ac", "action": "set", "params": map[string]any{"target": 35}}, devices.CodeInvalidParam},
-		{"unknown action", map[string]any{"device": "living-ac", "action": "fly"}, devices.CodeUnknownAction},
+		{"above max", map[string]any{"device": "living-ac", "action": "set", "params": map[string]any{"target": 35}}, wire.CodeInvalidParam},
+		{"unknown action", map[string]any{"device": "living-ac", "action": "fly"}, wire.CodeUnknownAction},
 		{"unknown device", map[string]any{"device": "garage", "action": "open"}, devices.CodeUnknownDevice},
 		{"wildcard device", map[string]any{"device": "living-ac/#", "action": "set"}, devices.CodeUnknownDevice},
 		{"misspelt key", map[string]any{"device": "living-ac", "action": "set", "verfy": true}, devices.CodeBadStep},
@@ -137,21 +138,21 @@ func TestCommandRejectedBeforePublish(t *testing.T) {
 
 func TestCommandDeviceErrors(t *testing.T) {
 	r := newRig(t, devices.HandlerOptions{})
-	jammed := r.device(t, "front-door", map[string]any{"locked": false}, func(devices.Command, int) reply { return reply{Code: devices.CodeJammed} })
-	r.device(t, "bedroom-curtain", map[string]any{"position": 0, "moving": false}, func(devices.Command, int) reply { return reply{Code: devices.CodeBusy} })
+	jammed := r.device(t, "front-door", map[string]any{"locked": false}, func(wire.Command, int) reply { return reply{Code: wire.CodeJammed} })
+	r.device(t, "bedroom-curtain", map[string]any{"position": 0, "moving": false}, func(wire.Command, int) reply { return reply{Code: wire.CodeBusy} })
 
 	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{"device": "front-door", "action": "lock"}))
-	wantClass(t, err, driver.Permanent, devices.CodeJammed)
+	wantClass(t, err, driver.Permanent, wire.CodeJammed)
 	if got := jammed.receivedCount("m1.s1"); got != 1 {
 		t.Errorf("published %d times, want 1", got)
 	}
 	_, err = r.run(t, devices.KindCommand, stepReq(t, "m1.s2", 1, map[string]any{"device": "bedroom-curtain", "action": "open"}))
-	wantClass(t, err, driver.Retryable, devices.CodeBusy)
+	wantClass(t, err, driver.Retryable, wire.CodeBusy)
 }
 
 func TestCommandLostAckRetry(t *testing.T) {
 	r := newRig(t, devices.HandlerOptions{})
-	dev := r.device(t, "living-light", lightOff, func(_ devices.Command, n int) reply { return reply{Drop: n == 1, NoPrior: true} })
+	dev := r.device(t, "living-light", lightOff, func(_ wire.Command, n int) reply { return reply{Drop: n == 1, NoPrior: true} })
 	params := map[string]any{"device": "living-light", "action": "turn_on", "ack_timeout": "150ms"}
 	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, params))
 	wantClass(t, err, driver.Retryable, devices.CodeAckTimeout)
@@ -273,7 +274,7 @@ func TestWaitState(t *testing.T) {
 	_, err = r.run(t, devices.KindWaitState, late)
 	wantClass(t, err, driver.Permanent, devices.CodeWaitTimeout)
 
-	if _, err := r.client.Send(t.Context(), "bedroom-curtain", devices.Command{ID: "open-1", Action: "open"}); err != nil {
+	if _, err := r.client.Send(t.Context(), "bedroom-curtain", wire.Command{ID: "open-1", Action: "open"}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, r.client, "bedroom-curtain", "open", func() bool { st, _ := r.client.State("bedroom-curtain"); return st["position"] == int64(100) })

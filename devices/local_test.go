@@ -1,12 +1,12 @@
 package devices_test
 
 import (
-	"time"
-
 	"testing"
+	"time"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // TestInProcess runs the tests that do not depend on the connection with
@@ -39,7 +39,7 @@ func TestInProcess(t *testing.T) {
 func TestInProcessRetainedAndClose(t *testing.T) {
 	b := brokertest.Start(t)
 	startDevice(t, b, "lamp", map[string]any{"power": "on"}, nil)
-	if err := b.Publish(devices.Topics{}.Availability("door"), []byte(devices.Offline), true, 1); err != nil {
+	if err := b.Publish(wire.Topics{}.Availability("door"), []byte(wire.Offline), true, 1); err != nil {
 		t.Fatal(err)
 	}
 	c, err := devices.Dial(t.Context(), devices.Options{Local: b, Logger: discard()})
@@ -55,19 +55,19 @@ func TestInProcessRetainedAndClose(t *testing.T) {
 	if !c.Connected() {
 		t.Error("not connected")
 	}
-	if !b.Subscribed(devices.Topics{}.State("lamp")) {
+	if !b.Subscribed(wire.Topics{}.State("lamp")) {
 		t.Fatal("no subscription to lamp's state")
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if b.Subscribed(devices.Topics{}.State("lamp")) {
+	if b.Subscribed(wire.Topics{}.State("lamp")) {
 		t.Error("Close left the state subscription in place")
 	}
 	if c.Connected() {
 		t.Error("connected after Close")
 	}
-	if _, err := c.Send(t.Context(), "lamp", devices.Command{ID: "a1", Action: "turn_on"}); err == nil {
+	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "a1", Action: "turn_on"}); err == nil {
 		t.Error("Send after Close succeeded")
 	}
 }
@@ -84,13 +84,23 @@ func TestInProcessCloseWaitsForHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topics := devices.Topics{}
-	go b.Publish(topics.Availability("lamp"), []byte(devices.Online), false, 1)
+	topics := wire.Topics{}
+	go func() {
+		if err := b.Publish(topics.Availability("lamp"), []byte(wire.Online), false, 1); err != nil {
+			t.Errorf("publish availability: %v", err)
+			entered <- "(nothing published)"
+		}
+	}()
 	if id := <-entered; id != "lamp" {
 		t.Fatalf("OnChange(%q), want lamp", id)
 	}
 	closed := make(chan struct{})
-	go func() { c.Close(); close(closed) }()
+	go func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		close(closed)
+	}()
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a hook was still running")
@@ -98,7 +108,7 @@ func TestInProcessCloseWaitsForHandlers(t *testing.T) {
 	}
 	close(release)
 	<-closed
-	if err := b.Publish(topics.Availability("door"), []byte(devices.Online), false, 1); err != nil {
+	if err := b.Publish(topics.Availability("door"), []byte(wire.Online), false, 1); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -133,11 +134,16 @@ func validName(s string) error {
 		return fmt.Errorf("name %.16q... is longer than 64 bytes", s)
 	}
 	for _, c := range s {
-		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+		if !nameChar(c) {
 			return fmt.Errorf("name %q: use letters, digits, '_' and '-'", s)
 		}
 	}
 	return nil
+}
+
+// nameChar reports whether c may appear in a name (see validName).
+func nameChar(c rune) bool {
+	return c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 func (r *Registry) validate() error {
@@ -189,7 +195,7 @@ func (r *Registry) validate() error {
 		if d.ID != "" {
 			where = fmt.Sprintf("device %q", d.ID)
 		}
-		if err := ValidateDeviceID(d.ID); err != nil {
+		if err := wire.ValidateDeviceID(d.ID); err != nil {
 			return fmt.Errorf("%s: id: %w", where, err)
 		}
 		if _, dup := r.byID[d.ID]; dup {
@@ -306,9 +312,9 @@ func (e *CheckError) Code() string {
 	case "device":
 		return "unknown_device"
 	case "action":
-		return CodeUnknownAction
+		return wire.CodeUnknownAction
 	}
-	return CodeInvalidParam
+	return wire.CodeInvalidParam
 }
 
 // Device returns the device with the given ID.
@@ -321,7 +327,7 @@ func (r *Registry) Device(id string) (Device, bool) {
 }
 
 func (r *Registry) action(deviceID, action string) (*Action, error) {
-	if err := ValidateDeviceID(deviceID); err != nil {
+	if err := wire.ValidateDeviceID(deviceID); err != nil {
 		return nil, &CheckError{Device: deviceID, Action: action, Field: "device", Reason: err.Error()}
 	}
 	d, ok := r.Device(deviceID)

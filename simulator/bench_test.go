@@ -9,7 +9,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // BenchmarkHandle measures the device firmware on one command against a
@@ -26,11 +26,11 @@ func BenchmarkHandle(b *testing.B) {
 	// cannot nest: it would wait for the benchmark lock we hold).
 	start := time.Now()
 	for i := range b.N {
-		var cmd devices.Command
+		var cmd wire.Command
 		if err := json.Unmarshal(payloads[i%len(payloads)], &cmd); err != nil {
 			b.Fatal(err)
 		}
-		_, _ = json.Marshal(devices.Ack{ID: cmd.ID, OK: true, State: state})
+		_, _ = json.Marshal(wire.Ack{ID: cmd.ID, OK: true, State: state})
 	}
 	rawPerOp := float64(time.Since(start)) / float64(b.N)
 	d := offlineDevice(b, TypeLight, Faults{AckLoss: 0.1})
@@ -60,7 +60,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Disconnect(100)
-	topics := devices.Topics{}
+	topics := wire.Topics{}
 	signal := func(paho.Client, paho.Message) { got <- struct{}{} }
 	if err := subscribed(c.SubscribeMultiple(map[string]byte{"bench/echo": 1, topics.Ack("light"): 1}, signal), "subscribe"); err != nil {
 		b.Fatal(err)

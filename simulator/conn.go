@@ -14,7 +14,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // Timeouts of the device's MQTT connection. A token that does not
@@ -70,7 +70,7 @@ type cutConn struct {
 
 func (c *cutConn) cut() {
 	c.isCut.Store(true)
-	_ = c.Conn.Close()
+	_ = c.Close() // the cut is the point; the reader reports it
 }
 
 func (c *cutConn) Read(b []byte) (int, error) {
@@ -156,7 +156,7 @@ func (d *Device) connect() (*session, error) {
 		SetWriteTimeout(tokenTimeout).
 		SetKeepAlive(15*time.Second).
 		SetPingTimeout(5*time.Second).
-		SetBinaryWill(d.topics.Availability(d.id), []byte(devices.Offline), 1, true).
+		SetBinaryWill(d.topics.Availability(d.id), []byte(wire.Offline), 1, true).
 		SetCustomOpenConnectionFn(s.dial).
 		// paho runs OnConnect in its own goroutine, so waiting on
 		// tokens there does not stall the connection.
@@ -198,7 +198,7 @@ func (d *Device) onConnect(c paho.Client, s *session) {
 		s.abort()
 		return
 	}
-	if err := waitToken(c.Publish(d.topics.Availability(d.id), 1, true, devices.Online), "announce online"); err != nil {
+	if err := waitToken(c.Publish(d.topics.Availability(d.id), 1, true, wire.Online), "announce online"); err != nil {
 		d.log.Warn("cannot announce; dropping connection", "err", err)
 		s.abort()
 		return
@@ -423,7 +423,7 @@ func (d *Device) cut(s *session, why string) {
 // availability must not claim a device that is gone.
 func (d *Device) goodbye(s *session) {
 	d.detach(s)
-	if err := waitToken(s.client.Publish(d.topics.Availability(d.id), 1, true, devices.Offline), "announce offline"); err != nil {
+	if err := waitToken(s.client.Publish(d.topics.Availability(d.id), 1, true, wire.Offline), "announce offline"); err != nil {
 		d.log.Warn("shutdown", "err", err)
 	}
 	s.client.Disconnect(250)

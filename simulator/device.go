@@ -5,13 +5,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // DedupSize is how many command IDs a device remembers with their first
@@ -41,7 +42,7 @@ type Device struct {
 	typ    string
 	m      *model
 	travel time.Duration
-	topics devices.Topics
+	topics wire.Topics
 	log    *slog.Logger
 	// broker and clientID are where and as whom the device connects,
 	// with username and password when set.
@@ -97,7 +98,7 @@ func (mv *move) at(now time.Time) int {
 
 // newDevice builds a device from a checked config; state is the checked
 // initial state, applied over the type's defaults.
-func newDevice(cfg DeviceConfig, state map[string]any, seed uint64, topics devices.Topics, broker, clientID string, log *slog.Logger) *Device {
+func newDevice(cfg DeviceConfig, state map[string]any, seed uint64, topics wire.Topics, broker, clientID string, log *slog.Logger) *Device {
 	m := catalogue[cfg.Type]
 	st := maps.Clone(m.initial)
 	maps.Copy(st, state)
@@ -162,7 +163,10 @@ func (d *Device) Faults() Faults {
 // returns a *ConfigError if f is invalid for this device.
 func (d *Device) SetFaults(f Faults) error {
 	if err := f.Validate(d.typ); err != nil {
-		err.(*ConfigError).Device = d.id
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.Device = d.id
+		}
 		return err
 	}
 	d.mu.Lock()
@@ -208,7 +212,7 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.counters.Received++
-	cmd, err := devices.DecodeCommand(payload)
+	cmd, err := wire.DecodeCommand(payload)
 	if err != nil {
 		id := looseID(payload)
 		if id == "" {
@@ -216,7 +220,7 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 			d.log.Warn("command dropped: undecodable and no id to answer", "err", err, "bytes", len(payload))
 			return nil
 		}
-		return d.reject(id, devices.CodeInvalidParam, err.Error(), true, now, d.log.With("cmd", id))
+		return d.reject(id, wire.CodeInvalidParam, err.Error(), true, now, d.log.With("cmd", id))
 	}
 	log := discard // With formats its attributes even when nothing is logged
 	if d.log.Enabled(context.Background(), slog.LevelInfo) {
@@ -229,21 +233,21 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 		return d.sendAck(first, log)
 	}
 	if !cmd.Expires.IsZero() && now.After(cmd.Expires) {
-		return d.reject(cmd.ID, devices.CodeExpired,
+		return d.reject(cmd.ID, wire.CodeExpired,
 			"received "+now.Sub(cmd.Expires).Round(time.Millisecond).String()+" after expiry", false, now, log)
 	}
 	if d.faults.Reject != "" {
 		return d.reject(cmd.ID, d.faults.Reject, "rejected by fault injection", true, now, log)
 	}
 	if roll(d.dice.busy, d.faults.Busy) {
-		return d.reject(cmd.ID, devices.CodeBusy, "device busy (fault injection)", false, now, log)
+		return d.reject(cmd.ID, wire.CodeBusy, "device busy (fault injection)", false, now, log)
 	}
 	eff, perr := d.m.effect(cmd.Action, cmd.Params)
 	if perr != nil {
 		return d.reject(cmd.ID, perr.code, perr.msg, true, now, log)
 	}
 	if d.faults.Jammed {
-		return d.reject(cmd.ID, devices.CodeJammed, "lock mechanism jammed", true, now, log)
+		return d.reject(cmd.ID, wire.CodeJammed, "lock mechanism jammed", true, now, log)
 	}
 	if roll(d.dice.wrongState, d.faults.WrongState) {
 		d.skew(eff, now)
@@ -255,7 +259,7 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 	n, _ := d.applied.get(cmd.ID)
 	d.applied.put(cmd.ID, n+1)
 	st := d.snapshot(now)
-	ack := mustJSON(&devices.Ack{ID: cmd.ID, OK: true, State: st, Prior: prior})
+	ack := mustJSON(&wire.Ack{ID: cmd.ID, OK: true, State: st, Prior: prior})
 	d.acks.put(cmd.ID, ack)
 	log.Info("command applied", "state", st)
 	// The ack first: it is what the command's sender waits for, and it
@@ -321,7 +325,7 @@ func (d *Device) finishTravel(now time.Time) []output {
 
 func (d *Device) reject(id, code, msg string, remember bool, now time.Time, log *slog.Logger) []output {
 	d.counters.Rejected++
-	ack := mustJSON(&devices.Ack{ID: id, Error: &devices.AckError{Code: code, Message: msg}, State: d.snapshot(now)})
+	ack := mustJSON(&wire.Ack{ID: id, Error: &wire.AckError{Code: code, Message: msg}, State: d.snapshot(now)})
 	if remember {
 		d.acks.put(id, ack)
 	}
@@ -353,7 +357,7 @@ func (d *Device) sendAck(ack []byte, log *slog.Logger) []output {
 func (d *Device) stateOutput(now time.Time) output {
 	return output{
 		topic:    d.topics.State(d.id),
-		payload:  mustJSON(&devices.StateReport{State: d.snapshot(now), Time: now.UTC()}),
+		payload:  mustJSON(&wire.StateReport{State: d.snapshot(now), Time: now.UTC()}),
 		retained: true,
 	}
 }
@@ -361,7 +365,7 @@ func (d *Device) stateOutput(now time.Time) output {
 // looseID digs the command ID out of a payload DecodeCommand refused, so
 // the device can say what was wrong instead of staying silent.
 func looseID(b []byte) string {
-	if len(b) > devices.MaxPayload {
+	if len(b) > wire.MaxPayload {
 		return ""
 	}
 	var v struct {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 func demoDevices() []DeviceConfig {
@@ -242,7 +242,7 @@ func TestCurtainInterrupted(t *testing.T) {
 	d.handle([]byte(rawCmd("a", "open", "")), t0)
 	// Half way, it is told to close: it turns round from 50.
 	outs := d.handle([]byte(rawCmd("b", "close", "")), t0.Add(500*time.Millisecond))
-	ack, err := devices.DecodeAck(ackOf(t, outs))
+	ack, err := wire.DecodeAck(ackOf(t, outs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestCurtainInterrupted(t *testing.T) {
 	if outs := d.finishTravel(due.Add(-time.Millisecond)); outs != nil {
 		t.Fatal("finished early")
 	}
-	rep, err := devices.DecodeState(d.finishTravel(due)[0].payload)
+	rep, err := wire.DecodeState(d.finishTravel(due)[0].payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,16 +275,16 @@ func offlineDeviceSeed(t testing.TB, typ string, f Faults, seed uint64) *Device 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newDevice(cfg, st, seed, devices.Topics{}, "tcp://127.0.0.1:1", "x", testLogger())
+	return newDevice(cfg, st, seed, wire.Topics{}, "tcp://127.0.0.1:1", "x", testLogger())
 }
 
 // wireAck decodes the acks the simulator sends with encoding/json alone,
-// so these tests do not rest on devices.DecodeAck, the agent's reading of
+// so these tests do not rest on wire.DecodeAck, the agent's reading of
 // the same bytes.
 type wireAck struct {
-	ID    string            `json:"id"`
-	OK    bool              `json:"ok"`
-	Error *devices.AckError `json:"error,omitempty"`
-	State map[string]any    `json:"state,omitempty"`
-	Prior map[string]any    `json:"prior,omitempty"`
+	ID    string         `json:"id"`
+	OK    bool           `json:"ok"`
+	Error *wire.AckError `json:"error,omitempty"`
+	State map[string]any `json:"state,omitempty"`
+	Prior map[string]any `json:"prior,omitempty"`
 }

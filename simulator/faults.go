@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // Faults makes one device misbehave. The zero value is a device that
@@ -113,7 +113,7 @@ func (f Faults) Validate(typ string) error {
 }
 
 var permanentCodes = []string{
-	devices.CodeInvalidParam, devices.CodeUnknownAction, devices.CodeJammed, devices.CodeUnsupported,
+	wire.CodeInvalidParam, wire.CodeUnknownAction, wire.CodeJammed, wire.CodeUnsupported,
 }
 
 // dice holds one random source per fault, each derived from the home

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 func setFaults(t testing.TB, d *Device, f Faults) {
@@ -99,7 +99,7 @@ func TestFaultBusy(t *testing.T) {
 	h, a := rig(t, DeviceConfig{ID: "speaker", Type: TypeSpeaker})
 	d := h.Device("speaker")
 	setFaults(t, d, Faults{Busy: 1})
-	wantCode(t, a.call("speaker", "c1", "play", ""), devices.CodeBusy, "busy")
+	wantCode(t, a.call("speaker", "c1", "play", ""), wire.CodeBusy, "busy")
 	if n := d.Applied("c1"); n != 0 || d.State()["status"] != "paused" {
 		t.Fatalf("busy command applied: %d, %v", n, d.State())
 	}
@@ -111,9 +111,9 @@ func TestFaultBusy(t *testing.T) {
 }
 
 func TestFaultPermanentReject(t *testing.T) {
-	h, a := rig(t, DeviceConfig{ID: "light", Type: TypeLight, Faults: Faults{Reject: devices.CodeUnsupported}})
+	h, a := rig(t, DeviceConfig{ID: "light", Type: TypeLight, Faults: Faults{Reject: wire.CodeUnsupported}})
 	d := h.Device("light")
-	wantCode(t, a.call("light", "c1", "turn_on", ""), devices.CodeUnsupported, "fault")
+	wantCode(t, a.call("light", "c1", "turn_on", ""), wire.CodeUnsupported, "fault")
 	if d.Applied("c1") != 0 || d.State()["power"] != "off" {
 		t.Fatalf("rejected command applied: %v", d.State())
 	}
@@ -146,10 +146,10 @@ func TestFaultWrongState(t *testing.T) {
 func TestFaultJammedLock(t *testing.T) {
 	h, a := rig(t, DeviceConfig{ID: "door", Type: TypeLock, Faults: Faults{Jammed: true}})
 	for _, act := range []string{"unlock", "lock", "set"} {
-		wantCode(t, a.call("door", "j-"+act, act, ""), devices.CodeJammed, "jammed")
+		wantCode(t, a.call("door", "j-"+act, act, ""), wire.CodeJammed, "jammed")
 	}
 	// Bad commands are still bad commands.
-	wantCode(t, a.call("door", "j-x", "open", ""), devices.CodeUnknownAction, "open")
+	wantCode(t, a.call("door", "j-x", "open", ""), wire.CodeUnknownAction, "open")
 	d := h.Device("door")
 	if d.State()["locked"] != true || d.Counters().Applied != 0 {
 		t.Fatalf("jammed lock moved: %v", d.State())
@@ -165,12 +165,12 @@ func TestFaultOffline(t *testing.T) {
 	{ // SetOnline
 		d.SetOnline(false)
 		// Nobody publishes "offline" but the broker, as the last will.
-		a.awaitAvail("light", devices.Offline)
+		a.awaitAvail("light", wire.Offline)
 		if d.Online() {
 			t.Fatal("Online() after SetOnline(false)")
 		}
 		d.SetOnline(true)
-		a.awaitAvail("light", devices.Online)
+		a.awaitAvail("light", wire.Online)
 		ctx := t.Context()
 		if err := d.WaitOnline(ctx); err != nil {
 			t.Fatal(err)
@@ -181,8 +181,8 @@ func TestFaultOffline(t *testing.T) {
 	{ // GoOffline
 		start := time.Now()
 		d.GoOffline(100 * time.Millisecond)
-		a.awaitAvail("light", devices.Offline)
-		a.awaitAvail("light", devices.Online)
+		a.awaitAvail("light", wire.Offline)
+		a.awaitAvail("light", wire.Online)
 		if el := time.Since(start); el < 100*time.Millisecond {
 			t.Fatalf("back online after %v, want at least 100ms", el)
 		}
@@ -190,8 +190,8 @@ func TestFaultOffline(t *testing.T) {
 	{ // scheduled outages
 		setFaults(t, d, Faults{OfflineEvery: 20 * time.Millisecond, OfflineFor: 20 * time.Millisecond})
 		for range 2 {
-			a.awaitAvail("light", devices.Offline)
-			a.awaitAvail("light", devices.Online)
+			a.awaitAvail("light", wire.Offline)
+			a.awaitAvail("light", wire.Online)
 		}
 		setFaults(t, d, Faults{})
 	}
@@ -262,7 +262,7 @@ func TestFaultsValidate(t *testing.T) {
 		{"NaN", TypeLight, Faults{WrongState: math.NaN()}, "faults.wrong_state"},
 		{"dup", TypeLight, Faults{DuplicateAck: 2}, "faults.duplicate_ack"},
 		{"delay<0", TypeLight, Faults{AckDelay: -1}, "faults.ack_delay"},
-		{"retryable reject", TypeLight, Faults{Reject: devices.CodeBusy}, "faults.reject"},
+		{"retryable reject", TypeLight, Faults{Reject: wire.CodeBusy}, "faults.reject"},
 		{"unknown reject", TypeLight, Faults{Reject: "nope"}, "faults.reject"},
 		{"jam a light", TypeLight, Faults{Jammed: true}, "faults.jammed"},
 		{"outage without length", TypeLight, Faults{OfflineEvery: time.Second}, "faults.offline_for"},
@@ -275,7 +275,7 @@ func TestFaultsValidate(t *testing.T) {
 			}
 		})
 	}
-	if err := (Faults{Jammed: true, AckLoss: 1, Reject: devices.CodeJammed}).Validate(TypeLock); err != nil {
+	if err := (Faults{Jammed: true, AckLoss: 1, Reject: wire.CodeJammed}).Validate(TypeLock); err != nil {
 		t.Fatal(err)
 	}
 }

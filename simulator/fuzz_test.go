@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 func TestExactInt(t *testing.T) {
@@ -108,12 +108,12 @@ func FuzzHandle(f *testing.F) {
 		for _, d := range devs {
 			for _, o := range d.handle(payload, now) {
 				if o.ack {
-					if _, err := devices.DecodeAck(o.payload); err != nil {
+					if _, err := wire.DecodeAck(o.payload); err != nil {
 						t.Fatalf("%s sent a bad ack %s: %v", d.typ, o.payload, err)
 					}
 					continue
 				}
-				rep, err := devices.DecodeState(o.payload)
+				rep, err := wire.DecodeState(o.payload)
 				if err != nil {
 					t.Fatalf("%s sent a bad state %s: %v", d.typ, o.payload, err)
 				}

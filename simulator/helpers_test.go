@@ -17,7 +17,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // wait bounds every await in the tests; they normally finish in
@@ -37,7 +37,7 @@ func testLogger() *slog.Logger {
 type agent struct {
 	t      testing.TB
 	c      paho.Client
-	topics devices.Topics
+	topics wire.Topics
 
 	mu    sync.Mutex
 	inbox map[[2]string]chan []byte // by kind and device
@@ -76,7 +76,7 @@ func newAgent(t testing.TB, b *broker.Broker) *agent {
 	t.Helper()
 	a := &agent{
 		t:      t,
-		topics: devices.Topics{Prefix: devices.DefaultPrefix},
+		topics: wire.Topics{Prefix: wire.DefaultPrefix},
 		inbox:  make(map[[2]string]chan []byte),
 		last:   make(map[string]string),
 	}
@@ -136,10 +136,10 @@ func rawCmd(id, action, params string) string {
 }
 
 // nextAck returns the next ack from device.
-func (a *agent) nextAck(device string) devices.Ack {
+func (a *agent) nextAck(device string) wire.Ack {
 	a.t.Helper()
 	m := a.next("ack", device)
-	ack, err := devices.DecodeAck(m)
+	ack, err := wire.DecodeAck(m)
 	if err != nil {
 		a.t.Fatalf("ack from %s: %v: %s", device, err, m)
 	}
@@ -147,7 +147,7 @@ func (a *agent) nextAck(device string) devices.Ack {
 }
 
 // call sends a command and returns its ack, which must be the next one.
-func (a *agent) call(device, id, action, params string) devices.Ack {
+func (a *agent) call(device, id, action, params string) wire.Ack {
 	a.t.Helper()
 	a.send(device, id, action, params)
 	ack := a.nextAck(device)
@@ -162,7 +162,7 @@ func (a *agent) awaitState(device string, ok func(map[string]any) bool) map[stri
 	a.t.Helper()
 	for {
 		m := a.next("state", device)
-		rep, err := devices.DecodeState(m)
+		rep, err := wire.DecodeState(m)
 		if err != nil {
 			a.t.Fatalf("state of %s: %v", device, err)
 		}
@@ -219,7 +219,7 @@ func rig(t testing.TB, devs ...DeviceConfig) (*Home, *agent) {
 	// their commands cause.
 	a := newAgent(t, b)
 	for _, d := range devs {
-		a.awaitAvail(d.ID, devices.Online)
+		a.awaitAvail(d.ID, wire.Online)
 		a.awaitState(d.ID, func(map[string]any) bool { return true })
 	}
 	return h, a
@@ -250,7 +250,7 @@ func wantState(t testing.TB, got, want map[string]any) {
 	}
 }
 
-func wantCode(t testing.TB, ack devices.Ack, code, inMsg string) {
+func wantCode(t testing.TB, ack wire.Ack, code, inMsg string) {
 	t.Helper()
 	if ack.OK || ack.Error == nil {
 		t.Fatalf("ack %+v: want error %s", ack, code)
@@ -263,7 +263,7 @@ func wantCode(t testing.TB, ack devices.Ack, code, inMsg string) {
 	}
 }
 
-func wantOK(t testing.TB, ack devices.Ack) {
+func wantOK(t testing.TB, ack wire.Ack) {
 	t.Helper()
 	if !ack.OK {
 		t.Fatalf("ack %+v: want ok (error %+v)", ack, ack.Error)

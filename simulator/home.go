@@ -19,7 +19,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 // HomeConfig describes a simulated home. Its TOML form is documented in
@@ -28,7 +28,7 @@ type HomeConfig struct {
 	// Broker is the MQTT broker URL (tcp://host:port). It may be empty in
 	// a file when the caller supplies it, as cmd/sim does.
 	Broker string `toml:"broker"`
-	// Prefix is the topic prefix; default devices.DefaultPrefix.
+	// Prefix is the topic prefix; default wire.DefaultPrefix.
 	Prefix string `toml:"prefix"`
 	// Seed makes every fault reproducible: each device draws from sources
 	// derived from Seed and its ID. Any value is fine (TOML integers are
@@ -51,7 +51,7 @@ type HomeConfig struct {
 
 // DeviceConfig describes one device of a home.
 type DeviceConfig struct {
-	// ID names the device in topics; see devices.ValidateDeviceID.
+	// ID names the device in topics; see wire.ValidateDeviceID.
 	ID string `toml:"id"`
 	// Type is one of Types().
 	Type string `toml:"type"`
@@ -71,7 +71,7 @@ func (c DeviceConfig) check() (map[string]any, error) {
 	bad := func(field string, err error) error {
 		return &ConfigError{Device: c.ID, Field: field, Err: err}
 	}
-	if err := devices.ValidateDeviceID(c.ID); err != nil {
+	if err := wire.ValidateDeviceID(c.ID); err != nil {
 		return nil, bad("id", err)
 	}
 	m, ok := catalogue[c.Type]
@@ -85,7 +85,10 @@ func (c DeviceConfig) check() (map[string]any, error) {
 		return nil, bad("travel", fmt.Errorf("only a curtain travels, this is a %s", c.Type))
 	}
 	if err := c.Faults.Validate(c.Type); err != nil {
-		err.(*ConfigError).Device = c.ID
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.Device = c.ID
+		}
 		return nil, err
 	}
 	// State arrives as TOML values; give it the JSON shape of command
@@ -255,14 +258,14 @@ func NewHome(cfg HomeConfig) (*Home, error) {
 		return nil, &ConfigError{Field: "broker", Err: errors.New("no broker URL")}
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = devices.DefaultPrefix
+		cfg.Prefix = wire.DefaultPrefix
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	h := &Home{cfg: cfg, byID: make(map[string]*Device, len(cfg.Devices)), log: log}
-	topics := devices.Topics{Prefix: cfg.Prefix}
+	topics := wire.Topics{Prefix: cfg.Prefix}
 	for _, dc := range cfg.Devices {
 		st, err := dc.check()
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 func TestDemoHomeParses(t *testing.T) {
@@ -34,7 +34,7 @@ func TestDemoHomeParses(t *testing.T) {
 			t.Errorf("%s jammed by default", d.ID)
 		}
 	}
-	if cfg.Seed != 42 || cfg.Prefix != devices.DefaultPrefix || cfg.Broker != "" {
+	if cfg.Seed != 42 || cfg.Prefix != wire.DefaultPrefix || cfg.Broker != "" {
 		t.Fatalf("seed %d prefix %q broker %q", cfg.Seed, cfg.Prefix, cfg.Broker)
 	}
 }
@@ -154,7 +154,7 @@ func TestHomeLifecycle(t *testing.T) {
 	if err := h.Start(t.Context()); err == nil {
 		t.Fatal("second Start: want error")
 	}
-	if h.Device("nope") != nil || len(h.Devices()) != 1 || h.Prefix() != devices.DefaultPrefix {
+	if h.Device("nope") != nil || len(h.Devices()) != 1 || h.Prefix() != wire.DefaultPrefix {
 		t.Fatal("lookup")
 	}
 	if err := h.SetFaults("nope", Faults{}); !errors.Is(err, ErrUnknownDevice) {
@@ -163,12 +163,12 @@ func TestHomeLifecycle(t *testing.T) {
 	if err := h.SetFaults("d", Faults{Jammed: true}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `device "d"`) {
 		t.Fatalf("jamming a light: %v", err)
 	}
-	a.awaitAvail("d", devices.Online)
+	a.awaitAvail("d", wire.Online)
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// A clean shutdown suppresses the last will, so the device says it.
-	a.awaitAvail("d", devices.Offline)
+	a.awaitAvail("d", wire.Offline)
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestHomeReconnectsAfterBrokerRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b2.Close() })
 	a := newAgent(t, b2)
-	a.awaitAvail("d", devices.Online)
+	a.awaitAvail("d", wire.Online)
 	if err := d.WaitOnline(t.Context()); err != nil {
 		t.Fatal(err)
 	}

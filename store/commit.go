@@ -100,7 +100,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 	// The mission and its events go into one buffer, sized from the last
 	// write's: growing it piecemeal cost more than encoding the events.
 	buf := make([]byte, 0, writeSizeHint.Load()+512)
-	buf, err := m.AppendJSON(buf)
+	buf, err := appendMission(buf, m)
 	if err != nil {
 		return nil, fmt.Errorf("encode mission %q: %w", m.ID, err)
 	}
@@ -131,7 +131,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 		}
 		ev.MissionID = m.ID
 		start := len(buf)
-		if buf, err = ev.AppendJSON(buf); err != nil {
+		if buf, err = appendEvent(buf, &ev); err != nil {
 			return nil, fmt.Errorf("encode event %d of mission %q: %w", ev.Seq, m.ID, err)
 		}
 		w.events = append(w.events, eventRec{ev.Seq, buf[start:len(buf):len(buf)]})

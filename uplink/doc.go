@@ -1,26 +1,14 @@
-// Package uplink connects a gateway to the hub: a store-and-forward sync
-// of mission events from the store's transactional outbox, gateway
-// presence and heartbeats, and remote control requests from the hub.
-// protocol.go is the wire contract shared with cmd/hub; docs/protocol.md
-// ("Hub sync") describes it.
+// Package uplink is the wire protocol between gateways and the hub: the
+// topics, the messages (event batches and their acks, presence,
+// heartbeats, control requests and results) and their checked decoders.
+// docs/protocol.md ("Hub sync") is the contract in prose.
 //
-// # Delivery
+// It is a package of its own so that the hub links the messages it
+// speaks and nothing of the agent: the gateway's sender, which reads the
+// store's outbox, is package agent/hubsync. uplink imports only driver,
+// for the mission events and summaries a batch carries.
 //
-// The outbox is the sync's only state. Run reads it in seq order,
-// publishes batches at QoS 1, keeps a bounded window of unacknowledged
-// batches and deletes entries only when the hub's ack arrives. After a
-// resend timeout, a reconnect or a restart it sends again from the oldest
-// unacknowledged entry; the hub deduplicates by (gateway, mission, event
-// seq). Delivery is therefore at least once, in outbox order, which keeps
-// each mission's events in order.
-//
-// # Concurrency and lifetime
-//
-// Run owns one paho client for its whole life: it connects, reconnects on
-// its own (the hub being unreachable is not an error) and disconnects
-// when its context ends, after publishing the offline status. paho's
-// handlers only record what arrived and wake Run's loop, which does all
-// publishing; control requests are handled one at a time by a second
-// goroutine that Run waits for. Notify, Observe and Stats are safe from
-// any goroutine. An Uplink runs once; make a new one to run again.
+// Every decoder rejects a message over MaxMessage before reading it,
+// and every decoding error wraps ErrMessage. Messages are plain values,
+// safe to share once decoded.
 package uplink

@@ -147,15 +147,13 @@ type ControlResult struct {
 	Code      string       `json:"code,omitempty"`
 }
 
-// Sentinel errors of the package.
-var (
-	// ErrMessage is wrapped by every decoding error.
-	ErrMessage = errors.New("invalid hub message")
-	// ErrOptions wraps every invalid-options error of New.
-	ErrOptions = errors.New("invalid uplink options")
-	// ErrRunning means Run was called on an Uplink that already ran.
-	ErrRunning = errors.New("uplink already ran")
-)
+// ErrMessage is wrapped by every decoding error.
+var ErrMessage = errors.New("invalid hub message")
+
+// DefaultClientID is a gateway's MQTT client ID on the hub's broker
+// unless it is configured otherwise. The hub's broker reserves these IDs
+// for the gateways they name, so it is part of the contract.
+func DefaultClientID(gateway string) string { return "sortie-gw-" + gateway }
 
 func decode(b []byte, v any) error {
 	if len(b) > MaxMessage {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/broker/passwd"
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -47,7 +47,7 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	case !slices.Contains(agent.Roles, *role):
 		return bad(fmt.Sprintf("-role %q must be one of %s", *role, strings.Join(agent.Roles, ", ")))
 	case *role == agent.RoleDevice:
-		if err := devices.ValidateDeviceID(name); err != nil {
+		if err := wire.ValidateDeviceID(name); err != nil {
 			return bad(err.Error())
 		}
 	default:

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/conf"
 )
@@ -157,7 +157,7 @@ func DefaultConfig() Config {
 		Broker: BrokerConfig{
 			Embedded:   true,
 			Listen:     "127.0.0.1:1883",
-			Prefix:     devices.DefaultPrefix,
+			Prefix:     wire.DefaultPrefix,
 			AckTimeout: driver.Duration(2 * time.Second),
 		},
 		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080"},

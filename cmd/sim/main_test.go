@@ -12,7 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
-	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 )
 
 const wait = 10 * time.Second
@@ -40,7 +40,7 @@ func TestRunDemoHome(t *testing.T) {
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 
-	topics := devices.Topics{}
+	topics := wire.Topics{}
 	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("agent"))
 	if tok := c.Connect(); !tok.WaitTimeout(wait) || tok.Error() != nil {
 		t.Fatalf("connect %s: %v", url, tok.Error())
@@ -55,7 +55,7 @@ func TestRunDemoHome(t *testing.T) {
 	}
 	select {
 	case b := <-acks:
-		ack, err := devices.DecodeAck(b)
+		ack, err := wire.DecodeAck(b)
 		if err != nil || !ack.OK || ack.State["locked"] != false {
 			t.Fatalf("ack %s: %v", b, err)
 		}

@@ -1,9 +1,10 @@
-package uplink
+package hubsync
 
 import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/mqttlog"
 	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 // Source is the outbox the uplink forwards and trims. *store.DB
@@ -35,7 +37,7 @@ type HeartbeatSource interface {
 	// Heartbeat returns the active mission count and the device inventory
 	// (Active, Devices). The uplink fills in Gateway, Version (if empty),
 	// Uptime, Backlog and Time. It must return promptly.
-	Heartbeat(ctx context.Context) Heartbeat
+	Heartbeat(ctx context.Context) uplink.Heartbeat
 }
 
 // ControlHandler carries out the hub's control requests.
@@ -43,7 +45,7 @@ type ControlHandler interface {
 	// Control performs c and says how it went. Requests are handled one
 	// at a time, in arrival order; ctx ends after Options.ControlTimeout
 	// or when the uplink stops. The result's ID is set to c.ID.
-	Control(ctx context.Context, c Control) ControlResult
+	Control(ctx context.Context, c uplink.Control) uplink.ControlResult
 }
 
 // Defaults for Options.
@@ -56,6 +58,14 @@ const (
 	DefaultMaxReconnect      = 30 * time.Second
 	DefaultControlTimeout    = 30 * time.Second
 	controlQueue             = 64
+)
+
+// Sentinel errors of the package.
+var (
+	// ErrOptions wraps every invalid-options error of New.
+	ErrOptions = errors.New("invalid uplink options")
+	// ErrRunning means Run was called on an Uplink that already ran.
+	ErrRunning = errors.New("uplink already ran")
 )
 
 // Control result codes set by the uplink itself.
@@ -123,7 +133,7 @@ func (o *Options) withDefaults() error {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if o.ClientID == "" {
-		o.ClientID = DefaultClientID(o.Gateway)
+		o.ClientID = uplink.DefaultClientID(o.Gateway)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -173,7 +183,7 @@ type Stats struct {
 // Notify and Stats may be called from any goroutine.
 type Uplink struct {
 	opts    Options
-	topics  Topics
+	topics  uplink.Topics
 	log     *slog.Logger
 	started time.Time
 
@@ -199,7 +209,7 @@ func New(opts Options) (*Uplink, error) {
 	}
 	return &Uplink{
 		opts:     opts,
-		topics:   Topics{Prefix: opts.Prefix},
+		topics:   uplink.Topics{Prefix: opts.Prefix},
 		log:      opts.Logger.With("component", "uplink", "gateway", opts.Gateway),
 		started:  opts.Now(),
 		wake:     make(chan struct{}, 1),
@@ -272,7 +282,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 	if !u.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
-	offline, err := json.Marshal(Status{Gateway: u.opts.Gateway, State: StateOffline, Version: u.opts.Version, Started: u.started})
+	offline, err := json.Marshal(uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Version: u.opts.Version, Started: u.started})
 	if err != nil {
 		return fmt.Errorf("uplink: encode will: %w", err)
 	}
@@ -329,7 +339,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 // suppresses the will, and disconnects.
 func (u *Uplink) goodbye(client mqtt.Client) {
 	if client.IsConnectionOpen() {
-		st := Status{Gateway: u.opts.Gateway, State: StateOffline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+		st := uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
 		if b, err := json.Marshal(st); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), u.opts.Timeout)
 			if err := waitToken(ctx, client.Publish(u.topics.Status(u.opts.Gateway), 1, true, b)); err != nil {
@@ -376,7 +386,7 @@ func (u *Uplink) publishRaw(ctx context.Context, client mqtt.Client, topic strin
 // published is cut down to it on arrival: a stray or forged ack must not
 // delete entries the hub never had, now or once they are sent.
 func (u *Uplink) onAck(_ mqtt.Client, m mqtt.Message) {
-	a, err := DecodeAck(m.Payload())
+	a, err := uplink.DecodeAck(m.Payload())
 	if err != nil {
 		u.log.Warn("bad ack from hub", "err", err)
 		return
@@ -430,8 +440,8 @@ func (u *Uplink) serveControls(ctx context.Context, client mqtt.Client) {
 
 // control decodes and performs one request. A request that does not
 // decode is answered with its id when one can be read.
-func (u *Uplink) control(ctx context.Context, b []byte) (res ControlResult) {
-	c, err := DecodeControl(b)
+func (u *Uplink) control(ctx context.Context, b []byte) (res uplink.ControlResult) {
+	c, err := uplink.DecodeControl(b)
 	if err != nil {
 		var loose struct {
 			ID string `json:"id"`
@@ -440,15 +450,15 @@ func (u *Uplink) control(ctx context.Context, b []byte) (res ControlResult) {
 		if driver.ValidateID("control id", loose.ID) != nil {
 			loose.ID = "invalid"
 		}
-		return ControlResult{ID: loose.ID, Error: err.Error(), Code: CodeInvalid}
+		return uplink.ControlResult{ID: loose.ID, Error: err.Error(), Code: CodeInvalid}
 	}
 	if u.opts.Control == nil {
-		return ControlResult{ID: c.ID, Error: "this gateway takes no control requests", Code: CodeUnsupported}
+		return uplink.ControlResult{ID: c.ID, Error: "this gateway takes no control requests", Code: CodeUnsupported}
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			u.log.Error("control handler panicked", "id", c.ID, "action", c.Action, "panic", r)
-			res = ControlResult{ID: c.ID, Error: fmt.Sprintf("internal error: %v", r), Code: CodeInternal}
+			res = uplink.ControlResult{ID: c.ID, Error: fmt.Sprintf("internal error: %v", r), Code: CodeInternal}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, u.opts.ControlTimeout)
@@ -471,7 +481,3 @@ func (noStore) All() []string                     { return nil }
 func (noStore) Del(string)                        {}
 func (noStore) Close()                            {}
 func (noStore) Reset()                            {}
-
-// DefaultClientID is a gateway's client ID on the hub's broker unless
-// Options.ClientID says otherwise.
-func DefaultClientID(gateway string) string { return "sortie-gw-" + gateway }

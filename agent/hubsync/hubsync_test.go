@@ -1,4 +1,4 @@
-package uplink
+package hubsync
 
 import (
 	"context"
@@ -12,12 +12,13 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 type fakeHealth struct{}
 
-func (fakeHealth) Heartbeat(context.Context) Heartbeat {
-	return Heartbeat{Active: 2, Devices: []DeviceState{{ID: "lamp-1", Type: "light", Online: true}, {ID: "lock-1", Type: "lock"}}}
+func (fakeHealth) Heartbeat(context.Context) uplink.Heartbeat {
+	return uplink.Heartbeat{Active: 2, Devices: []uplink.DeviceState{{ID: "lamp-1", Type: "light", Online: true}, {ID: "lock-1", Type: "lock"}}}
 }
 
 func TestSyncDeliversAndDeletesAfterAck(t *testing.T) {
@@ -125,7 +126,7 @@ func TestSyncSurvivesBrokerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
-	t.Cleanup(func() { b2.Close() })
+	t.Cleanup(func() { _ = b2.Close() }) // as simulator.TestBroker does: the test is over
 
 	// Nothing was acked before the restart, so everything is resent.
 	h.waitFor("15 entries", h.has(15))
@@ -199,11 +200,11 @@ func TestPresence(t *testing.T) {
 	lastState := func(h *hub, want string) func() bool {
 		return func() bool { return len(h.statuses) > 0 && h.statuses[len(h.statuses)-1].State == want }
 	}
-	h.waitFor("online", lastState(h, StateOnline))
+	h.waitFor("online", lastState(h, uplink.StateOnline))
 
 	// A late subscriber gets the retained status.
 	late := newHub(t, b.URL())
-	late.waitFor("retained online", lastState(late, StateOnline))
+	late.waitFor("retained online", lastState(late, uplink.StateOnline))
 	late.mu.Lock()
 	if s := late.statuses[len(late.statuses)-1]; s.Gateway != gw || s.Version != "1.2.3" || s.Started.IsZero() {
 		t.Errorf("retained status = %+v", s)
@@ -215,36 +216,36 @@ func TestPresence(t *testing.T) {
 	// takes over its session, and mochi then drops the will.)
 	px.setDown(true)
 	px.cut()
-	h.waitFor("offline (will)", lastState(h, StateOffline))
+	h.waitFor("offline (will)", lastState(h, uplink.StateOffline))
 	waitStats(t, u, "disconnected", func(s Stats) bool { return !s.Connected })
 	px.setDown(false)
-	h.waitFor("online again", lastState(h, StateOnline))
+	h.waitFor("online again", lastState(h, uplink.StateOnline))
 	waitStats(t, u, "reconnected", func(s Stats) bool { return s.Connects == 2 && s.Connected })
 
 	// A clean stop says offline itself; the will is not sent on DISCONNECT.
 	stop()
-	h.waitFor("offline (stop)", lastState(h, StateOffline))
+	h.waitFor("offline (stop)", lastState(h, uplink.StateOffline))
 	late2 := newHub(t, b.URL())
-	late2.waitFor("retained offline", lastState(late2, StateOffline))
+	late2.waitFor("retained offline", lastState(late2, uplink.StateOffline))
 }
 
 // recordingControl answers trigger requests and records what it got.
 type recordingControl struct {
 	mu  sync.Mutex
-	got []Control
+	got []uplink.Control
 }
 
-func (r *recordingControl) Control(_ context.Context, c Control) ControlResult {
+func (r *recordingControl) Control(_ context.Context, c uplink.Control) uplink.ControlResult {
 	r.mu.Lock()
 	r.got = append(r.got, c)
 	r.mu.Unlock()
 	switch c.Action {
-	case ActionTrigger:
-		return ControlResult{OK: true, MissionID: "m-" + c.RequestID, State: driver.StatePending}
-	case ActionPause:
+	case uplink.ActionTrigger:
+		return uplink.ControlResult{OK: true, MissionID: "m-" + c.RequestID, State: driver.StatePending}
+	case uplink.ActionPause:
 		panic("pause exploded")
 	default:
-		return ControlResult{Error: "no such mission", Code: "not_found"}
+		return uplink.ControlResult{Error: "no such mission", Code: "not_found"}
 	}
 }
 
@@ -261,17 +262,17 @@ func TestControl(t *testing.T) {
 	for i, tc := range []struct {
 		name    string
 		payload any
-		want    ControlResult
+		want    uplink.ControlResult
 	}{
-		{"trigger", Control{ID: "c1", Action: ActionTrigger, Scene: "go_home", RequestID: "r1", Params: map[string]any{"x": 1.0}},
-			ControlResult{ID: "c1", OK: true, MissionID: "m-r1", State: driver.StatePending}},
-		{"handler error", Control{ID: "c2", Action: ActionCancel, MissionID: "nope"},
-			ControlResult{ID: "c2", Error: "no such mission", Code: "not_found"}},
-		{"handler panic", Control{ID: "c3", Action: ActionPause, MissionID: "m1"},
-			ControlResult{ID: "c3", Error: "internal error: pause exploded", Code: CodeInternal}},
-		{"not json", []byte(`{"id":`), ControlResult{ID: "invalid", Code: CodeInvalid}},
-		{"unknown action", []byte(`{"id":"c5","action":"explode"}`), ControlResult{ID: "c5", Code: CodeInvalid}},
-		{"bad id", []byte(`{"id":"a/b","action":"trigger","scene":"s"}`), ControlResult{ID: "invalid", Code: CodeInvalid}},
+		{"trigger", uplink.Control{ID: "c1", Action: uplink.ActionTrigger, Scene: "go_home", RequestID: "r1", Params: map[string]any{"x": 1.0}},
+			uplink.ControlResult{ID: "c1", OK: true, MissionID: "m-r1", State: driver.StatePending}},
+		{"handler error", uplink.Control{ID: "c2", Action: uplink.ActionCancel, MissionID: "nope"},
+			uplink.ControlResult{ID: "c2", Error: "no such mission", Code: "not_found"}},
+		{"handler panic", uplink.Control{ID: "c3", Action: uplink.ActionPause, MissionID: "m1"},
+			uplink.ControlResult{ID: "c3", Error: "internal error: pause exploded", Code: CodeInternal}},
+		{"not json", []byte(`{"id":`), uplink.ControlResult{ID: "invalid", Code: CodeInvalid}},
+		{"unknown action", []byte(`{"id":"c5","action":"explode"}`), uplink.ControlResult{ID: "c5", Code: CodeInvalid}},
+		{"bad id", []byte(`{"id":"a/b","action":"trigger","scene":"s"}`), uplink.ControlResult{ID: "invalid", Code: CodeInvalid}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.publish(h.topics.Control(gw), tc.payload)
@@ -319,13 +320,13 @@ func TestControlOnForeignTopicIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, topic := range []string{Topics{}.Control("gw-02"), Topics{}.Control(gw) + "/x", Topics{Prefix: "other"}.Control(gw)} {
+	for _, topic := range []string{uplink.Topics{}.Control("gw-02"), uplink.Topics{}.Control(gw) + "/x", uplink.Topics{Prefix: "other"}.Control(gw)} {
 		u.onControl(nil, message{topic, []byte(`{"id":"c1","action":"cancel","mission_id":"m"}`)})
 	}
 	if n := len(u.controls); n != 0 {
 		t.Errorf("%d foreign requests queued", n)
 	}
-	u.onControl(nil, message{Topics{}.Control(gw), []byte(`{}`)})
+	u.onControl(nil, message{uplink.Topics{}.Control(gw), []byte(`{}`)})
 	if n := len(u.controls); n != 1 {
 		t.Errorf("own request not queued (%d)", n)
 	}

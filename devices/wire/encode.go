@@ -1,9 +1,9 @@
-package devices
+package wire
 
 import (
 	"strconv"
 
-	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/jsonenc"
 )
 
 // The messages of every step, a command one way and an ack and a state
@@ -16,24 +16,24 @@ import (
 func (c *Command) AppendJSON(dst []byte) ([]byte, error) {
 	var err error
 	dst = append(dst, `{"id":`...)
-	dst = driver.AppendJSONString(dst, c.ID)
+	dst = jsonenc.AppendString(dst, c.ID)
 	dst = append(dst, `,"action":`...)
-	dst = driver.AppendJSONString(dst, c.Action)
+	dst = jsonenc.AppendString(dst, c.Action)
 	if len(c.Params) > 0 {
 		dst = append(dst, `,"params":`...)
-		if dst, err = driver.AppendJSONValue(dst, c.Params); err != nil {
+		if dst, err = jsonenc.AppendValue(dst, c.Params); err != nil {
 			return nil, err
 		}
 	}
 	dst = append(dst, `,"attempt":`...)
 	dst = strconv.AppendInt(dst, int64(c.Attempt), 10)
 	dst = append(dst, `,"expires":`...)
-	if dst, err = driver.AppendJSONTime(dst, c.Expires); err != nil {
+	if dst, err = jsonenc.AppendTime(dst, c.Expires); err != nil {
 		return nil, err
 	}
 	if c.TraceID != "" {
 		dst = append(dst, `,"trace_id":`...)
-		dst = driver.AppendJSONString(dst, c.TraceID)
+		dst = jsonenc.AppendString(dst, c.TraceID)
 	}
 	return append(dst, '}'), nil
 }
@@ -42,27 +42,27 @@ func (c *Command) AppendJSON(dst []byte) ([]byte, error) {
 func (a *Ack) AppendJSON(dst []byte) ([]byte, error) {
 	var err error
 	dst = append(dst, `{"id":`...)
-	dst = driver.AppendJSONString(dst, a.ID)
+	dst = jsonenc.AppendString(dst, a.ID)
 	dst = append(dst, `,"ok":`...)
 	dst = strconv.AppendBool(dst, a.OK)
 	if a.Error != nil {
 		dst = append(dst, `,"error":{"code":`...)
-		dst = driver.AppendJSONString(dst, a.Error.Code)
+		dst = jsonenc.AppendString(dst, a.Error.Code)
 		if a.Error.Message != "" {
 			dst = append(dst, `,"message":`...)
-			dst = driver.AppendJSONString(dst, a.Error.Message)
+			dst = jsonenc.AppendString(dst, a.Error.Message)
 		}
 		dst = append(dst, '}')
 	}
 	if len(a.State) > 0 {
 		dst = append(dst, `,"state":`...)
-		if dst, err = driver.AppendJSONValue(dst, a.State); err != nil {
+		if dst, err = jsonenc.AppendValue(dst, a.State); err != nil {
 			return nil, err
 		}
 	}
 	if len(a.Prior) > 0 {
 		dst = append(dst, `,"prior":`...)
-		if dst, err = driver.AppendJSONValue(dst, a.Prior); err != nil {
+		if dst, err = jsonenc.AppendValue(dst, a.Prior); err != nil {
 			return nil, err
 		}
 	}
@@ -75,12 +75,12 @@ func (s *StateReport) AppendJSON(dst []byte) ([]byte, error) {
 	dst = append(dst, `{"state":`...)
 	if s.State == nil {
 		dst = append(dst, "null"...)
-	} else if dst, err = driver.AppendJSONValue(dst, s.State); err != nil {
+	} else if dst, err = jsonenc.AppendValue(dst, s.State); err != nil {
 		return nil, err
 	}
 	if !s.Time.IsZero() {
 		dst = append(dst, `,"ts":`...)
-		if dst, err = driver.AppendJSONTime(dst, s.Time); err != nil {
+		if dst, err = jsonenc.AppendTime(dst, s.Time); err != nil {
 			return nil, err
 		}
 	}

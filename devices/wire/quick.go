@@ -1,4 +1,4 @@
-package devices
+package wire
 
 import (
 	"encoding/json"
@@ -150,10 +150,10 @@ func (q *quick) value(depth int) any {
 		q.bad = true
 		return nil
 	}
-	switch c := q.peek(); {
-	case c == '{':
+	switch q.peek() {
+	case '{':
 		return q.object(depth + 1)
-	case c == '[':
+	case '[':
 		q.i++
 		out := []any{}
 		if q.peek() == ']' {
@@ -170,15 +170,15 @@ func (q *quick) value(depth int) any {
 			break
 		}
 		return out
-	case c == '"':
+	case '"':
 		return q.str()
-	case c == 't':
+	case 't':
 		q.word("true")
 		return true
-	case c == 'f':
+	case 'f':
 		q.word("false")
 		return false
-	case c == 'n':
+	case 'n':
 		q.word("null")
 		return nil
 	default:

@@ -1,4 +1,4 @@
-package uplink
+package hubsync
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 // sender is Run's loop: it owns the connection's subscriptions, presence,
@@ -105,7 +106,7 @@ func (s *sender) connection(ctx context.Context) {
 		}))
 	cancel()
 	if err == nil {
-		st := Status{Gateway: gw, State: StateOnline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+		st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
 		err = u.publish(ctx, s.client, u.topics.Status(gw), true, st)
 	}
 	if err != nil {
@@ -234,23 +235,23 @@ func (s *sender) fill(ctx context.Context) {
 // and says how many that is.
 func (u *Uplink) encodeBatch(es []store.OutboxEntry) ([]byte, int, error) {
 	for n := len(es); ; n /= 2 {
-		b := Batch{Gateway: u.opts.Gateway, Entries: make([]Entry, n)}
+		b := uplink.Batch{Gateway: u.opts.Gateway, Entries: make([]uplink.Entry, n)}
 		for i, e := range es[:n] {
-			b.Entries[i] = Entry(e)
+			b.Entries[i] = uplink.Entry(e)
 		}
 		p, err := json.Marshal(b)
 		if err != nil {
 			return nil, 0, fmt.Errorf("encode batch: %w", err)
 		}
-		if len(p) <= MaxMessage {
+		if len(p) <= uplink.MaxMessage {
 			return p, n, nil
 		}
 		if n == 1 {
 			// Step labels are a convenience the hub can do without.
 			b.Entries[0].Mission.StepIDs = nil
 			p, err := json.Marshal(b)
-			if err != nil || len(p) > MaxMessage {
-				return nil, 0, fmt.Errorf("encode batch: entry %d is %d bytes, over %d", es[0].Seq, len(p), MaxMessage)
+			if err != nil || len(p) > uplink.MaxMessage {
+				return nil, 0, fmt.Errorf("encode batch: entry %d is %d bytes, over %d", es[0].Seq, len(p), uplink.MaxMessage)
 			}
 			return p, 1, nil
 		}
@@ -263,7 +264,7 @@ func (s *sender) heartbeat(ctx context.Context) {
 	if !s.up {
 		return
 	}
-	var h Heartbeat
+	var h uplink.Heartbeat
 	if u.opts.Heartbeat != nil {
 		h = u.opts.Heartbeat.Heartbeat(ctx)
 	}
@@ -276,7 +277,7 @@ func (s *sender) heartbeat(ctx context.Context) {
 	h.Backlog = u.opts.Source.OutboxLen()
 	h.Time = now
 	if h.Devices == nil {
-		h.Devices = []DeviceState{}
+		h.Devices = []uplink.DeviceState{}
 	}
 	if err := u.publish(ctx, s.client, u.topics.Heartbeat(u.opts.Gateway), false, h); err != nil {
 		u.log.Warn("publish heartbeat", "err", err)

@@ -1,4 +1,4 @@
-package uplink
+package hubsync
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 const gw = "gw-01"
@@ -33,7 +34,11 @@ func openStore(tb testing.TB, path string) *store.DB {
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}
-	tb.Cleanup(func() { db.Close() })
+	tb.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			tb.Errorf("close store: %v", err)
+		}
+	})
 	return db
 }
 
@@ -97,18 +102,18 @@ func (w *world) steps(k, n int) {
 type hub struct {
 	tb     testing.TB
 	client mqtt.Client
-	topics Topics
+	topics uplink.Topics
 
 	mu        sync.Mutex
 	changed   chan struct{}
 	ready     bool
-	entries   []Entry // first copies, in arrival order
+	entries   []uplink.Entry // first copies, in arrival order
 	seen      map[string]bool
 	received  int // entries received, duplicates included
 	maxSeq    uint64
-	statuses  []Status
-	beats     []Heartbeat
-	results   []ControlResult
+	statuses  []uplink.Status
+	beats     []uplink.Heartbeat
+	results   []uplink.ControlResult
 	malformed int
 }
 
@@ -155,7 +160,7 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 	h.record(func() {
 		switch topic {
 		case h.topics.Events(gw):
-			b, err := DecodeBatch(p)
+			b, err := uplink.DecodeBatch(p)
 			if err != nil {
 				h.malformed++
 				return
@@ -170,17 +175,17 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 				}
 			}
 		case h.topics.Status(gw):
-			if s, err := DecodeStatus(p); err == nil {
+			if s, err := uplink.DecodeStatus(p); err == nil {
 				h.statuses = append(h.statuses, s)
 			} else if len(p) > 0 {
 				h.malformed++
 			}
 		case h.topics.Heartbeat(gw):
-			if b, err := DecodeHeartbeat(p); err == nil {
+			if b, err := uplink.DecodeHeartbeat(p); err == nil {
 				h.beats = append(h.beats, b)
 			}
 		case h.topics.ControlResult(gw):
-			if r, err := DecodeControlResult(p); err == nil {
+			if r, err := uplink.DecodeControlResult(p); err == nil {
 				h.results = append(h.results, r)
 			} else {
 				h.malformed++
@@ -227,7 +232,7 @@ func (h *hub) publish(topic string, v any) {
 	}
 }
 
-func (h *hub) ack(upto uint64) { h.publish(h.topics.Ack(gw), Ack{Upto: upto}) }
+func (h *hub) ack(upto uint64) { h.publish(h.topics.Ack(gw), uplink.Ack{Upto: upto}) }
 
 // got lists the first copies as "mission/seq", in arrival order.
 func (h *hub) got() []string {
@@ -354,12 +359,12 @@ func startProxy(tb testing.TB, to string) *proxy {
 			down := p.down
 			p.mu.Unlock()
 			if down {
-				c.Close()
+				_ = c.Close() // refused: the client sees the broker down
 				continue
 			}
 			up, err := net.Dial("tcp", to)
 			if err != nil {
-				c.Close()
+				_ = c.Close() // the broker is gone: so is this connection
 				continue
 			}
 			p.mu.Lock()
@@ -368,14 +373,16 @@ func startProxy(tb testing.TB, to string) *proxy {
 			for _, pair := range [][2]net.Conn{{c, up}, {up, c}} {
 				p.wg.Go(func() {
 					_, _ = io.Copy(pair[0], pair[1])
-					pair[0].Close()
-					pair[1].Close()
+					// One side ended: end the other; their errors are
+					// the cut the test made.
+					_ = pair[0].Close()
+					_ = pair[1].Close()
 				})
 			}
 		}
 	})
 	tb.Cleanup(func() {
-		ln.Close()
+		_ = ln.Close() // ends the accept loop; nothing else to report
 		p.cut()
 		p.wg.Wait()
 	})
@@ -390,7 +397,7 @@ func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
-		c.Close()
+		_ = c.Close() // a cut is the point; a connection already gone is fine
 	}
 	p.conns = nil
 }
