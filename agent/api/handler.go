@@ -81,11 +81,13 @@ type Options struct {
 	Backup func() (io.ReadCloser, int64, error)
 }
 
-// api is the management API. It serves JSON under /api/ and the health
-// checks; startHTTP mounts it next to /metrics.
+// Handler is the management API, an http.Handler: JSON under /api/ and
+// the health checks /healthz and /readyz. The agent mounts it next to
+// /metrics. Safe for concurrent use.
 type Handler struct {
 	opts  Options
 	token []byte
+	mux   *http.ServeMux
 	// stopped ends when the HTTP server begins shutting down: requests
 	// still waiting then answer 503 instead of hanging.
 	stopped  context.Context
@@ -96,11 +98,16 @@ type Handler struct {
 	backingUp atomic.Bool
 }
 
+// New returns the API over the agent's parts in o.
 func New(o Options) *Handler {
-	s := &Handler{opts: o, token: []byte(o.Token)}
+	s := &Handler{opts: o, token: []byte(o.Token), mux: http.NewServeMux()}
+	s.Register(s.mux)
 	s.stopped, s.stop = context.WithCancel(context.Background())
 	return s
 }
+
+// ServeHTTP serves the API's routes.
+func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // Shutdown marks the API as stopping, so that requests still waiting
 // answer 503 instead of holding the server's shutdown; register it with
