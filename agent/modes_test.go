@@ -447,28 +447,43 @@ func TestStopWaitsForTheTriggerBeingDecided(t *testing.T) {
 	}
 }
 
-// TestAfterStopTriggersAreNotDecided pins what happens once Run has
-// returned: nothing decides triggers any more, and nothing says
-// shutting_down. Call queues its trigger and can only end with its own
-// context (here already ended: its cause); an MQTT trigger is queued
-// without a reply (once the queue is full, it is answered overloaded:
-// TestFullQueueRejectsOverloaded). Neither reaches the driver.
-func TestAfterStopTriggersAreNotDecided(t *testing.T) {
+// TestAfterStopTriggersAreAnsweredShuttingDown: once Run has returned,
+// nothing decides triggers any more, so each is answered shutting_down
+// at once (the sender retries with the same request ID when the agent is
+// back) instead of waiting unanswered; none reaches the driver.
+func TestAfterStopTriggersAreAnsweredShuttingDown(t *testing.T) {
 	f := newModesFixture(t)
 	f.run(t).stop(t)
 
-	ctx, cancel := context.WithCancelCause(context.Background())
-	gone := errors.New("caller gave up")
-	cancel(gone)
-	if _, err := f.trig.Call(ctx, scenes.Trigger{Scene: "many", RequestID: "r-late"}); !errors.Is(err, gone) {
-		t.Errorf("Call after stop: %v, want its context's cause", err)
+	rep, err := f.trig.Call(context.Background(), scenes.Trigger{Scene: "many", RequestID: "r-late"})
+	if err != nil || rep.Reason != scenes.ReasonShuttingDown || rep.RequestID != "r-late" {
+		t.Errorf("Call after stop: %+v, %v; want a shutting_down reply", rep, err)
 	}
 	f.publish(`{"scene":"many","request_id":"r-mqtt"}`)
-	if len(f.pub) != 0 || len(f.trig.jobs) != 2 {
-		t.Errorf("after stop: %d replies, %d queued; want both triggers queued, unanswered", len(f.pub), len(f.trig.jobs))
+	select {
+	case s := <-f.pub:
+		if !strings.HasPrefix(s, replyTopic+"r-mqtt ") || !strings.Contains(s, `"reason":"shutting_down"`) {
+			t.Errorf("reply %s, want shutting_down on r-mqtt", s)
+		}
+	default:
+		t.Error("an MQTT trigger after stop got no reply")
 	}
 	if len(f.fake.lookedUp()) != 0 || len(f.fake.submitted()) != 0 {
 		t.Errorf("the driver was asked after stop: lookups %v, submits %v", f.fake.lookedUp(), f.fake.submitted())
+	}
+}
+
+// TestTriggerCaughtByShutdownIsShuttingDown: a trigger a worker takes as
+// Run's context ends is answered shutting_down, not internal: the
+// driver refuses a done context, which is no store failure.
+func TestTriggerCaughtByShutdownIsShuttingDown(t *testing.T) {
+	f := newModesFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.fake.lookupErr = context.Canceled
+	rep := f.trig.submit(ctx, scenes.Trigger{Scene: "many", RequestID: "r-caught"})
+	if rep.Reason != scenes.ReasonShuttingDown {
+		t.Errorf("reply %+v, want shutting_down", rep)
 	}
 }
 

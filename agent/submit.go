@@ -28,6 +28,8 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	// A re-sent request returns the mission it made, whatever its state.
 	if m, err := t.driver.Lookup(ctx, tr.RequestID); err == nil {
 		return t.accepted(tr, m, true)
+	} else if ctx.Err() != nil {
+		return t.shuttingDown(tr)
 	} else if !errors.Is(err, driver.ErrNotFound) {
 		t.log.Error("lookup request", "request", tr.RequestID, "err", err)
 		return t.rejected(tr, scenes.ReasonInternal, "looking up the request failed")
@@ -70,7 +72,7 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	if err != nil {
 		reason := scenes.ReasonInternal
 		switch {
-		case errors.Is(err, driver.ErrClosed):
+		case errors.Is(err, driver.ErrClosed), ctx.Err() != nil:
 			reason = scenes.ReasonShuttingDown
 		case errors.Is(err, driver.ErrInvalid):
 			reason = scenes.ReasonInvalidParam
@@ -110,9 +112,16 @@ func (t *Triggers) accepted(tr scenes.Trigger, m *driver.Mission, duplicate bool
 // safe).
 func (t *Triggers) Call(ctx context.Context, tr scenes.Trigger) (scenes.Reply, error) {
 	done := make(chan scenes.Reply, 1)
+	t.stopMu.RLock()
+	if t.stopped {
+		t.stopMu.RUnlock()
+		return t.shuttingDown(tr), nil
+	}
 	select {
 	case t.jobs <- triggerJob{trigger: &tr, done: done}:
+		t.stopMu.RUnlock()
 	default:
+		t.stopMu.RUnlock()
 		t.metrics.rejected(scenes.ReasonOverloaded)
 		return scenes.Reply{}, api.ErrOverloaded
 	}

@@ -66,6 +66,12 @@ type Triggers struct {
 	topics  agentTopics
 	gateway string
 	jobs    chan triggerJob
+	// stopped is set once Run has stopped deciding: later triggers are
+	// answered shutting_down at once rather than queued unanswered.
+	// Senders hold stopMu's read lock from checking it to queueing, so
+	// that Run's last drain sees every job queued before it was set.
+	stopMu  sync.RWMutex
+	stopped bool
 	metrics *metrics
 
 	mu     sync.Mutex
@@ -177,6 +183,12 @@ func (t *Triggers) takeEnded() []string {
 // onMessage is the trigger subscription's handler, on the MQTT receive
 // path: it only hands the payload on.
 func (t *Triggers) onMessage(_ string, payload []byte) {
+	t.stopMu.RLock()
+	defer t.stopMu.RUnlock()
+	if t.stopped {
+		t.reply(t.shuttingDown(scenes.Trigger{RequestID: requestIDOf(payload)}))
+		return
+	}
 	select {
 	case t.jobs <- triggerJob{payload: payload}:
 	default:
@@ -217,18 +229,53 @@ func (t *Triggers) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case j := <-t.jobs:
-					switch {
-					case j.trigger != nil:
-						j.done <- t.submit(ctx, *j.trigger) // buffered: never blocks
-					default:
-						t.handle(ctx, j.payload)
-					}
+					t.do(ctx, j)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return nil
+	// Whatever came in since is answered, not left waiting: the sender
+	// retries with the same request ID once the agent is back.
+	t.stopMu.Lock()
+	t.stopped = true
+	t.stopMu.Unlock()
+	for {
+		select {
+		case j := <-t.jobs:
+			t.do(ctx, j)
+		default:
+			return nil
+		}
+	}
+}
+
+// do decides one job, or answers shutting_down once ctx has ended (a
+// worker may pick a job in the same instant as the end of ctx, and the
+// driver refuses a done context anyway).
+func (t *Triggers) do(ctx context.Context, j triggerJob) {
+	var rep scenes.Reply
+	switch {
+	case ctx.Err() == nil && j.trigger != nil:
+		rep = t.submit(ctx, *j.trigger)
+	case ctx.Err() == nil:
+		t.handle(ctx, j.payload)
+		return
+	case j.trigger != nil:
+		rep = t.shuttingDown(*j.trigger)
+	default:
+		rep = t.shuttingDown(scenes.Trigger{RequestID: requestIDOf(j.payload)})
+	}
+	if j.done != nil {
+		j.done <- rep // buffered: never blocks
+		return
+	}
+	t.reply(rep)
+}
+
+// shuttingDown is the reply to a trigger that came as the agent stops.
+func (t *Triggers) shuttingDown(tr scenes.Trigger) scenes.Reply {
+	return t.rejected(tr, scenes.ReasonShuttingDown, "the agent is shutting down; send it again (same request_id) once it is back")
 }
 
 // sceneLock returns the lock that serialises mode decisions for a scene.
