@@ -36,7 +36,6 @@ type metrics struct {
 	compensation *prometheus.CounterVec
 	inFlight     prometheus.Gauge
 	rejections   *prometheus.CounterVec
-	missions     *prometheus.GaugeVec
 
 	mu       sync.Mutex
 	begins   map[string]time.Time // mission ID -> begin of the running attempt

@@ -46,7 +46,9 @@ func (c *Client) Call(ctx context.Context, method, path string, body, out any) (
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	// Once the answer is read, closing the body only frees the connection:
+	// its error tells the caller nothing.
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return nil, fmt.Errorf("read answer of %s %s: %w", method, path, err)
@@ -91,7 +93,9 @@ func (c *Client) Send(ctx context.Context, method, path string, body any) (*http
 	if resp.StatusCode < 300 {
 		return resp, nil
 	}
-	defer resp.Body.Close()
+	// The status is the error; a body that cannot be read or closed only
+	// loses its message, which the fallback below replaces.
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var ae Error
 	if json.Unmarshal(raw, &ae) != nil || ae.Error.Message == "" {

@@ -176,7 +176,9 @@ func (p *Progress) Observe(ev driver.Event, m *driver.Mission) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintln(p.out, line)
+	// An observer cannot return an error, and a lost progress line (a
+	// closed terminal) is no reason to stop the mission: drop it.
+	_, _ = fmt.Fprintln(p.out, line)
 }
 
 // roundDur keeps two or three significant digits: 812µs, 4.2ms, 1.35s.

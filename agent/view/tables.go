@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
@@ -35,8 +34,8 @@ func List(list api.MissionList, loc *time.Location, again string) string {
 		b.WriteString("no missions\n")
 		return b.String()
 	}
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSCENE\tSTATE\tDONE\tCREATED\tDURATION\tSOURCE\tERROR")
+	tw := newTable(&b)
+	tw.row("ID\tSCENE\tSTATE\tDONE\tCREATED\tDURATION\tSOURCE\tERROR\n")
 	for _, m := range list.Missions {
 		took := "-"
 		if !m.Finished.IsZero() {
@@ -50,10 +49,10 @@ func List(list api.MissionList, loc *time.Location, again string) string {
 		if m.Undone > 0 {
 			progress += fmt.Sprintf(", %d undone", m.Undone)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Scene, m.State, progress,
+		tw.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Scene, m.State, progress,
 			m.Created.In(loc).Format("2006-01-02 15:04:05"), took, orDash(m.Source), oneLine(m.Error, 60))
 	}
-	_ = tw.Flush()
+	tw.flush()
 	trimmed := trimLines(b.String())
 	b.Reset()
 	b.WriteString(trimmed)
@@ -75,8 +74,8 @@ func oneLine(s string, max int) string {
 // Devices draws the device inventory as a table.
 func Devices(list api.DeviceList) string {
 	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tROOM\tNAME\tONLINE\tSTATE")
+	tw := newTable(&b)
+	tw.row("ID\tTYPE\tROOM\tNAME\tONLINE\tSTATE\n")
 	for _, d := range list.Devices {
 		online := "yes"
 		if !d.Available {
@@ -86,17 +85,17 @@ func Devices(list api.DeviceList) string {
 		if d.State != nil {
 			state = kv(d.State)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Type, orDash(d.Room), orDash(d.Name), online, state)
+		tw.row("%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Type, orDash(d.Room), orDash(d.Name), online, state)
 	}
-	_ = tw.Flush()
+	tw.flush()
 	return trimLines(b.String())
 }
 
 // Scenes draws the scenes and their parameters as a table.
 func Scenes(list api.SceneList) string {
 	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tPRIORITY\tDEADLINE\tSTEPS\tPARAMS\tDESCRIPTION")
+	tw := newTable(&b)
+	tw.row("NAME\tMODE\tPRIORITY\tDEADLINE\tSTEPS\tPARAMS\tDESCRIPTION\n")
 	for _, s := range list.Scenes {
 		var ps []string
 		for _, p := range s.Params {
@@ -110,9 +109,9 @@ func Scenes(list api.SceneList) string {
 			}
 		}
 		sort.Strings(ps)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Mode, s.Priority, s.Deadline, s.Steps,
+		tw.row("%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.Mode, s.Priority, s.Deadline, s.Steps,
 			orDash(strings.Join(ps, " ")), oneLine(orDash(s.Description), 60))
 	}
-	_ = tw.Flush()
+	tw.flush()
 	return trimLines(b.String())
 }

@@ -76,9 +76,9 @@ func Mission(m *driver.Mission, evs []driver.Event, o Options) string {
 }
 
 func renderHeader(b *strings.Builder, m *driver.Mission, o Options) {
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	tw := newTable(b)
 	stamp := func(t time.Time) string { return t.In(o.loc()).Format(stampLayout) }
-	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row := func(k, format string, args ...any) { tw.row("%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	row("Mission", "%s", m.ID)
 	row("Scene", "%s  (priority %d)", m.Type, m.Priority)
 	state := string(m.State)
@@ -115,7 +115,7 @@ func renderHeader(b *strings.Builder, m *driver.Mission, o Options) {
 	if m.Error != "" {
 		row("Error", "%s", m.Error)
 	}
-	_ = tw.Flush()
+	tw.flush()
 }
 
 // resultLine summarises one step (or compensation) result. A delay step
@@ -307,8 +307,8 @@ func undoLabel(st driver.Step) string {
 func renderEvents(b *strings.Builder, m *driver.Mission, evs []driver.Event) {
 	fmt.Fprintf(b, "\nEvents (%d)\n", len(evs))
 	var table strings.Builder
-	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  SEQ\tTIME\tINPUT\tTRANSITION\tSTEP\tATTEMPT\tNOTE")
+	tw := newTable(&table)
+	tw.row("  SEQ\tTIME\tINPUT\tTRANSITION\tSTEP\tATTEMPT\tNOTE\n")
 	for _, ev := range evs {
 		step, attempt := "", ""
 		if ev.StepID != "" {
@@ -338,10 +338,10 @@ func renderEvents(b *strings.Builder, m *driver.Mission, evs []driver.Event) {
 		if ev.Error != "" {
 			noteParts = append(noteParts, ev.Error+codeSuffix(ev.Code))
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.Seq, rel(ev.Time.Sub(m.Meta.Created)), ev.Input, transition,
+		tw.row("  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.Seq, rel(ev.Time.Sub(m.Meta.Created)), ev.Input, transition,
 			orDash(step), orDash(attempt), strings.Join(noteParts, ": "))
 	}
-	_ = tw.Flush()
+	tw.flush()
 	b.WriteString(trimLines(table.String()))
 }
 
@@ -389,6 +389,22 @@ func times(n int) string {
 	}
 	return fmt.Sprintf("%d times", n)
 }
+
+// table is a tabwriter over a strings.Builder. A write to memory cannot
+// fail, so its rows and its flush drop the error here, once, instead of
+// at every call.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(b *strings.Builder) table {
+	return table{tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)}
+}
+
+// row writes one formatted row; cells are separated by tabs and the row
+// ends with a newline.
+func (t table) row(format string, args ...any) { _, _ = fmt.Fprintf(t.tw, format, args...) }
+
+// flush aligns the rows written so far into the builder.
+func (t table) flush() { _ = t.tw.Flush() }
 
 // trimLines drops trailing spaces, which tabwriter leaves on rows whose
 // last cell is empty.

@@ -356,12 +356,14 @@ func paramValue(v string) any {
 // cmdDevices lists the registry's devices with their last known state.
 func cmdDevices(ctx context.Context, args []string, o cliOut) error {
 	var list api.DeviceList
-	return o.list(ctx, "devices", args, "/api/devices", &list, func() string {
+	var warned error
+	err := o.list(ctx, "devices", args, "/api/devices", &list, func() string {
 		if !list.Connected {
-			fmt.Fprintln(o.stderr, "warning: the agent is not connected to the broker; availability and state may be stale")
+			_, warned = fmt.Fprintln(o.stderr, "warning: the agent is not connected to the broker; availability and state may be stale")
 		}
 		return view.Devices(list)
 	})
+	return errors.Join(err, warned)
 }
 
 // cmdScenes lists the scenes the agent can run.

@@ -63,6 +63,23 @@ func TestBaseURL(t *testing.T) {
 	}
 }
 
+// A command whose output cannot be written (a closed pipe, a full disk)
+// fails instead of exiting 0 with nothing printed.
+func TestUnwritableOutputFails(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"help"}, {"passwd", "-generate", "voice"}} {
+		var errb strings.Builder
+		code := run(context.Background(), args, failWriter{}, &errb)
+		if code != 1 || !strings.Contains(errb.String(), os.ErrClosed.Error()) {
+			t.Errorf("%q with an unwritable stdout: exit %d, stderr %q; want 1 and the write error", args, code, errb.String())
+		}
+	}
+}
+
+// failWriter is an output that is gone.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, os.ErrClosed }
+
 // runCLI runs the agent's command line in-process.
 func runCLI(args ...string) (code int, stdout, stderr string) {
 	var out, errb strings.Builder

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sortie-edge/sortie/store"
 )
@@ -35,7 +36,9 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	// WriteBackup checks the copy against the Content-Length; closing the
+	// body after it only frees the connection.
+	defer func() { _ = resp.Body.Close() }()
 	n, err := store.WriteBackup(resp.Body, resp.ContentLength, dst)
 	if err != nil {
 		return err
@@ -44,9 +47,9 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 	if n < 1<<20 {
 		size = fmt.Sprintf("%d KiB", (n+1023)/1024)
 	}
-	fmt.Fprintf(o.stdout, "backup written to %s (%s)\n", dst, size)
-	fmt.Fprintf(o.stdout, "to restore it: stop the agent, then: agent restore -config <agent config> %s\n", dst)
-	return nil
+	_, err = fmt.Fprintf(o.stdout, "backup written to %s (%s)\n"+
+		"to restore it: stop the agent, then: agent restore -config <agent config> %s\n", dst, size, dst)
+	return err
 }
 
 // cmdRestore puts a backup in place of the stopped agent's database,
@@ -60,9 +63,11 @@ func cmdRestore(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return stopFirst(err)
 	}
-	fmt.Fprintf(stdout, "restored %s into %s\n", pos[0], path)
+	var b strings.Builder
+	fmt.Fprintf(&b, "restored %s into %s\n", pos[0], path)
 	for _, k := range kept {
-		fmt.Fprintf(stdout, "kept what it replaced as %s\n", k)
+		fmt.Fprintf(&b, "kept what it replaced as %s\n", k)
 	}
-	return nil
+	_, err = io.WriteString(stdout, b.String())
+	return err
 }

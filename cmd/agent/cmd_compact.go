@@ -22,8 +22,8 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return stopFirst(err)
 	}
-	fmt.Fprintf(stdout, "compacted %s: %.1f MiB -> %.1f MiB\n", path, float64(before)/(1<<20), float64(after)/(1<<20))
-	return nil
+	_, err = fmt.Fprintf(stdout, "compacted %s: %.1f MiB -> %.1f MiB\n", path, float64(before)/(1<<20), float64(after)/(1<<20))
+	return err
 }
 
 // offlineDB parses the command line of an offline command (compact,

@@ -63,9 +63,11 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var b strings.Builder
 	if *generate {
-		fmt.Fprintf(stdout, "# password for %s (give it to the client; it is not shown again): %s\n", name, password)
+		fmt.Fprintf(&b, "# password for %s (give it to the client; it is not shown again): %s\n", name, password)
 	}
-	fmt.Fprintf(stdout, "[[broker.users]]\nname = %q\nrole = %q\npassword_hash = %q\n", name, *role, h)
-	return nil
+	fmt.Fprintf(&b, "[[broker.users]]\nname = %q\nrole = %q\npassword_hash = %q\n", name, *role, h)
+	_, err = io.WriteString(stdout, b.String())
+	return err
 }

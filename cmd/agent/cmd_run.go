@@ -154,7 +154,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if rf.progress {
-		banner(stdout, cfg, a.Addrs())
+		if err := banner(stdout, cfg, a.Addrs()); err != nil {
+			return err
+		}
 	}
 	// Said once everything is closed: "Stopped." must be true by then.
 	bye := "Stopped."
@@ -163,14 +165,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if n, uerr := a.Unfinished(context.Background()); uerr == nil && n > 0 {
 			bye = fmt.Sprintf("Stopped. %d unfinished mission(s) go on at the next start.", n)
 		}
-		fmt.Fprintln(stdout, bye)
+		if _, werr := fmt.Fprintln(stdout, bye); werr != nil {
+			err = errors.Join(err, werr)
+		}
 	}
 	return err
 }
 
 // banner tells someone watching the progress view what is running and
 // how to drive it.
-func banner(w io.Writer, cfg Config, ad agent.Addrs) {
+func banner(w io.Writer, cfg Config, ad agent.Addrs) error {
 	host, port := "BROKER", ""
 	if ad.BrokerListen != "" {
 		host, port, _ = net.SplitHostPort(ad.BrokerListen)
@@ -182,8 +186,9 @@ func banner(w io.Writer, cfg Config, ad agent.Addrs) {
 	if api == "" {
 		api = "(disabled)"
 	}
-	fmt.Fprintf(w, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", cfg.GatewayID, ad.BrokerURL, api, strings.Join(ad.Scenes, ", "))
-	fmt.Fprintf(w, "Trigger one from another terminal:\n  ./bin/agent trigger movie_night\n")
+	var b strings.Builder
+	fmt.Fprintf(&b, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", cfg.GatewayID, ad.BrokerURL, api, strings.Join(ad.Scenes, ", "))
+	b.WriteString("Trigger one from another terminal:\n  ./bin/agent trigger movie_night\n")
 	flags := ""
 	if port != "" && port != "1883" {
 		flags += " -p " + port
@@ -194,6 +199,8 @@ func banner(w io.Writer, cfg Config, ad agent.Addrs) {
 	if ad.BrokerUsers {
 		flags += " -u APP_USER -P PASSWORD"
 	}
-	fmt.Fprintf(w, "  mosquitto_pub -h %s%s -q 1 -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"night-%d\"}'\n", host, flags, ad.TriggerTopic, time.Now().Unix())
-	fmt.Fprintf(w, "Ctrl-C stops (in-flight steps finish first).\n\n")
+	fmt.Fprintf(&b, "  mosquitto_pub -h %s%s -q 1 -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"night-%d\"}'\n", host, flags, ad.TriggerTopic, time.Now().Unix())
+	b.WriteString("Ctrl-C stops (in-flight steps finish first).\n\n")
+	_, err := io.WriteString(w, b.String())
+	return err
 }

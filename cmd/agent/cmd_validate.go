@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/devices"
@@ -52,10 +53,12 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		var le *scenes.LoadError
 		if errors.As(err, &le) {
+			var b strings.Builder
 			for _, fe := range le.Errors {
-				fmt.Fprintln(stderr, fe.Error())
+				b.WriteString(fe.Error() + "\n")
 			}
-			return fmt.Errorf("%d problem(s) in scenes", len(le.Errors))
+			_, werr := io.WriteString(stderr, b.String())
+			return errors.Join(fmt.Errorf("%d problem(s) in scenes", len(le.Errors)), werr)
 		}
 		return err
 	}
@@ -64,9 +67,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var b strings.Builder
 	for _, w := range exposureWarnings(cfg) {
-		fmt.Fprintln(stdout, "warning:", w)
+		b.WriteString("warning: " + w + "\n")
 	}
-	fmt.Fprintf(stdout, "ok: config, %d devices, %d scenes (%v)\n", len(reg.Devices), len(cat.Names()), cat.Names())
-	return nil
+	fmt.Fprintf(&b, "ok: config, %d devices, %d scenes (%v)\n", len(reg.Devices), len(cat.Names()), cat.Names())
+	_, err = io.WriteString(stdout, b.String())
+	return err
 }

@@ -30,12 +30,12 @@ func main() {
 	serving := len(os.Args) < 2 || os.Args[1] == "run" || strings.HasPrefix(os.Args[1], "-")
 	ctx := cli.SignalContext(func() {
 		if serving {
-			fmt.Fprintln(os.Stderr, "shutting down: finishing in-flight steps (signal again to exit now)")
+			_, _ = fmt.Fprintln(os.Stderr, "shutting down: finishing in-flight steps (signal again to exit now)") // a notice; the shutdown goes on regardless
 		}
 	}, func() {
 		// Leases and write-ahead state make an abrupt exit safe: the next
 		// start re-executes whatever step was in flight, with the same key.
-		fmt.Fprintln(os.Stderr, "exiting now")
+		_, _ = fmt.Fprintln(os.Stderr, "exiting now") // as above: the exit follows
 	})
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
 	switch {
 	case len(args) == 0:
-		fmt.Fprint(stderr, usage)
+		_, _ = fmt.Fprint(stderr, usage) // the exit code says it already; nowhere else to report it
 		return cli.ExitUsage
 	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
 		cmd = "help"
@@ -105,9 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "passwd":
 		err = cmdPasswd(args, os.Stdin, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "sortie agent", Version)
+		_, err = fmt.Fprintln(stdout, "sortie agent", Version)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		_, err = fmt.Fprint(stdout, usage)
 	default:
 		err = &usageError{Msg: fmt.Sprintf("unknown command %q", cmd)}
 	}
