@@ -148,7 +148,11 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
 	drv, err := driver.New(driver.Options{Store: db, Logger: log, StopGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +214,7 @@ func (f *apiFixture) do(t *testing.T, method, path, body string, out any) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end: nothing left to report
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("%s %s: Content-Type %q", method, path, ct)
 	}
@@ -272,7 +276,7 @@ func TestAPIAuth(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }() // the status is what this checks
 			var e api.Error
 			_ = json.NewDecoder(resp.Body).Decode(&e)
 			if resp.StatusCode != c.want {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -38,10 +37,7 @@ func TestFeedSkipsUnfollowedEvents(t *testing.T) {
 		return strings.Contains(topic, "/missions/"+follow.Load().(string)+"/")
 	}
 	f.subsAdded = func() uint64 { return uint64(added.Load()) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runUntilCleanup(t, "feed", f.Run)
 
 	seq := uint64(0)
 	ev := func(id string, to driver.State) (driver.Event, *driver.Mission) {
@@ -103,10 +99,7 @@ func TestFeedLateSubscriber(t *testing.T) {
 	b := brokertest.Start(t)
 	f := newFeed(slog.New(slog.NewTextHandler(io.Discard, nil)), brokerPublisher{b}, newAgentTopics("sortie", "home"), "home")
 	f.listened, f.subsAdded = b.Subscribed, b.SubscriptionsAdded
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runUntilCleanup(t, "feed", f.Run)
 	m := &driver.Mission{ID: "m1", Type: "go_home", Steps: make([]driver.Step, 2)}
 	ev := func(seq uint64) driver.Event {
 		return driver.Event{MissionID: "m1", Seq: seq, Input: driver.InBeginStep, To: driver.StateStepRunning, Time: time.Now()}

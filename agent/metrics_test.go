@@ -76,24 +76,39 @@ func TestStepFailureClassLabelIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	}()
 	m := newMetrics()
 	done := make(chan struct{}, 100)
 	h := driver.HandlerFunc(func(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
 		return nil, driver.RetryableError("busy", errors.New("busy"))
 	})
-	d, _ := driver.New(driver.Options{Store: db, Handlers: map[string]driver.Handler{"x": h},
+	d, err := driver.New(driver.Options{Store: db, Handlers: map[string]driver.Handler{"x": h},
 		Observers: []driver.Observer{m, driver.ObserverFunc(func(ev driver.Event, _ *driver.Mission) {
 			if ev.To.Terminal() {
 				done <- struct{}{}
 			}
 		})}})
-	d.Start(context.Background())
-	defer d.Stop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Errorf("stop driver: %v", err)
+		}
+	}()
 	const n = 20
 	for range n {
-		d.Submit(context.Background(), driver.Spec{Type: "s", Steps: []driver.Step{{ID: "a", Kind: "x",
-			Retry: driver.RetryPolicy{MaxAttempts: 3, InitialBackoff: driver.Duration(5 * time.Millisecond), Jitter: 0.5}}}})
+		if _, _, err := d.Submit(context.Background(), driver.Spec{Type: "s", Steps: []driver.Step{{ID: "a", Kind: "x",
+			Retry: driver.RetryPolicy{MaxAttempts: 3, InitialBackoff: driver.Duration(5 * time.Millisecond), Jitter: 0.5}}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for range n {
 		<-done

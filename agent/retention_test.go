@@ -50,12 +50,18 @@ func TestRetentionPolicy(t *testing.T) {
 	if n != 3 { // the ancient one by age, the two oldest recent ones by count
 		t.Errorf("deleted %d, want 3", n)
 	}
-	db.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	db, err = store.Open(path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	}()
 	gone := []string{ancient, recent[0], recent[1]}
 	kept := []string{recent[2], recent[3], recent[4], active}
 	for _, id := range gone {

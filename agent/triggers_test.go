@@ -47,9 +47,7 @@ func TestQueuedRunStartsEvenWhenJobsAreFull(t *testing.T) {
 	done := *running
 	done.State = driver.StateSucceeded
 	trig.Observe(driver.Event{MissionID: "run-1", Input: driver.InComplete, From: driver.StateRunning, To: driver.StateSucceeded}, &done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go trig.Run(ctx)
+	runUntilCleanup(t, "triggers", trig.Run)
 	select {
 	case id := <-spy.resumed:
 		if id != "held-2" {

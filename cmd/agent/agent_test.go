@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -76,7 +75,7 @@ func TestDroppedAckRetriedEffectOnce(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("light got %d commands, want a retry", seen.Load())
 	}
-	light.SetFaults(simulator.Faults{})
+	e.setFaults("living-light", simulator.Faults{})
 	e.waitState(id, driver.StateSucceeded, 30*time.Second)
 	e.waitEvent(id, func(ev agent.EventMessage) bool {
 		return ev.Input == driver.InBeginStep && ev.StepID == "living-light-on" && ev.Attempt >= 2
@@ -116,9 +115,7 @@ func TestFailureCompensatesInReverse(t *testing.T) {
 	e.start()
 	light, kitchen, speaker := e.device("living-light"), e.device("kitchen-light"), e.device("living-speaker")
 	before := map[string]map[string]any{"living-light": light.State(), "kitchen-light": kitchen.State(), "living-speaker": speaker.State()}
-	if err := e.device("front-door").SetFaults(simulator.Faults{Jammed: true}); err != nil {
-		t.Fatal(err)
-	}
+	e.setFaults("front-door", simulator.Faults{Jammed: true})
 	r := e.trigger("movie_night", "r-movie", nil)
 	id := r["mission_id"].(string)
 	e.waitState(id, driver.StateFailed, 60*time.Second)
@@ -197,7 +194,7 @@ func TestSIGTERMThenRestartCompletes(t *testing.T) {
 	p := e.start()
 	// Slow acks keep the mission mid-flight when the signal arrives.
 	for _, id := range []string{"living-light", "living-ac", "living-speaker"} {
-		e.device(id).SetFaults(simulator.Faults{AckDelay: 150 * time.Millisecond})
+		e.setFaults(id, simulator.Faults{AckDelay: 150 * time.Millisecond})
 	}
 	r := e.trigger("go_home", "r-term", nil)
 	id := r["mission_id"].(string)
@@ -217,7 +214,7 @@ func TestSIGKILLThenRestartNoDoubleEffect(t *testing.T) {
 	e := newEnv(t, "")
 	p := e.start()
 	for _, id := range []string{"living-light", "living-ac", "living-speaker"} {
-		e.device(id).SetFaults(simulator.Faults{AckDelay: 200 * time.Millisecond})
+		e.setFaults(id, simulator.Faults{AckDelay: 200 * time.Millisecond})
 	}
 	r := e.trigger("go_home", "r-kill", nil)
 	id := r["mission_id"].(string)
@@ -237,16 +234,15 @@ func TestSIGKILLThenRestartNoDoubleEffect(t *testing.T) {
 func TestValidateReportsBrokenScene(t *testing.T) {
 	dir := t.TempDir()
 	scenesDir := filepath.Join(dir, "scenes")
-	os.MkdirAll(scenesDir, 0o700)
-	os.WriteFile(filepath.Join(scenesDir, "bad.toml"), []byte(`[[scene]]
+	writeFile(t, filepath.Join(scenesDir, "bad.toml"), `[[scene]]
 name = "bad"
 [[scene.step]]
 device = "living-ac"
 action = "set"
 params = { target = 35 }
-`), 0o600)
+`)
 	cfg := filepath.Join(dir, "agent.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("devices = %q\nscenes = %q\n", repoPath(t, "configs/devices.toml"), scenesDir)), 0o600)
+	writeFile(t, cfg, fmt.Sprintf("devices = %q\nscenes = %q\n", repoPath(t, "configs/devices.toml"), scenesDir))
 	out, err := exec.Command(agentBin, "validate", "-config", cfg).CombinedOutput()
 	if err == nil {
 		t.Fatalf("validate accepted a broken scene:\n%s", out)
@@ -275,7 +271,7 @@ func TestSceneModes(t *testing.T) {
 	e.start()
 	// A slow bedroom light keeps good_night's first step in flight.
 	slow := simulator.Faults{AckDelay: 300 * time.Millisecond}
-	e.device("bedroom-light").SetFaults(slow)
+	e.setFaults("bedroom-light", slow)
 	first := e.trigger("good_night", "single-1", nil)["mission_id"].(string)
 	b, _ := json.Marshal(map[string]any{"scene": "good_night", "request_id": "single-2"})
 	e.publish(string(b))
@@ -283,10 +279,10 @@ func TestSceneModes(t *testing.T) {
 		t.Errorf("second single run: %v", r)
 	}
 	e.waitState(first, driver.StateSucceeded, 30*time.Second)
-	e.device("bedroom-light").SetFaults(simulator.Faults{})
+	e.setFaults("bedroom-light", simulator.Faults{})
 
 	// queued: the second run waits, paused, and starts when the first ends.
-	e.device("living-light").SetFaults(slow)
+	e.setFaults("living-light", slow)
 	q1 := e.trigger("leave_home", "queued-1", nil)["mission_id"].(string)
 	r2 := e.trigger("leave_home", "queued-2", nil)
 	if r2["state"] != string(driver.StatePaused) {
@@ -311,10 +307,10 @@ func TestSceneModes(t *testing.T) {
 	if q2Start.IsZero() || q2Start.Before(q1End) {
 		t.Errorf("queued run resumed at %v, before the first ended at %v", q2Start, q1End)
 	}
-	e.device("living-light").SetFaults(simulator.Faults{})
+	e.setFaults("living-light", simulator.Faults{})
 
 	// restart: the running go_home is cancelled (and undone), the new one runs.
-	e.device("living-ac").SetFaults(simulator.Faults{AckDelay: 500 * time.Millisecond})
+	e.setFaults("living-ac", simulator.Faults{AckDelay: 500 * time.Millisecond})
 	g1 := e.trigger("go_home", "restart-1", nil)["mission_id"].(string)
 	e.waitEvent(g1, func(ev agent.EventMessage) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
 	g2 := e.trigger("go_home", "restart-2", nil)["mission_id"].(string)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -79,9 +78,8 @@ var benchLinks = []struct {
 func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	b.Helper()
 	dir := b.TempDir()
-	os.MkdirAll(filepath.Join(dir, "scenes"), 0o700)
-	os.WriteFile(filepath.Join(dir, "scenes", "bench.toml"), []byte(benchScene), 0o600)
-	os.WriteFile(filepath.Join(dir, "home.toml"), []byte(benchHome), 0o600)
+	writeFile(b, filepath.Join(dir, "scenes", "bench.toml"), benchScene)
+	writeFile(b, filepath.Join(dir, "home.toml"), benchHome)
 	cfg := DefaultConfig()
 	cfg.dir = dir
 	cfg.GatewayID = "bench"
@@ -110,7 +108,9 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	go func() { ba.done <- ba.a.Run(ctx) }()
 	b.Cleanup(func() {
 		cancel()
-		<-ba.done
+		if err := <-ba.done; err != nil {
+			b.Errorf("agent: %v", err)
+		}
 		ba.a.Close()
 	})
 	ba.url = ba.a.Addrs().BrokerURL
@@ -134,7 +134,10 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 			RequestID string `json:"request_id"`
 			MissionID string `json:"mission_id"`
 		}
-		json.Unmarshal(m.Payload(), &r)
+		if err := json.Unmarshal(m.Payload(), &r); err != nil {
+			b.Errorf("reply %s: %v", m.Payload(), err)
+			return
+		}
 		ba.mu.Lock()
 		ch := ba.accepted[r.RequestID]
 		ba.mu.Unlock()
@@ -271,7 +274,11 @@ func newBaseline(b *testing.B, url string) *baseline {
 	if bl.db, err = bolt.Open(filepath.Join(b.TempDir(), "raw.db"), 0o600, &bolt.Options{Timeout: time.Second}); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { bl.db.Close() })
+	b.Cleanup(func() {
+		if err := bl.db.Close(); err != nil {
+			b.Errorf("close raw.db: %v", err)
+		}
+	})
 	return bl
 }
 

@@ -322,7 +322,7 @@ func (f *cliFixture) submit(t *testing.T, scene, requestID string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // decoded: nothing left to report
 	var rep scenes.Reply
 	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != http.StatusCreated || rep.MissionID == "" {
 		t.Fatalf("submit %s: %d %+v %v", scene, resp.StatusCode, rep, err)

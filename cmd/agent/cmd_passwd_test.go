@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -37,8 +38,8 @@ func TestPasswdCommand(t *testing.T) {
 
 	for _, args := range [][]string{{}, {"a", "b"}, {"-role", "guest", "voice"}, {"-role", "device", "a/b"}, {"-nope", "x"}} {
 		err := cmdPasswd(args, strings.NewReader("a-long-password\n"), &out, &errb)
-		ue, ok := err.(*usageError)
-		if !ok || ue.Usage != passwdUsage {
+		var ue *usageError
+		if !errors.As(err, &ue) || ue.Usage != passwdUsage {
 			t.Errorf("passwd %q: %v, want a usage error with passwd's usage", args, err)
 		}
 	}

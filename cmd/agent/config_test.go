@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 				path = repoPath(t, "configs/agent.toml")
 			default:
 				path = filepath.Join(t.TempDir(), "agent.toml")
-				os.WriteFile(path, []byte(c.toml), 0o600)
+				writeFile(t, path, c.toml)
 			}
 			cfg, err := LoadConfig(path)
 			if err == nil {
@@ -73,7 +72,7 @@ func TestConfigValidate(t *testing.T) {
 // Validate names every bad field, not only the first.
 func TestConfigValidateReportsAll(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.toml")
-	os.WriteFile(path, []byte("gateway_id = \"a/b\"\n[broker]\nembedded = false\nurl = \"::\"\n[log]\nformat = \"xml\"\n[driver]\nworkers = 0\n"), 0o600)
+	writeFile(t, path, "gateway_id = \"a/b\"\n[broker]\nembedded = false\nurl = \"::\"\n[log]\nformat = \"xml\"\n[driver]\nworkers = 0\n")
 	cfg, err := LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)

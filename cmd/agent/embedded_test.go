@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,12 +77,7 @@ func TestEmbeddedBrokerInProcess(t *testing.T) {
 func TestSimulatedHomeStartBounded(t *testing.T) {
 	defer func(d time.Duration) { agent.HomeStartTimeout = d }(agent.HomeStartTimeout)
 	agent.HomeStartTimeout = time.Second
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "tcp://" + ln.Addr().String()
-	ln.Close() // nothing listens there now
+	url := "tcp://" + freeAddr(t) // nothing listens there now
 	dir := t.TempDir()
 	cfg := DefaultConfig()
 	cfg.dir = dir

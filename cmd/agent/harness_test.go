@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir) // a temporary directory; the result is the tests'
 	os.Exit(code)
 }
 
@@ -132,7 +133,11 @@ func (e *testEnv) connect(url string) {
 	if err := e.home.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.home.Close() })
+	t.Cleanup(func() {
+		if err := e.home.Close(); err != nil {
+			t.Errorf("close home: %v", err)
+		}
+	})
 
 	opts := paho.NewClientOptions().AddBroker(url).SetClientID("test-app-" + e.gw).SetOrderMatters(false)
 	e.app = paho.NewClient(opts)
@@ -253,8 +258,10 @@ func (e *testEnv) start(args ...string) *agentProc {
 	e.proc = p
 	e.t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.exited
+			_ = cmd.Process.Kill() // the test is over; it may be exiting by itself
+			if err := <-p.exited; e.t.Failed() {
+				e.t.Logf("agent ended: %v", err)
+			}
 		}
 		if e.t.Failed() {
 			e.t.Logf("agent log:\n%s", p.log())
@@ -320,12 +327,25 @@ func (p *agentProc) stop(t *testing.T, sig syscall.Signal) int {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.exited:
+	case err := <-p.exited:
+		if err := waitError(err); err != nil {
+			t.Fatalf("agent on %v: %v\n%s", sig, err, p.log())
+		}
 	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
+		_ = p.cmd.Process.Kill() // the test fails: what the kill says adds nothing
 		t.Fatalf("agent did not exit on %v\n%s", sig, p.log())
 	}
 	return p.cmd.ProcessState.ExitCode()
+}
+
+// waitError is the error of exec.Cmd.Wait other than an exit status: a
+// process that ran and ended, however, is not an error here.
+func waitError(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return nil
+	}
+	return err
 }
 
 // trigger publishes a raw trigger payload.
@@ -422,7 +442,7 @@ func (e *testEnv) get(path string, out any) int {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end: nothing left to report
 	b, _ := io.ReadAll(resp.Body)
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -438,4 +458,23 @@ func (e *testEnv) device(id string) *simulator.Device {
 		e.t.Fatalf("no simulated device %s", id)
 	}
 	return d
+}
+
+// setFaults sets the faults of a simulated device.
+func (e *testEnv) setFaults(id string, f simulator.Faults) {
+	e.t.Helper()
+	if err := e.device(id).SetFaults(f); err != nil {
+		e.t.Fatalf("faults of %s: %v", id, err)
+	}
+}
+
+// writeFile writes a file of the test, and its directory if need be.
+func writeFile(tb testing.TB, path, content string) {
+	tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		tb.Fatal(err)
+	}
 }

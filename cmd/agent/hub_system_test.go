@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -32,7 +31,7 @@ func freeAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }() // only its port was wanted
 	return ln.Addr().String()
 }
 
@@ -59,7 +58,7 @@ func startHubProc(t *testing.T, passwords map[string]string) *hubProc {
 		fmt.Fprintf(&gws, "%s = %q\n", gw, hash)
 	}
 	h.cfg = filepath.Join(dir, "hub.toml")
-	os.WriteFile(h.cfg, []byte(fmt.Sprintf(`data_dir = %q
+	writeFile(t, h.cfg, fmt.Sprintf(`data_dir = %q
 [broker]
 listen = %q
 [http]
@@ -68,7 +67,7 @@ token = %q
 [log]
 level = "debug"
 [gateways]
-%s`, filepath.Join(dir, "data"), h.broker, h.http, h.token, gws.String())), 0o600)
+%s`, filepath.Join(dir, "data"), h.broker, h.http, h.token, gws.String()))
 	h.start()
 	return h
 }
@@ -99,8 +98,10 @@ func (h *hubProc) start() {
 	}()
 	h.t.Cleanup(func() {
 		if h.cmd.ProcessState == nil {
-			h.cmd.Process.Kill()
-			<-h.exited
+			_ = h.cmd.Process.Kill() // the test is over; it may be exiting by itself
+			if err := <-h.exited; h.t.Failed() {
+				h.t.Logf("hub ended: %v", err)
+			}
 		}
 		if h.t.Failed() {
 			h.mu.Lock()
@@ -118,9 +119,14 @@ func (h *hubProc) start() {
 }
 
 func (h *hubProc) stop() {
-	h.cmd.Process.Signal(syscall.SIGTERM)
+	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		h.t.Fatal(err)
+	}
 	select {
-	case <-h.exited:
+	case err := <-h.exited:
+		if err != nil {
+			h.t.Errorf("hub on SIGTERM: %v", err)
+		}
 	case <-time.After(20 * time.Second):
 		h.t.Fatal("hub did not stop")
 	}
@@ -142,7 +148,7 @@ func (h *hubProc) api(method, path string, body any, out any) int {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end: nothing left to report
 	b, _ := io.ReadAll(resp.Body)
 	if out != nil && json.Unmarshal(b, out) != nil {
 		h.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
@@ -219,7 +225,7 @@ func (e *testEnv) metricsText() string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end: nothing left to report
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
@@ -347,7 +353,7 @@ func TestHubThreeGateways(t *testing.T) {
 			h.waitOnline(gw)
 		}
 		// A mission on gw1 held up by a slow device, and one on gw3.
-		e1.device("living-ac").SetFaults(simulator.Faults{AckDelay: 1500 * time.Millisecond})
+		e1.setFaults("living-ac", simulator.Faults{AckDelay: 1500 * time.Millisecond})
 		m1 := e1.trigger("go_home", "slow-gw1", nil)["mission_id"].(string)
 		e1.waitEvent(m1, func(ev agent.EventMessage) bool { return ev.Input == driver.InBeginStep && ev.Step == 1 }, 20*time.Second)
 		var res struct {
@@ -360,7 +366,7 @@ func TestHubThreeGateways(t *testing.T) {
 			t.Fatalf("hub cancel: %d %+v", code, res)
 		}
 		e1.waitState(m1, driver.StateCancelled, 30*time.Second)
-		e1.device("living-ac").SetFaults(simulator.Faults{})
+		e1.setFaults("living-ac", simulator.Faults{})
 		wantState(t, e1.device("living-light"), map[string]any{"power": "off"}) // compensated
 
 		// Cancelling gw1's mission through gw3 finds nothing there.
@@ -369,10 +375,10 @@ func TestHubThreeGateways(t *testing.T) {
 		}
 
 		// A failed mission on gw3, retried from the hub once fixed.
-		e3.device("front-door").SetFaults(simulator.Faults{Jammed: true})
+		e3.setFaults("front-door", simulator.Faults{Jammed: true})
 		m3 := e3.trigger("movie_night", "movie-gw3", nil)["mission_id"].(string)
 		e3.waitState(m3, driver.StateFailed, 60*time.Second)
-		e3.device("front-door").SetFaults(simulator.Faults{})
+		e3.setFaults("front-door", simulator.Faults{})
 		if code := h.api("POST", "/api/gateways/gw3/control", map[string]any{"action": "retry", "mission_id": m3}, &res); code != http.StatusOK || !res.OK {
 			t.Fatalf("hub retry: %d %+v", code, res)
 		}

@@ -24,7 +24,11 @@ func fillFinished(b *testing.B, path string, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
 	var wg sync.WaitGroup
 	work := make(chan int)
 	for range 32 {
@@ -64,7 +68,7 @@ func fillFinished(b *testing.B, path string, n int) {
 // set size once it is ready and has settled.
 func agentRSS(b *testing.B, dataDir string) (rss, anon float64) {
 	cfg := filepath.Join(b.TempDir(), "agent.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`data_dir = %q
+	writeFile(b, cfg, fmt.Sprintf(`data_dir = %q
 devices = %q
 scenes = %q
 [broker]
@@ -73,13 +77,17 @@ listen = "127.0.0.1:0"
 listen = "127.0.0.1:0"
 [log]
 format = "json"
-`, dataDir, repoPath(b, "configs/devices.toml"), repoPath(b, "configs/scenes"))), 0o600)
+`, dataDir, repoPath(b, "configs/devices.toml"), repoPath(b, "configs/scenes")))
 	cmd := exec.Command(agentBin, "run", "-config", cfg)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	defer func() {
+		// Sampled and done: the kill and its exit status are expected.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
 	sc := bufio.NewScanner(stderr)
 	ready := false
 	for sc.Scan() {
@@ -119,7 +127,7 @@ func readStatus(b *testing.B, pid int, field string) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
