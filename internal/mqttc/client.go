@@ -1,0 +1,411 @@
+package mqttc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// Defaults for Options fields left zero, and the fixed timings.
+const (
+	DefaultConnectTimeout       = 5 * time.Second
+	DefaultTimeout              = 10 * time.Second
+	DefaultKeepAlive            = 30 * time.Second
+	DefaultMaxReconnectInterval = 10 * time.Second
+	// FailureLogInterval spaces the logs of failed connection attempts.
+	FailureLogInterval = 30 * time.Second
+	// quiesce is how long Close lets the DISCONNECT and what is queued
+	// before it go out.
+	quiesce = 250 * time.Millisecond
+	// firstBackoff is the first wait between connection attempts, and
+	// subBackoff and maxSubBackoff those between subscription attempts.
+	firstBackoff  = 500 * time.Millisecond
+	subBackoff    = 100 * time.Millisecond
+	maxSubBackoff = 5 * time.Second
+)
+
+// Sentinel errors of the package.
+var (
+	// ErrClosed means the Client has been closed.
+	ErrClosed = errors.New("mqtt client closed")
+	// ErrNotConnected means there was no connection to the broker, or it
+	// did not come back in time.
+	ErrNotConnected = errors.New("not connected to the broker")
+	// ErrTimeout means the broker did not answer in time.
+	ErrTimeout = errors.New("no answer from the broker in time")
+	// ErrRefused means the broker refused a subscription (SUBACK 0x80),
+	// which paho reports as a success.
+	ErrRefused = errors.New("subscription refused by the broker")
+	// ErrOptions wraps every invalid-options error of New.
+	ErrOptions = errors.New("invalid mqtt client options")
+)
+
+// Will is a message the broker publishes for the client when its
+// connection ends without a DISCONNECT.
+type Will struct {
+	Topic    string
+	Payload  []byte
+	QoS      byte
+	Retained bool
+}
+
+// Options configures a Client. Broker is required.
+type Options struct {
+	// Broker is the broker's URL: tcp://, ssl://, tls://, mqtts://,
+	// ws:// or wss://.
+	Broker string
+	// ClientID identifies the connection on the broker. Two connections
+	// with the same ID kick each other off.
+	ClientID string
+	// Username and Password authenticate to the broker when Username is
+	// set.
+	Username, Password string
+	// TLS configures ssl://, tls://, mqtts:// and wss:// brokers.
+	TLS *tls.Config
+	// Will, when set, is the connection's last will.
+	Will *Will
+	// KeepAlive is the ping interval; a ping unanswered for a third of
+	// it (at most 10s) ends the connection. Zero means DefaultKeepAlive.
+	KeepAlive time.Duration
+	// ConnectTimeout bounds each connection attempt. Zero means
+	// DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// Timeout bounds Publish and Subscribe, each subscription made at
+	// connection and each write to the network. Zero means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// MaxReconnectInterval caps the backoff between connection attempts.
+	// Zero means DefaultMaxReconnectInterval.
+	MaxReconnectInterval time.Duration
+	// Ordered delivers messages one at a time, in the order the broker
+	// sent them, on one goroutine: for callers whose state depends on the
+	// order (a device's availability, a gateway's batches). A handler
+	// that blocks then holds up every message after it.
+	Ordered bool
+	// Once makes one connection attempt and no reconnection: when that
+	// connection ends the Client is done, and the caller makes a new one
+	// (the simulator's devices do, as a rebooted device would). Connect
+	// then returns the attempt's error, and the Client logs none of its
+	// connection's life: the caller sees all of it.
+	Once bool
+	// Abortable makes Abort work: the Client then dials tcp:// and tls
+	// brokers itself (no websockets, no proxy from the environment).
+	Abortable bool
+	// OnConnect, if set, runs after every connection once the
+	// subscriptions are in place, on the Client's goroutine: it may
+	// publish and wait, but the Client notices nothing (not even a loss)
+	// until it returns, and it must not call Close.
+	OnConnect func()
+	// OnConnectionLost, if set, runs on the Client's goroutine when a
+	// connection that was up ends, but not at Close. It must not block,
+	// nor call Close.
+	OnConnectionLost func(err error)
+	// Logger receives the connection's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() error {
+	if o.Broker == "" {
+		return fmt.Errorf("%w: no broker URL", ErrOptions)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.KeepAlive, DefaultKeepAlive)
+	def(&o.ConnectTimeout, DefaultConnectTimeout)
+	def(&o.Timeout, DefaultTimeout)
+	def(&o.MaxReconnectInterval, DefaultMaxReconnectInterval)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// Client is a connection to an MQTT broker that comes back by itself.
+// It implements the same Publish and Subscribe as the embedded broker's
+// in-process link.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+
+	startOnce sync.Once
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+
+	closed atomic.Bool // set first thing in Close
+	// gate lets Close wait for the handlers already running; stopped,
+	// set under it, turns away the ones that start after.
+	gate    sync.RWMutex
+	stopped bool
+
+	cur  atomic.Pointer[conn] // the connection while it is up and subscribed
+	last atomic.Pointer[conn] // the connection being made, or cur
+
+	mu      sync.Mutex
+	started bool
+	subs    map[string]*sub
+	up      chan struct{} // closed while cur is set; replaced at each loss
+	first   chan struct{} // closed once Connect has its answer
+	firstOK bool          // the first connection was made (Once: or its error is in lastErr)
+	lastErr error         // the last failed attempt's
+}
+
+// sub is one subscription: a filter and its handler.
+type sub struct {
+	filter    string
+	handle    func(topic string, payload []byte)
+	cancelled atomic.Bool
+}
+
+// New checks opts and returns a Client; nothing connects until Start or
+// Connect.
+func New(opts Options) (*Client, error) {
+	if err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Client{
+		opts:   opts,
+		log:    opts.Logger,
+		ctx:    ctx,
+		cancel: cancel,
+		subs:   make(map[string]*sub),
+		up:     make(chan struct{}),
+		first:  make(chan struct{}),
+	}, nil
+}
+
+// Start starts connecting in the background, and reconnecting whenever
+// the connection ends, until Close. Later calls do nothing.
+func (c *Client) Start() {
+	c.startOnce.Do(func() {
+		c.mu.Lock()
+		c.started = true
+		c.mu.Unlock()
+		c.wg.Go(c.run)
+	})
+}
+
+// Connect starts the Client and waits until it is connected, its
+// subscriptions are made and OnConnect has returned, or ctx ends. The
+// Client keeps trying after ctx ends (except with Options.Once); close
+// it if that is not wanted.
+func (c *Client) Connect(ctx context.Context) error {
+	c.Start()
+	select {
+	case <-c.first:
+		c.mu.Lock()
+		ok, err := c.firstOK, c.lastErr
+		c.mu.Unlock()
+		if ok {
+			return nil
+		}
+		return fmt.Errorf("connect %s: %w", c.opts.Broker, err)
+	case <-c.ctx.Done():
+		return ErrClosed
+	case <-ctx.Done():
+		c.mu.Lock()
+		last := c.lastErr
+		c.mu.Unlock()
+		if last != nil {
+			return fmt.Errorf("connect %s: %w: %w", c.opts.Broker, context.Cause(ctx), last)
+		}
+		return fmt.Errorf("connect %s: %w", c.opts.Broker, context.Cause(ctx))
+	}
+}
+
+// Connected reports whether the connection is up and subscribed.
+func (c *Client) Connected() bool { return c.cur.Load() != nil && !c.closed.Load() }
+
+// Subscribe calls handle with each message on a topic matching filter,
+// now and on every later connection, until cancel. Before Start it only
+// records the subscription, which the first connection makes; after, it
+// returns once the broker has granted it, at most Options.Timeout later
+// (a connection coming back within it counts). A filter has one handler:
+// subscribing it again replaces the first. handle must not block; a call
+// already running may finish after cancel returns.
+func (c *Client) Subscribe(filter string, handle func(topic string, payload []byte)) (cancel func(), err error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	s := &sub{filter: filter, handle: handle}
+	c.mu.Lock()
+	if old := c.subs[filter]; old != nil {
+		old.cancelled.Store(true)
+	}
+	c.subs[filter] = s
+	cn, up, started := c.cur.Load(), c.up, c.started
+	c.mu.Unlock()
+	cancel = func() { c.unsubscribe(s) }
+	if !started {
+		return cancel, nil
+	}
+	if cn == nil {
+		// The Client's goroutine makes every recorded subscription before
+		// it declares the next connection up.
+		t := time.NewTimer(c.opts.Timeout)
+		defer t.Stop()
+		select {
+		case <-up:
+			return cancel, nil
+		case <-c.ctx.Done():
+			c.forget(s)
+			return nil, ErrClosed
+		case <-t.C:
+			c.forget(s)
+			return nil, fmt.Errorf("subscribe %s: %w", filter, ErrNotConnected)
+		}
+	}
+	if err := c.subscribe(cn, []*sub{s}); err != nil {
+		c.forget(s)
+		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
+	}
+	return cancel, nil
+}
+
+// forget drops s from the subscriptions, and its handler is not called
+// again even if the broker still sends its messages.
+func (c *Client) forget(s *sub) (last bool) {
+	s.cancelled.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.subs[s.filter] == s {
+		delete(c.subs, s.filter)
+		return true
+	}
+	return false
+}
+
+func (c *Client) unsubscribe(s *sub) {
+	if !c.forget(s) {
+		return // cancelled already, or replaced by a newer subscription
+	}
+	cn := c.cur.Load()
+	if cn == nil || c.closed.Load() {
+		return // the next connection will not make it
+	}
+	if err := Wait(c.ctx, cn.pc.Unsubscribe(s.filter), c.opts.Timeout); err != nil {
+		c.log.Warn("unsubscribe", "filter", s.filter, "err", err)
+	}
+}
+
+// subscribe makes subs on cn in one SUBSCRIBE and checks the broker's
+// answer for each filter.
+func (c *Client) subscribe(cn *conn, subs []*sub) error {
+	filters := make(map[string]byte, len(subs))
+	for _, s := range subs {
+		filters[s.filter] = 1
+		cn.pc.AddRoute(s.filter, c.route(s))
+	}
+	tok := cn.pc.SubscribeMultiple(filters, nil)
+	if err := Wait(c.ctx, tok, c.opts.Timeout); err != nil {
+		return err
+	}
+	if st, ok := tok.(*paho.SubscribeToken); ok {
+		for filter, code := range st.Result() {
+			if code >= 0x80 {
+				return fmt.Errorf("%w: %s (code %#x)", ErrRefused, filter, code)
+			}
+		}
+	}
+	return nil
+}
+
+// route is paho's handler for s: it keeps Close's promise that no
+// handler runs after it returns.
+func (c *Client) route(s *sub) paho.MessageHandler {
+	return func(_ paho.Client, m paho.Message) {
+		c.gate.RLock()
+		defer c.gate.RUnlock()
+		if c.stopped || s.cancelled.Load() {
+			return
+		}
+		s.handle(m.Topic(), m.Payload())
+	}
+}
+
+// Publish sends a message and waits until the broker has taken it (for
+// QoS 1 and 2), at most Options.Timeout in all: a connection that is
+// down may come back within it. It implements the in-process link's
+// Publish.
+func (c *Client) Publish(topic string, payload []byte, retained bool, qos byte) error {
+	t := time.NewTimer(c.opts.Timeout)
+	defer t.Stop()
+	cn := c.cur.Load()
+	for cn == nil {
+		if c.closed.Load() {
+			return ErrClosed
+		}
+		c.mu.Lock()
+		up := c.up
+		c.mu.Unlock()
+		select {
+		case <-up:
+		case <-c.ctx.Done():
+			return ErrClosed
+		case <-t.C:
+			return fmt.Errorf("publish %s: %w", topic, ErrNotConnected)
+		}
+		cn = c.cur.Load()
+	}
+	tok := cn.pc.Publish(topic, qos, retained, payload)
+	select {
+	case <-tok.Done():
+	case <-t.C:
+		return fmt.Errorf("publish %s: %w", topic, ErrTimeout)
+	}
+	if err := tok.Error(); err != nil {
+		return fmt.Errorf("publish %s: %w", topic, err)
+	}
+	return nil
+}
+
+// PublishAsync sends a message without waiting: the Token says when the
+// broker has taken it. While the connection is down the Token has
+// already failed with ErrNotConnected.
+func (c *Client) PublishAsync(topic string, payload []byte, retained bool, qos byte) Token {
+	if c.closed.Load() {
+		return failed(ErrClosed)
+	}
+	cn := c.cur.Load()
+	if cn == nil {
+		return failed(ErrNotConnected)
+	}
+	return cn.pc.Publish(topic, qos, retained, payload)
+}
+
+// Abort drops the network connection without a DISCONNECT, as a power
+// cut would: the broker publishes the will, and the Client sees the
+// connection lost. It needs Options.Abortable.
+func (c *Client) Abort() {
+	if cn := c.last.Load(); cn != nil {
+		cn.cut()
+	}
+}
+
+// Close disconnects, waiting at most a quiesce time for what is queued
+// to go out, and returns once the Client's goroutine and the handlers
+// running have finished. It is safe to call more than once.
+func (c *Client) Close() {
+	c.closeOnce.Do(func() {
+		c.startOnce.Do(func() {}) // no Start after Close
+		c.closed.Store(true)
+		c.cancel()
+		c.wg.Wait()
+		c.gate.Lock()
+		c.stopped = true
+		c.gate.Unlock()
+	})
+}

@@ -1,0 +1,169 @@
+package mqttc
+
+import (
+	"errors"
+	"time"
+)
+
+// run is the Client's goroutine: it connects, makes the subscriptions,
+// calls the hooks and logs, and after a loss waits its backoff and
+// connects again, until Close (or, with Options.Once, the end of the
+// one connection).
+func (c *Client) run() {
+	var (
+		fails    int       // attempts failed since the last connection was up
+		wasUp    bool      // a connection has been up before
+		lostAt   time.Time // when the last one ended
+		loggedAt time.Time // of the last failed attempt logged
+	)
+	for {
+		err := c.connectOnce(&wasUp, &lostAt, fails)
+		switch {
+		case errors.Is(err, ErrClosed):
+			return
+		case err == nil: // it was up, and is lost
+			fails = 0
+			if c.opts.Once {
+				return
+			}
+		default:
+			fails++
+			c.mu.Lock()
+			c.lastErr = err
+			c.mu.Unlock()
+			if c.opts.Once {
+				c.answer(false)
+				return
+			}
+			if now := time.Now(); now.Sub(loggedAt) >= FailureLogInterval {
+				loggedAt = now
+				c.log.Warn("cannot connect to the broker; retrying", "broker", c.opts.Broker, "attempts", fails, "err", err)
+			}
+		}
+		t := time.NewTimer(backoff(max(fails-1, 0), min(firstBackoff, c.opts.MaxReconnectInterval), c.opts.MaxReconnectInterval))
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// connectOnce makes one connection and serves it until it ends. It
+// returns nil once a connection that was up is lost, ErrClosed at Close,
+// and otherwise why the connection could not be made (or made ready).
+func (c *Client) connectOnce(wasUp *bool, lostAt *time.Time, fails int) error {
+	cn := c.newConn()
+	c.last.Store(cn)
+	// paho bounds the dial and the handshake by ConnectTimeout each; this
+	// bounds the whole, should paho not.
+	if err := Wait(c.ctx, cn.pc.Connect(), 2*c.opts.ConnectTimeout+time.Second); err != nil {
+		cn.pc.Disconnect(0) // abandons the attempt; paho ends it within ConnectTimeout
+		if c.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return err
+	}
+	if err := c.resubscribe(cn); err != nil {
+		cn.pc.Disconnect(uint(quiesce / time.Millisecond))
+		if c.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return err
+	}
+	if !c.opts.Once {
+		if *wasUp {
+			c.log.Info("broker connection restored", "broker", c.opts.Broker, "down_for", time.Since(*lostAt).Round(time.Millisecond), "attempts", fails+1)
+		} else {
+			c.log.Info("connected to the broker", "broker", c.opts.Broker)
+		}
+	}
+	*wasUp = true
+	if c.opts.OnConnect != nil {
+		c.opts.OnConnect()
+	}
+	c.answer(true)
+	select {
+	case <-cn.lost:
+		c.down()
+		*lostAt = time.Now()
+		if !c.opts.Once {
+			c.log.Warn("broker connection lost", "broker", c.opts.Broker, "err", cn.lostErr)
+		}
+		if c.opts.OnConnectionLost != nil {
+			c.opts.OnConnectionLost(cn.lostErr)
+		}
+		return nil
+	case <-c.ctx.Done():
+		c.down()
+		cn.pc.Disconnect(uint(quiesce / time.Millisecond))
+		return ErrClosed
+	}
+}
+
+// resubscribe makes every subscription on a new connection, retrying
+// while the connection lasts, and then declares the connection up. A
+// subscription added meanwhile is made too before that: Subscribe makes
+// its own only once the connection is up.
+func (c *Client) resubscribe(cn *conn) error {
+	made := make(map[*sub]bool)
+	for n := 0; ; {
+		c.mu.Lock()
+		var todo []*sub
+		for _, s := range c.subs {
+			if !made[s] {
+				todo = append(todo, s)
+			}
+		}
+		if len(todo) == 0 {
+			c.cur.Store(cn)
+			close(c.up)
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		err := c.subscribe(cn, todo)
+		if err == nil {
+			for _, s := range todo {
+				made[s] = true
+			}
+			n = 0
+			continue
+		}
+		wait := backoff(n, subBackoff, maxSubBackoff)
+		n++
+		c.log.Warn("subscribe failed; retrying", "broker", c.opts.Broker, "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-cn.lost:
+			t.Stop()
+			return cn.lostErr
+		case <-c.ctx.Done():
+			t.Stop()
+			return ErrClosed
+		}
+	}
+}
+
+// down marks the connection down: Publish and Subscribe wait for the
+// next one.
+func (c *Client) down() {
+	c.mu.Lock()
+	c.cur.Store(nil)
+	c.up = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// answer tells Connect how the first connection went, once.
+func (c *Client) answer(ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.first:
+	default:
+		c.firstOK = ok
+		close(c.first)
+	}
+}
