@@ -12,10 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/mqttc"
 )
 
 // Defaults for Options fields left zero.
@@ -98,7 +97,7 @@ type LocalTap interface {
 
 // Options configures a Client. Broker or Local is required.
 type Options struct {
-	// Broker is the paho broker URL, e.g. "tcp://127.0.0.1:1883" or
+	// Broker is the broker's URL, e.g. "tcp://127.0.0.1:1883" or
 	// "ssl://hub.local:8883".
 	Broker string
 	// Local, when set, is a broker in this process that the client uses
@@ -120,10 +119,11 @@ type Options struct {
 	// AckTimeout bounds how long Send waits for an ack when the caller's
 	// context has no earlier deadline. Zero means DefaultAckTimeout.
 	AckTimeout time.Duration
-	// ConnectTimeout bounds the first connection and each reconnection
-	// attempt. Zero means DefaultConnectTimeout.
+	// ConnectTimeout bounds Dial (the first connection, retried within
+	// it, and its subscriptions) and each reconnection attempt. Zero
+	// means DefaultConnectTimeout.
 	ConnectTimeout time.Duration
-	// MaxReconnectInterval caps paho's reconnect backoff; zero means 10s.
+	// MaxReconnectInterval caps the reconnect backoff; zero means 10s.
 	MaxReconnectInterval time.Duration
 	// AckCache is how many final acks are remembered by command ID, so
 	// that a late ack completes the retry of its command at once and a
@@ -213,19 +213,19 @@ type recentAck struct {
 
 // Client sends commands to devices over one MQTT connection and tracks
 // their availability and state. It is safe for concurrent use. Close it
-// to disconnect; a closed Client cannot be reopened (paho clients are
-// never reused after a disconnect).
+// to disconnect; a closed Client cannot be reopened.
 type Client struct {
 	opts   Options
 	topics wire.Topics
 	log    *slog.Logger
-	paho   mqtt.Client // nil with a Local broker
+	mc     *mqttc.Client // nil with a Local broker
 	local  Local
 	unsub  []func()
 	// gate lets Close wait for in-process handlers already running;
-	// stopped turns away the ones that start after it.
+	// stopped, set under it, turns away the ones that start after.
+	// (mqttc keeps the same promise for its own handlers.)
 	gate    sync.RWMutex
-	stopped atomic.Bool
+	stopped bool
 
 	done chan struct{} // closed by Close
 
@@ -239,7 +239,6 @@ type Client struct {
 	recentQ   []ackKey // FIFO eviction order of recent (ring)
 	recentN   int      // next ring slot
 	devices   map[string]*deviceEntry
-	wg        sync.WaitGroup
 
 	stats stats
 }
@@ -266,52 +265,35 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if opts.Local != nil {
 		return c, c.dialLocal()
 	}
-	po := mqtt.NewClientOptions().
-		AddBroker(opts.Broker).
-		SetClientID(opts.ClientID).
-		SetCleanSession(true).
-		// Subscriptions are remade in onConnect; paho's own resubscription
-		// would race with it.
-		SetResumeSubs(false).
+	mc, err := mqttc.New(mqttc.Options{
+		Broker: opts.Broker, ClientID: opts.ClientID, Username: opts.Username, Password: opts.Password,
+		TLS: opts.TLS, ConnectTimeout: opts.ConnectTimeout, Timeout: opts.ConnectTimeout,
+		MaxReconnectInterval: opts.MaxReconnectInterval,
 		// In order: availability and state must be applied in the order
 		// the broker sent them, or a quick offline→online could end as
-		// offline. The handler never blocks (see receive).
-		SetOrderMatters(true).
-		SetAutoReconnect(true).
-		SetConnectRetry(false).
-		SetConnectTimeout(opts.ConnectTimeout).
-		SetWriteTimeout(opts.ConnectTimeout).
-		SetMaxReconnectInterval(opts.MaxReconnectInterval).
-		SetKeepAlive(30 * time.Second).
-		SetOnConnectHandler(c.onConnect).
-		SetConnectionLostHandler(c.onConnectionLost)
-	if opts.Username != "" {
-		po.SetUsername(opts.Username)
-		po.SetPassword(opts.Password)
+		// offline. The handler never blocks (see onMessage).
+		Ordered:          true,
+		OnConnect:        c.onConnect,
+		OnConnectionLost: c.onConnectionLost,
+		Logger:           c.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
 	}
-	if opts.TLS != nil {
-		po.SetTLSConfig(opts.TLS)
+	c.mc = mc
+	// Made by the first connection and again by every later one; the
+	// broker then replays retained state and availability.
+	for _, kind := range []string{"ack", "state", "availability"} {
+		if _, err := mc.Subscribe(c.topics.Wildcard(kind), c.onMessage); err != nil {
+			c.shutdown()
+			return nil, fmt.Errorf("subscribe: %w", err)
+		}
 	}
-	c.paho = mqtt.NewClient(po)
-
-	tok := c.paho.Connect()
-	if err := waitToken(ctx, tok, opts.ConnectTimeout); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	if err := mc.Connect(cctx); err != nil {
 		c.shutdown()
-		return nil, fmt.Errorf("connect to %s: %w", opts.Broker, err)
-	}
-	c.mu.Lock()
-	ready := c.ready
-	c.mu.Unlock()
-	t := time.NewTimer(opts.ConnectTimeout)
-	defer t.Stop()
-	select {
-	case <-ready:
-	case <-ctx.Done():
-		c.shutdown()
-		return nil, fmt.Errorf("subscribe: %w", ctx.Err())
-	case <-t.C:
-		c.shutdown()
-		return nil, fmt.Errorf("subscribe: %w", ErrNotConnected)
+		return nil, err
 	}
 	return c, nil
 }
@@ -324,7 +306,7 @@ func (c *Client) dialLocal() error {
 	handle := func(topic string, payload []byte) {
 		c.gate.RLock()
 		defer c.gate.RUnlock()
-		if !c.stopped.Load() {
+		if !c.stopped {
 			c.onMessage(topic, payload)
 		}
 	}
@@ -350,82 +332,33 @@ func (c *Client) dialLocal() error {
 	return nil
 }
 
-// waitToken waits for a paho token, bounded by ctx and d.
-func waitToken(ctx context.Context, tok mqtt.Token, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-tok.Done():
-		return tok.Error()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return fmt.Errorf("no answer from broker after %v", d)
-	}
-}
-
-// onConnect runs in its own goroutine (paho starts it) after every
-// successful connection, first or re-. With a clean session the broker
-// has forgotten our subscriptions, so they are made again here; the
-// broker then replays retained state and availability.
-func (c *Client) onConnect(pc mqtt.Client) {
+// onConnect runs on mqttc's goroutine after every connection, first or
+// re-, once the subscriptions are in place.
+func (c *Client) onConnect() {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
 		return
 	}
-	c.wg.Add(1)
 	c.conns++
 	if c.conns > 1 {
 		c.stats.reconnects.Add(1)
 	}
-	c.mu.Unlock()
-	defer c.wg.Done()
-
-	filters := map[string]byte{
-		c.topics.Wildcard("ack"):          1,
-		c.topics.Wildcard("state"):        1,
-		c.topics.Wildcard("availability"): 1,
-	}
-	// Without subscriptions we would be deaf, so keep trying while this
-	// connection lasts; a lost connection calls onConnect again later.
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		tok := pc.SubscribeMultiple(filters, c.receive)
-		if tok.WaitTimeout(c.opts.ConnectTimeout) && tok.Error() == nil {
-			break
-		}
-		c.log.Warn("subscribe failed", "err", tok.Error(), "retry_in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-c.done:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !pc.IsConnectionOpen() {
-			return
-		}
-	}
-	c.mu.Lock()
-	if !c.connected && !c.closed {
+	if !c.connected {
 		c.connected = true
 		close(c.ready)
 	}
-	c.mu.Unlock()
-	c.log.Info("connected", "broker", c.opts.Broker)
 }
 
-func (c *Client) onConnectionLost(pc mqtt.Client, err error) {
+// onConnectionLost holds Sends back until the next connection is
+// subscribed: a command published now could not be acked to us.
+func (c *Client) onConnectionLost(error) {
 	c.mu.Lock()
-	// paho runs this in a goroutine of its own; if it is so late that the
-	// next connection is already up, marking us disconnected now would
-	// stall every Send until the connection after that.
-	if c.connected && !pc.IsConnectionOpen() {
+	defer c.mu.Unlock()
+	if c.connected {
 		c.connected = false
 		c.ready = make(chan struct{})
 	}
-	c.mu.Unlock()
-	c.log.Warn("connection lost", "err", err)
 }
 
 // Close disconnects and waits for the client's goroutines. Sends still
@@ -455,13 +388,12 @@ func (c *Client) shutdown() {
 		cancel()
 	}
 	// No hook runs after Close returns.
-	c.stopped.Store(true)
 	c.gate.Lock()
-	c.gate.Unlock() //nolint:staticcheck // an empty critical section: waiting is the point
-	if c.paho != nil {
-		c.paho.Disconnect(250)
+	c.stopped = true
+	c.gate.Unlock()
+	if c.mc != nil {
+		c.mc.Close()
 	}
-	c.wg.Wait()
 }
 
 // Stats returns a snapshot of the counters.
@@ -552,8 +484,9 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 	timer := time.NewTimer(time.Until(giveUp))
 	defer timer.Stop()
 
-	// Publishing while paho reconnects would queue the command unseen and
-	// our ack subscription may not exist yet, so wait for readiness first.
+	// Publishing while the connection is down would fail, and after it
+	// comes back our ack subscription may not exist yet, so wait for
+	// readiness first.
 	select {
 	case <-ready:
 	case <-c.done:
@@ -566,7 +499,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 		return wire.Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
 	}
 
-	var tok mqtt.Token
+	var tok mqttc.Token
 	var pubDone <-chan struct{} // stays nil in process: nothing to wait for
 	if c.local != nil {
 		if err := c.local.Publish(c.topics.Command(deviceID), payload, false, 1); err != nil {
@@ -574,7 +507,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 			return wire.Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
 		}
 	} else {
-		tok = c.paho.Publish(c.topics.Command(deviceID), 1, false, payload)
+		tok = c.mc.PublishAsync(c.topics.Command(deviceID), payload, false, 1)
 		pubDone = tok.Done()
 	}
 	c.stats.sent.Add(1)
@@ -643,19 +576,12 @@ func (c *Client) finish(device string, ack wire.Ack) (wire.Ack, error) {
 	return ack, e
 }
 
-// receive is paho's handler for every subscription. paho calls it in
-// order on its router goroutine (SetOrderMatters(true)), which keeps a
-// device's availability and state updates in the order the broker sent
-// them. (Handing each message to a goroutine of its own, as
-// SetOrderMatters(false) does, would lose that order.)
-func (c *Client) receive(_ mqtt.Client, m mqtt.Message) {
-	c.onMessage(m.Topic(), m.Payload())
-}
-
-// onMessage applies one device message. It runs on paho's router or on
-// the in-process broker's receive path, so it must never block, and it
-// does not: it decodes one bounded payload and does O(1) work under the
-// mutex, and the hooks it calls must not block either.
+// onMessage applies one device message. It runs on the connection's
+// receive path, in the order the broker sent (mqttc's Ordered, so a
+// device's availability and state updates keep their order), or on the
+// in-process broker's, so it must never block, and it does not: it
+// decodes one bounded payload and does O(1) work under the mutex, and
+// the hooks it calls must not block either.
 func (c *Client) onMessage(topic string, payload []byte) {
 	id, kind, ok := c.topics.DeviceOf(topic)
 	if !ok || wire.ValidateDeviceID(id) != nil {

@@ -1,7 +1,8 @@
 // Package devices speaks the Sortie device protocol over MQTT 3.1.1 and
 // gives the driver its device step handlers.
 //
-// A Client (Dial) holds one paho connection. It publishes commands at
+// A Client (Dial) holds one MQTT connection (an internal/mqttc client,
+// or calls into a broker in this process). It publishes commands at
 // QoS 1 and correlates acks by device and command ID (Send), and it
 // tracks each device's availability and last reported state from their
 // retained topics (Available, State, Changed, Options.OnChange). The
