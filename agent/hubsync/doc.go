@@ -17,11 +17,11 @@
 //
 // # Concurrency and lifetime
 //
-// Run owns one paho client for its whole life: it connects, reconnects on
-// its own (the hub being unreachable is not an error) and disconnects
-// when its context ends, after publishing the offline status. paho's
-// handlers only record what arrived and wake Run's loop, which does all
-// publishing; control requests are handled one at a time by a second
-// goroutine that Run waits for. Notify, Observe and Stats are safe from
+// Run owns one MQTT client (internal/mqttc) for its whole life: it
+// connects, reconnects on its own (the hub being unreachable is not an
+// error) and disconnects when its context ends, after publishing the
+// offline status. The client's handlers only record what arrived and
+// wake Run's loop, which does all publishing; control requests are
+// handled one at a time by a second goroutine that Run waits for. Notify, Observe and Stats are safe from
 // any goroutine. An Uplink runs once; make a new one to run again.
 package hubsync

@@ -11,11 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
-
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/mqttlog"
+	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/store"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -77,7 +74,7 @@ const (
 
 // Options configures an Uplink. Broker, Gateway and Source are required.
 type Options struct {
-	// Broker is the hub broker's paho URL, e.g. "tls://hub.example:8883".
+	// Broker is the hub broker's URL, e.g. "tls://hub.example:8883".
 	Broker string
 	// Gateway is this gateway's ID; it names its topics.
 	Gateway string
@@ -113,7 +110,7 @@ type Options struct {
 	ResendTimeout time.Duration
 	// Timeout bounds connecting, subscribing and each publish.
 	Timeout time.Duration
-	// MaxReconnectInterval caps paho's reconnect backoff.
+	// MaxReconnectInterval caps the reconnect backoff.
 	MaxReconnectInterval time.Duration
 	// ControlTimeout bounds one ControlHandler call.
 	ControlTimeout time.Duration
@@ -287,42 +284,30 @@ func (u *Uplink) Run(ctx context.Context) error {
 		return fmt.Errorf("uplink: encode will: %w", err)
 	}
 	o := u.opts
-	po := mqtt.NewClientOptions().
-		AddBroker(o.Broker).
-		SetClientID(o.ClientID).
-		SetCleanSession(true).
-		// Subscriptions are made by the sync loop after every connect.
-		SetResumeSubs(false).
-		SetStore(noStore{}).
-		SetOrderMatters(false).
-		SetAutoReconnect(true).
-		SetConnectRetry(true).
-		SetConnectRetryInterval(time.Second).
-		SetConnectTimeout(o.Timeout).
-		SetWriteTimeout(o.Timeout).
-		SetMaxReconnectInterval(o.MaxReconnectInterval).
-		SetKeepAlive(30*time.Second).
-		SetBinaryWill(u.topics.Status(o.Gateway), offline, 1, true).
-		SetOnConnectHandler(func(mqtt.Client) {
+	client, err := mqttc.New(mqttc.Options{
+		Broker: o.Broker, ClientID: o.ClientID, Username: o.Username, Password: o.Password, TLS: o.TLS,
+		Will:           &mqttc.Will{Topic: u.topics.Status(o.Gateway), Payload: offline, QoS: 1, Retained: true},
+		ConnectTimeout: o.Timeout, Timeout: o.Timeout, MaxReconnectInterval: o.MaxReconnectInterval,
+		// The subscriptions below are in place when this runs; the sync
+		// loop announces the gateway and sends.
+		OnConnect: func() {
 			u.connGen.Add(1)
 			signal(u.connEv)
-		}).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			u.log.Warn("hub connection lost", "err", err)
-			signal(u.connEv)
-		}).
-		SetConnectionNotificationHandler(mqttlog.Failures(u.log, "cannot connect to the hub; retrying", o.Broker, 30*time.Second))
-	if o.Username != "" {
-		po.SetUsername(o.Username)
-		po.SetPassword(o.Password)
+		},
+		OnConnectionLost: func(error) { signal(u.connEv) },
+		Logger:           u.log,
+	})
+	if err != nil {
+		return fmt.Errorf("uplink: %w", err)
 	}
-	if o.TLS != nil {
-		po.SetTLSConfig(o.TLS)
+	for filter, handle := range map[string]func(string, []byte){u.topics.Ack(o.Gateway): u.onAck, u.topics.Control(o.Gateway): u.onControl} {
+		if _, err := client.Subscribe(filter, handle); err != nil {
+			return fmt.Errorf("uplink: %w", err)
+		}
 	}
-	client := mqtt.NewClient(po)
-	// With ConnectRetry the token completes only once connected (or on
-	// Disconnect); the OnConnect handler tells the loop instead.
-	_ = client.Connect()
+	// The hub being unreachable is not an error: the client keeps trying,
+	// and OnConnect tells the loop.
+	client.Start()
 
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -337,34 +322,20 @@ func (u *Uplink) Run(ctx context.Context) error {
 
 // goodbye publishes the offline status itself, since a clean disconnect
 // suppresses the will, and disconnects.
-func (u *Uplink) goodbye(client mqtt.Client) {
-	if client.IsConnectionOpen() {
+func (u *Uplink) goodbye(client *mqttc.Client) {
+	if client.Connected() {
 		st := uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
-		if b, err := json.Marshal(st); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), u.opts.Timeout)
-			if err := waitToken(ctx, client.Publish(u.topics.Status(u.opts.Gateway), 1, true, b)); err != nil {
-				u.log.Warn("publish offline status", "err", err)
-			}
-			cancel()
+		if err := u.publish(context.Background(), client, u.topics.Status(u.opts.Gateway), true, st); err != nil {
+			u.log.Warn("publish offline status", "err", err)
 		}
 	}
-	client.Disconnect(250)
+	client.Close()
 	u.update(func(s *Stats) { s.Connected = false })
-}
-
-// waitToken waits for a paho token until ctx ends.
-func waitToken(ctx context.Context, tok mqtt.Token) error {
-	select {
-	case <-tok.Done():
-		return tok.Error()
-	case <-ctx.Done():
-		return fmt.Errorf("no answer from the hub broker: %w", ctx.Err())
-	}
 }
 
 // publish sends one message and waits for the broker to take it, at most
 // Options.Timeout.
-func (u *Uplink) publish(ctx context.Context, client mqtt.Client, topic string, retained bool, v any) error {
+func (u *Uplink) publish(ctx context.Context, client *mqttc.Client, topic string, retained bool, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode for %s: %w", topic, err)
@@ -372,21 +343,19 @@ func (u *Uplink) publish(ctx context.Context, client mqtt.Client, topic string, 
 	return u.publishRaw(ctx, client, topic, retained, b)
 }
 
-func (u *Uplink) publishRaw(ctx context.Context, client mqtt.Client, topic string, retained bool, b []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
-	defer cancel()
-	if err := waitToken(ctx, client.Publish(topic, 1, retained, b)); err != nil {
+func (u *Uplink) publishRaw(ctx context.Context, client *mqttc.Client, topic string, retained bool, b []byte) error {
+	if err := mqttc.Wait(ctx, client.PublishAsync(topic, b, retained, 1), u.opts.Timeout); err != nil {
 		return fmt.Errorf("publish %s: %w", topic, err)
 	}
 	return nil
 }
 
-// onAck is paho's handler for the ack topic: it records the highest ack
-// and wakes the loop, never blocking. An ack beyond what this uplink has
-// published is cut down to it on arrival: a stray or forged ack must not
-// delete entries the hub never had, now or once they are sent.
-func (u *Uplink) onAck(_ mqtt.Client, m mqtt.Message) {
-	a, err := uplink.DecodeAck(m.Payload())
+// onAck handles the ack topic: it records the highest ack and wakes the
+// loop, never blocking. An ack beyond what this uplink has published is
+// cut down to it on arrival: a stray or forged ack must not delete
+// entries the hub never had, now or once they are sent.
+func (u *Uplink) onAck(_ string, payload []byte) {
+	a, err := uplink.DecodeAck(payload)
 	if err != nil {
 		u.log.Warn("bad ack from hub", "err", err)
 		return
@@ -401,16 +370,16 @@ func (u *Uplink) onAck(_ mqtt.Client, m mqtt.Message) {
 	signal(u.ackEv)
 }
 
-// onControl is paho's handler for the control topic: it queues the
-// payload for serveControls, never blocking.
-func (u *Uplink) onControl(_ mqtt.Client, m mqtt.Message) {
-	if m.Topic() != u.topics.Control(u.opts.Gateway) {
-		u.log.Warn("control message on a foreign topic ignored", "topic", m.Topic())
+// onControl handles the control topic: it queues the payload for
+// serveControls, never blocking.
+func (u *Uplink) onControl(topic string, payload []byte) {
+	if topic != u.topics.Control(u.opts.Gateway) {
+		u.log.Warn("control message on a foreign topic ignored", "topic", topic)
 		u.update(func(s *Stats) { s.ControlDropped++ })
 		return
 	}
 	select {
-	case u.controls <- m.Payload():
+	case u.controls <- payload:
 	default:
 		u.log.Warn("control queue full; request dropped")
 		u.update(func(s *Stats) { s.ControlDropped++ })
@@ -418,7 +387,7 @@ func (u *Uplink) onControl(_ mqtt.Client, m mqtt.Message) {
 }
 
 // serveControls answers queued control requests one at a time.
-func (u *Uplink) serveControls(ctx context.Context, client mqtt.Client) {
+func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -467,17 +436,3 @@ func (u *Uplink) control(ctx context.Context, b []byte) (res uplink.ControlResul
 	res.ID = c.ID
 	return res
 }
-
-// noStore is a paho Store that keeps nothing. paho would otherwise resend
-// its in-flight publishes after a reconnect, racing its own writer
-// (eclipse-paho/paho.mqtt.golang#703); the uplink resends from the outbox
-// anyway, so paho's copy only adds duplicates.
-type noStore struct{}
-
-func (noStore) Open()                             {}
-func (noStore) Put(string, packets.ControlPacket) {}
-func (noStore) Get(string) packets.ControlPacket  { return nil }
-func (noStore) All() []string                     { return nil }
-func (noStore) Del(string)                        {}
-func (noStore) Close()                            {}
-func (noStore) Reset()                            {}

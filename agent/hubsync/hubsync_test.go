@@ -300,20 +300,6 @@ func TestControl(t *testing.T) {
 	waitStats(t, u, "6 controls, 5 failed", func(s Stats) bool { return s.Controls == 6 && s.ControlErrors == 5 })
 }
 
-// message is an mqtt.Message for calling handlers directly.
-type message struct {
-	topic   string
-	payload []byte
-}
-
-func (m message) Duplicate() bool   { return false }
-func (m message) Qos() byte         { return 1 }
-func (m message) Retained() bool    { return false }
-func (m message) Topic() string     { return m.topic }
-func (m message) MessageID() uint16 { return 1 }
-func (m message) Payload() []byte   { return m.payload }
-func (m message) Ack()              {}
-
 func TestControlOnForeignTopicIgnored(t *testing.T) {
 	w := newWorld(t)
 	u, err := New(testOptions("tcp://127.0.0.1:1", w))
@@ -321,12 +307,12 @@ func TestControlOnForeignTopicIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, topic := range []string{uplink.Topics{}.Control("gw-02"), uplink.Topics{}.Control(gw) + "/x", uplink.Topics{Prefix: "other"}.Control(gw)} {
-		u.onControl(nil, message{topic, []byte(`{"id":"c1","action":"cancel","mission_id":"m"}`)})
+		u.onControl(topic, []byte(`{"id":"c1","action":"cancel","mission_id":"m"}`))
 	}
 	if n := len(u.controls); n != 0 {
 		t.Errorf("%d foreign requests queued", n)
 	}
-	u.onControl(nil, message{uplink.Topics{}.Control(gw), []byte(`{}`)})
+	u.onControl(uplink.Topics{}.Control(gw), []byte(`{}`))
 	if n := len(u.controls); n != 1 {
 		t.Errorf("own request not queued (%d)", n)
 	}

@@ -6,18 +6,18 @@ import (
 	"fmt"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
+	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/store"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
 // sender is Run's loop: it owns the connection's subscriptions, presence,
 // heartbeats and the store-and-forward window. Only it touches these
-// fields; paho's handlers reach it through the Uplink's channels.
+// fields; the connection's handlers reach it through the Uplink's
+// channels.
 type sender struct {
 	u      *Uplink
-	client mqtt.Client
+	client *mqttc.Client
 
 	gen     uint64 // connection generation served; 0 before the first
 	up      bool   // connected, subscribed and announced
@@ -77,12 +77,13 @@ func stoppedTimer() *time.Timer {
 }
 
 // connection reacts to the connection going up or down. A new connection
-// is subscribed and announced, and everything unacknowledged is sent
-// again on it: batches in flight on the old one may be lost.
+// (subscribed by the client before it says so) is announced, and
+// everything unacknowledged is sent again on it: batches in flight on
+// the old one may be lost.
 func (s *sender) connection(ctx context.Context) {
 	u := s.u
 	gen := u.connGen.Load()
-	if !s.client.IsConnectionOpen() {
+	if !s.client.Connected() {
 		if s.up {
 			s.up = false
 			u.update(func(st *Stats) { st.Connected = false })
@@ -95,21 +96,8 @@ func (s *sender) connection(ctx context.Context) {
 	s.up = false
 	s.gen = gen
 	gw := u.opts.Gateway
-	subCtx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
-	err := waitToken(subCtx, s.client.SubscribeMultiple(map[string]byte{u.topics.Ack(gw): 1, u.topics.Control(gw): 1},
-		func(c mqtt.Client, m mqtt.Message) {
-			if m.Topic() == u.topics.Ack(gw) {
-				u.onAck(c, m)
-			} else {
-				u.onControl(c, m)
-			}
-		}))
-	cancel()
-	if err == nil {
-		st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
-		err = u.publish(ctx, s.client, u.topics.Status(gw), true, st)
-	}
-	if err != nil {
+	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+	if err := u.publish(ctx, s.client, u.topics.Status(gw), true, st); err != nil {
 		u.log.Warn("hub connection setup failed; retrying", "err", err)
 		s.backoff()
 		return
