@@ -13,6 +13,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -169,16 +170,16 @@ func publishAll(b *testing.B, gws []*fakeGateway, n int, tag string, size int, l
 				sent[k] = time.Now()
 				window = append(window, g.c.Publish(g.topics.Events(g.id), 1, false, payload))
 				if len(window) == benchWindow {
-					if !window[0].WaitTimeout(wait) || window[0].Error() != nil {
-						errs <- fmt.Errorf("%s: publish: %w", g.id, tokenErr(window[0]))
+					if err := mqttc.Wait(b.Context(), window[0], wait); err != nil {
+						errs <- fmt.Errorf("%s: publish: %w", g.id, err)
 						return
 					}
 					window = window[1:]
 				}
 			}
 			for _, t := range window {
-				if !t.WaitTimeout(wait) || t.Error() != nil {
-					errs <- fmt.Errorf("%s: publish: %w", g.id, tokenErr(t))
+				if err := mqttc.Wait(b.Context(), t, wait); err != nil {
+					errs <- fmt.Errorf("%s: publish: %w", g.id, err)
 					return
 				}
 			}

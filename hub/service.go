@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,9 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -61,8 +60,7 @@ type Service struct {
 	topics uplink.Topics
 	queue  chan inboundRaw
 
-	client    atomic.Pointer[paho.Client]
-	connected atomic.Bool
+	client    atomic.Pointer[mqttc.Client]
 	readyOnce sync.Once
 	ready     chan struct{}
 
@@ -127,7 +125,10 @@ func (s *Service) Store() *Store { return s.st }
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Connected reports whether the MQTT connection is up.
-func (s *Service) Connected() bool { return s.connected.Load() }
+func (s *Service) Connected() bool {
+	c := s.client.Load()
+	return c != nil && c.Connected()
+}
 
 const tokenWait = 10 * time.Second
 
@@ -139,60 +140,29 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	filters := map[string]byte{
-		s.topics.Wildcard("status"):         1,
-		s.topics.Wildcard("heartbeat"):      1,
-		s.topics.Wildcard("events"):         1,
-		s.topics.Wildcard("control/result"): 1,
-	}
-	opts := paho.NewClientOptions().
-		AddBroker(s.opts.Broker).
-		SetClientID(s.opts.ClientID).
-		SetUsername(s.opts.Username).
-		SetPassword(s.opts.Password).
-		SetCleanSession(true).
-		SetAutoReconnect(true).
-		SetConnectRetry(true).
-		SetConnectRetryInterval(500 * time.Millisecond).
-		SetMaxReconnectInterval(10 * time.Second).
-		SetKeepAlive(30 * time.Second).
-		SetConnectTimeout(5 * time.Second).
+	c, err := mqttc.New(mqttc.Options{
+		Broker: s.opts.Broker, ClientID: s.opts.ClientID, Username: s.opts.Username, Password: s.opts.Password,
+		TLS: s.opts.TLS, Timeout: tokenWait,
 		// Order matters: a gateway's batches must be committed in the
 		// order it sent them, or an ack could cover an earlier batch the
 		// hub has not stored yet. The handler only hands messages to the
 		// queue, so it blocks only when the store falls behind.
-		SetOrderMatters(true)
-	if s.opts.TLS != nil {
-		opts.SetTLSConfig(s.opts.TLS)
+		Ordered: true,
+		// The subscriptions are in place when this runs.
+		OnConnect: func() { s.readyOnce.Do(func() { close(s.ready) }) },
+		Logger:    s.log,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	var wg sync.WaitGroup
-	opts.SetOnConnectHandler(func(c paho.Client) {
-		// Subscribing waits for the broker; do it off the paho callback.
-		wg.Go(func() {
-			tok := c.SubscribeMultiple(filters, func(_ paho.Client, m paho.Message) { s.receive(ctx, m) })
-			if !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
-				s.log.Error("subscribe to gateway topics", "err", tokenErr(tok))
-				return
-			}
-			s.connected.Store(true)
-			s.readyOnce.Do(func() { close(s.ready) })
-			s.log.Info("connected to broker", "broker", s.opts.Broker)
-		})
-	})
-	opts.SetConnectionLostHandler(func(_ paho.Client, err error) {
-		s.connected.Store(false)
-		s.log.Warn("broker connection lost; reconnecting", "err", err)
-	})
-	c := paho.NewClient(opts)
-	s.client.Store(&c)
-	tok := c.Connect()
-	select {
-	case <-tok.Done():
-		if err := tok.Error(); err != nil {
-			return fmt.Errorf("connect %s: %w", s.opts.Broker, err)
+	for _, kind := range []string{"status", "heartbeat", "events", "control/result"} {
+		if _, err := c.Subscribe(s.topics.Wildcard(kind), func(topic string, payload []byte) { s.receive(ctx, topic, payload) }); err != nil {
+			return err
 		}
-	case <-ctx.Done():
 	}
+	s.client.Store(c)
+	// An unreachable broker is retried (and logged) until ctx ends.
+	c.Start()
 	g, gctx := errgroup.WithContext(ctx)
 	groups := make(chan []Inbound, 1)
 	g.Go(func() error { return s.decodeLoop(gctx, groups) })
@@ -201,30 +171,23 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.opts.Retention != (Retention{}) {
 		g.Go(func() error { return s.pruneLoop(gctx) })
 	}
-	err := g.Wait()
-	s.connected.Store(false)
-	c.Disconnect(250)
-	wg.Wait()
+	err = g.Wait()
+	cancel() // a receive blocked on a full queue gives up, so Close can wait for it
+	c.Close()
 	s.closeWatchers()
 	return err
 }
 
-func tokenErr(tok paho.Token) error {
-	if err := tok.Error(); err != nil {
-		return err
-	}
-	return errors.New("timed out")
-}
-
-// receive runs on paho's router. Control results go straight to their
-// waiter; everything else is queued for the store.
-func (s *Service) receive(ctx context.Context, m paho.Message) {
-	gw, kind, ok := gatewayOf(s.topics, m.Topic())
+// receive runs on the connection's receive path, in order. Control
+// results go straight to their waiter; everything else is queued for the
+// store.
+func (s *Service) receive(ctx context.Context, topic string, payload []byte) {
+	gw, kind, ok := gatewayOf(s.topics, topic)
 	if !ok {
 		return
 	}
 	if kind == "control/result" {
-		r, err := uplink.DecodeControlResult(m.Payload())
+		r, err := uplink.DecodeControlResult(payload)
 		if err != nil {
 			s.log.Warn("bad control result", "gateway", gw, "err", err)
 			return
@@ -241,7 +204,7 @@ func (s *Service) receive(ctx context.Context, m paho.Message) {
 		return
 	}
 	select {
-	case s.queue <- inboundRaw{topic: m.Topic(), payload: m.Payload(), at: s.opts.Now()}:
+	case s.queue <- inboundRaw{topic: topic, payload: payload, at: s.opts.Now()}:
 	case <-ctx.Done():
 	}
 }
@@ -380,8 +343,8 @@ func (s *Service) report(res Result) {
 	}
 }
 
-// ackLoop publishes acks apart from the ingest loop: paho delivers the
-// broker's PUBACKs on the goroutine that a full queue may hold up, so
+// ackLoop publishes acks apart from the ingest loop: the client delivers
+// the broker's PUBACKs on the goroutine that a full queue may hold up, so
 // waiting for them while ingesting could stall both.
 func (s *Service) ackLoop(ctx context.Context) error {
 	for {
@@ -394,16 +357,16 @@ func (s *Service) ackLoop(ctx context.Context) error {
 		acks := s.acks
 		s.acks = map[string]uint64{}
 		s.ackMu.Unlock()
-		c := *s.client.Load()
-		toks := make(map[string]paho.Token, len(acks))
+		c := s.client.Load()
+		toks := make(map[string]mqttc.Token, len(acks))
 		for gw, upto := range acks {
 			b, _ := json.Marshal(uplink.Ack{Upto: upto})
-			toks[gw] = c.Publish(s.topics.Ack(gw), 1, false, b)
+			toks[gw] = c.PublishAsync(s.topics.Ack(gw), b, false, 1)
 		}
 		for gw, tok := range toks {
 			// A lost ack only costs a re-delivery, which is idempotent.
-			if !tok.WaitTimeout(tokenWait) || tok.Error() != nil {
-				s.log.Warn("publish ack", "gateway", gw, "upto", acks[gw], "err", tokenErr(tok))
+			if err := mqttc.Wait(ctx, tok, tokenWait); err != nil {
+				s.log.Warn("publish ack", "gateway", gw, "upto", acks[gw], "err", err)
 			}
 		}
 	}
@@ -452,7 +415,7 @@ func (s *Service) Control(ctx context.Context, gw string, c uplink.Control) (upl
 		return uplink.ControlResult{}, fmt.Errorf("%w: %s is %s", ErrOffline, gw, g.State)
 	}
 	cp := s.client.Load()
-	if cp == nil || !s.connected.Load() {
+	if cp == nil || !cp.Connected() {
 		return uplink.ControlResult{}, ErrNotConnected
 	}
 	ch := make(chan uplink.ControlResult, 1)
@@ -466,14 +429,11 @@ func (s *Service) Control(ctx context.Context, gw string, c uplink.Control) (upl
 	}()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ControlTimeout)
 	defer cancel()
-	tok := (*cp).Publish(s.topics.Control(gw), 1, false, payload)
-	select {
-	case <-tok.Done():
-		if err := tok.Error(); err != nil {
-			return uplink.ControlResult{}, fmt.Errorf("publish control: %w", err)
+	if err := mqttc.Wait(ctx, cp.PublishAsync(s.topics.Control(gw), payload, false, 1), 0); err != nil {
+		if ctx.Err() != nil {
+			err = ErrTimeout
 		}
-	case <-ctx.Done():
-		return uplink.ControlResult{}, fmt.Errorf("publish control: %w", ErrTimeout)
+		return uplink.ControlResult{}, fmt.Errorf("publish control: %w", err)
 	}
 	select {
 	case r := <-ch:
