@@ -196,16 +196,18 @@ func (a *Agent) Start(ctx context.Context) error {
 	registerHandlers(a)
 
 	if local != nil {
-		a.conn = &localLink{b: local}
-	} else if a.conn, err = dialConn(ctx, connOptions{
-		URL: brokerURL, ClientID: "sortie-" + o.Gateway + "-agent", Username: user,
-		Password: password, TLS: tlsCfg, Log: log.With("component", "mqtt"),
-	}); err != nil {
-		return err
+		a.conn = local
+	} else {
+		mc, err := dialLink(ctx, brokerURL, "sortie-"+o.Gateway+"-agent", user, password, tlsCfg, log.With("component", "mqtt"))
+		if err != nil {
+			return err
+		}
+		a.onClose(mc.Close)
+		a.conn = mc
 	}
-	a.onClose(a.conn.Close)
-	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, a.conn, a.topics, o.Gateway, a.metrics)
-	a.feed = newFeed(log.With("component", "feed"), a.conn, a.topics, o.Gateway)
+	pub := linkPublisher{a.conn}
+	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, pub, a.topics, o.Gateway, a.metrics)
+	a.feed = newFeed(log.With("component", "feed"), pub, a.topics, o.Gateway)
 	if a.broker != nil {
 		a.feed.listened, a.feed.subsAdded = a.broker.Subscribed, a.broker.SubscriptionsAdded
 	}
@@ -246,9 +248,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	if len(active) > 0 {
 		log.Info("resuming missions from the last run", "count", len(active))
 	}
-	if err := a.conn.Subscribe(a.topics.Trigger(), a.trig.onMessage); err != nil {
-		return err
+	cancel, err := a.conn.Subscribe(a.topics.Trigger(), a.trig.onMessage)
+	if err != nil {
+		return fmt.Errorf("subscribe to triggers: %w", err)
 	}
+	a.onClose(cancel)
 	if o.HTTP.Listen != "" {
 		if err := a.startHTTP(); err != nil {
 			return err
@@ -314,7 +318,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // path an app would.
 func (a *Agent) selfTrigger(scene string) error {
 	payload := fmt.Sprintf(`{"scene":%q,"request_id":"demo-%d","source":"demo"}`, scene, time.Now().UnixNano())
-	return a.conn.Publish(a.topics.Trigger(), 1, false, []byte(payload))
+	return a.conn.Publish(a.topics.Trigger(), []byte(payload), false, 1)
 }
 
 // Addrs are where a started agent can be reached.

@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+
+	"github.com/sortie-edge/sortie/internal/mqttc"
+)
+
+// link is the agent's way to the broker for triggers, replies and events
+// (device traffic has its own, in devices.Client): the embedded broker
+// called in process (*broker.Broker), or a connection to an external one
+// (*mqttc.Client). Both have these two methods, so Start does not care
+// which it has.
+type link interface {
+	// Publish returns once the broker has taken the message.
+	Publish(topic string, payload []byte, retained bool, qos byte) error
+	// Subscribe calls handle for every message on a topic matching filter
+	// until cancel; handle must not block.
+	Subscribe(filter string, handle func(topic string, payload []byte)) (cancel func(), err error)
+}
+
+// linkPublisher is a link as the Publisher that the trigger service and
+// the event feed take.
+type linkPublisher struct{ l link }
+
+func (p linkPublisher) Publish(topic string, qos byte, retained bool, payload []byte) error {
+	return p.l.Publish(topic, payload, retained, qos)
+}
+
+// dialLink connects to an external broker for the agent's own traffic,
+// retrying until ctx ends; the connection then comes back by itself and
+// keeps its subscriptions.
+func dialLink(ctx context.Context, url, clientID, user, password string, tlsCfg *tls.Config, log *slog.Logger) (*mqttc.Client, error) {
+	c, err := mqttc.New(mqttc.Options{
+		Broker: url, ClientID: clientID, Username: user, Password: password, TLS: tlsCfg, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Connect(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
