@@ -2,19 +2,14 @@ package simulator
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/sortie-edge/sortie/devices/wire"
+	"github.com/sortie-edge/sortie/internal/mqttc"
 )
 
 // Timeouts of the device's MQTT connection. A token that does not
@@ -26,16 +21,14 @@ const (
 	maxBackoff     = 5 * time.Second
 )
 
-// session is one MQTT connection of a device. A device never reuses a
-// paho client: each connection gets a fresh session, as paho requires
-// after a disconnect.
+// session is one MQTT connection of a device: a client that connects
+// once (mqttc's Once). A device never reconnects a session: each
+// connection gets a fresh one, with a client ID of its own, as a
+// rebooted device would.
 type session struct {
-	client paho.Client
+	client *mqttc.Client
 
-	mu sync.Mutex
-	nc *cutConn // the connection, kept to drop it without a DISCONNECT
-
-	lost     chan struct{} // closed once paho reports the connection lost
+	lost     chan struct{} // closed once the connection is lost
 	lostOnce sync.Once
 	lostErr  error
 
@@ -44,42 +37,11 @@ type session struct {
 	ended bool
 }
 
-// abort closes the network connection under paho's feet. The broker sees
-// the connection end without a DISCONNECT packet and publishes the
-// device's last will, which is exactly what a power cut looks like.
-func (s *session) abort() {
-	s.mu.Lock()
-	nc := s.nc
-	s.mu.Unlock()
-	if nc != nil {
-		nc.cut()
-	}
-}
-
-var errCut = errors.New("connection cut by the simulator")
-
-// cutConn is a connection that can be cut. paho ignores read errors
-// that say the connection was closed locally (it assumes it did so
-// itself), and would only notice the loss at the next keepalive; reads
-// on a cut connection say it was cut instead, so paho reports the loss
-// at once.
-type cutConn struct {
-	net.Conn
-	isCut atomic.Bool
-}
-
-func (c *cutConn) cut() {
-	c.isCut.Store(true)
-	_ = c.Close() // the cut is the point; the reader reports it
-}
-
-func (c *cutConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if err != nil && c.isCut.Load() {
-		err = errCut
-	}
-	return n, err
-}
+// abort closes the network connection under the client's feet. The
+// broker sees the connection end without a DISCONNECT packet and
+// publishes the device's last will, which is exactly what a power cut
+// looks like.
+func (s *session) abort() { s.client.Abort() }
 
 func (s *session) markLost(err error) {
 	s.lostOnce.Do(func() {
@@ -88,89 +50,42 @@ func (s *session) markLost(err error) {
 	})
 }
 
-// dial is paho's connection function; it is ours so that we hold the
-// net.Conn and can cut it.
-func (s *session) dial(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
-	nd := &net.Dialer{Timeout: o.ConnectTimeout}
-	var nc net.Conn
-	var err error
-	switch uri.Scheme {
-	case "tcp", "mqtt":
-		nc, err = nd.Dial("tcp", uri.Host)
-	case "ssl", "tls", "mqtts", "tcps":
-		nc, err = tls.DialWithDialer(nd, "tcp", uri.Host, o.TLSConfig)
-	default:
-		return nil, fmt.Errorf("unsupported broker scheme %q", uri.Scheme)
-	}
-	if err != nil {
-		return nil, err
-	}
-	cc := &cutConn{Conn: nc}
-	s.mu.Lock()
-	s.nc = cc
-	s.mu.Unlock()
-	return cc, nil
-}
-
-func waitToken(t paho.Token, what string) error {
-	if !t.WaitTimeout(tokenTimeout) {
-		return fmt.Errorf("%s: timed out after %v", what, tokenTimeout)
-	}
-	if err := t.Error(); err != nil {
+// waitToken waits for a publish, at most tokenTimeout.
+func waitToken(t mqttc.Token, what string) error {
+	if err := mqttc.Wait(context.Background(), t, tokenTimeout); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
 
-// subscribed waits for a subscribe token and checks the broker's return
-// codes: paho reports a refused MQTT 3.1.1 subscription (return code
-// 0x80) as a success. mochi refuses, for one, a SUBSCRIBE whose packet ID
-// equals one of its own in-flight QoS 1 deliveries to the client.
-func subscribed(t paho.Token, what string) error {
-	if err := waitToken(t, what); err != nil {
-		return err
-	}
-	st, ok := t.(*paho.SubscribeToken)
-	if !ok {
-		return nil
-	}
-	for filter, code := range st.Result() {
-		if code > 2 {
-			return fmt.Errorf("%s: broker refused %q (code %#x)", what, filter, code)
-		}
-	}
-	return nil
-}
-
 // connect opens a new session to the broker, with the device's last will
-// set to a retained "offline".
-func (d *Device) connect() (*session, error) {
+// set to a retained "offline", and returns once the device listens for
+// commands and is announced (or ctx ends).
+func (d *Device) connect(ctx context.Context) (*session, error) {
 	s := &session{lost: make(chan struct{})}
-	opts := paho.NewClientOptions().
-		AddBroker(d.broker).
-		SetClientID(d.nextClientID()).
-		SetCleanSession(true).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetConnectTimeout(connectTimeout).
-		SetWriteTimeout(tokenTimeout).
-		SetKeepAlive(15*time.Second).
-		SetPingTimeout(5*time.Second).
-		SetBinaryWill(d.topics.Availability(d.id), []byte(wire.Offline), 1, true).
-		SetCustomOpenConnectionFn(s.dial).
-		// paho runs OnConnect in its own goroutine, so waiting on
-		// tokens there does not stall the connection.
-		SetOnConnectHandler(func(c paho.Client) { d.onConnect(c, s) }).
-		SetConnectionLostHandler(func(_ paho.Client, err error) { s.markLost(err) })
-	if d.username != "" {
-		opts.SetUsername(d.username).SetPassword(d.password)
+	c, err := mqttc.New(mqttc.Options{
+		Broker: d.broker, ClientID: d.nextClientID(), Username: d.username, Password: d.password, TLS: d.tls,
+		Will:      &mqttc.Will{Topic: d.topics.Availability(d.id), Payload: []byte(wire.Offline), QoS: 1, Retained: true},
+		KeepAlive: 15 * time.Second, ConnectTimeout: connectTimeout, Timeout: tokenTimeout,
+		// Commands in arrival order, on the client's receive path (see
+		// command).
+		Ordered:          true,
+		Once:             true,
+		Abortable:        true,
+		OnConnect:        func() { d.onConnect(s) },
+		OnConnectionLost: s.markLost,
+		Logger:           d.log,
+	})
+	if err != nil {
+		return nil, err
 	}
-	if d.tls != nil {
-		opts.SetTLSConfig(d.tls)
+	s.client = c
+	if _, err := c.Subscribe(d.topics.Command(d.id), func(_ string, payload []byte) { d.command(payload) }); err != nil {
+		c.Close()
+		return nil, err
 	}
-	s.client = paho.NewClient(opts)
-	if err := waitToken(s.client.Connect(), "connect to "+d.broker); err != nil {
-		s.abort()
+	if err := c.Connect(ctx); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return s, nil
@@ -187,18 +102,11 @@ func (d *Device) nextClientID() string {
 	return fmt.Sprintf("%s.%d", d.clientID, d.sessions)
 }
 
-// onConnect subscribes to the command topic, then announces the device:
-// "online" only once it can hear commands, and its current state.
-func (d *Device) onConnect(c paho.Client, s *session) {
-	tok := c.Subscribe(d.topics.Command(d.id), 1, func(_ paho.Client, m paho.Message) {
-		d.command(m.Payload())
-	})
-	if err := subscribed(tok, "subscribe"); err != nil {
-		d.log.Warn("cannot listen for commands; dropping connection", "err", err)
-		s.abort()
-		return
-	}
-	if err := waitToken(c.Publish(d.topics.Availability(d.id), 1, true, wire.Online), "announce online"); err != nil {
+// onConnect announces the device once it listens for commands (the
+// client has subscribed before it runs this): "online", and its current
+// state.
+func (d *Device) onConnect(s *session) {
+	if err := s.client.Publish(d.topics.Availability(d.id), []byte(wire.Online), true, 1); err != nil {
 		d.log.Warn("cannot announce; dropping connection", "err", err)
 		s.abort()
 		return
@@ -206,7 +114,7 @@ func (d *Device) onConnect(c paho.Client, s *session) {
 	d.mu.Lock()
 	st := d.stateOutput(time.Now())
 	d.mu.Unlock()
-	if err := waitToken(c.Publish(st.topic, 1, true, st.payload), "report state"); err != nil {
+	if err := s.client.Publish(st.topic, st.payload, true, 1); err != nil {
 		d.log.Warn("cannot report state", "err", err)
 	}
 	d.mu.Lock()
@@ -303,7 +211,7 @@ func (d *Device) run(ctx context.Context) {
 			d.pause(ctx, wait)
 			continue
 		}
-		s, err := d.connect()
+		s, err := d.connect(ctx)
 		d.mu.Lock()
 		d.connectErr = err
 		d.mu.Unlock()
@@ -346,9 +254,11 @@ func (d *Device) pause(ctx context.Context, wait time.Duration) {
 	}
 }
 
-// serve watches a live session until it ends. It reports whether the
-// connection broke by itself, as opposed to being ended on purpose.
+// serve watches a live session until it ends, and closes it. It reports
+// whether the connection broke by itself, as opposed to being ended on
+// purpose.
 func (d *Device) serve(ctx context.Context, s *session) (broke bool) {
+	defer s.client.Close()
 	defer d.detach(s)
 	var (
 		every  time.Duration
@@ -405,8 +315,8 @@ func (d *Device) serve(ctx context.Context, s *session) (broke bool) {
 	}
 }
 
-// cut drops the connection abruptly and waits until paho has noticed, so
-// the next session starts from a clean slate.
+// cut drops the connection abruptly and waits until the client has
+// noticed, so the next session starts from a clean slate.
 func (d *Device) cut(s *session, why string) {
 	d.detach(s)
 	s.abort()
@@ -423,22 +333,22 @@ func (d *Device) cut(s *session, why string) {
 // availability must not claim a device that is gone.
 func (d *Device) goodbye(s *session) {
 	d.detach(s)
-	if err := waitToken(s.client.Publish(d.topics.Availability(d.id), 1, true, wire.Offline), "announce offline"); err != nil {
-		d.log.Warn("shutdown", "err", err)
+	if err := s.client.Publish(d.topics.Availability(d.id), []byte(wire.Offline), true, 1); err != nil {
+		d.log.Warn("shutdown: announce offline", "err", err)
 	}
-	s.client.Disconnect(250)
+	s.client.Close()
 	d.log.Info("offline: shut down")
 }
 
-// command is the device's firmware on one command. It runs on paho's
-// handler, in arrival order, so a command costs no hand-off to another
-// goroutine before its ack goes out; the worker waits for the PUBACKs.
-// paho's advice is not to publish from an ordered handler at all. Its
-// concern is waiting: a handler that waits for a token stalls the
-// routing that token may need. Publish alone only hands the packet to
-// paho's writer goroutine, which does not depend on the router (paho
-// v1.5) and is held up only by a socket the broker stops reading, and
-// then for at most the write timeout.
+// command is the device's firmware on one command. It runs on the
+// client's ordered handler, in arrival order, so a command costs no
+// hand-off to another goroutine before its ack goes out; the worker
+// waits for the PUBACKs. paho's advice is not to publish from an ordered
+// handler at all. Its concern is waiting: a handler that waits for a
+// token stalls the routing that token may need. PublishAsync alone only
+// hands the packet to paho's writer goroutine, which does not depend on
+// the router (paho v1.5) and is held up only by a socket the broker stops
+// reading, and then for at most the write timeout.
 func (d *Device) command(payload []byte) {
 	d.emitMu.Lock()
 	e := d.emitNow(d.handle(payload, time.Now()))
@@ -530,10 +440,11 @@ func (d *Device) work(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// sent is a published output, its token, and when it was published.
+// sent is a published output, its token (nil: not published, the
+// device was offline), and when it was published.
 type sent struct {
 	o   output
-	tok paho.Token
+	tok mqttc.Token
 	at  time.Time
 }
 
@@ -544,7 +455,7 @@ type emitted struct {
 	delayed []output
 }
 
-// emitNow publishes the immediate outputs in order (paho writes them in
+// emitNow publishes the immediate outputs in order (they are written in
 // that order on the one connection) and sets the delayed ones aside.
 // d.emitMu is held.
 func (d *Device) emitNow(outs []output) emitted {
@@ -556,7 +467,7 @@ func (d *Device) emitNow(outs []output) emitted {
 		}
 		e.pending = append(e.pending, sent{o: o, tok: d.send(o)})
 		if o.ack {
-			// Let paho's writer send the ack from this core now, rather
+			// Let the client's writer send the ack from this core now, rather
 			// than from another core woken for it while this goroutine goes
 			// on to publish the state report: the ack is what the
 			// command's sender waits for.
@@ -590,18 +501,18 @@ func (d *Device) followUp(ctx context.Context, wg *sync.WaitGroup, e emitted) {
 var errOffline = errors.New("offline")
 
 // send publishes o on the current connection; a nil token means offline.
-func (d *Device) send(o output) paho.Token {
+func (d *Device) send(o output) mqttc.Token {
 	d.mu.Lock()
 	s := d.conn
 	d.mu.Unlock()
 	if s == nil {
 		return nil
 	}
-	return s.client.Publish(o.topic, 1, o.retained, o.payload)
+	return s.client.PublishAsync(o.topic, o.payload, o.retained, 1)
 }
 
 // settle waits for a publish and logs a loss.
-func (d *Device) settle(o output, tok paho.Token) {
+func (d *Device) settle(o output, tok mqttc.Token) {
 	err := errOffline
 	if tok != nil {
 		err = waitToken(tok, "publish")

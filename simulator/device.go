@@ -54,7 +54,7 @@ type Device struct {
 	// emitMu keeps a command's outputs and a curtain's arrival report
 	// from interleaving: each decision is published whole, in order.
 	emitMu sync.Mutex
-	// settling hands a command's delayed outputs from paho's handler,
+	// settling hands a command's delayed outputs from the MQTT handler,
 	// which must not wait, to the device's worker, which starts them.
 	settling chan emitted
 	// unsettled are publishes whose PUBACK had not come when last looked

@@ -5,7 +5,7 @@
 //
 // A Home is built from a HomeConfig (ParseHome/LoadHome read the TOML
 // form, see configs/home.toml) and started with Start; Close stops it.
-// Each Device is its own paho client: it announces "online" (retained)
+// Each Device is its own MQTT client: it announces "online" (retained)
 // once subscribed to its command topic, leaves "offline" as its last
 // will, checks params as real firmware would (invalid_param naming the
 // field, unknown_action), applies a command ID at most once within a

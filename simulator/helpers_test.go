@@ -269,3 +269,22 @@ func wantOK(t testing.TB, ack wire.Ack) {
 		t.Fatalf("ack %+v: want ok (error %+v)", ack, ack.Error)
 	}
 }
+
+// subscribed waits for a test client's subscribe token and checks the
+// broker's return codes: paho reports a refused MQTT 3.1.1 subscription
+// (return code 0x80) as a success.
+func subscribed(t paho.Token, what string) error {
+	if err := waitToken(t, what); err != nil {
+		return err
+	}
+	st, ok := t.(*paho.SubscribeToken)
+	if !ok {
+		return nil
+	}
+	for filter, code := range st.Result() {
+		if code > 2 {
+			return fmt.Errorf("%s: broker refused %q (code %#x)", what, filter, code)
+		}
+	}
+	return nil
+}
