@@ -60,7 +60,9 @@ func waitToken(t mqttc.Token, what string) error {
 
 // connect opens a new session to the broker, with the device's last will
 // set to a retained "offline", and returns once the device listens for
-// commands and is announced (or ctx ends).
+// commands and is announced. It does not stop half way when ctx ends: a
+// device announced "online" must live to say "offline" (serve's
+// goodbye), so connecting is bounded by its own timeouts instead.
 func (d *Device) connect(ctx context.Context) (*session, error) {
 	s := &session{lost: make(chan struct{})}
 	c, err := mqttc.New(mqttc.Options{
@@ -84,6 +86,8 @@ func (d *Device) connect(ctx context.Context) (*session, error) {
 		c.Close()
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout+2*tokenTimeout)
+	defer cancel()
 	if err := c.Connect(ctx); err != nil {
 		c.Close()
 		return nil, err
