@@ -397,7 +397,9 @@ func (c *Client) Abort() {
 
 // Close disconnects, waiting at most a quiesce time for what is queued
 // to go out, and returns once the Client's goroutine and the handlers
-// running have finished. It is safe to call more than once.
+// running have finished: no handler runs after it, so no handler may
+// call it. A connection attempt in progress is abandoned (paho ends it
+// within ConnectTimeout). It is safe to call more than once.
 func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		c.startOnce.Do(func() {}) // no Start after Close

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/internal/mqttc"
 )
 
@@ -471,5 +472,37 @@ func (p *proxy) pipe(dst, src net.Conn) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// TestRefusedSubscriptionIsAnError: paho reports a SUBACK refusal as a
+// success; Subscribe says it was refused, and the filter is not kept.
+func TestRefusedSubscriptionIsAnError(t *testing.T) {
+	hash, err := passwd.HashCost("pw", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := passwd.Parse(hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := passwd.NewBook()
+	users.Add("u", cred)
+	auth, err := broker.NewAuth(broker.AuthOptions{
+		Users: users,
+		Allow: func(_, topic string, _ bool) bool { return !strings.HasPrefix(topic, "secret") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := brokertest.StartWith(t, broker.Options{Auth: auth})
+	in := make(inbox, 4)
+	c := newClient(t, mqttc.Options{Broker: b.URL(), ClientID: "u", Username: "u", Password: "pw", Ordered: true})
+	connect(t, c)
+	if _, err := c.Subscribe("secret/#", in.handle); !errors.Is(err, mqttc.ErrRefused) {
+		t.Fatalf("refused subscription: %v, want ErrRefused", err)
+	}
+	if _, err := c.Subscribe("open", in.handle); err != nil {
+		t.Fatalf("allowed subscription: %v", err)
 	}
 }

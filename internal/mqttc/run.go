@@ -58,8 +58,13 @@ func (c *Client) connectOnce(wasUp *bool, lostAt *time.Time, fails int) error {
 	c.last.Store(cn)
 	// paho bounds the dial and the handshake by ConnectTimeout each; this
 	// bounds the whole, should paho not.
-	if err := Wait(c.ctx, cn.pc.Connect(), 2*c.opts.ConnectTimeout+time.Second); err != nil {
-		cn.pc.Disconnect(0) // abandons the attempt; paho ends it within ConnectTimeout
+	tok := cn.pc.Connect()
+	if err := Wait(c.ctx, tok, 2*c.opts.ConnectTimeout+time.Second); err != nil {
+		select {
+		case <-tok.Done(): // a failed attempt: paho has cleaned up
+		default:
+			cn.pc.Disconnect(0) // abandons the attempt; paho ends it within ConnectTimeout
+		}
 		if c.ctx.Err() != nil {
 			return ErrClosed
 		}
@@ -130,6 +135,13 @@ func (c *Client) resubscribe(cn *conn) error {
 			}
 			n = 0
 			continue
+		}
+		select {
+		case <-cn.lost:
+			return cn.lostErr
+		case <-c.ctx.Done():
+			return ErrClosed
+		default:
 		}
 		wait := backoff(n, subBackoff, maxSubBackoff)
 		n++
