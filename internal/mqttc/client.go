@@ -212,7 +212,7 @@ func (c *Client) Connect(ctx context.Context) error {
 		if ok {
 			return nil
 		}
-		return fmt.Errorf("connect %s: %w", c.opts.Broker, err)
+		return fmt.Errorf("connect to %s: %w", c.opts.Broker, err)
 	case <-c.ctx.Done():
 		return ErrClosed
 	case <-ctx.Done():
@@ -220,9 +220,9 @@ func (c *Client) Connect(ctx context.Context) error {
 		last := c.lastErr
 		c.mu.Unlock()
 		if last != nil {
-			return fmt.Errorf("connect %s: %w: %w", c.opts.Broker, context.Cause(ctx), last)
+			return fmt.Errorf("connect to %s: %w: %w", c.opts.Broker, context.Cause(ctx), last)
 		}
-		return fmt.Errorf("connect %s: %w", c.opts.Broker, context.Cause(ctx))
+		return fmt.Errorf("connect to %s: %w", c.opts.Broker, context.Cause(ctx))
 	}
 }
 
