@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
@@ -153,54 +151,29 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := a.Start(ctx); err != nil {
 		return err
 	}
+	ad := a.Addrs()
 	if rf.progress {
-		if err := banner(stdout, cfg, a.Addrs()); err != nil {
+		b := view.Banner{
+			Gateway: cfg.GatewayID, BrokerURL: ad.BrokerURL, BrokerListen: ad.BrokerListen, API: ad.API,
+			Scenes: ad.Scenes, TriggerTopic: ad.TriggerTopic, BrokerLogin: ad.BrokerUsers,
+			BrokerTLS: cfg.Broker.Embedded && cfg.Broker.ServerCertFile != "",
+		}
+		if _, err := io.WriteString(stdout, b.String(time.Now())); err != nil {
 			return err
 		}
 	}
-	// Said once everything is closed: "Stopped." must be true by then.
-	bye := "Stopped."
 	err = a.Run(ctx)
-	if rf.progress {
-		if n, uerr := a.Unfinished(context.Background()); uerr == nil && n > 0 {
-			bye = fmt.Sprintf("Stopped. %d unfinished mission(s) go on at the next start.", n)
-		}
-		if _, werr := fmt.Fprintln(stdout, bye); werr != nil {
-			err = errors.Join(err, werr)
-		}
+	if !rf.progress {
+		return err
 	}
-	return err
-}
-
-// banner tells someone watching the progress view what is running and
-// how to drive it.
-func banner(w io.Writer, cfg Config, ad agent.Addrs) error {
-	host, port := "BROKER", ""
-	if ad.BrokerListen != "" {
-		host, port, _ = net.SplitHostPort(ad.BrokerListen)
-		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			host = "127.0.0.1" // listening everywhere, this host included
-		}
+	bye := "Stopped."
+	if n, uerr := a.Unfinished(context.Background()); uerr == nil && n > 0 {
+		bye = fmt.Sprintf("Stopped. %d unfinished mission(s) go on at the next start.", n)
 	}
-	api := ad.API
-	if api == "" {
-		api = "(disabled)"
+	// Said once everything is closed: "Stopped." must be true by then.
+	a.Close()
+	if _, werr := fmt.Fprintln(stdout, bye); werr != nil {
+		err = errors.Join(err, werr)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", cfg.GatewayID, ad.BrokerURL, api, strings.Join(ad.Scenes, ", "))
-	b.WriteString("Trigger one from another terminal:\n  ./bin/agent trigger movie_night\n")
-	flags := ""
-	if port != "" && port != "1883" {
-		flags += " -p " + port
-	}
-	if cfg.Broker.Embedded && cfg.Broker.ServerCertFile != "" {
-		flags += " --cafile CA.pem"
-	}
-	if ad.BrokerUsers {
-		flags += " -u APP_USER -P PASSWORD"
-	}
-	fmt.Fprintf(&b, "  mosquitto_pub -h %s%s -q 1 -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"night-%d\"}'\n", host, flags, ad.TriggerTopic, time.Now().Unix())
-	b.WriteString("Ctrl-C stops (in-flight steps finish first).\n\n")
-	_, err := io.WriteString(w, b.String())
 	return err
 }
