@@ -24,6 +24,10 @@ import (
 	"github.com/sortie-edge/sortie/store"
 )
 
+// httpShutdownGrace is how long the API's requests in flight get to
+// finish at shutdown.
+const httpShutdownGrace = 3 * time.Second
+
 // HomeStartTimeout bounds the wait for the simulated home's devices to
 // connect; they take milliseconds on a working broker, and a home that
 // cannot log in (a wrong URL, a certificate it refuses) would otherwise
@@ -295,9 +299,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 		g.Go(func() error {
 			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), httpShutdownGrace)
 			defer cancel()
-			return a.http.Shutdown(sctx)
+			if err := a.http.Shutdown(sctx); err != nil {
+				// A request still running, or a client that opened a
+				// connection and sent nothing (net/http waits 5s for
+				// those): neither should hold the agent's stop or make it
+				// fail. What they asked is durable or will be retried.
+				a.log.Warn("http: closing connections still open at shutdown", "err", err)
+				_ = a.http.Close() // closing is the point; its error says no more than Shutdown's
+			}
+			return nil
 		})
 	}
 	g.Go(func() error { return a.retention(gctx) })
