@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -260,13 +261,23 @@ func (m *metrics) deviceType(device, kind string) string {
 }
 
 // instrument wraps the device.command handler to time acks and count
-// commands in flight.
+// commands in flight. A command's attempt parks while it waits for its
+// ack (driver.Pending), so it spans calls: it is in flight from the
+// fresh call that parks it to the resumed call that ends it, and its
+// latency runs from the attempt's start (Resume.Since).
 func (m *metrics) instrument(h driver.Handler) driver.Handler {
 	return driver.HandlerFunc(func(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
-		m.inFlight.Inc()
 		start := time.Now()
 		out, err := h.Execute(ctx, req)
-		m.inFlight.Dec()
+		var pe *driver.PendingError
+		pending := errors.As(err, &pe)
+		switch {
+		case req.Resume == nil && pending:
+			m.inFlight.Inc()
+		case req.Resume != nil && !pending:
+			m.inFlight.Dec()
+			start = req.Resume.Since
+		}
 		if err == nil {
 			dev, _ := out["device"].(string) // the command handler's outputs name it
 			if dev == "" {

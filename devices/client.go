@@ -135,11 +135,13 @@ type Options struct {
 	MaxDevices int
 	// Logger receives connection and protocol logs; nil discards them.
 	Logger *slog.Logger
-	// OnChange, if set, is called after a device's availability or
-	// reported state changes. It runs on the MQTT receive path, so it must
-	// not block (nor call Close, which waits for it); the agent points it
-	// at the driver's Wake.
-	OnChange func(deviceID string)
+	// OnChange, if set, is called with a device's ID after its
+	// availability or reported state changes, with AckKey(device, id)
+	// when the ack of a command sent by Post arrives, and with
+	// ConnectedKey when the connection is up again. It runs on the MQTT
+	// receive path, so it must not block (nor call Close, which waits for
+	// it); the agent points it at the driver's Wake.
+	OnChange func(key string)
 	// OnStrayAck, if set, is called for every ack that completes no
 	// waiting Send: a late ack (its Send gave up) or a duplicate. It must
 	// not block. The agent uses it to count late acks per mission, since
@@ -235,10 +237,14 @@ type Client struct {
 	connected bool          // ready has been closed for this connection
 	conns     int
 	pending   map[ackKey]chan wire.Ack
-	recent    map[ackKey]recentAck
-	recentQ   []ackKey // FIFO eviction order of recent (ring)
-	recentN   int      // next ring slot
-	devices   map[string]*deviceEntry
+	// posted are commands published by Post whose ack has not come:
+	// their give-up time. An ack for one is remembered in recent and
+	// announced through OnChange, for Collect.
+	posted  map[ackKey]time.Time
+	recent  map[ackKey]recentAck
+	recentQ []ackKey // FIFO eviction order of recent (ring)
+	recentN int      // next ring slot
+	devices map[string]*deviceEntry
 
 	stats stats
 }
@@ -258,6 +264,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 		pending: make(map[ackKey]chan wire.Ack),
+		posted:  make(map[ackKey]time.Time),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
 		devices: make(map[string]*deviceEntry),
@@ -336,8 +343,8 @@ func (c *Client) dialLocal() error {
 // re-, once the subscriptions are in place.
 func (c *Client) onConnect() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return
 	}
 	c.conns++
@@ -347,6 +354,10 @@ func (c *Client) onConnect() {
 	if !c.connected {
 		c.connected = true
 		close(c.ready)
+	}
+	c.mu.Unlock()
+	if c.opts.OnChange != nil {
+		c.opts.OnChange(ConnectedKey)
 	}
 }
 
@@ -440,14 +451,8 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 	if ackTimeout <= 0 {
 		ackTimeout = c.opts.AckTimeout
 	}
-	if err := wire.ValidateDeviceID(deviceID); err != nil {
-		return wire.Ack{}, fmt.Errorf("send: %w", err)
-	}
-	if err := validateCommandID(cmd.ID); err != nil {
-		return wire.Ack{}, fmt.Errorf("send: %w", err)
-	}
-	if cmd.Action == "" {
-		return wire.Ack{}, fmt.Errorf("send: %w: no action", ErrInvalidCommand)
+	if err := c.checkCommand(deviceID, cmd); err != nil {
+		return wire.Ack{}, err
 	}
 	giveUp := time.Now().Add(ackTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(giveUp) {
@@ -576,6 +581,129 @@ func (c *Client) finish(device string, ack wire.Ack) (wire.Ack, error) {
 	return ack, e
 }
 
+// ConnectedKey is what OnChange is called with when the client's
+// connection is up again: commands Post refused as not connected can go.
+const ConnectedKey = "devices/connected"
+
+// AckKey is what OnChange is called with when the ack of command id,
+// sent to device by Post, arrives. Device IDs hold no "/", so it never
+// equals a device ID.
+func AckKey(device, id string) string { return "ack/" + device + "/" + id }
+
+// Post publishes cmd to the device without waiting for its ack, for a
+// caller that parks instead of blocking (see driver.Pending): when the
+// ack comes it is kept by command ID, and OnChange is called with
+// AckKey(deviceID, cmd.ID); Collect then returns it. If an ack for the ID
+// is already known (the device applied it before; a late ack of an
+// earlier attempt), Post returns it with done set and publishes nothing.
+//
+// giveUp is when the caller stops waiting; it becomes cmd.Expires unless
+// the caller set an earlier one. While the connection is down Post
+// returns ErrNotConnected (wait for ConnectedKey). A second Post of an ID
+// still waiting for its ack returns ErrInFlight.
+func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time) (ack wire.Ack, done bool, err error) {
+	if err := c.checkCommand(deviceID, cmd); err != nil {
+		return wire.Ack{}, false, err
+	}
+	if cmd.Expires.IsZero() || cmd.Expires.After(giveUp) {
+		cmd.Expires = giveUp
+	}
+	payload, err := cmd.AppendJSON(make([]byte, 0, 256))
+	if err != nil {
+		return wire.Ack{}, false, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
+	}
+	key := ackKey{deviceID, cmd.ID}
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return wire.Ack{}, false, ErrClosed
+	case c.recent[key].reusable:
+		r := c.recent[key]
+		c.mu.Unlock()
+		c.stats.cached.Add(1)
+		ack, err := c.finish(deviceID, r.ack)
+		return ack, true, err
+	case c.local == nil && !c.connected:
+		c.mu.Unlock()
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
+	}
+	if _, busy := c.pending[key]; busy {
+		c.mu.Unlock()
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
+	}
+	if _, busy := c.posted[key]; busy {
+		c.mu.Unlock()
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
+	}
+	c.posted[key] = giveUp
+	// A retryable failure remembered for the ID was not applied: this
+	// attempt's ack is the one to wait for.
+	delete(c.recent, key)
+	c.mu.Unlock()
+	var perr error
+	if c.local != nil {
+		perr = c.local.Publish(c.topics.Command(deviceID), payload, false, 1)
+	} else {
+		// The connection writes the publish from its own goroutine; one
+		// lost with the connection shows as a missing ack.
+		tok := c.mc.PublishAsync(c.topics.Command(deviceID), payload, false, 1)
+		select {
+		case <-tok.Done():
+			perr = tok.Error()
+		default:
+		}
+	}
+	if perr != nil {
+		c.mu.Lock()
+		delete(c.posted, key)
+		c.mu.Unlock()
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, perr)
+	}
+	c.stats.sent.Add(1)
+	return wire.Ack{}, false, nil
+}
+
+// Collect returns the ack of command id sent to device by Post, once it
+// has come: the ack and nil when the device applied the command, the ack
+// and a *RejectedError when it refused. Without an ack yet it returns
+// false, unless giveUp is set: then it stops waiting for the command
+// (a later ack is counted late, and a retry may Post the ID again) and
+// returns an error wrapping driver.ErrAckTimeout.
+func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error) {
+	key := ackKey{device, id}
+	c.mu.Lock()
+	if r, ok := c.recent[key]; ok {
+		if _, waiting := c.posted[key]; !waiting {
+			c.mu.Unlock()
+			ack, err := c.finish(device, r.ack)
+			return ack, true, err
+		}
+	}
+	if !giveUp {
+		c.mu.Unlock()
+		return wire.Ack{}, false, nil
+	}
+	delete(c.posted, key)
+	c.mu.Unlock()
+	c.stats.timeouts.Add(1)
+	return wire.Ack{}, true, fmt.Errorf("command %s to %s: %w", id, device, driver.ErrAckTimeout)
+}
+
+// checkCommand checks what Send and Post take from their caller.
+func (c *Client) checkCommand(deviceID string, cmd wire.Command) error {
+	if err := wire.ValidateDeviceID(deviceID); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if err := validateCommandID(cmd.ID); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if cmd.Action == "" {
+		return fmt.Errorf("send: %w: no action", ErrInvalidCommand)
+	}
+	return nil
+}
+
 // onMessage applies one device message. It runs on the connection's
 // receive path, in the order the broker sent (mqttc's Ordered, so a
 // device's availability and state updates keep their order), or on the
@@ -621,6 +749,16 @@ func (c *Client) handleAck(device string, payload []byte) {
 		// otherwise goes on (a device's state report follows its ack) and
 		// the step waits for it or for an idle core to wake: ~20 µs a step.
 		runtime.Gosched()
+		return
+	}
+	if _, ok := c.posted[key]; ok {
+		delete(c.posted, key)
+		c.remember(key, ack, reusable)
+		c.mu.Unlock()
+		c.stats.acked.Add(1)
+		if c.opts.OnChange != nil {
+			c.opts.OnChange(AckKey(device, ack.ID))
+		}
 		return
 	}
 	_, dup := c.recent[key]

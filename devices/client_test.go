@@ -265,6 +265,9 @@ func TestAvailabilityAndState(t *testing.T) {
 	changes := make(chan string, 64)
 	c := dial(t, b, func(o *devices.Options) {
 		o.OnChange = func(id string) {
+			if id == devices.ConnectedKey {
+				return // the connection, not a device
+			}
 			select {
 			case changes <- id:
 			default:

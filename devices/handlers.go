@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -240,31 +241,79 @@ func (h *Handlers) check(p CommandParams) error {
 	return driver.PermanentError(wire.CodeInvalidParam, err)
 }
 
-// send sends a checked command and waits for its ack.
-func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandParams) (map[string]any, error) {
+// Where a parked command step left off (driver.Parked.Note): waiting
+// for the connection, for the ack, or for the state it verifies (the
+// note then carries the verification's deadline).
+const (
+	noteConnect = "connect"
+	noteAck     = "ack"
+	noteVerify  = "verify:"
+)
+
+// send sends a checked command and parks until its ack (driver.Pending):
+// the step holds no worker while the device takes its time. Resumed, it
+// collects the ack from the client, which keeps it by command ID, and
+// verifies the state the same way, woken by the device's reports.
+func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandParams) (map[string]any, error) {
+	now := h.opts.Now()
+	if r := req.Resume; r != nil {
+		switch {
+		case r.Note == noteAck:
+			ack, ok, err := h.client.Collect(p.Device, req.IdempotencyKey, !now.Before(r.Until))
+			if !ok {
+				return nil, driver.Pending(AckKey(p.Device, req.IdempotencyKey), r.Until, noteAck, nil)
+			}
+			return h.acked(req, p, ack, err, now)
+		case strings.HasPrefix(r.Note, noteVerify):
+			return h.verified(p, r, now)
+		}
+		// noteConnect: the connection is back (or the wait is over): send.
+	}
 	if !h.client.Available(p.Device) {
 		return nil, driver.WaitError(p.Device, CodeDeviceOffline, h.opts.OfflineRetry,
 			fmt.Errorf("device %s is offline", p.Device))
 	}
-	prior := h.prior(req.IdempotencyKey, p.Device)
+	h.prior(req.IdempotencyKey, p.Device) // remembered at the first attempt, before the command changes it
+	ackTimeout := p.AckTimeout.D()
+	if ackTimeout <= 0 {
+		ackTimeout = h.client.opts.AckTimeout
+	}
+	giveUp := now.Add(ackTimeout)
+	if !req.Deadline.IsZero() && req.Deadline.Before(giveUp) {
+		giveUp = req.Deadline
+	}
 	cmd := wire.Command{
 		ID:      req.IdempotencyKey,
 		Action:  p.Action,
 		Params:  p.Params,
 		Attempt: req.Attempt,
-		Expires: req.Deadline,
 		TraceID: req.TraceID,
 	}
-	ack, err := h.client.SendTimeout(ctx, p.Device, cmd, p.AckTimeout.D())
+	ack, done, err := h.client.Post(p.Device, cmd, giveUp)
+	switch {
+	case errors.Is(err, ErrNotConnected):
+		return nil, driver.Pending(ConnectedKey, giveUp, noteConnect, nil)
+	case !done && err != nil:
+		return nil, classifySend(err)
+	case !done:
+		return nil, driver.Pending(AckKey(p.Device, cmd.ID), giveUp, noteAck, nil)
+	}
+	return h.acked(req, p, ack, err, now)
+}
+
+// acked turns a command's ack into the step's outputs, or parks to
+// verify the state it should have led to.
+func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, err error, now time.Time) (map[string]any, error) {
 	if err != nil {
 		return nil, classifySend(err)
 	}
-	if ack.Prior != nil {
-		prior = ack.Prior
-	} else if prior != nil {
-		prior = cloneMap(prior)
+	prior := ack.Prior
+	if prior == nil {
+		if pr := h.prior(req.IdempotencyKey, p.Device); pr != nil {
+			prior = cloneMap(pr)
+		}
 	}
-	out := map[string]any{"device": p.Device, "action": p.Action, "command_id": cmd.ID}
+	out := map[string]any{"device": p.Device, "action": p.Action, "command_id": req.IdempotencyKey}
 	if prior != nil {
 		out["prior_state"] = prior
 	}
@@ -272,23 +321,44 @@ func (h *Handlers) send(ctx context.Context, req driver.StepRequest, p CommandPa
 	if state == nil {
 		state, _ = h.client.State(p.Device)
 	}
-	if p.Verify {
-		want := h.reg.Expected(p.Device, p.Action, p.Params)
-		timeout := p.VerifyTimeout.D()
-		if timeout <= 0 {
-			timeout = h.opts.VerifyTimeout
-		}
-		got, err := h.verify(ctx, p.Device, want, timeout)
-		if err != nil {
-			return nil, err
-		}
-		state = got
-		out["verified"] = true
-	}
 	if state != nil {
 		out["state"] = state
 	}
-	return out, nil
+	if !p.Verify {
+		return out, nil
+	}
+	timeout := p.VerifyTimeout.D()
+	if timeout <= 0 {
+		timeout = h.opts.VerifyTimeout
+	}
+	until := now.Add(timeout)
+	return h.verified(p, &driver.Parked{Until: until, Note: noteVerify + until.UTC().Format(time.RFC3339Nano), Out: out}, now)
+}
+
+// verified finishes a step once the device reports the state the command
+// should have led to, woken by its reports (the key is the device ID).
+// Failing is permanent: re-sending the same command ID would be
+// deduplicated by the device, which re-acks without acting again, so a
+// retry cannot make a device reach a state it did not reach.
+func (h *Handlers) verified(p CommandParams, r *driver.Parked, now time.Time) (map[string]any, error) {
+	want := h.reg.Expected(p.Device, p.Action, p.Params)
+	got, _ := h.client.State(p.Device)
+	out := r.Out
+	if matches(got, want) {
+		out["state"] = got
+		out["verified"] = true
+		return out, nil
+	}
+	until, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(r.Note, noteVerify))
+	if err != nil {
+		until = r.Until
+	}
+	if !now.Before(until) {
+		return nil, driver.PermanentError(CodeVerifyFailed,
+			fmt.Errorf("device %s acked but reported %s, not %s, by %s (another command, from another mission or an app, may have changed it since)",
+				p.Device, jsonText(got), jsonText(want), until.Format(time.RFC3339)))
+	}
+	return nil, driver.Pending(p.Device, until, r.Note, out)
 }
 
 // classifySend maps a Client.Send error to the driver's classes.
@@ -337,33 +407,6 @@ func (h *Handlers) prior(key, device string) map[string]any {
 	return st
 }
 
-// verify waits until the device reports want, woken by state changes
-// rather than polling. Failing is permanent: re-sending the same command
-// ID would be deduplicated by the device, which re-acks without acting
-// again, so a retry cannot make a device reach a state it did not reach.
-// A cancelled ctx (step timeout, shutdown) is returned as is, since then
-// the state was not given its full time.
-func (h *Handlers) verify(ctx context.Context, device string, want map[string]any, timeout time.Duration) (map[string]any, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		changed := h.client.Changed(device)
-		got, _ := h.client.State(device)
-		if matches(got, want) {
-			return got, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("verify %s: %w", device, context.Cause(ctx))
-		case <-t.C:
-			return nil, driver.PermanentError(CodeVerifyFailed,
-				fmt.Errorf("device %s acked but reported %s, not %s, within %v (another command, from another mission or an app, may have changed it since)",
-					device, jsonText(got), jsonText(want), timeout))
-		}
-	}
-}
-
 // jsonText writes a state as JSON, as devices report it, for messages.
 func jsonText(v map[string]any) string {
 	b, err := jsonenc.AppendValue(nil, v)
@@ -408,7 +451,7 @@ func (h *Handlers) Restore(ctx context.Context, req driver.StepRequest) (map[str
 	}
 	out, err := h.send(ctx, req, cmd)
 	if err != nil {
-		return nil, err
+		return nil, err // a Pending among them: restored is added when it resumes
 	}
 	out["restored"] = true
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,16 +21,62 @@ type rig struct {
 	client *devices.Client
 	h      *devices.Handlers
 	kinds  map[string]driver.Handler
+	wakes  *wakes
 }
 
 func newRig(t *testing.T, opts devices.HandlerOptions) *rig {
 	t.Helper()
 	b := brokertest.Start(t)
-	c := dial(t, b, nil)
+	w := newWakes()
+	c := dial(t, b, func(o *devices.Options) { o.OnChange = w.wake })
 	h := devices.NewHandlers(c, loadHome(t), opts)
-	r := &rig{broker: b, client: c, h: h, kinds: map[string]driver.Handler{}}
+	r := &rig{broker: b, client: c, h: h, kinds: map[string]driver.Handler{}, wakes: w}
 	h.Register(func(kind string, x driver.Handler) { r.kinds[kind] = x })
 	return r
+}
+
+// wakes stands in for the driver's Wake: it remembers each key's wakes,
+// so a run can wait for the one its parked attempt names, even if it
+// came before the attempt parked.
+type wakes struct {
+	mu    sync.Mutex
+	count map[string]int // wakes of each key
+	used  map[string]int // of those, the ones an attempt resumed on
+	ch    chan struct{}  // closed and replaced at every wake
+}
+
+func newWakes() *wakes {
+	return &wakes{count: map[string]int{}, used: map[string]int{}, ch: make(chan struct{})}
+}
+
+func (w *wakes) wake(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.count[key]++
+	close(w.ch)
+	w.ch = make(chan struct{})
+}
+
+// await waits for a wake of key not used yet, and reports true, or
+// until, and reports false.
+func (w *wakes) await(key string, until time.Time) bool {
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		n, ch := w.count[key], w.ch
+		if key != "" && n > w.used[key] {
+			w.used[key] = n
+			w.mu.Unlock()
+			return true
+		}
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		}
+	}
 }
 
 // device starts a fake device and waits until the client has its state.
@@ -40,13 +87,28 @@ func (r *rig) device(t *testing.T, id string, state map[string]any, script func(
 	return d
 }
 
+// run executes an attempt as the driver does: a handler that parks
+// (driver.Pending) is called again with Resume set once its key is woken
+// (a wake that came while it was still returning counts) or its time has
+// come.
 func (r *rig) run(t *testing.T, kind string, req driver.StepRequest) (map[string]any, error) {
 	t.Helper()
 	h := r.kinds[kind]
 	if h == nil {
 		t.Fatalf("no handler for %s", kind)
 	}
-	return h.Execute(t.Context(), req)
+	since := time.Now()
+	for range 1000 {
+		out, err := h.Execute(t.Context(), req)
+		var pe *driver.PendingError
+		if !errors.As(err, &pe) {
+			return out, err
+		}
+		woken := r.wakes.await(pe.Key, pe.Until)
+		req.Resume = &driver.Parked{Key: pe.Key, Until: pe.Until, Note: pe.Note, Out: pe.Out, Since: since, Woken: woken}
+	}
+	t.Fatal("the handler never stopped parking")
+	return nil, nil
 }
 
 func stepReq(t *testing.T, key string, attempt int, params any) driver.StepRequest {

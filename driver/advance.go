@@ -379,8 +379,15 @@ func (d *Driver) commit(e *entry, t *txn) error {
 	return nil
 }
 
+// resumeFloor is the least time a resumed attempt gets to collect an
+// outcome that arrived as its deadline ran out.
+const resumeFloor = 100 * time.Millisecond
+
 // execute runs the begun step (or compensation), then commits its
-// outcome together with whatever settle decides next.
+// outcome together with whatever settle decides next. A handler that
+// returns Pending parks the attempt instead: nothing is committed, and
+// the entry is filed under the key it waits for until it is resumed
+// (execute again, with StepRequest.Resume set).
 func (d *Driver) execute(e *entry, act action, gen uint64) {
 	d.mu.Lock()
 	// Read only: committed snapshots are replaced, never modified, and
@@ -388,12 +395,17 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	m := e.m
 	e.idle = false
 	e.ranSince = d.wakes
+	park := e.park
+	e.park = nil
 	d.mu.Unlock()
 	lease := m.Lease
 	comp := act == actCompExc
 	idx := m.Progress.Step
 	if comp {
 		idx = m.Progress.Undo
+	}
+	if park != nil && (park.comp != comp || park.idx != idx || park.lease != lease) {
+		park = nil // parked by another attempt: this one starts afresh
 	}
 	step := m.Steps[idx]
 	kind, params, policy := step.Kind, step.Params, step.Retry
@@ -406,16 +418,32 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		forward = cloneValues(m.Results[idx].Outputs)
 		started = m.Undo[idx].Started
 	}
-	timeout := d.timeoutOf(m)
 	now := d.clock.Now()
-	if dl := m.Meta.Deadline; !comp && !dl.IsZero() && dl.Sub(now) < timeout {
-		timeout = max(dl.Sub(now), 0)
+	attemptStart, deadline := now, time.Time{}
+	var resume *Parked
+	if park != nil {
+		// The same attempt goes on: its start and deadline are the
+		// first call's.
+		attemptStart, deadline = park.p.Since, park.deadline
+		p := park.p
+		resume = &p
+	} else {
+		timeout := d.timeoutOf(m)
+		if dl := m.Meta.Deadline; !comp && !dl.IsZero() && dl.Sub(now) < timeout {
+			timeout = max(dl.Sub(now), 0)
+		}
+		deadline = now.Add(timeout)
+	}
+	timeout := deadline.Sub(now)
+	if resume != nil && timeout < resumeFloor {
+		timeout = resumeFloor
 	}
 	req := StepRequest{
 		MissionID: m.ID, MissionType: m.Type, StepID: step.ID, StepIndex: idx, Kind: kind,
 		Attempt: m.Progress.Attempt, Params: params, Context: cloneValues(m.Context.Values),
 		IdempotencyKey: key, TraceID: m.Meta.TraceID, Compensating: comp, Forward: forward,
-		Started: started, Deadline: now.Add(timeout),
+		Started: started, Deadline: deadline, Priority: m.Priority, Created: m.Meta.Created,
+		Resume: resume,
 	}
 	d.mu.Lock()
 	h := d.handlers[kind]
@@ -428,7 +456,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	// The stored lease dates from when the step was begun, which may be
 	// long before a worker took it; the clock for abandoning starts now.
 	stopLease := d.clock.AfterFunc(timeout+d.opts.LeaseGrace, func() {
-		d.expire(e, gen, lease, comp, idx, policy, now)
+		d.expire(e, gen, lease, comp, idx, policy, attemptStart)
 	})
 	out, err := d.run(h, req, timeout)
 	stopLease()
@@ -438,7 +466,18 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		log.Warn("step interrupted by shutdown; it will be re-executed on restart")
 		return
 	}
-	elapsed := d.clock.Now().Sub(now)
+	var pe *PendingError
+	if errors.As(err, &pe) {
+		if d.clock.Now().Before(deadline) {
+			d.park(e, gen, &parking{
+				p:        Parked{Key: pe.Key, Until: pe.Until, Note: pe.Note, Out: pe.Out, Since: attemptStart},
+				deadline: deadline, lease: lease, comp: comp, idx: idx,
+			}, log)
+			return
+		}
+		err = RetryableError("timeout", fmt.Errorf("%w: still waiting after %s (%v)", ErrStepTimeout, deadline.Sub(attemptStart).Round(time.Millisecond), err))
+	}
+	elapsed := d.clock.Now().Sub(attemptStart)
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -477,6 +516,23 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		e.woken = true
 	}
 	d.mu.Unlock()
+}
+
+// park files a parked attempt: no commit, no worker; finishWork files the
+// entry by its wake time and key. An attempt whose lease expired
+// meanwhile (its mission went to another worker) is not parked.
+func (d *Driver) park(e *entry, gen uint64, p *parking, log stepLog) {
+	if p.p.Until.IsZero() || p.p.Until.After(p.deadline) {
+		p.p.Until = p.deadline
+	}
+	p.p.Woken = false
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.gen != gen {
+		log.Warn("step parked after its lease expired; it was re-executed and this attempt is dropped")
+		return
+	}
+	e.park = p
 }
 
 // run calls the handler with a timeout driven by the injected clock, and

@@ -432,6 +432,9 @@ type QueueStats struct {
 	ByState map[State]int // active missions by state
 	Due     int           // due now and waiting for a worker
 	Running int           // steps executing
+	// Parked are step attempts waiting for an outcome (an ack, a state)
+	// with no worker: they cost memory, not workers.
+	Parked int
 	// Zombies are handlers that ignored their timeout, were abandoned,
 	// and have not returned yet (each still holds a goroutine).
 	Zombies int
@@ -447,6 +450,9 @@ func (d *Driver) Queue() QueueStats {
 	q := QueueStats{ByState: make(map[State]int), Due: len(d.sched.ready), Running: d.running, Zombies: d.zombies}
 	for _, e := range d.entries {
 		q.ByState[e.m.State]++
+		if e.park != nil {
+			q.Parked++
+		}
 	}
 	for _, e := range d.sched.ready {
 		w := e.wake

@@ -126,6 +126,12 @@ type Driver struct {
 	// running missions by, since they are not waiting yet.
 	wakes    uint64
 	lastWake map[string]uint64
+	wakeRing []string // lastWake's keys in insertion order, to evict the oldest
+	wakeNext int
+	// byKey files waiting entries (parked attempts, not-ready waits) by
+	// what they wait for, so Wake costs the entries it wakes, not a scan
+	// of every mission.
+	byKey map[string]map[*entry]struct{}
 }
 
 // New returns a driver. It does not touch the store until Start or Step.
@@ -144,7 +150,9 @@ func New(opts Options) (*Driver, error) {
 		entries:   make(map[string]*entry),
 		kick:      make(chan struct{}, 1),
 		idle:      make(chan task),
-		lastWake:  make(map[string]uint64),
+		lastWake:  make(map[string]uint64, maxWakeKeys),
+		wakeRing:  make([]string, maxWakeKeys),
+		byKey:     make(map[string]map[*entry]struct{}),
 		stopCh:    make(chan struct{}),
 		rand:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
@@ -460,12 +468,33 @@ func (d *Driver) placeLocked(e *entry, now time.Time) {
 	m := e.m
 	if m.State.Terminal() {
 		d.sched.remove(e)
+		d.fileLocked(e, "")
 		delete(d.entries, m.ID)
 		return
 	}
 	if e.running {
 		d.sched.remove(e)
+		d.fileLocked(e, "")
 		return
+	}
+	if p := e.park; p != nil {
+		// A Wake that came while the attempt ran, before it was filed
+		// under its key, still counts.
+		if p.p.Key != "" && d.lastWake[p.p.Key] > e.ranSince {
+			p.p.Woken = true
+		}
+		e.wake = p.p.Until
+		if p.p.Woken {
+			e.wake = now
+		}
+		d.fileLocked(e, p.p.Key)
+		d.sched.place(e, now, false)
+		return
+	}
+	if m.Control.Wait {
+		d.fileLocked(e, m.Control.WaitFor)
+	} else {
+		d.fileLocked(e, "")
 	}
 	wake, sleeping := wakeTime(m, now)
 	if e.woken && m.Control.Wait {
@@ -501,38 +530,69 @@ func wakeTime(m *Mission, now time.Time) (time.Time, bool) {
 	}
 }
 
-// maxWakeKeys bounds Driver.lastWake (keys are device IDs and the like).
+// maxWakeKeys bounds Driver.lastWake (keys are device IDs, command IDs
+// and the like). The oldest is forgotten first; forgetting costs a step
+// whose Wake came in the microseconds before it parked a wait until its
+// timer, never its outcome.
 const maxWakeKeys = 4096
 
-// Wake makes the missions waiting on key due now: not-ready steps whose
-// error named it in StepError.WaitFor (the device handlers use the
-// device ID), e.g. because that device came back online. Waits that name
-// nothing (a delay) are not woken.
+// fileLocked files e under key in byKey ("" takes it out). d.mu is held.
+func (d *Driver) fileLocked(e *entry, key string) {
+	if e.key == key {
+		return
+	}
+	if set := d.byKey[e.key]; set != nil {
+		delete(set, e)
+		if len(set) == 0 {
+			delete(d.byKey, e.key)
+		}
+	}
+	e.key = key
+	if key == "" {
+		return
+	}
+	set := d.byKey[key]
+	if set == nil {
+		set = make(map[*entry]struct{}, 1)
+		d.byKey[key] = set
+	}
+	set[e] = struct{}{}
+}
+
+// Wake makes the missions waiting on key due now: parked attempts whose
+// handler named it in Pending (the device handlers name a command's ack,
+// or a device whose state they verify), and not-ready steps whose error
+// named it in StepError.WaitFor (the device handlers use the device ID),
+// e.g. because that device came back online. Waits that name nothing (a
+// delay) are not woken.
 func (d *Driver) Wake(key string) {
 	if key == "" {
 		return
 	}
 	d.mu.Lock()
 	d.wakes++
-	if len(d.lastWake) >= maxWakeKeys {
-		// Forgetting costs a step that waited through it at most its
-		// retry interval.
-		clear(d.lastWake)
+	if _, ok := d.lastWake[key]; !ok {
+		if old := d.wakeRing[d.wakeNext]; old != "" {
+			delete(d.lastWake, old)
+		}
+		d.wakeRing[d.wakeNext] = key
+		d.wakeNext = (d.wakeNext + 1) % len(d.wakeRing)
 	}
 	d.lastWake[key] = d.wakes
 	now := d.clock.Now()
 	n := 0
-	for _, e := range d.entries {
-		if e.running || !e.m.Control.Wait || e.m.Control.WaitFor != key {
-			continue
+	for e := range d.byKey[key] {
+		if e.running || e.timer < 0 {
+			continue // running: lastWake tells it when it files itself again
 		}
-		if e.timer >= 0 {
-			d.sched.remove(e)
+		if e.park != nil {
+			e.park.p.Woken = true
+		} else {
 			e.woken = true
-			e.wake = now
-			d.sched.place(e, now, false)
-			n++
 		}
+		e.wake = now
+		d.sched.place(e, now, false)
+		n++
 	}
 	d.mu.Unlock()
 	if n > 0 {

@@ -153,3 +153,38 @@ func (e *TransitionError) Error() string {
 }
 
 func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
+
+// PendingError is what a handler returns, through Pending, when it has
+// started an attempt (published a command) and waits for its outcome: the
+// driver parks the attempt, holding no worker and no goroutine for it,
+// and calls the handler again with StepRequest.Resume set when Wake(Key)
+// is called or at Until, whichever comes first. Parking is not a commit:
+// the step stays STEP_RUNNING under this driver's lease, and a process
+// that dies while steps are parked leaves them to be recovered, and
+// executed afresh with the same idempotency key, by the next start.
+type PendingError struct {
+	// Key is what the attempt waits for; Driver.Wake(Key) resumes it.
+	// Empty means only Until does.
+	Key string
+	// Until is when the attempt resumes if nothing wakes it first; the
+	// driver caps it at the attempt's deadline.
+	Until time.Time
+	// Note and Out are the handler's own, handed back in
+	// StepRequest.Resume: where the attempt left off, and outputs it
+	// already has. They live in memory only.
+	Note string
+	Out  map[string]any
+}
+
+func (e *PendingError) Error() string {
+	if e.Key == "" {
+		return "pending until " + e.Until.UTC().Format(time.RFC3339Nano)
+	}
+	return "pending on " + e.Key
+}
+
+// Pending parks a step attempt until Wake(key) or until (see
+// PendingError).
+func Pending(key string, until time.Time, note string, out map[string]any) error {
+	return &PendingError{Key: key, Until: until, Note: note, Out: out}
+}

@@ -125,16 +125,48 @@ type StepRequest struct {
 	// began; handlers that wait (delays, wait-for-state) measure from it so
 	// they stay stateless.
 	Started time.Time
-	// Deadline is when the attempt's context expires.
+	// Deadline is when the attempt's context expires. A resumed attempt
+	// keeps the deadline its first call had.
 	Deadline time.Time
+	// Priority and Created are the mission's, for handlers that admit
+	// attempts in order (a device that takes one command at a time).
+	Priority int
+	Created  time.Time
+	// Resume is set when the driver calls the handler again for an
+	// attempt it parked (the handler returned Pending): what the handler
+	// gave then, and when the attempt began. Nil on a fresh attempt,
+	// including one re-executed after a crash.
+	Resume *Parked
+}
+
+// Parked is an attempt the driver parked, as handed back on resume.
+type Parked struct {
+	Key   string
+	Until time.Time
+	Note  string
+	Out   map[string]any
+	// Since is when the attempt began: its first call to the handler.
+	Since time.Time
+	// Woken says that Wake(Key) resumed it, rather than Until.
+	Woken bool
 }
 
 // Handler executes one kind of step. Handlers are stateless and
 // idempotent: the driver may execute an attempt again after a crash with
 // the same IdempotencyKey. Errors are classified by Classify.
+//
+// Waiting is not working: a handler that has started an attempt and
+// must wait for its outcome (a device's ack, a verified state) returns
+// Pending instead of blocking, and the driver calls it again with
+// req.Resume set once Wake(key) is called or the time given has come.
+// Between the two calls the attempt holds no worker and no goroutine, so
+// workers bound CPU work, not waits. A handler that returns Pending must
+// find the outcome again from req.Resume and what it shares with the
+// waker (the devices client keeps acks by command ID), never from state
+// of its own.
 type Handler interface {
-	// Execute performs one attempt and returns outputs that are merged
-	// into the mission context for later steps.
+	// Execute performs one attempt, or resumes a parked one, and returns
+	// outputs that are merged into the mission context for later steps.
 	Execute(ctx context.Context, req StepRequest) (map[string]any, error)
 }
 

@@ -32,6 +32,24 @@ type entry struct {
 	// STEP_RUNNING under our lease) but no worker has executed it yet, so
 	// a pause or cancel may still take it back.
 	idle bool
+	// park is the current step's attempt, parked: its handler returned
+	// Pending, and no worker holds it until Wake(park.Key) or park.Until
+	// makes it due again. Set and cleared under Driver.mu; lives in
+	// memory only.
+	park *parking
+	// key is what the entry is filed under in Driver.byKey for Wake: its
+	// park's key, or the key of a not-ready wait ("" for none).
+	key string
+}
+
+// parking is a parked attempt: what the handler gave, and what the
+// driver needs to resume the same attempt.
+type parking struct {
+	p        Parked
+	deadline time.Time // the attempt's, from its first call
+	lease    Lease     // the lease it runs under; another means another attempt
+	comp     bool      // a compensation
+	idx      int       // the step (or undone step) index
 }
 
 // readyHeap orders due missions: priority first, then due time, then
