@@ -237,10 +237,11 @@ type Client struct {
 	connected bool          // ready has been closed for this connection
 	conns     int
 	pending   map[ackKey]chan wire.Ack
-	// posted are commands published by Post whose ack has not come:
-	// their give-up time. An ack for one is remembered in recent and
-	// announced through OnChange, for Collect.
-	posted  map[ackKey]time.Time
+	// posted are commands published by Post whose ack has not come,
+	// with what to call once they are not in flight any more. An ack for
+	// one is remembered in recent and announced through OnChange, for
+	// Collect.
+	posted  map[ackKey]func()
 	recent  map[ackKey]recentAck
 	recentQ []ackKey // FIFO eviction order of recent (ring)
 	recentN int      // next ring slot
@@ -264,7 +265,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 		pending: make(map[ackKey]chan wire.Ack),
-		posted:  make(map[ackKey]time.Time),
+		posted:  make(map[ackKey]func()),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
 		devices: make(map[string]*deviceEntry),
@@ -601,7 +602,12 @@ func AckKey(device, id string) string { return "ack/" + device + "/" + id }
 // the caller set an earlier one. While the connection is down Post
 // returns ErrNotConnected (wait for ConnectedKey). A second Post of an ID
 // still waiting for its ack returns ErrInFlight.
-func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time) (ack wire.Ack, done bool, err error) {
+//
+// onDone, when not nil, is called once when a published command is no
+// longer in flight: its ack came, or Collect gave up on it. It is not
+// called when Post returns without publishing (done, or an error). It
+// runs on the receive path and must not block.
+func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDone func()) (ack wire.Ack, done bool, err error) {
 	if err := c.checkCommand(deviceID, cmd); err != nil {
 		return wire.Ack{}, false, err
 	}
@@ -636,7 +642,7 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time) (ack 
 		c.mu.Unlock()
 		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
 	}
-	c.posted[key] = giveUp
+	c.posted[key] = onDone
 	// A retryable failure remembered for the ID was not applied: this
 	// attempt's ack is the one to wait for.
 	delete(c.recent, key)
@@ -684,8 +690,12 @@ func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error)
 		c.mu.Unlock()
 		return wire.Ack{}, false, nil
 	}
+	done, waiting := c.posted[key]
 	delete(c.posted, key)
 	c.mu.Unlock()
+	if waiting && done != nil {
+		done()
+	}
 	c.stats.timeouts.Add(1)
 	return wire.Ack{}, true, fmt.Errorf("command %s to %s: %w", id, device, driver.ErrAckTimeout)
 }
@@ -751,11 +761,14 @@ func (c *Client) handleAck(device string, payload []byte) {
 		runtime.Gosched()
 		return
 	}
-	if _, ok := c.posted[key]; ok {
+	if done, ok := c.posted[key]; ok {
 		delete(c.posted, key)
 		c.remember(key, ack, reusable)
 		c.mu.Unlock()
 		c.stats.acked.Add(1)
+		if done != nil {
+			done()
+		}
 		if c.opts.OnChange != nil {
 			c.opts.OnChange(AckKey(device, ack.ID))
 		}

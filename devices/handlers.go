@@ -40,6 +40,7 @@ const (
 	CodeVerifyFailed  = "verify_failed"  // permanent: acked, but the state never matched
 	CodeWaitingState  = "waiting_state"  // not ready: wait_state is still waiting
 	CodeWaitTimeout   = "wait_timeout"   // permanent: wait_state's timeout passed
+	CodeNoTurn        = "no_turn"        // retryable: the device or its link gave the command no turn in the step's time
 )
 
 // CommandParams are the params of a KindCommand step.
@@ -100,6 +101,8 @@ type Handlers struct {
 	client *Client
 	reg    *Registry
 	opts   HandlerOptions
+	// admit gives commands their turn on busy devices and links.
+	admit *admission
 
 	mu     sync.Mutex
 	priors map[string]map[string]any
@@ -152,6 +155,7 @@ func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
 	}
 	return &Handlers{
 		client: c, reg: r, opts: opts,
+		admit:   newAdmission(r, opts.Now, c.opts.OnChange),
 		priors:  make(map[string]map[string]any, opts.PriorCache),
 		order:   make([]string, opts.PriorCache),
 		decoded: make(map[string]checkedParams),
@@ -245,6 +249,7 @@ func (h *Handlers) check(p CommandParams) error {
 // for the connection, for the ack, or for the state it verifies (the
 // note then carries the verification's deadline).
 const (
+	noteAdmit   = "admit"
 	noteConnect = "connect"
 	noteAck     = "ack"
 	noteVerify  = "verify:"
@@ -267,13 +272,22 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 		case strings.HasPrefix(r.Note, noteVerify):
 			return h.verified(p, r, now)
 		}
-		// noteConnect: the connection is back (or the wait is over): send.
+		// noteAdmit, noteConnect: the turn or the connection has come (or
+		// the wait is over): send.
 	}
 	if !h.client.Available(p.Device) {
+		h.admit.withdraw(req.IdempotencyKey) // an offline device's turn is no use
 		return nil, driver.WaitError(p.Device, CodeDeviceOffline, h.opts.OfflineRetry,
 			fmt.Errorf("device %s is offline", p.Device))
 	}
 	h.prior(req.IdempotencyKey, p.Device) // remembered at the first attempt, before the command changes it
+	if !h.admit.acquire(req.IdempotencyKey, p.Device, req.Priority, req.Created) {
+		if r := req.Resume; r != nil && r.Note == noteAdmit && !now.Before(r.Until) {
+			h.admit.withdraw(req.IdempotencyKey)
+			return nil, driver.RetryableError(CodeNoTurn, fmt.Errorf("device %s: other commands to it (or its link) took the step's whole time", p.Device))
+		}
+		return nil, driver.Pending(AdmitKey(req.IdempotencyKey), req.Deadline, noteAdmit, nil)
+	}
 	ackTimeout := p.AckTimeout.D()
 	if ackTimeout <= 0 {
 		ackTimeout = h.client.opts.AckTimeout
@@ -289,7 +303,11 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 		Attempt: req.Attempt,
 		TraceID: req.TraceID,
 	}
-	ack, done, err := h.client.Post(p.Device, cmd, giveUp)
+	release := func() { h.admit.release(p.Device) }
+	ack, done, err := h.client.Post(p.Device, cmd, giveUp, release)
+	if done || err != nil {
+		release() // nothing went out: the turn goes to the next
+	}
 	switch {
 	case errors.Is(err, ErrNotConnected):
 		return nil, driver.Pending(ConnectedKey, giveUp, noteConnect, nil)

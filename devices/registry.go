@@ -66,6 +66,10 @@ type Action struct {
 type DeviceType struct {
 	Description string             `toml:"description"`
 	Actions     map[string]*Action `toml:"actions"`
+	// MaxInFlight is how many commands a device of the type takes at
+	// once; zero means 1: further commands wait their turn (priority,
+	// then age) without holding anything.
+	MaxInFlight int `toml:"max_in_flight"`
 }
 
 // Device is one device of the home.
@@ -74,6 +78,27 @@ type Device struct {
 	Type string `toml:"type"`
 	Name string `toml:"name"`
 	Room string `toml:"room"`
+	// Link names the shared link (a Zigbee coordinator, a Wi-Fi bridge,
+	// an IR blaster) the device's commands go through, if any.
+	Link string `toml:"link"`
+	// MaxInFlight overrides the type's.
+	MaxInFlight int `toml:"max_in_flight"`
+}
+
+// Link is a shared path to several devices that takes only so much at
+// once: commands through it are admitted by priority, then age, across
+// missions, within its limits.
+type Link struct {
+	Description string `toml:"description"`
+	// MaxInFlight caps the commands in flight through the link; zero
+	// means no cap.
+	MaxInFlight int `toml:"max_in_flight"`
+	// Rate caps commands per second through the link, with bursts of up
+	// to Burst (default 1); zero means no rate limit. After the link or
+	// its devices come back, waiting commands drain at this rate rather
+	// than as a flood.
+	Rate  float64 `toml:"rate"`
+	Burst int     `toml:"burst"`
 }
 
 // Registry is the catalogue of device types and devices, loaded from TOML
@@ -82,6 +107,7 @@ type Device struct {
 type Registry struct {
 	Types   map[string]*DeviceType `toml:"types"`
 	Devices []Device               `toml:"devices"`
+	Links   map[string]*Link       `toml:"links"`
 
 	source string
 	byID   map[string]int
@@ -189,6 +215,27 @@ func (r *Registry) validate() error {
 			}
 		}
 	}
+	for _, ln := range sortedKeys(r.Links) {
+		l := r.Links[ln]
+		if err := validName(ln); err != nil {
+			return fmt.Errorf("link %q: %w", ln, err)
+		}
+		switch {
+		case l == nil:
+			return fmt.Errorf("link %q: empty", ln)
+		case l.MaxInFlight < 0 || l.MaxInFlight > 10000:
+			return fmt.Errorf("link %q: max_in_flight: %d is not between 0 (no cap) and 10000", ln, l.MaxInFlight)
+		case l.Rate < 0 || l.Rate > 1e6 || math.IsNaN(l.Rate):
+			return fmt.Errorf("link %q: rate: %v is not between 0 (no limit) and 1e6 commands a second", ln, l.Rate)
+		case l.Burst < 0 || l.Burst > 10000:
+			return fmt.Errorf("link %q: burst: %d is not between 0 and 10000", ln, l.Burst)
+		}
+	}
+	for _, tn := range sortedKeys(r.Types) {
+		if n := r.Types[tn].MaxInFlight; n < 0 || n > 10000 {
+			return fmt.Errorf("type %q: max_in_flight: %d is not between 0 (one) and 10000", tn, n)
+		}
+	}
 	r.byID = make(map[string]int, len(r.Devices))
 	for i, d := range r.Devices {
 		where := fmt.Sprintf("devices[%d]", i)
@@ -209,6 +256,12 @@ func (r *Registry) validate() error {
 		}
 		if len(d.Name) > 128 || len(d.Room) > 128 {
 			return fmt.Errorf("%s: name or room longer than 128 bytes", where)
+		}
+		if d.Link != "" && r.Links[d.Link] == nil {
+			return fmt.Errorf("%s: link: unknown link %q (declare it under [links.%s])", where, d.Link, d.Link)
+		}
+		if d.MaxInFlight < 0 || d.MaxInFlight > 10000 {
+			return fmt.Errorf("%s: max_in_flight: %d is not between 0 (the type's) and 10000", where, d.MaxInFlight)
 		}
 		r.byID[d.ID] = i
 	}
@@ -460,4 +513,20 @@ func (r *Registry) Expected(deviceID, action string, params map[string]any) map[
 		}
 	}
 	return want
+}
+
+// Limits says how many commands a device takes at once and which link,
+// if any, its commands share ("" for none).
+func (r *Registry) Limits(deviceID string) (maxInFlight int, link string) {
+	d, ok := r.Device(deviceID)
+	if !ok {
+		return 1, ""
+	}
+	n := d.MaxInFlight
+	if n == 0 {
+		if t := r.Types[d.Type]; t != nil {
+			n = t.MaxInFlight
+		}
+	}
+	return max(n, 1), d.Link
 }

@@ -1,0 +1,298 @@
+package devices
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// admission decides when a command may go out: each device takes at most
+// its max_in_flight commands at once (one by default), and each link its
+// max_in_flight and rate. A command that must wait is queued, holding
+// nothing: its step parks (driver.Pending) on AdmitKey and is woken when
+// its turn comes. Turns go by priority, then age (the mission's
+// creation), then arrival, across missions and devices of a link. Safe
+// for concurrent use.
+type admission struct {
+	reg  *Registry
+	now  func() time.Time
+	wake func(key string) // the driver's Wake, through the client's OnChange
+
+	mu      sync.Mutex
+	devs    map[string]*gate
+	links   map[string]*gate
+	waiting map[string]*waiter // by step key
+	seq     uint64
+	timer   *time.Timer // refills link tokens for waiters blocked on a rate
+	timerAt time.Time
+	// onGrant, when set, is told of each command that waited for its
+	// turn: its link ("" for none) and how long it waited.
+	onGrant func(link string, waited time.Duration)
+}
+
+// gate is the capacity of a device or a link.
+type gate struct {
+	max  int // 0: no cap (links only)
+	used int
+	// queue holds a device's waiters (device gates only).
+	queue []*waiter
+	// rate, burst and tokens are a link's token bucket (rate 0: none).
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+type waiter struct {
+	key, device, link string
+	priority          int
+	created           time.Time
+	seq               uint64
+	since             time.Time
+	granted           bool
+}
+
+// before orders waiters: higher priority, then older mission, then
+// earlier arrival.
+func (w *waiter) before(o *waiter) bool {
+	if w.priority != o.priority {
+		return w.priority > o.priority
+	}
+	if !w.created.Equal(o.created) {
+		return w.created.Before(o.created)
+	}
+	return w.seq < o.seq
+}
+
+// AdmitKey is what a step waiting for its turn to command a device parks
+// on (and what OnChange is called with when the turn comes).
+func AdmitKey(stepKey string) string { return "admit/" + stepKey }
+
+func newAdmission(reg *Registry, now func() time.Time, wake func(string)) *admission {
+	return &admission{
+		reg: reg, now: now, wake: wake,
+		devs: map[string]*gate{}, links: map[string]*gate{}, waiting: map[string]*waiter{},
+	}
+}
+
+// acquire asks for a turn for the step with key to command device. It
+// returns true when the command may go now (the slots are then the
+// caller's until release), and false when the step is queued: it is
+// woken on AdmitKey(key) when its turn comes, and asks again. A step
+// asks again with the same key, so asking twice never queues it twice.
+func (a *admission) acquire(key, device string, priority int, created time.Time) bool {
+	a.mu.Lock()
+	if w := a.waiting[key]; w != nil {
+		if w.granted {
+			delete(a.waiting, key)
+		}
+		a.mu.Unlock()
+		return w.granted
+	}
+	_, link := a.reg.Limits(device)
+	a.seq++
+	w := &waiter{key: key, device: device, link: link, priority: priority, created: created, seq: a.seq, since: a.now()}
+	a.waiting[key] = w
+	d := a.device(device)
+	d.queue = append(d.queue, w)
+	woken := a.pumpLocked()
+	granted := w.granted
+	if granted {
+		delete(a.waiting, key)
+	}
+	a.mu.Unlock()
+	a.wakeAll(woken, key)
+	return granted
+}
+
+// release gives back a command's slots once it is no longer in flight
+// (its ack came, or its sender gave up on it).
+func (a *admission) release(device string) {
+	a.mu.Lock()
+	d := a.device(device)
+	d.used--
+	if l := a.links[a.linkOf(device)]; l != nil {
+		l.used--
+	}
+	woken := a.pumpLocked()
+	a.mu.Unlock()
+	a.wakeAll(woken, "")
+}
+
+// withdraw takes a step that gives up waiting out of the queue; a turn
+// granted to it meanwhile is given back.
+func (a *admission) withdraw(key string) {
+	a.mu.Lock()
+	w := a.waiting[key]
+	if w == nil {
+		a.mu.Unlock()
+		return
+	}
+	delete(a.waiting, key)
+	if w.granted {
+		a.mu.Unlock()
+		a.release(w.device)
+		return
+	}
+	d := a.devs[w.device]
+	d.queue = slices.DeleteFunc(d.queue, func(x *waiter) bool { return x == w })
+	a.mu.Unlock()
+}
+
+// device returns a device's gate, made on first use. a.mu is held.
+func (a *admission) device(id string) *gate {
+	g := a.devs[id]
+	if g == nil {
+		n, link := a.reg.Limits(id)
+		g = &gate{max: n}
+		a.devs[id] = g
+		if link != "" && a.links[link] == nil {
+			l := a.reg.Links[link]
+			burst := float64(max(l.Burst, 1))
+			a.links[link] = &gate{max: l.MaxInFlight, rate: l.Rate, burst: burst, tokens: burst, last: a.now()}
+		}
+	}
+	return g
+}
+
+func (a *admission) linkOf(device string) string {
+	_, link := a.reg.Limits(device)
+	return link
+}
+
+// pumpLocked grants every turn the gates allow, best waiter first, and
+// returns the keys to wake. a.mu is held.
+func (a *admission) pumpLocked() []string {
+	now := a.now()
+	for _, l := range a.links {
+		l.refill(now)
+	}
+	var woken []string
+	var rateBound *gate
+	for {
+		// The best waiter of each device that has room.
+		var heads []*waiter
+		for _, d := range a.devs {
+			if len(d.queue) == 0 || d.used >= d.max {
+				continue
+			}
+			best := d.queue[0]
+			for _, w := range d.queue[1:] {
+				if w.before(best) {
+					best = w
+				}
+			}
+			heads = append(heads, best)
+		}
+		slices.SortFunc(heads, func(x, y *waiter) int {
+			switch {
+			case x.before(y):
+				return -1
+			case y.before(x):
+				return 1
+			}
+			return 0
+		})
+		granted := false
+		for _, w := range heads {
+			l := a.links[w.link]
+			if l != nil && l.max > 0 && l.used >= l.max {
+				continue
+			}
+			if l != nil && l.rate > 0 && l.tokens < 1 {
+				rateBound = l
+				continue
+			}
+			d := a.devs[w.device]
+			d.used++
+			d.queue = slices.DeleteFunc(d.queue, func(x *waiter) bool { return x == w })
+			if l != nil {
+				l.used++
+				if l.rate > 0 {
+					l.tokens--
+				}
+			}
+			w.granted = true
+			woken = append(woken, w.key)
+			if a.onGrant != nil {
+				a.onGrant(w.link, now.Sub(w.since))
+			}
+			granted = true
+			break // a device's next head may now be another
+		}
+		if !granted {
+			break
+		}
+	}
+	if rateBound != nil {
+		a.armLocked(now.Add(rateBound.untilToken()))
+	}
+	return woken
+}
+
+// refill adds the tokens earned since the last look.
+func (g *gate) refill(now time.Time) {
+	if g.rate <= 0 {
+		return
+	}
+	g.tokens = min(g.burst, g.tokens+now.Sub(g.last).Seconds()*g.rate)
+	g.last = now
+}
+
+// untilToken is how long until the bucket holds a whole token.
+func (g *gate) untilToken() time.Duration {
+	return time.Duration((1 - g.tokens) / g.rate * float64(time.Second))
+}
+
+// armLocked makes sure a pump runs at t, for waiters held by a rate.
+// a.mu is held.
+func (a *admission) armLocked(t time.Time) {
+	if a.timer != nil && !a.timerAt.After(t) {
+		return
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.timerAt = t
+	a.timer = time.AfterFunc(max(time.Until(t), time.Millisecond), func() {
+		a.mu.Lock()
+		a.timer = nil
+		woken := a.pumpLocked()
+		a.mu.Unlock()
+		a.wakeAll(woken, "")
+	})
+}
+
+// wakeAll wakes the granted steps, except self: the caller granted in
+// acquire goes on without a wake.
+func (a *admission) wakeAll(keys []string, self string) {
+	for _, k := range keys {
+		if k != self && a.wake != nil {
+			a.wake(AdmitKey(k))
+		}
+	}
+}
+
+// LinkStats is a link's admission state, for metrics.
+type LinkStats struct {
+	InFlight int // commands through it not yet acked
+	Queued   int // commands waiting for their turn on its devices
+}
+
+// stats reports each link's admission state.
+func (a *admission) stats() map[string]LinkStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]LinkStats, len(a.links))
+	for name, l := range a.links {
+		out[name] = LinkStats{InFlight: l.used}
+	}
+	for id, d := range a.devs {
+		if link := a.linkOf(id); link != "" {
+			s := out[link]
+			s.Queued += len(d.queue)
+			out[link] = s
+		}
+	}
+	return out
+}

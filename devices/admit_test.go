@@ -1,0 +1,235 @@
+package devices
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// admitRegistry has lamps on a radio link that takes two commands at
+// once, an AC that takes two at once by its type, and a plug on its own.
+const admitRegistry = `
+[links.radio]
+max_in_flight = 2
+
+[links.slow]
+rate = 20
+burst = 2
+
+[types.lamp.actions.set]
+params.power = { type = "enum", values = ["on", "off"] }
+
+[types.ac]
+max_in_flight = 2
+[types.ac.actions.set]
+params.power = { type = "enum", values = ["on", "off"] }
+
+[[devices]]
+id = "lamp-1"
+type = "lamp"
+link = "radio"
+[[devices]]
+id = "lamp-2"
+type = "lamp"
+link = "radio"
+[[devices]]
+id = "lamp-3"
+type = "lamp"
+link = "radio"
+[[devices]]
+id = "plug"
+type = "lamp"
+[[devices]]
+id = "ac"
+type = "ac"
+[[devices]]
+id = "blind-1"
+type = "lamp"
+link = "slow"
+[[devices]]
+id = "blind-2"
+type = "lamp"
+link = "slow"
+[[devices]]
+id = "blind-3"
+type = "lamp"
+link = "slow"
+[[devices]]
+id = "blind-4"
+type = "lamp"
+link = "slow"
+[[devices]]
+id = "blind-5"
+type = "lamp"
+link = "slow"
+[[devices]]
+id = "blind-6"
+type = "lamp"
+link = "slow"
+`
+
+// woken records the keys an admission wakes, in order.
+type woken struct {
+	mu   sync.Mutex
+	keys []string
+	ch   chan string
+}
+
+func (w *woken) wake(key string) {
+	w.mu.Lock()
+	w.keys = append(w.keys, strings.TrimPrefix(key, "admit/"))
+	w.mu.Unlock()
+	w.ch <- key
+}
+
+func (w *woken) list() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.keys...)
+}
+
+func newTestAdmission(t *testing.T) (*admission, *woken) {
+	t.Helper()
+	reg, err := ParseRegistry([]byte(admitRegistry), "admit.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &woken{ch: make(chan string, 64)}
+	return newAdmission(reg, time.Now, w.wake), w
+}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestDeviceTakesOneCommandAtATimeByDefault(t *testing.T) {
+	a, w := newTestAdmission(t)
+	if !a.acquire("k1", "plug", 0, t0) {
+		t.Fatal("the first command to an idle device had to wait")
+	}
+	if a.acquire("k2", "plug", 0, t0) {
+		t.Fatal("a second command went out while the first was in flight")
+	}
+	if a.acquire("k2", "plug", 0, t0) {
+		t.Fatal("asking again got a turn that was not given")
+	}
+	if got := w.list(); len(got) != 0 {
+		t.Fatalf("woken %v before any turn came", got)
+	}
+	a.release("plug")
+	if got := w.list(); len(got) != 1 || got[0] != "k2" {
+		t.Fatalf("woken %v after the first command's ack, want k2", got)
+	}
+	if !a.acquire("k2", "plug", 0, t0) {
+		t.Fatal("the woken command was refused its turn")
+	}
+	if !a.acquire("k3", "ac", 0, t0) || !a.acquire("k4", "ac", 0, t0) || a.acquire("k5", "ac", 0, t0) {
+		t.Fatal("a type with max_in_flight 2 did not take exactly two")
+	}
+}
+
+// TestTurnsGoByPriorityThenAge: waiting commands get their turn in the
+// order of their missions' priority, then age, then arrival.
+func TestTurnsGoByPriorityThenAge(t *testing.T) {
+	a, w := newTestAdmission(t)
+	a.acquire("busy", "plug", 0, t0)
+	a.acquire("low-old", "plug", 0, t0)
+	a.acquire("high-new", "plug", 10, t0.Add(time.Hour))
+	a.acquire("low-older", "plug", 0, t0.Add(-time.Hour))
+	a.acquire("high-old", "plug", 10, t0)
+	want := []string{"high-old", "high-new", "low-older", "low-old"}
+	for i, k := range want {
+		a.release("plug")
+		if got := w.list(); len(got) != i+1 || got[i] != k {
+			t.Fatalf("turns %v, want %v", got, want[:i+1])
+		}
+		a.acquire(k, "plug", 0, t0) // takes the turn
+	}
+}
+
+// TestLinkCapsCommandsAcrossDevices: three lamps on a link that takes
+// two at once: the third waits although its own device is idle, and the
+// link's next turn goes to the best waiter of any of its devices.
+func TestLinkCapsCommandsAcrossDevices(t *testing.T) {
+	a, w := newTestAdmission(t)
+	if !a.acquire("a", "lamp-1", 0, t0) || !a.acquire("b", "lamp-2", 0, t0) {
+		t.Fatal("the link's two slots were not given")
+	}
+	if a.acquire("c", "lamp-3", 0, t0.Add(time.Minute)) || a.acquire("d", "lamp-1", 0, t0) {
+		t.Fatal("a third command went through a link that takes two")
+	}
+	if s := a.stats()["radio"]; s.InFlight != 2 || s.Queued != 2 {
+		t.Fatalf("link stats %+v, want 2 in flight, 2 queued", s)
+	}
+	a.release("lamp-2") // lamp-1 is still busy: its waiter d cannot go, c can
+	if got := w.list(); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("woken %v, want c (d's device is busy)", got)
+	}
+	a.acquire("c", "lamp-3", 0, t0)
+	a.release("lamp-1")
+	if got := w.list(); len(got) != 2 || got[1] != "d" {
+		t.Fatalf("woken %v, want c then d", got)
+	}
+}
+
+// TestLinkRateDrainsWaitersAtItsRate: six commands at once through a
+// link of 20 a second with bursts of 2: two go at once, the other four
+// one by one, each at least a token's time (50 ms) after the last.
+func TestLinkRateDrainsWaitersAtItsRate(t *testing.T) {
+	a, w := newTestAdmission(t)
+	start := time.Now()
+	went := 0
+	for i := 1; i <= 6; i++ {
+		if a.acquire("b"+string(rune('0'+i)), "blind-"+string(rune('0'+i)), 0, t0) {
+			went++
+		}
+	}
+	if went != 2 {
+		t.Fatalf("%d went at once, want the burst of 2", went)
+	}
+	for range 4 {
+		select {
+		case <-w.ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("only %d of 4 waiters got a turn", len(w.list()))
+		}
+	}
+	if took := time.Since(start); took < 4*50*time.Millisecond*9/10 {
+		t.Fatalf("4 waiters drained in %v, faster than the link's rate allows (200 ms)", took)
+	} else {
+		t.Logf("4 waiters drained in %v (rate allows 200 ms)", took)
+	}
+}
+
+// TestWithdrawGivesBackTheTurn: a step that gives up (its time ran out,
+// its device went offline) leaves the queue, and a turn granted to it in
+// the meantime goes to the next waiter.
+func TestWithdrawGivesBackTheTurn(t *testing.T) {
+	a, w := newTestAdmission(t)
+	a.acquire("busy", "plug", 0, t0)
+	a.acquire("quitter", "plug", 0, t0)
+	a.acquire("patient", "plug", 0, t0.Add(time.Second))
+	a.release("plug") // the turn goes to quitter...
+	a.withdraw("quitter")
+	if got := w.list(); len(got) != 2 || got[1] != "patient" {
+		t.Fatalf("woken %v, want quitter's turn passed on to patient", got)
+	}
+	a.withdraw("never-asked") // harmless
+	if !a.acquire("patient", "plug", 0, t0) {
+		t.Fatal("patient did not get the turn")
+	}
+}
+
+func TestRegistryRejectsBadLimits(t *testing.T) {
+	for _, c := range []struct{ name, extra, want string }{
+		{"unknown link", "[[devices]]\nid = \"x\"\ntype = \"lamp\"\nlink = \"nope\"\n", "unknown link"},
+		{"negative rate", "[links.bad]\nrate = -1\n", "rate"},
+		{"negative cap", "[types.lamp]\nmax_in_flight = -2\n", "max_in_flight"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := strings.Replace(admitRegistry, "[types.lamp.actions.set]", c.extra+"\n[types.lamp.actions.set]", 1)
+			if _, err := ParseRegistry([]byte(src), "bad.toml"); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("ParseRegistry: %v, want an error about %s", err, c.want)
+			}
+		})
+	}
+}
