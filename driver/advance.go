@@ -475,7 +475,9 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 			}, log)
 			return
 		}
-		err = RetryableError("timeout", fmt.Errorf("%w: still waiting after %s (%v)", ErrStepTimeout, deadline.Sub(attemptStart).Round(time.Millisecond), err))
+		// The pending error is text here, not wrapped: this attempt is no
+		// longer pending, and nothing may take it for one.
+		err = RetryableError("timeout", fmt.Errorf("%w: still waiting after %s (%s)", ErrStepTimeout, deadline.Sub(attemptStart).Round(time.Millisecond), pe.Error()))
 	}
 	elapsed := d.clock.Now().Sub(attemptStart)
 
