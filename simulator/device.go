@@ -32,6 +32,7 @@ type Counters struct {
 	Rejected    int // commands answered with an error, or dropped as undecodable
 	AcksSent    int // acks published, each duplicate counted
 	AcksDropped int // acks withheld by the ack-loss fault
+	Overflowed  int // commands lost or refused because their bridge was full
 }
 
 // Device is one virtual device with its own MQTT connection. Its methods
@@ -80,6 +81,8 @@ type Device struct {
 	sessions     int      // sessions opened, for unique client IDs
 	onlineWait   chan struct{}
 	connectErr   error // the last failed connection's, for WaitOnline
+	// bridge is the bridge its commands come through, if any.
+	bridge *bridge
 }
 
 // move is a curtain travelling from one position to another.
@@ -227,6 +230,16 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 		log = d.log.With("cmd", cmd.ID, "action", cmd.Action, "attempt", cmd.Attempt)
 	}
 	log.Info("command received", "params", cmd.Params)
+	// A bridge relays every frame, a repeat too: it holds each for the
+	// radio round trip (the ack delay).
+	if d.bridge != nil && !d.bridge.take(now, d.faults.AckDelay) {
+		d.counters.Overflowed++
+		if d.bridge.cfg.Overflow == OverflowBusy {
+			return d.reject(cmd.ID, wire.CodeBusy, "bridge "+d.bridge.cfg.ID+" is full", false, now, log)
+		}
+		log.Info("command lost: bridge full", "bridge", d.bridge.cfg.ID)
+		return nil
+	}
 	if first, ok := d.acks.get(cmd.ID); ok {
 		d.counters.Replayed++
 		log.Info("repeated command: re-acking first result, not applying again")

@@ -36,6 +36,8 @@ type HomeConfig struct {
 	Seed int64 `toml:"seed"`
 	// Devices are the home's devices.
 	Devices []DeviceConfig `toml:"device"`
+	// Bridges are shared radios in front of some devices.
+	Bridges []BridgeConfig `toml:"bridge"`
 
 	// Username and Password log every device in, for a broker that
 	// wants them.
@@ -63,6 +65,8 @@ type DeviceConfig struct {
 	State map[string]any `toml:"state"`
 	// Faults are the device's faults at start.
 	Faults Faults `toml:"faults"`
+	// Bridge names the bridge its commands come through, if any.
+	Bridge string `toml:"bridge"`
 }
 
 // check validates the device and returns its initial state in the form
@@ -124,8 +128,21 @@ func (c *HomeConfig) Validate() error {
 	if len(c.Devices) == 0 {
 		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]]")}
 	}
+	bridges := make(map[string]bool, len(c.Bridges))
+	for _, b := range c.Bridges {
+		if err := b.check(); err != nil {
+			return err
+		}
+		if bridges[b.ID] {
+			return &ConfigError{Field: "bridge." + b.ID, Err: errors.New("duplicate bridge id")}
+		}
+		bridges[b.ID] = true
+	}
 	seen := make(map[string]bool, len(c.Devices))
 	for i, d := range c.Devices {
+		if d.Bridge != "" && !bridges[d.Bridge] {
+			return &ConfigError{Device: d.ID, Field: "bridge", Err: fmt.Errorf("no [[bridge]] with id %q", d.Bridge)}
+		}
 		if _, err := d.check(); err != nil {
 			var ce *ConfigError
 			if errors.As(err, &ce) && ce.Device == "" {
@@ -266,6 +283,10 @@ func NewHome(cfg HomeConfig) (*Home, error) {
 	}
 	h := &Home{cfg: cfg, byID: make(map[string]*Device, len(cfg.Devices)), log: log}
 	topics := wire.Topics{Prefix: cfg.Prefix}
+	bridges := make(map[string]*bridge, len(cfg.Bridges))
+	for _, b := range cfg.Bridges {
+		bridges[b.ID] = &bridge{cfg: b}
+	}
 	for _, dc := range cfg.Devices {
 		st, err := dc.check()
 		if err != nil {
@@ -273,6 +294,7 @@ func NewHome(cfg HomeConfig) (*Home, error) {
 		}
 		d := newDevice(dc, st, uint64(cfg.Seed), topics, cfg.Broker, cfg.Prefix+"-sim-"+dc.ID, log)
 		d.username, d.password, d.tls = cfg.Username, cfg.Password, cfg.TLS
+		d.bridge = bridges[dc.Bridge]
 		h.devs = append(h.devs, d)
 		h.byID[d.id] = d
 	}
