@@ -210,7 +210,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.conn = mc
 	}
 	pub := linkPublisher{a.conn}
-	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, pub, a.topics, o.Gateway, a.metrics)
+	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, pub, a.topics, a.metrics)
 	a.feed = newFeed(log.With("component", "feed"), pub, a.topics, o.Gateway)
 	if a.broker != nil {
 		a.feed.listened, a.feed.subsAdded = a.broker.Subscribed, a.broker.SubscriptionsAdded

@@ -329,7 +329,7 @@ func newModesFixture(t testing.TB) *modesFixture {
 		t.Fatal(err)
 	}
 	f := &modesFixture{fake: newFakeMissions(), pub: make(chanPublisher, 512), metrics: newMetrics()}
-	f.trig = newTriggers(slog.New(slog.DiscardHandler), cat, f.fake, f.pub, newAgentTopics("sortie", "gw"), "gw", f.metrics)
+	f.trig = newTriggers(slog.New(slog.DiscardHandler), cat, f.fake, f.pub, newAgentTopics("sortie", "gw"), f.metrics)
 	f.fake.obs = f.trig
 	return f
 }

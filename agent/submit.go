@@ -40,7 +40,9 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	}
 	spec.RequestKey = tr.RequestID
 	spec.Source = tr.Source
-	spec.Labels = map[string]string{"gateway": t.gateway}
+	// No gateway label: every mission of this store is this gateway's,
+	// and the hub names the gateway by its topic. A label would cost
+	// each live mission a map (~300 bytes) and each stored one its bytes.
 	info, _ := t.cat.Scene(tr.Scene)
 	var running []string // parallel runs ignore each other
 	if info.Mode != scenes.ModeParallel {

@@ -59,13 +59,12 @@ type triggerJob struct {
 // the scene modes (single, restart, queued, parallel). Decisions for one
 // scene are serialised by its lock so that two triggers cannot race.
 type Triggers struct {
-	log     *slog.Logger
-	cat     *scenes.Catalog
-	driver  Missions
-	pub     Publisher
-	topics  agentTopics
-	gateway string
-	jobs    chan triggerJob
+	log    *slog.Logger
+	cat    *scenes.Catalog
+	driver Missions
+	pub    Publisher
+	topics agentTopics
+	jobs   chan triggerJob
 	// stopped is set once Run has stopped deciding: later triggers are
 	// answered shutting_down at once rather than queued unanswered.
 	// Senders hold stopMu's read lock from checking it to queueing, so
@@ -109,12 +108,12 @@ func NewTriggers(o TriggerOptions) *Triggers {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return newTriggers(o.Logger, o.Catalog, o.Missions, o.Publisher, newAgentTopics(o.Prefix, o.Gateway), o.Gateway, nil)
+	return newTriggers(o.Logger, o.Catalog, o.Missions, o.Publisher, newAgentTopics(o.Prefix, o.Gateway), nil)
 }
 
-func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publisher, topics agentTopics, gateway string, m *metrics) *Triggers {
+func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publisher, topics agentTopics, m *metrics) *Triggers {
 	return &Triggers{
-		log: log, cat: cat, driver: d, pub: pub, topics: topics, gateway: gateway, metrics: m,
+		log: log, cat: cat, driver: d, pub: pub, topics: topics, metrics: m,
 		jobs:        make(chan triggerJob, 256),
 		active:      map[string]map[string]activeRun{},
 		locks:       map[string]*sync.Mutex{},

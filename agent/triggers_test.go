@@ -36,7 +36,7 @@ func TestQueuedRunStartsEvenWhenJobsAreFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	spy := &resumeSpy{resumed: make(chan string, 4)}
-	trig := newTriggers(slog.New(slog.NewTextHandler(io.Discard, nil)), cat, spy, discardPublisher{}, newAgentTopics("sortie", "t"), "t", nil)
+	trig := newTriggers(slog.New(slog.NewTextHandler(io.Discard, nil)), cat, spy, discardPublisher{}, newAgentTopics("sortie", "t"), nil)
 	now := time.Now()
 	running := &driver.Mission{ID: "run-1", Type: "leave_home", State: driver.StateStepRunning, Meta: driver.Metadata{Created: now, Started: now}}
 	held := &driver.Mission{ID: "held-2", Type: "leave_home", State: driver.StatePaused, Meta: driver.Metadata{Created: now.Add(time.Second)}}

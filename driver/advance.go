@@ -404,7 +404,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	if comp {
 		idx = m.Progress.Undo
 	}
-	if park != nil && (park.comp != comp || park.idx != idx || park.lease != lease) {
+	if park != nil && (park.comp != comp || park.idx != idx || park.attempt != m.Progress.Attempt) {
 		park = nil // parked by another attempt: this one starts afresh
 	}
 	step := m.Steps[idx]
@@ -471,7 +471,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		if d.clock.Now().Before(deadline) {
 			d.park(e, gen, &parking{
 				p:        Parked{Key: pe.Key, Until: pe.Until, Note: pe.Note, Out: pe.Out, Since: attemptStart},
-				deadline: deadline, lease: lease, comp: comp, idx: idx,
+				deadline: deadline, attempt: m.Progress.Attempt, comp: comp, idx: idx,
 			}, log)
 			return
 		}

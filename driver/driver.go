@@ -592,6 +592,16 @@ func (d *Driver) Wake(key string) {
 		d.sched.place(e, now, false)
 		n++
 	}
+	if n > 0 && d.loopDone != nil && !d.stopping {
+		// Straight to a free worker: an ack is what a parked step waits
+		// for, and going through the loop would cost it a goroutine
+		// hand-off.
+		d.dispatchLocked(now)
+		n = 0
+		if d.sched.hasReady() {
+			n = 1 // the loop hands out the rest as slots free up
+		}
+	}
 	d.mu.Unlock()
 	if n > 0 {
 		d.signal()

@@ -47,9 +47,9 @@ type entry struct {
 type parking struct {
 	p        Parked
 	deadline time.Time // the attempt's, from its first call
-	lease    Lease     // the lease it runs under; another means another attempt
-	comp     bool      // a compensation
+	attempt  int       // which attempt (Progress.Attempt): another means a new one
 	idx      int       // the step (or undone step) index
+	comp     bool      // a compensation
 }
 
 // readyHeap orders due missions: priority first, then due time, then
