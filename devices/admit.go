@@ -23,8 +23,6 @@ type admission struct {
 	links   map[string]*gate
 	waiting map[string]*waiter // by step key
 	seq     uint64
-	timer   *time.Timer // refills link tokens for waiters blocked on a rate
-	timerAt time.Time
 	// onGrant, when set, is told of each command that waited for its
 	// turn: its link ("" for none) and how long it waited.
 	onGrant func(link string, waited time.Duration)
@@ -36,11 +34,17 @@ type gate struct {
 	used int
 	// queue holds a device's waiters (device gates only).
 	queue []*waiter
+	// link is a device's link gate, if any; devs are a link's devices.
+	link *gate
+	devs []*gate
 	// rate, burst and tokens are a link's token bucket (rate 0: none).
 	rate   float64
 	burst  float64
 	tokens float64
 	last   time.Time
+	// timer pumps a link's devices when a token is due for a waiter.
+	timer   *time.Timer
+	timerAt time.Time
 }
 
 type waiter struct {
@@ -95,7 +99,7 @@ func (a *admission) acquire(key, device string, priority int, created time.Time)
 	a.waiting[key] = w
 	d := a.device(device)
 	d.queue = append(d.queue, w)
-	woken := a.pumpLocked()
+	woken := a.pumpLocked(d)
 	granted := w.granted
 	if granted {
 		delete(a.waiting, key)
@@ -111,10 +115,10 @@ func (a *admission) release(device string) {
 	a.mu.Lock()
 	d := a.device(device)
 	d.used--
-	if l := a.links[a.linkOf(device)]; l != nil {
-		l.used--
+	if d.link != nil {
+		d.link.used--
 	}
-	woken := a.pumpLocked()
+	woken := a.pumpLocked(d)
 	a.mu.Unlock()
 	a.wakeAll(woken, "")
 }
@@ -146,10 +150,16 @@ func (a *admission) device(id string) *gate {
 		n, link := a.reg.Limits(id)
 		g = &gate{max: n}
 		a.devs[id] = g
-		if link != "" && a.links[link] == nil {
-			l := a.reg.Links[link]
-			burst := float64(max(l.Burst, 1))
-			a.links[link] = &gate{max: l.MaxInFlight, rate: l.Rate, burst: burst, tokens: burst, last: a.now()}
+		if link != "" {
+			l := a.links[link]
+			if l == nil {
+				cfg := a.reg.Links[link]
+				burst := float64(max(cfg.Burst, 1))
+				l = &gate{max: cfg.MaxInFlight, rate: cfg.Rate, burst: burst, tokens: burst, last: a.now()}
+				a.links[link] = l
+			}
+			g.link = l
+			l.devs = append(l.devs, g)
 		}
 	}
 	return g
@@ -160,19 +170,23 @@ func (a *admission) linkOf(device string) string {
 	return link
 }
 
-// pumpLocked grants every turn the gates allow, best waiter first, and
-// returns the keys to wake. a.mu is held.
-func (a *admission) pumpLocked() []string {
+// pumpLocked grants every turn the gates allow around device gate g
+// (the device alone, or every device of its link), best waiter first,
+// and returns the keys to wake. Turns elsewhere are not affected by g's
+// change, so they are not looked at. a.mu is held.
+func (a *admission) pumpLocked(g *gate) []string {
 	now := a.now()
-	for _, l := range a.links {
-		l.refill(now)
+	scope := []*gate{g}
+	if g.link != nil {
+		g.link.refill(now)
+		scope = g.link.devs
 	}
 	var woken []string
 	var rateBound *gate
 	for {
 		// The best waiter of each device that has room.
 		var heads []*waiter
-		for _, d := range a.devs {
+		for _, d := range scope {
 			if len(d.queue) == 0 || d.used >= d.max {
 				continue
 			}
@@ -195,7 +209,8 @@ func (a *admission) pumpLocked() []string {
 		})
 		granted := false
 		for _, w := range heads {
-			l := a.links[w.link]
+			d := a.devs[w.device]
+			l := d.link
 			if l != nil && l.max > 0 && l.used >= l.max {
 				continue
 			}
@@ -203,7 +218,6 @@ func (a *admission) pumpLocked() []string {
 				rateBound = l
 				continue
 			}
-			d := a.devs[w.device]
 			d.used++
 			d.queue = slices.DeleteFunc(d.queue, func(x *waiter) bool { return x == w })
 			if l != nil {
@@ -225,7 +239,7 @@ func (a *admission) pumpLocked() []string {
 		}
 	}
 	if rateBound != nil {
-		a.armLocked(now.Add(rateBound.untilToken()))
+		a.armLocked(rateBound, now.Add(rateBound.untilToken()))
 	}
 	return woken
 }
@@ -244,20 +258,20 @@ func (g *gate) untilToken() time.Duration {
 	return time.Duration((1 - g.tokens) / g.rate * float64(time.Second))
 }
 
-// armLocked makes sure a pump runs at t, for waiters held by a rate.
-// a.mu is held.
-func (a *admission) armLocked(t time.Time) {
-	if a.timer != nil && !a.timerAt.After(t) {
+// armLocked makes sure link l's devices are pumped at t, for waiters
+// held by its rate. a.mu is held.
+func (a *admission) armLocked(l *gate, t time.Time) {
+	if l.timer != nil && !l.timerAt.After(t) {
 		return
 	}
-	if a.timer != nil {
-		a.timer.Stop()
+	if l.timer != nil {
+		l.timer.Stop()
 	}
-	a.timerAt = t
-	a.timer = time.AfterFunc(max(time.Until(t), time.Millisecond), func() {
+	l.timerAt = t
+	l.timer = time.AfterFunc(max(time.Until(t), time.Millisecond), func() {
 		a.mu.Lock()
-		a.timer = nil
-		woken := a.pumpLocked()
+		l.timer = nil
+		woken := a.pumpLocked(l.devs[0])
 		a.mu.Unlock()
 		a.wakeAll(woken, "")
 	})

@@ -241,7 +241,12 @@ type Client struct {
 	// with what to call once they are not in flight any more. An ack for
 	// one is remembered in recent and announced through OnChange, for
 	// Collect.
-	posted  map[ackKey]func()
+	posted map[ackKey]func()
+	// collect holds the acks of posted commands until Collect takes
+	// them: unlike recent, it is not bounded by eviction, so an ack is
+	// never lost because the step it wakes had to wait for a worker. It
+	// holds at most one ack per posted command.
+	collect map[ackKey]wire.Ack
 	recent  map[ackKey]recentAck
 	recentQ []ackKey // FIFO eviction order of recent (ring)
 	recentN int      // next ring slot
@@ -266,6 +271,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		done:    make(chan struct{}),
 		pending: make(map[ackKey]chan wire.Ack),
 		posted:  make(map[ackKey]func()),
+		collect: make(map[ackKey]wire.Ack),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
 		devices: make(map[string]*deviceEntry),
@@ -679,6 +685,12 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDon
 func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error) {
 	key := ackKey{device, id}
 	c.mu.Lock()
+	if ack, ok := c.collect[key]; ok {
+		delete(c.collect, key)
+		c.mu.Unlock()
+		ack, err := c.finish(device, ack)
+		return ack, true, err
+	}
 	if r, ok := c.recent[key]; ok {
 		if _, waiting := c.posted[key]; !waiting {
 			c.mu.Unlock()
@@ -763,6 +775,7 @@ func (c *Client) handleAck(device string, payload []byte) {
 	}
 	if done, ok := c.posted[key]; ok {
 		delete(c.posted, key)
+		c.collect[key] = ack
 		c.remember(key, ack, reusable)
 		c.mu.Unlock()
 		c.stats.acked.Add(1)

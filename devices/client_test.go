@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -406,5 +407,46 @@ func TestDialFails(t *testing.T) {
 	}
 	if _, err := devices.Dial(ctx, devices.Options{}); err == nil {
 		t.Fatal("Dial without a broker URL succeeded")
+	}
+}
+
+// TestPostedAckWaitsForCollectWhateverTheCache: the ack of a posted
+// command is kept until Collect takes it, however many acks come in
+// between. Found by BenchmarkSlowDevices: steps woken by their acks
+// waited for a free worker while thousands of other acks went through
+// the bounded cache, and found theirs evicted: an ack timeout and a
+// retry for a command the device had applied and acked.
+func TestPostedAckWaitsForCollectWhateverTheCache(t *testing.T) {
+	b := brokertest.Start(t)
+	acked := make(chan string, 64)
+	c := dial(t, b, func(o *devices.Options) {
+		o.AckCache = 2
+		o.OnChange = func(key string) {
+			if strings.HasPrefix(key, "ack/") {
+				acked <- key
+			}
+		}
+	})
+	startDevice(t, b, "lamp", map[string]any{"power": "off"}, nil)
+	waitUntil(t, c, "lamp", "first state", func() bool { _, ok := c.State("lamp"); return ok })
+	const n = 8
+	for i := range n {
+		cmd := wire.Command{ID: fmt.Sprintf("c%d", i), Action: "turn_on"}
+		if _, done, err := c.Post("lamp", cmd, time.Now().Add(time.Minute), nil); done || err != nil {
+			t.Fatalf("post %s: done %v, %v", cmd.ID, done, err)
+		}
+	}
+	for range n {
+		select {
+		case <-acked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("not every posted command was acked")
+		}
+	}
+	for i := range n {
+		ack, ok, err := c.Collect("lamp", fmt.Sprintf("c%d", i), false)
+		if !ok || err != nil || !ack.OK {
+			t.Errorf("collect c%d after %d later acks (cache of 2): %+v %v %v", i, n-1-i, ack, ok, err)
+		}
 	}
 }
