@@ -8,7 +8,8 @@ import (
 
 // registerHandlers plugs the step kinds scenes produce into the driver.
 func registerHandlers(a *Agent) {
-	hs := devices.NewHandlers(a.dev, a.reg, devices.HandlerOptions{})
+	hs := devices.NewHandlers(a.dev, a.reg, devices.HandlerOptions{OnTurn: a.metrics.turn})
+	a.metrics.watchLinks(hs.Links)
 	hs.Register(func(kind string, h driver.Handler) {
 		if kind == devices.KindCommand {
 			h = a.metrics.instrument(h)

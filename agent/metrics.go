@@ -31,6 +31,9 @@ type metrics struct {
 	finished     *prometheus.CounterVec
 	stepDuration *prometheus.HistogramVec
 	ackLatency   *prometheus.HistogramVec
+	// turnWait is how long commands waited for their turn on their
+	// device and link.
+	turnWait     *prometheus.HistogramVec
 	stepFailures *prometheus.CounterVec
 	retries      *prometheus.CounterVec
 	waits        *prometheus.CounterVec
@@ -82,6 +85,10 @@ func newMetrics() *metrics {
 		Namespace: namespace, Name: "device_ack_latency_seconds", Help: "Time from publishing a device command to its ack, by device type.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"device_type"})
+	m.turnWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "link_wait_seconds", Help: "Time device commands waited for their turn on their device and link (link \"none\": devices on no link).",
+		Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"link"})
 	m.stepFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "step_failures_total", Help: "Failed step attempts, by error class and code.",
 	}, []string{"class", "code"})
@@ -100,7 +107,7 @@ func newMetrics() *metrics {
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "trigger_rejections_total", Help: "Triggers rejected, by reason.",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.stepFailures, m.retries, m.waits,
+	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.turnWait, m.stepFailures, m.retries, m.waits,
 		m.compensation, m.inFlight, m.rejections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", scenes.ReasonAlreadyRunning, scenes.ReasonOverloaded} {
@@ -120,6 +127,46 @@ func (m *metrics) rejected(reason string) {
 // watch registers the gauges read at scrape time.
 func (m *metrics) watch(q queueSource, b brokerSource, stored func() (int, error)) {
 	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b, stored: stored})
+}
+
+// turn records a command's wait for its turn (devices.HandlerOptions.OnTurn).
+func (m *metrics) turn(link string, waited time.Duration) {
+	m.turnWait.WithLabelValues(linkLabel(link)).Observe(waited.Seconds())
+}
+
+// linkLabel names the devices on no link "none".
+func linkLabel(link string) string {
+	if link == "" {
+		return "none"
+	}
+	return link
+}
+
+// watchLinks registers the links' admission gauges.
+func (m *metrics) watchLinks(links func() map[string]devices.LinkStats) {
+	m.reg.MustRegister(&linkCollector{links: links})
+}
+
+var (
+	descLinkInFlight = prometheus.NewDesc(namespace+"_link_in_flight", "Device commands not yet acked, by link (\"none\": devices on no link).", []string{"link"}, nil)
+	descLinkQueued   = prometheus.NewDesc(namespace+"_link_queued", "Device commands waiting for their turn on their device or link, by link.", []string{"link"}, nil)
+)
+
+// linkCollector reads the admission state at scrape time.
+type linkCollector struct {
+	links func() map[string]devices.LinkStats
+}
+
+func (c *linkCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descLinkInFlight
+	ch <- descLinkQueued
+}
+
+func (c *linkCollector) Collect(ch chan<- prometheus.Metric) {
+	for link, s := range c.links() {
+		ch <- prometheus.MustNewConstMetric(descLinkInFlight, prometheus.GaugeValue, float64(s.InFlight), linkLabel(link))
+		ch <- prometheus.MustNewConstMetric(descLinkQueued, prometheus.GaugeValue, float64(s.Queued), linkLabel(link))
+	}
 }
 
 // watchSync registers the hub sync gauges.
@@ -300,7 +347,8 @@ type scrapeCollector struct {
 var (
 	descMissions  = prometheus.NewDesc(namespace+"_missions", "Missions by state (active ones from the loop, finished ones stored).", []string{"state"}, nil)
 	descRunnable  = prometheus.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", nil, nil)
-	descRunning   = prometheus.NewDesc(namespace+"_running_steps", "Steps executing now.", nil, nil)
+	descRunning   = prometheus.NewDesc(namespace+"_running_steps", "Steps executing now (holding a worker).", nil, nil)
+	descParked    = prometheus.NewDesc(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", nil, nil)
 	descZombies   = prometheus.NewDesc(namespace+"_abandoned_handlers", "Step handlers that ignored their timeout, were abandoned and have not returned.", nil, nil)
 	descOldest    = prometheus.NewDesc(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", nil, nil)
 	descConnected = prometheus.NewDesc(namespace+"_broker_connected", "1 when the device connection to the broker is up.", nil, nil)
@@ -312,7 +360,7 @@ var (
 )
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMissions, descRunnable, descRunning, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored} {
+	for _, d := range []*prometheus.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored} {
 		ch <- d
 	}
 }
@@ -334,6 +382,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descRunnable, prometheus.GaugeValue, float64(q.Due))
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(q.Running))
+	ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(q.Parked))
 	ch <- prometheus.MustNewConstMetric(descZombies, prometheus.GaugeValue, float64(q.Zombies))
 	age := 0.0
 	if !q.OldestDue.IsZero() {

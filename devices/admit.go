@@ -72,9 +72,9 @@ func (w *waiter) before(o *waiter) bool {
 // on (and what OnChange is called with when the turn comes).
 func AdmitKey(stepKey string) string { return "admit/" + stepKey }
 
-func newAdmission(reg *Registry, now func() time.Time, wake func(string)) *admission {
+func newAdmission(reg *Registry, now func() time.Time, wake func(string), onGrant func(string, time.Duration)) *admission {
 	return &admission{
-		reg: reg, now: now, wake: wake,
+		reg: reg, now: now, wake: wake, onGrant: onGrant,
 		devs: map[string]*gate{}, links: map[string]*gate{}, waiting: map[string]*waiter{},
 	}
 }
@@ -287,26 +287,24 @@ func (a *admission) wakeAll(keys []string, self string) {
 	}
 }
 
-// LinkStats is a link's admission state, for metrics.
+// LinkStats is the admission state of a link's devices, for metrics.
 type LinkStats struct {
-	InFlight int // commands through it not yet acked
+	InFlight int // commands to its devices not yet acked
 	Queued   int // commands waiting for their turn on its devices
 }
 
-// stats reports each link's admission state.
+// stats reports the admission state of each link's devices, and under
+// "" that of the devices on no link.
 func (a *admission) stats() map[string]LinkStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(map[string]LinkStats, len(a.links))
-	for name, l := range a.links {
-		out[name] = LinkStats{InFlight: l.used}
-	}
+	out := make(map[string]LinkStats, len(a.links)+1)
 	for id, d := range a.devs {
-		if link := a.linkOf(id); link != "" {
-			s := out[link]
-			s.Queued += len(d.queue)
-			out[link] = s
-		}
+		link := a.linkOf(id)
+		s := out[link]
+		s.InFlight += d.used
+		s.Queued += len(d.queue)
+		out[link] = s
 	}
 	return out
 }

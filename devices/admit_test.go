@@ -96,7 +96,7 @@ func newTestAdmission(t *testing.T) (*admission, *woken) {
 		t.Fatal(err)
 	}
 	w := &woken{ch: make(chan string, 64)}
-	return newAdmission(reg, time.Now, w.wake), w
+	return newAdmission(reg, time.Now, w.wake, nil), w
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

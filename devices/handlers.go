@@ -91,6 +91,10 @@ type HandlerOptions struct {
 	PriorCache int
 	// Now tells time; nil means time.Now.
 	Now func() time.Time
+	// OnTurn, when set, is told how long each command waited for its
+	// turn on its device and link ("" for none), for a metric. It runs
+	// under the admission's lock and must not block.
+	OnTurn func(link string, waited time.Duration)
 }
 
 // Handlers are the driver step handlers for devices. They keep no
@@ -155,12 +159,16 @@ func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
 	}
 	return &Handlers{
 		client: c, reg: r, opts: opts,
-		admit:   newAdmission(r, opts.Now, c.opts.OnChange),
+		admit:   newAdmission(r, opts.Now, c.opts.OnChange, opts.OnTurn),
 		priors:  make(map[string]map[string]any, opts.PriorCache),
 		order:   make([]string, opts.PriorCache),
 		decoded: make(map[string]checkedParams),
 	}
 }
+
+// Links reports the admission state of each link's devices, and under ""
+// that of the devices on no link: commands in flight and waiting.
+func (h *Handlers) Links() map[string]LinkStats { return h.admit.stats() }
 
 // Register hands each handler to add under its kind, e.g.
 // h.Register(func(k string, x driver.Handler) { opts.Handlers[k] = x }).

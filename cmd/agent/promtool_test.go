@@ -40,6 +40,10 @@ func TestMetricsChangeAndPassPromtool(t *testing.T) {
 		`sortie_device_ack_latency_seconds_count{device_type="ac"} 1`,
 		`sortie_broker_connected 1`,
 		`sortie_abandoned_handlers 0`,
+		`sortie_parked_steps 0`,
+		`sortie_link_in_flight{link="none"} 0`,
+		`sortie_link_queued{link="none"} 0`,
+		`sortie_link_wait_seconds_count{link="none"} 3`,
 		`sortie_trigger_rejections_total{reason="bad_json"} 0`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {
