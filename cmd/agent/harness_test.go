@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,6 +67,7 @@ func repoPath(t testing.TB, p string) string {
 // test process (so they survive the agent's restarts), and an app client.
 type testEnv struct {
 	t       *testing.T
+	scenes  string // the scene directory; "" for configs/scenes
 	gw      string
 	dir     string
 	broker  *broker.Broker
@@ -195,7 +197,7 @@ format = "json"
 [driver]
 stop_grace = "5s"
 %s
-`, e.gw, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), broker, extraConfig)
+`, e.gw, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), cmp.Or(e.scenes, repoPath(t, "configs/scenes")), broker, extraConfig)
 	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
