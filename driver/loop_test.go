@@ -195,13 +195,42 @@ func TestRandomized(t *testing.T) {
 			return NotReadyError("offline", time.Duration(x)*time.Millisecond, errors.New("offline"))
 		}
 	}
+	// Some attempts park first (an ack to wait for): woken at random by
+	// the test, or resumed at their time; the outcome is the same either
+	// way, as a device's ack would be.
+	parks := func(req StepRequest) bool {
+		h := fnv.New64a()
+		_, _ = fmt.Fprintf(h, "park/%d/%s/%s/%d/%v", seed, req.MissionType, req.StepID, req.Attempt, req.Compensating)
+		return h.Sum64()%3 == 0
+	}
+	var keysMu sync.Mutex
+	var keys []string
 	h := HandlerFunc(func(ctx context.Context, req StepRequest) (map[string]any, error) {
+		if req.Resume == nil && parks(req) {
+			key := fmt.Sprintf("ack/%s/%d", req.IdempotencyKey, req.Attempt)
+			keysMu.Lock()
+			keys = append(keys, key)
+			keysMu.Unlock()
+			return nil, Pending(key, time.Time{}, "sent", nil)
+		}
+		if req.Resume != nil && (req.Resume.Note != "sent" || !parks(req)) {
+			t.Errorf("%s attempt %d resumed with %+v, but it never parked so", req.IdempotencyKey, req.Attempt, req.Resume)
+		}
 		return nil, outcome(req)
 	})
 	d, clk, st, _ := fixture(t, Options{Handlers: map[string]Handler{"test": h}, MaxWait: 5 * time.Second, NotReadyRetry: 200 * time.Millisecond})
 	var ids []string
 	for i := range 150 {
-		switch r := rng.IntN(10); {
+		switch r := rng.IntN(11); {
+		case r == 10:
+			keysMu.Lock()
+			if len(keys) > 0 {
+				k := keys[rng.IntN(len(keys))]
+				keysMu.Unlock()
+				d.Wake(k)
+			} else {
+				keysMu.Unlock()
+			}
 		case r < 4 || len(ids) == 0:
 			n := 1 + rng.IntN(5)
 			var ss []Step
