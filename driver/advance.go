@@ -570,13 +570,133 @@ func (d *Driver) run(h Handler, req StepRequest, timeout time.Duration) (out map
 	return out, err
 }
 
-// stepOutcome applies a forward step's result and decides retry.
+// verdict is what an attempt's outcome leads to.
+type verdict int
+
+const (
+	verdictDone  verdict = iota // it succeeded
+	verdictWait                 // not ready: wait, spending no attempt
+	verdictRetry                // failed: try again after a backoff
+	verdictFail                 // failed for good
+)
+
+// attemptOutcome is what decide needs to know of an attempt that ended.
+type attemptOutcome struct {
+	err error
+	// attempts is the attempts spent so far, this one included unless it
+	// was not ready.
+	attempts int
+	policy   RetryPolicy // with defaults
+	// limit is the latest time the step may be retried or waited for
+	// (waitLimit); zero for none.
+	limit time.Time
+	// deadline is the mission's, for a forward step; zero for a
+	// compensation, which is worth trying whatever the deadline.
+	deadline time.Time
+	forward  bool
+	now      time.Time
+	// notReadyRetry is the wait of a not-ready attempt that names none.
+	notReadyRetry time.Duration
+	// backoff draws a retry's jittered backoff. It is called only for a
+	// retry that names no wait of its own, so the draws stay in step.
+	backoff func() time.Duration
+}
+
+// decision is decide's answer.
+type decision struct {
+	verdict verdict
+	class   Class
+	code    string        // the error's code (Classify)
+	due     time.Time     // wait, retry: when to look again
+	backoff time.Duration // retry: the wait before it
+	// failCode and msg say why the step failed for good (fail).
+	failCode, msg string
+}
+
+// decide is the one place that turns an attempt's outcome into what
+// happens next, for forward steps and compensations alike: a pure
+// function of its input (the backoff draw aside), tested as a table
+// (TestDecide).
+func decide(o attemptOutcome) decision {
+	if o.err == nil {
+		return decision{verdict: verdictDone}
+	}
+	class, code := Classify(o.err)
+	d := decision{class: class, code: code, failCode: code}
+	var retryAfter time.Duration
+	var se *StepError
+	if errors.As(o.err, &se) {
+		retryAfter = se.RetryAfter
+	}
+	switch {
+	case class == NotReady && !o.limit.IsZero() && !o.now.Before(o.limit):
+		d.verdict, d.failCode = verdictFail, "not_ready_timeout"
+		d.msg = fmt.Sprintf("not ready until %s: %v", o.limit.UTC().Format(time.RFC3339), o.err)
+	case class == NotReady:
+		if retryAfter <= 0 {
+			retryAfter = o.notReadyRetry
+		}
+		d.verdict, d.due = verdictWait, o.now.Add(retryAfter)
+		if !o.limit.IsZero() && d.due.After(o.limit) {
+			d.due = o.limit
+		}
+	case o.forward && errors.Is(o.err, ErrDeadline):
+		d.verdict, d.failCode, d.msg = verdictFail, "deadline", o.err.Error()
+	case class == Permanent:
+		d.verdict, d.msg = verdictFail, o.err.Error()
+	case o.attempts >= o.policy.MaxAttempts:
+		d.verdict, d.msg = verdictFail, fmt.Sprintf("gave up after %d attempts: %v", o.attempts, o.err)
+	default:
+		d.backoff = retryAfter
+		if d.backoff <= 0 {
+			d.backoff = o.backoff()
+		}
+		d.verdict, d.due = verdictRetry, o.now.Add(d.backoff)
+		if !o.limit.IsZero() && d.due.After(o.limit) {
+			reason := "retry would pass max_elapsed"
+			if !o.deadline.IsZero() && !d.due.Before(o.deadline) {
+				reason = "retry would pass the mission deadline"
+			}
+			d.verdict, d.msg = verdictFail, fmt.Sprintf("%s: %v", reason, o.err)
+		}
+	}
+	return d
+}
+
+// outcomeOf decides the outcome of attempt r of a step (forward) or of
+// its compensation, spending no attempt on a not-ready one.
+func (d *Driver) outcomeOf(t *txn, r *StepResult, policy RetryPolicy, err error, forward bool) decision {
+	p := policy.WithDefaults()
+	if c, _ := Classify(err); err != nil && c == NotReady {
+		r.Attempts-- // not-ready waits spend no attempt
+		r.Waits++
+	}
+	dm := t.m
+	if !forward {
+		dm = &Mission{} // no deadline
+	}
+	class, _ := Classify(err)
+	o := attemptOutcome{
+		err: err, attempts: r.Attempts, policy: p, forward: forward, now: t.now,
+		limit:         d.waitLimit(dm, r.Started, p, err != nil && class == NotReady),
+		notReadyRetry: d.opts.NotReadyRetry,
+		backoff:       func() time.Duration { return d.jitter(p, r.Attempts+1) },
+	}
+	if forward {
+		o.deadline = t.m.Meta.Deadline
+	}
+	return decide(o)
+}
+
+// stepOutcome applies a forward step's result: its outputs, or decide's
+// verdict on its failure.
 func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log stepLog) {
 	m := t.m
 	r := &m.Results[k]
 	r.Duration += Duration(elapsed)
 	m.Lease = Lease{}
-	if err == nil {
+	dec := d.outcomeOf(t, r, policy, err, true)
+	if dec.verdict == verdictDone {
 		r.Status = StepSucceeded
 		r.Outputs = out
 		r.Error, r.Code = "", ""
@@ -590,70 +710,29 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 		_ = t.fire(InStepOK, k, "")
 		return
 	}
-	class, code := Classify(err)
-	r.Error, r.Code = err.Error(), code
-	p := policy.WithDefaults()
-	retryAfter := time.Duration(0)
-	var se *StepError
-	if errors.As(err, &se) {
-		retryAfter = se.RetryAfter
-	}
-	limit := d.waitLimit(m, r.Started, p, class == NotReady)
-	if class == NotReady {
-		r.Attempts-- // not-ready waits spend no attempt
-		r.Waits++
-		if retryAfter <= 0 {
-			retryAfter = d.opts.NotReadyRetry
-		}
-		if !limit.IsZero() && !t.now.Before(limit) {
-			_ = t.fire(InStepError, k, class.String())
-			t.annotate(r.Error, code)
-			d.stepFailed(t, k, fmt.Sprintf("not ready until %s: %v", limit.UTC().Format(time.RFC3339), err), "not_ready_timeout")
-			return
-		}
-		due := t.now.Add(retryAfter)
-		if !limit.IsZero() && due.After(limit) {
-			due = limit
-		}
+	r.Error, r.Code = err.Error(), dec.code
+	if dec.verdict == verdictWait {
 		// Waiting is not failing: the step goes back to "not started" and
 		// the mission rests in RUNNING until due or woken.
 		r.Status = StepWaiting
-		m.Due = due
+		m.Due = dec.due
 		m.Control.Wait = true
 		m.Control.WaitFor = waitKey(err)
-		_ = t.fire(InStepWait, k, "until "+due.UTC().Format(time.RFC3339Nano))
-		t.annotate(r.Error, code)
-		log.Info("step not ready; waiting", "err", err, "until", due)
+		_ = t.fire(InStepWait, k, "until "+dec.due.UTC().Format(time.RFC3339Nano))
+		t.annotate(r.Error, dec.code)
+		log.Info("step not ready; waiting", "err", err, "until", dec.due)
 		return
 	}
-	_ = t.fire(InStepError, k, class.String())
-	t.annotate(r.Error, code)
-	switch {
-	case errors.Is(err, ErrDeadline):
-		d.stepFailed(t, k, err.Error(), "deadline")
-	case class == Permanent:
-		d.stepFailed(t, k, err.Error(), code)
-	case r.Attempts >= p.MaxAttempts:
-		d.stepFailed(t, k, fmt.Sprintf("gave up after %d attempts: %v", r.Attempts, err), code)
-	default:
-		backoff := retryAfter
-		if backoff <= 0 {
-			backoff = d.jitter(p, r.Attempts+1)
-		}
-		due := t.now.Add(backoff)
-		if !limit.IsZero() && due.After(limit) {
-			reason := "retry would pass max_elapsed"
-			if dl := m.Meta.Deadline; !dl.IsZero() && !due.Before(dl) {
-				reason = "retry would pass the mission deadline"
-			}
-			d.stepFailed(t, k, fmt.Sprintf("%s: %v", reason, err), code)
-			return
-		}
-		r.Status = StepWaiting
-		m.Due = due
-		t.events[len(t.events)-1].Backoff = Duration(backoff)
-		log.Info("step failed; retrying", "err", err, "backoff", backoff)
+	_ = t.fire(InStepError, k, dec.class.String())
+	t.annotate(r.Error, dec.code)
+	if dec.verdict == verdictFail {
+		d.stepFailed(t, k, dec.msg, dec.failCode)
+		return
 	}
+	r.Status = StepWaiting
+	m.Due = dec.due
+	t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
+	log.Info("step failed; retrying", "err", err, "backoff", dec.backoff)
 }
 
 // waitLimit is the latest time the step may still be retried or waited
@@ -696,13 +775,17 @@ func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
 	_ = d.stop(t, StateFailed, reason, fmt.Sprintf("step %s failed: %s", m.Steps[k].ID, msg))
 }
 
-// compOutcome applies a compensation's result.
+// compOutcome applies a compensation's result: decide's verdict as for
+// a forward step, but a compensation that fails for good does not stop
+// the mission: the next one is tried (undo is best effort, recorded).
 func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]any, err error, elapsed time.Duration, log stepLog) {
 	m := t.m
 	u := &m.Undo[j]
 	u.Duration += Duration(elapsed)
 	m.Lease = Lease{}
-	if err == nil {
+	dec := d.outcomeOf(t, u, policy, err, false)
+	switch dec.verdict {
+	case verdictDone:
 		u.Status = StepSucceeded
 		u.Outputs = out
 		u.Error, u.Code = "", ""
@@ -713,57 +796,32 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 		m.Control.Wait = false
 		_ = t.fire(InCompResult, j, "compensated")
 		return
-	}
-	class, code := Classify(err)
-	u.Error, u.Code = err.Error(), code
-	p := policy.WithDefaults()
-	limit := d.waitLimit(&Mission{}, u.Started, p, class == NotReady) // compensation ignores the mission deadline
-	giveUp := func(msg string) {
+	case verdictFail:
+		u.Code = dec.code
 		u.Status = StepFailed
 		u.Finished = t.now
-		u.Error = msg
+		u.Error = dec.msg
 		m.Progress.Undo = j - 1
 		m.Due = time.Time{}
 		m.Control.Wait = false
-		m.Error += fmt.Sprintf("; compensation of %s failed: %s", m.Steps[j].ID, msg)
+		m.Error += fmt.Sprintf("; compensation of %s failed: %s", m.Steps[j].ID, dec.msg)
 		_ = t.fire(InCompResult, j, "compensation failed")
-		t.annotate(msg, code)
-		log.Warn("compensation failed", "err", msg)
+		t.annotate(dec.msg, dec.code)
+		log.Warn("compensation failed", "err", dec.msg)
+		return
 	}
-	switch {
-	case class == NotReady:
-		u.Attempts--
-		u.Waits++
-		if !t.now.Before(limit) {
-			giveUp(fmt.Sprintf("not ready until %s: %v", limit.UTC().Format(time.RFC3339), err))
-			return
-		}
-		wait := d.opts.NotReadyRetry
-		var se *StepError
-		if errors.As(err, &se) && se.RetryAfter > 0 {
-			wait = se.RetryAfter
-		}
-		u.Status = StepWaiting
-		m.Due = t.now.Add(wait)
-		if m.Due.After(limit) {
-			m.Due = limit
-		}
+	u.Error, u.Code = err.Error(), dec.code
+	u.Status = StepWaiting
+	m.Due = dec.due
+	if dec.verdict == verdictWait {
 		m.Control.WaitFor = waitKey(err)
 		m.Control.Wait = true
 		_ = t.fire(InCompResult, j, "not_ready")
-		t.annotate(u.Error, code)
-	case class == Permanent:
-		giveUp(err.Error())
-	case u.Attempts >= p.MaxAttempts:
-		giveUp(fmt.Sprintf("gave up after %d attempts: %v", u.Attempts, err))
-	default:
-		backoff := d.jitter(p, u.Attempts+1)
-		u.Status = StepWaiting
-		m.Due = t.now.Add(backoff)
+	} else {
 		_ = t.fire(InCompResult, j, "retry")
-		t.events[len(t.events)-1].Backoff = Duration(backoff)
-		t.annotate(u.Error, code)
+		t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
 	}
+	t.annotate(u.Error, dec.code)
 }
 
 // expire takes a mission away from a worker whose handler outlived its
