@@ -52,9 +52,11 @@ run: build
 
 # The hub (its embedded broker on 127.0.0.1:1884, dashboard on
 # http://127.0.0.1:8090/?token=demo-token-change-me) and the demo agent
-# syncing to it. Ctrl-C stops both.
+# syncing to it. Ctrl-C stops both: the agent first (the hub runs in a
+# session of its own, out of the terminal's Ctrl-C), so that it can tell
+# the hub it is going offline, then the hub.
 demo-hub: build
-	@./bin/hub run -config configs/hub.toml -log-level warn & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT INT TERM; \
+	@setsid ./bin/hub run -config configs/hub.toml -log-level warn & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT; \
 	sleep 1; echo "Hub dashboard: http://127.0.0.1:8090/?token=demo-token-change-me"; \
 	SORTIE_HUB_PASSWORD=home-demo-password ./bin/agent run -config configs/agent.toml \
 	  -hub tcp://127.0.0.1:1884 -progress -trigger go_home -log-level warn

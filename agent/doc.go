@@ -4,8 +4,11 @@
 // modes, the event feed, metrics, retention, the management API and the
 // hub sync into one Agent.
 //
-// An embedder builds Options (cmd/agent maps its config file onto them),
-// calls New, Start and Run, and Close once Run has returned:
+// An embedder builds Options (cmd/agent maps its config file onto them):
+// the device registry (devices.LoadRegistry) and the scenes built on it
+// (scenes.Load), a data directory and a broker; then calls New, Start
+// and Run, and Close once Run has returned (the package's Example runs
+// one):
 //
 //	a, err := agent.New(opts)
 //	...

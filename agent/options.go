@@ -27,6 +27,7 @@ type Options struct {
 	Registry *devices.Registry
 	Catalog  *scenes.Catalog
 
+	// Broker is required: Embedded, or an external broker's URL.
 	Broker    BrokerOptions
 	HTTP      HTTPOptions
 	Driver    DriverOptions

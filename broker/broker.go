@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -32,9 +33,13 @@ type Options struct {
 
 // Broker is an embedded mochi MQTT broker.
 type Broker struct {
-	srv  *mqtt.Server
-	ln   *listeners.TCP
-	once sync.Once
+	srv *mqtt.Server
+	// closing is set once Close begins: mochi then logs each client's
+	// broken read or write (and, for a write, the whole packet) at warn,
+	// which is the closing itself, not news.
+	closing *atomic.Bool
+	ln      *listeners.TCP
+	once    sync.Once
 	// subID numbers inline subscriptions: mochi merges the handlers of
 	// all filters matching a topic by ID, so IDs must not repeat.
 	subID atomic.Int64
@@ -63,6 +68,8 @@ func Start(opts Options) (*Broker, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	closing := new(atomic.Bool)
+	log = slog.New(&quietOnClose{h: log.Handler(), closing: closing})
 	srv := mqtt.New(&mqtt.Options{Logger: log, InlineClient: true})
 	var hook mqtt.Hook = new(auth.AllowHook)
 	if opts.Auth != nil {
@@ -74,7 +81,7 @@ func Start(opts Options) (*Broker, error) {
 	if err := srv.AddHook(hook, nil); err != nil {
 		return nil, fmt.Errorf("broker auth hook: %w", err)
 	}
-	b := &Broker{srv: srv}
+	b := &Broker{srv: srv, closing: closing}
 	// After the auth hook: mochi checks access before any publish hook.
 	if err := srv.AddHook(&tapHook{b: b}, nil); err != nil {
 		return nil, fmt.Errorf("broker tap hook: %w", err)
@@ -232,6 +239,7 @@ func (b *Broker) Server() *mqtt.Server { return b.srv }
 func (b *Broker) Close() error {
 	var err error
 	b.once.Do(func() {
+		b.closing.Store(true)
 		// mochi v2.7.9's own listener shutdown (Clients.GetByListener)
 		// takes the clients' read lock twice; a client disconnecting at
 		// that moment queues for the write lock between the two, and
@@ -251,4 +259,28 @@ func (b *Broker) disconnectClients(listener string) {
 			_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
 		}
 	}
+}
+
+// quietOnClose passes mochi's log records on, except its warnings once
+// the broker is closing (see Broker.closing).
+type quietOnClose struct {
+	h       slog.Handler
+	closing *atomic.Bool
+}
+
+func (q *quietOnClose) Enabled(ctx context.Context, l slog.Level) bool { return q.h.Enabled(ctx, l) }
+
+func (q *quietOnClose) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelError && q.closing.Load() {
+		return nil
+	}
+	return q.h.Handle(ctx, r)
+}
+
+func (q *quietOnClose) WithAttrs(as []slog.Attr) slog.Handler {
+	return &quietOnClose{h: q.h.WithAttrs(as), closing: q.closing}
+}
+
+func (q *quietOnClose) WithGroup(name string) slog.Handler {
+	return &quietOnClose{h: q.h.WithGroup(name), closing: q.closing}
 }

@@ -1,6 +1,11 @@
 package broker
 
 import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +175,48 @@ func startTest(tb testing.TB) *Broker {
 	}
 	tb.Cleanup(func() { _ = b.Close() }) // Close's error is the broker's shutdown, not the test's subject
 	return b
+}
+
+// TestCloseLogsNoClientWarnings: closing a broker with clients connected
+// logs no warning for each client's connection it breaks (mochi warns,
+// with an empty message, for every read cut short), while a warning
+// before Close still gets through.
+func TestCloseLogsNoClientWarnings(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := Start(Options{Addr: "127.0.0.1:0", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID(fmt.Sprintf("c%d", i)).SetAutoReconnect(false))
+		if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("connect: %v", tok.Error())
+		}
+	}
+	b.Server().Log.Warn("before close") // stands in for a warning that matters
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := buf.String()
+	mu.Unlock()
+	if !strings.Contains(got, "before close") {
+		t.Errorf("the warning before Close was dropped:\n%s", got)
+	}
+	if n := strings.Count(got, "level=WARN"); n != 1 {
+		t.Errorf("%d warnings logged, want only the one before Close:\n%s", n, got)
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
