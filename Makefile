@@ -56,7 +56,7 @@ run: build
 # session of its own, out of the terminal's Ctrl-C), so that it can tell
 # the hub it is going offline, then the hub.
 demo-hub: build
-	@setsid ./bin/hub run -config configs/hub.toml -log-level warn & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT; \
+	@setsid ./bin/hub run -config configs/hub.toml -log-level warn & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT; trap "" INT; \
 	sleep 1; echo "Hub dashboard: http://127.0.0.1:8090/?token=demo-token-change-me"; \
 	SORTIE_HUB_PASSWORD=home-demo-password ./bin/agent run -config configs/agent.toml \
 	  -hub tcp://127.0.0.1:1884 -progress -trigger go_home -log-level warn
