@@ -31,6 +31,7 @@ import (
 // slowRig is an agent in this process and a simulated home on its
 // broker, with every mission's end recorded.
 type slowRig struct {
+	stop func() // ends the rig: agent, broker and devices
 	a    *agent.Agent
 	api  *api.Client
 	home *simulator.Home
@@ -113,14 +114,21 @@ func startSlowRig(b *testing.B, h slowHome) *slowRig {
 	if err := r.home.Start(hctx); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("agent run: %v", err)
-		}
-		r.a.Close()
-		_ = r.home.Close() // the devices' goodbyes; the measurement is over
-	})
+	// Stopped at the end of its iteration, not of the benchmark: the
+	// framework may run several, and two rigs of a thousand devices at
+	// once would measure each other.
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.Errorf("agent run: %v", err)
+			}
+			r.a.Close()
+			_ = r.home.Close() // the devices' goodbyes; the measurement is over
+		})
+	}
+	b.Cleanup(r.stop) // a rig left by a failed iteration
 	r.api = &api.Client{Base: r.a.Addrs().API}
 	return r
 }
@@ -267,6 +275,7 @@ func BenchmarkBuilding(b *testing.B) {
 		b.ReportMetric(float64(failed), "healthy-failed")
 		b.ReportMetric(float64(errs), "healthy-step-errors")
 		b.ReportMetric(0, "ns/op")
+		r.stop()
 	}
 }
 
@@ -332,6 +341,7 @@ func BenchmarkSlowDevices(b *testing.B) {
 				b.ReportMetric(rate/ceiling, "ratio")
 				b.ReportMetric(float64(failed), "failed")
 				b.ReportMetric(0, "ns/op")
+				r.stop()
 			}
 		})
 	}
@@ -369,6 +379,7 @@ func BenchmarkLinkOf4(b *testing.B) {
 		b.ReportMetric(float64(errs), "failed-commands")
 		b.ReportMetric(float64(failed), "failed-missions")
 		b.ReportMetric(0, "ns/op")
+		r.stop()
 	}
 }
 
@@ -420,6 +431,7 @@ func BenchmarkParkedHeap(b *testing.B) {
 		b.ReportMetric(float64(after-before)/n, "heap-B/parked-step")
 		b.ReportMetric(float64(r.a.Driver().Queue().Running), "workers-busy")
 		b.ReportMetric(0, "ns/op")
+		r.stop()
 	}
 }
 
