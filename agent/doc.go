@@ -16,6 +16,10 @@
 //	if err := a.Start(ctx); err != nil { ... }
 //	err = a.Run(ctx) // until ctx ends
 //
+// The agent binary runs Go's garbage collector at GOGC=400 unless the
+// environment sets it (README, "Memory"); an embedder's process keeps
+// its own setting.
+//
 // Options.Handlers adds step kinds, Options.Observers sees every mission
 // event, and Agent.Driver and Agent.Broker give the running parts to a
 // program that needs more. docs/ARCHITECTURE.md follows one trigger

@@ -111,6 +111,9 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}, done: make(chan error, 1)}
 	// The agent's own logger for the configured level (error), as a
 	// deployment makes it: at info, the simulated devices log every command.
+	// The garbage collector as the agent binary sets it (run does this
+	// before it builds the agent, which leaves the process's GOGC alone).
+	tuneGC()
 	opts, err := agentOptions(cfg, newLogger(cfg.Log, io.Discard))
 	if err != nil {
 		b.Fatal(err)
