@@ -274,7 +274,7 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 		case r.Note == noteAck:
 			ack, ok, err := h.client.Collect(p.Device, req.IdempotencyKey, !now.Before(r.Until))
 			if !ok {
-				return nil, driver.Pending(AckKey(p.Device, req.IdempotencyKey), r.Until, noteAck, nil)
+				return nil, driver.InFlight(AckKey(p.Device, req.IdempotencyKey), r.Until, noteAck, nil)
 			}
 			return h.acked(req, p, ack, err, now)
 		case strings.HasPrefix(r.Note, noteVerify):
@@ -322,7 +322,7 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 	case !done && err != nil:
 		return nil, classifySend(err)
 	case !done:
-		return nil, driver.Pending(AckKey(p.Device, cmd.ID), giveUp, noteAck, nil)
+		return nil, driver.InFlight(AckKey(p.Device, cmd.ID), giveUp, noteAck, nil)
 	}
 	return h.acked(req, p, ack, err, now)
 }
@@ -384,7 +384,7 @@ func (h *Handlers) verified(p CommandParams, r *driver.Parked, now time.Time) (m
 			fmt.Errorf("device %s acked but reported %s, not %s, by %s (another command, from another mission or an app, may have changed it since)",
 				p.Device, jsonText(got), jsonText(want), until.Format(time.RFC3339)))
 	}
-	return nil, driver.Pending(p.Device, until, r.Note, out)
+	return nil, driver.InFlight(p.Device, until, r.Note, out)
 }
 
 // classifySend maps a Client.Send error to the driver's classes.

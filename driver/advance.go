@@ -396,7 +396,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	e.idle = false
 	e.ranSince = d.wakes
 	park := e.park
-	e.park = nil
+	d.unparkLocked(e)
 	d.mu.Unlock()
 	lease := m.Lease
 	comp := act == actCompExc
@@ -471,7 +471,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		if d.clock.Now().Before(deadline) {
 			d.park(e, gen, &parking{
 				p:        Parked{Key: pe.Key, Until: pe.Until, Note: pe.Note, Out: pe.Out, Since: attemptStart},
-				deadline: deadline, attempt: m.Progress.Attempt, comp: comp, idx: idx,
+				deadline: deadline, attempt: m.Progress.Attempt, comp: comp, idx: idx, inFlight: pe.InFlight,
 			}, log)
 			return
 		}
@@ -535,6 +535,22 @@ func (d *Driver) park(e *entry, gen uint64, p *parking, log stepLog) {
 		return
 	}
 	e.park = p
+	d.parked++
+	if p.inFlight {
+		d.inFlight++
+	}
+}
+
+// unparkLocked takes e's park away (to resume it). d.mu is held.
+func (d *Driver) unparkLocked(e *entry) {
+	if e.park == nil {
+		return
+	}
+	d.parked--
+	if e.park.inFlight {
+		d.inFlight--
+	}
+	e.park = nil
 }
 
 // run calls the handler with a timeout driven by the injected clock, and
@@ -868,6 +884,12 @@ func (d *Driver) expire(e *entry, gen uint64, lease Lease, comp bool, idx int, p
 	d.running-- // the zombie keeps its goroutine, not its slot
 	d.zombies++
 	d.placeLocked(e, t.now)
+	if d.draining {
+		select {
+		case d.drained <- struct{}{}:
+		default:
+		}
+	}
 	d.mu.Unlock()
 	log.Warn("step lease expired: the handler ignored its timeout; counted as a failed attempt")
 	d.signal()

@@ -94,7 +94,7 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 			return nil, false, fmt.Errorf("%w: step %q compensation has kind %q", ErrUnknownKind, s.ID, s.Compensate.Kind)
 		}
 	}
-	stopping := d.stopping
+	stopping := d.stopping || d.draining
 	d.mu.Unlock()
 	if stopping {
 		return nil, false, ErrClosed
@@ -448,11 +448,9 @@ func (d *Driver) Queue() QueueStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	q := QueueStats{ByState: make(map[State]int), Due: len(d.sched.ready), Running: d.running, Zombies: d.zombies}
+	q.Parked = d.parked
 	for _, e := range d.entries {
 		q.ByState[e.m.State]++
-		if e.park != nil {
-			q.Parked++
-		}
 	}
 	for _, e := range d.sched.ready {
 		w := e.wake

@@ -102,8 +102,16 @@ type Driver struct {
 	zombies   int  // abandoned handlers still running (see expire)
 	started   bool // Start has run
 	stopping  bool // Stop has begun: take no new steps
-	randMu    sync.Mutex
-	rand      *mrand.Rand
+	// draining is Stop's first phase: the loop runs only to resume
+	// attempts parked in flight (their outcome is on its way), until
+	// none is left or the grace runs out; drained hears of each end.
+	draining bool
+	drained  chan struct{}
+	// parked counts parked attempts; inFlight those of them whose effect
+	// is under way.
+	parked, inFlight int
+	randMu           sync.Mutex
+	rand             *mrand.Rand
 
 	kick      chan struct{} // wakes the loop; buffered, one pending kick is enough
 	stopCh    chan struct{} // closed when Stop begins
@@ -157,6 +165,7 @@ func New(opts Options) (*Driver, error) {
 		wakeRing:  make([]string, maxWakeKeys),
 		byKey:     make(map[string][]*entry),
 		stopCh:    make(chan struct{}),
+		drained:   make(chan struct{}, 1),
 		rand:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
 	for k, h := range opts.Handlers {
@@ -244,17 +253,30 @@ func (d *Driver) Run(ctx context.Context) error {
 }
 
 // Stop stops taking steps and waits for in-flight steps to finish and
-// be saved, up to Options.StopGrace or ctx, whichever ends first. Steps
-// still running then are cancelled; their missions stay STEP_RUNNING
-// under this driver's lease and are recovered by the next Start.
+// be saved, up to Options.StopGrace or ctx, whichever ends first: steps
+// executing, and attempts parked in flight (a command sent, its ack to
+// come), which are resumed as their outcome arrives. Steps still
+// running then are cancelled, and attempts still parked are left; their
+// missions stay STEP_RUNNING under this driver's lease and are recovered
+// by the next Start. Nothing new starts once Stop is called.
 func (d *Driver) Stop(ctx context.Context) error {
 	d.mu.Lock()
-	if d.stopping {
+	if d.stopping || d.draining {
 		d.mu.Unlock()
 		return nil
 	}
+	d.draining = true
+	close(d.stopCh) // idle workers go; a resume during the drain gets a new one
+	started := d.loopDone != nil
+	d.mu.Unlock()
+	grace := time.NewTimer(d.opts.StopGrace)
+	defer grace.Stop()
+	var err error
+	if started {
+		err = d.drain(ctx, grace.C)
+	}
+	d.mu.Lock()
 	d.stopping = true
-	close(d.stopCh)
 	loopDone := d.loopDone
 	if d.timerStop != nil {
 		d.timerStop()
@@ -266,15 +288,14 @@ func (d *Driver) Stop(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() { d.workers.Wait(); close(done) }()
-	grace := time.NewTimer(d.opts.StopGrace)
-	defer grace.Stop()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: in-flight steps cancelled: %w", ctx.Err())
-	case <-grace.C:
-		err = errors.New("stop: in-flight steps cancelled after grace period")
+	if err == nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("stop: in-flight steps cancelled: %w", ctx.Err())
+		case <-grace.C:
+			err = errors.New("stop: in-flight steps cancelled after grace period")
+		}
 	}
 	d.runCancel()
 	// Handlers get one more moment to notice the cancellation; one that
@@ -285,6 +306,28 @@ func (d *Driver) Stop(ctx context.Context) error {
 		err = errors.Join(err, errors.New("stop: a step handler ignored cancellation"))
 	}
 	return err
+}
+
+// drain waits until no step executes and no attempt is parked in
+// flight, or until grace or ctx ends. The loop keeps resuming parked
+// attempts meanwhile, and only those.
+func (d *Driver) drain(ctx context.Context, grace <-chan time.Time) error {
+	d.signal()
+	for {
+		d.mu.Lock()
+		running, inFlight := d.running, d.inFlight
+		d.mu.Unlock()
+		if running == 0 && inFlight == 0 {
+			return nil
+		}
+		select {
+		case <-d.drained:
+		case <-ctx.Done():
+			return fmt.Errorf("stop: %d step(s) in flight cancelled or left for the next start: %w", running+inFlight, ctx.Err())
+		case <-grace:
+			return fmt.Errorf("stop: %d step(s) still in flight after the grace period; they go on at the next start", running+inFlight)
+		}
+	}
 }
 
 // signal wakes the loop without blocking.
@@ -317,10 +360,20 @@ func (d *Driver) loop() {
 // one. d.mu is held, and the loop must have started and not be stopping.
 func (d *Driver) dispatchLocked(now time.Time) {
 	d.sched.promote(now)
+	var held []*entry
+	defer func() {
+		for _, e := range held {
+			d.sched.place(e, now, false)
+		}
+	}()
 	for d.running < d.opts.Workers {
 		e := d.sched.popReady()
 		if e == nil {
 			return
+		}
+		if d.draining && (e.park == nil || !e.park.inFlight) {
+			held = append(held, e) // stopping: nothing new starts
+			continue
 		}
 		e.running = true
 		d.running++
@@ -412,8 +465,14 @@ func (d *Driver) finishWork(e *entry, gen uint64, next bool) (*entry, uint64, bo
 	e.running = false
 	now := d.clock.Now()
 	d.placeLocked(e, now)
+	if d.draining {
+		select {
+		case d.drained <- struct{}{}:
+		default:
+		}
+	}
 	var n *entry
-	if next && !d.stopping {
+	if next && !d.stopping && !d.draining {
 		d.sched.promote(now)
 		if n = d.sched.popReady(); n != nil {
 			n.running = true

@@ -174,6 +174,12 @@ type PendingError struct {
 	// already has. They live in memory only.
 	Note string
 	Out  map[string]any
+	// InFlight says the attempt's effect may be under way (a command was
+	// sent): Stop then waits for its outcome, as for a step executing,
+	// within its grace. An attempt that has not started its effect yet
+	// (waiting for its turn, for a connection) is left for the next
+	// start instead: a stopping driver starts nothing new.
+	InFlight bool
 }
 
 func (e *PendingError) Error() string {
@@ -183,8 +189,15 @@ func (e *PendingError) Error() string {
 	return "pending on " + e.Key
 }
 
-// Pending parks a step attempt until Wake(key) or until (see
-// PendingError).
+// Pending parks a step attempt that has not started its effect yet
+// until Wake(key) or until (see PendingError).
 func Pending(key string, until time.Time, note string, out map[string]any) error {
 	return &PendingError{Key: key, Until: until, Note: note, Out: out}
+}
+
+// InFlight parks a step attempt whose effect is under way (a command
+// sent, waiting for its ack) until Wake(key) or until; Stop waits for
+// it (see PendingError.InFlight).
+func InFlight(key string, until time.Time, note string, out map[string]any) error {
+	return &PendingError{Key: key, Until: until, Note: note, Out: out, InFlight: true}
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -227,4 +228,62 @@ func drainUntil(t *testing.T, d *Driver, clk *fakeClock, done func() bool) {
 		clk.AdvanceTo(w)
 	}
 	t.Fatal("drainUntil: never done")
+}
+
+// TestStopWaitsForAttemptsParkedInFlight: Stop lets an attempt parked
+// in flight (a command sent, its ack to come) finish when its outcome
+// arrives, and saves it, as it does for a step executing; an attempt
+// parked before its effect started (waiting for its turn) is left for
+// the next start, and nothing new begins.
+func TestStopWaitsForAttemptsParkedInFlight(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{}
+	h := HandlerFunc(func(_ context.Context, req StepRequest) (map[string]any, error) {
+		mu.Lock()
+		calls[req.MissionID]++
+		mu.Unlock()
+		if req.Resume != nil {
+			return map[string]any{"ok": true}, nil
+		}
+		if req.MissionType == "sent" {
+			return nil, InFlight("ack/"+req.MissionID, time.Time{}, "ack", nil)
+		}
+		return nil, Pending("turn/"+req.MissionID, time.Time{}, "turn", nil)
+	})
+	d, err := New(Options{Store: newMemStore(t), Handlers: map[string]Handler{"test": h}, StopGrace: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sent := submit(t, d, Spec{Type: "sent", Steps: steps("a", "b")})
+	queued := submit(t, d, Spec{Type: "queued", Steps: steps("a")})
+	for d.Queue().Parked < 2 {
+		runtime.Gosched() // both park at once: the submit dispatches them
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) with an attempt in flight", err)
+	case <-time.After(50 * time.Millisecond): // Stop must still be waiting; nothing to await but its return
+	}
+	d.Wake("turn/" + queued.ID) // its turn comes during the stop: it must not send
+	d.Wake("ack/" + sent.ID)
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	got := get(t, d, sent.ID)
+	if got.Results[0].Status != StepSucceeded {
+		t.Fatalf("the in-flight attempt's outcome was not saved: %+v", got.Results[0])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls[sent.ID] != 2 {
+		t.Errorf("the sent mission's handler ran %d times, want 2 (its step, its resume; not step b)", calls[sent.ID])
+	}
+	if calls[queued.ID] != 1 {
+		t.Errorf("the queued attempt was resumed during the stop (%d calls): it would have sent a command", calls[queued.ID])
+	}
 }

@@ -50,6 +50,7 @@ type parking struct {
 	attempt  int       // which attempt (Progress.Attempt): another means a new one
 	idx      int       // the step (or undone step) index
 	comp     bool      // a compensation
+	inFlight bool      // its effect is under way: Stop waits for it
 }
 
 // readyHeap orders due missions: priority first, then due time, then
