@@ -283,6 +283,14 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 		// noteAdmit, noteConnect: the turn or the connection has come (or
 		// the wait is over): send.
 	}
+	// A command sent now could not be waited for: nothing is sent, and
+	// a turn held or granted meanwhile goes to the next command. (A
+	// command sent at its deadline would hold its device's turn until
+	// an ack that may never come.)
+	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
+		h.admit.withdraw(req.IdempotencyKey)
+		return nil, driver.RetryableError(CodeNoTurn, fmt.Errorf("device %s: no turn to send within the step's time", p.Device))
+	}
 	if !h.client.Available(p.Device) {
 		h.admit.withdraw(req.IdempotencyKey) // an offline device's turn is no use
 		return nil, driver.WaitError(p.Device, CodeDeviceOffline, h.opts.OfflineRetry,
@@ -290,10 +298,6 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 	}
 	h.prior(req.IdempotencyKey, p.Device) // remembered at the first attempt, before the command changes it
 	if !h.admit.acquire(req.IdempotencyKey, p.Device, req.Priority, req.Created) {
-		if r := req.Resume; r != nil && r.Note == noteAdmit && !now.Before(r.Until) {
-			h.admit.withdraw(req.IdempotencyKey)
-			return nil, driver.RetryableError(CodeNoTurn, fmt.Errorf("device %s: other commands to it (or its link) took the step's whole time", p.Device))
-		}
 		return nil, driver.Pending(AdmitKey(req.IdempotencyKey), req.Deadline, noteAdmit, nil)
 	}
 	ackTimeout := p.AckTimeout.D()

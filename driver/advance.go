@@ -467,6 +467,15 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		return
 	}
 	var pe *PendingError
+	if errors.As(err, &pe) && !d.clock.Now().Before(deadline) {
+		// Pending at (or past) the attempt's deadline: the handler gets
+		// its last word, resumed at its time, so that it can let go of
+		// what it holds (a sent command's slot, a queued turn). An
+		// attempt still pending after that has timed out.
+		last := req
+		last.Resume = &Parked{Key: pe.Key, Until: deadline, Note: pe.Note, Out: pe.Out, Since: attemptStart}
+		out, err = d.run(h, last, resumeFloor)
+	}
 	if errors.As(err, &pe) {
 		if d.clock.Now().Before(deadline) {
 			d.park(e, gen, &parking{

@@ -110,8 +110,13 @@ func TestParkedStepResumesAtUntil(t *testing.T) {
 	clk.AdvanceTo(firstDeadline)
 	step(t, d)
 	calls = p.requests()
-	if len(calls) != 2 || calls[1].Resume == nil || calls[1].Resume.Woken || !calls[1].Deadline.Equal(firstDeadline) || calls[1].Attempt != 1 {
+	if len(calls) < 2 || calls[1].Resume == nil || calls[1].Resume.Woken || !calls[1].Deadline.Equal(firstDeadline) || calls[1].Attempt != 1 {
 		t.Fatalf("second call %+v, want a resume of attempt 1, not woken, same deadline", calls[1])
+	}
+	// Still pending at its deadline, it gets a last word (to let go of
+	// what it holds), then times out.
+	if len(calls) != 3 || calls[2].Resume == nil || !calls[2].Resume.Until.Equal(firstDeadline) {
+		t.Fatalf("%d calls, want the resume and a last word at the deadline", len(calls))
 	}
 	got, err := d.Get(context.Background(), m.ID)
 	if err != nil {
@@ -120,8 +125,8 @@ func TestParkedStepResumesAtUntil(t *testing.T) {
 	if got.State != StateStepFailed || got.Results[0].Code != "timeout" {
 		t.Fatalf("after the deadline: %s %+v, want STEP_FAILED with a timeout", got.State, got.Results[0])
 	}
-	drainUntil(t, d, clk, func() bool { return len(p.requests()) >= 3 })
-	if c := p.requests()[2]; c.Resume != nil || c.Attempt != 2 || c.IdempotencyKey != calls[0].IdempotencyKey {
+	drainUntil(t, d, clk, func() bool { return len(p.requests()) >= 4 })
+	if c := p.requests()[3]; c.Resume != nil || c.Attempt != 2 || c.IdempotencyKey != calls[0].IdempotencyKey {
 		t.Fatalf("retry %+v, want a fresh attempt 2 with the same idempotency key", c)
 	}
 }
