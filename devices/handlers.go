@@ -269,6 +269,10 @@ const (
 // verifies the state the same way, woken by the device's reports.
 func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandParams) (map[string]any, error) {
 	now := h.opts.Now()
+	if r := req.Resume; r != nil && r.Abandon {
+		h.admit.withdraw(req.IdempotencyKey) // a turn queued or granted goes to the next command
+		return nil, nil
+	}
 	if r := req.Resume; r != nil {
 		switch {
 		case r.Note == noteAck:

@@ -374,3 +374,36 @@ func TestCommandParamsReused(t *testing.T) {
 		wantClass(t, err, driver.Permanent, devices.CodeBadStep)
 	}
 }
+
+// TestAbandonedCommandLeavesItsDevicesQueue: a command waiting for its
+// device's turn that the driver gives up (its mission was cancelled)
+// leaves the queue, so the turn goes to the next command, and it is
+// never sent.
+func TestAbandonedCommandLeavesItsDevicesQueue(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	r.device(t, "living-light", lightOff, func(wire.Command, int) reply { return reply{Drop: true} })
+	h := r.kinds[devices.KindCommand]
+	params := map[string]any{"device": "living-light", "action": "turn_on"}
+	if _, err := h.Execute(t.Context(), stepReq(t, "mA.s1", 1, params)); err == nil {
+		t.Fatal("A: no ack from the light, yet not pending")
+	}
+	reqB := stepReq(t, "mB.s1", 1, params)
+	_, err := h.Execute(t.Context(), reqB)
+	var pb *driver.PendingError
+	if !errors.As(err, &pb) || pb.InFlight {
+		t.Fatalf("B: %v, want pending for its turn", err)
+	}
+	if s := r.h.Links()[""]; s.Queued != 1 {
+		t.Fatalf("links %+v, want B queued", s)
+	}
+	reqB.Resume = &driver.Parked{Key: pb.Key, Until: pb.Until, Note: pb.Note, Abandon: true}
+	if _, err := h.Execute(t.Context(), reqB); err != nil {
+		t.Fatalf("abandon: %v", err)
+	}
+	if s := r.h.Links()[""]; s.Queued != 0 || s.InFlight != 1 {
+		t.Fatalf("links %+v after B was abandoned, want only A in flight", s)
+	}
+	if n := r.client.Stats().Sent; n != 1 {
+		t.Fatalf("%d commands sent, want A's alone", n)
+	}
+}

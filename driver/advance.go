@@ -73,6 +73,17 @@ func (d *Driver) advance(e *entry, gen uint64) {
 		}
 	}()
 	d.mu.Lock()
+	if m := e.m; m.State == StateStepRunning && m.Lease.Owner == d.opts.Owner &&
+		e.park != nil && !e.park.inFlight && (m.Control.Cancel || m.Control.Pause) {
+		// Cancelled or paused while its attempt waited to start its
+		// effect (its device's turn): give the attempt up rather than
+		// resume it into sending a command for a mission that is over.
+		park := e.park
+		d.unparkLocked(e)
+		d.mu.Unlock()
+		d.abandon(e, park)
+		return
+	}
 	if m := e.m; m.State == StateStepRunning && m.Lease.Owner == d.opts.Owner {
 		// The common case: the previous commit began this step under our
 		// lease, so settling would change nothing and commit nothing.
@@ -125,6 +136,54 @@ func (d *Driver) advance(e *entry, gen uint64) {
 	e.mu.Unlock()
 	locked = false
 	d.execute(e, act, gen)
+}
+
+// abandon gives up an attempt parked before its effect started, for a
+// mission cancelled or paused since: the handler is told (Resume.Abandon)
+// so that it lets go of what it holds, and the step is taken back as
+// unbegin does, then the cancel or pause is settled. e.mu is held.
+func (d *Driver) abandon(e *entry, park *parking) {
+	m := e.m
+	step := m.Steps[park.idx]
+	d.mu.Lock()
+	h := d.handlers[step.Kind]
+	d.mu.Unlock()
+	p := park.p
+	p.Abandon = true
+	req := StepRequest{
+		MissionID: m.ID, MissionType: m.Type, StepID: step.ID, StepIndex: park.idx, Kind: step.Kind,
+		Attempt: m.Progress.Attempt, Params: step.Params, IdempotencyKey: m.ID + "-" + strconv.Itoa(m.Progress.Gen) + "-" + strconv.Itoa(park.idx),
+		TraceID: m.Meta.TraceID, Started: m.Results[park.idx].Started, Deadline: park.deadline,
+		Priority: m.Priority, Created: m.Meta.Created, Resume: &p,
+	}
+	_, _ = d.run(h, req, resumeFloor) // told to let go; what it answers changes nothing
+	t := d.begin(e)
+	takeBack(t.m)
+	var err error
+	if t.m.Control.Cancel {
+		err = d.stop(t, StateCancelled, "cancelled", cancelMessage(t.m, "cancelled before the step's command was sent"))
+	} else {
+		t.m.Control.Pause = false
+		err = t.fire(InPause, t.m.Progress.Step, "paused before the step's command was sent")
+	}
+	if err != nil {
+		d.log.Error("abandon parked step", "mission", t.m.ID, "err", err)
+		return
+	}
+	_ = d.commit(e, t) // a failed commit is logged and retried by the loop
+}
+
+// takeBack undoes a step's begin that never reached its effect: the
+// attempt is not spent, and the lease goes.
+func takeBack(m *Mission) {
+	r := &m.Results[m.Progress.Step]
+	r.Attempts--
+	r.Status = StepPending
+	if r.Attempts > 0 {
+		r.Status = StepWaiting
+	}
+	m.Progress.Attempt = r.Attempts
+	m.Lease = Lease{}
 }
 
 // begin opens a transaction on a copy of e's latest committed mission.

@@ -196,14 +196,7 @@ func (d *Driver) unbegin(t *txn, e *entry, running bool) bool {
 	if !idle || m.State != StateStepRunning || m.Lease.Owner != d.opts.Owner {
 		return false
 	}
-	r := &m.Results[m.Progress.Step]
-	r.Attempts--
-	r.Status = StepPending
-	if r.Attempts > 0 {
-		r.Status = StepWaiting
-	}
-	m.Progress.Attempt = r.Attempts
-	m.Lease = Lease{}
+	takeBack(m)
 	d.mu.Lock()
 	e.idle = false
 	d.mu.Unlock()

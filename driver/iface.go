@@ -149,6 +149,11 @@ type Parked struct {
 	Since time.Time
 	// Woken says that Wake(Key) resumed it, rather than Until.
 	Woken bool
+	// Abandon says the driver gives the attempt up before its effect
+	// started (parked by Pending, not InFlight; its mission was cancelled
+	// or paused): the handler lets go of what the attempt holds (a queued
+	// turn) and returns; its answer is ignored.
+	Abandon bool
 }
 
 // Handler executes one kind of step. Handlers are stateless and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,12 +32,12 @@ func (p *parker) Execute(_ context.Context, req StepRequest) (map[string]any, er
 		if p.fresh != nil {
 			p.fresh <- req.MissionID
 		}
-		return nil, Pending(key, req.Deadline, "sent", map[string]any{"sent": true})
+		return nil, InFlight(key, req.Deadline, "sent", map[string]any{"sent": true})
 	}
 	if req.Resume.Woken {
 		return map[string]any{"note": req.Resume.Note, "sent": req.Resume.Out["sent"]}, nil
 	}
-	return nil, Pending(key, req.Resume.Until, req.Resume.Note, req.Resume.Out)
+	return nil, InFlight(key, req.Resume.Until, req.Resume.Note, req.Resume.Out)
 }
 
 func (p *parker) requests() []StepRequest {
@@ -290,5 +291,57 @@ func TestStopWaitsForAttemptsParkedInFlight(t *testing.T) {
 	}
 	if calls[queued.ID] != 1 {
 		t.Errorf("the queued attempt was resumed during the stop (%d calls): it would have sent a command", calls[queued.ID])
+	}
+}
+
+// TestCancelGivesUpAStepWaitingForItsTurn: a step parked before its
+// effect started (waiting for its device's turn) is given up when its
+// mission is cancelled: the handler is told to let go (Abandon) and
+// sends nothing, the attempt is not spent, and the steps done before
+// are undone. Found by review: the command of a cancelled mission went
+// out when its turn came.
+func TestCancelGivesUpAStepWaitingForItsTurn(t *testing.T) {
+	var mu sync.Mutex
+	var got []StepRequest
+	h := HandlerFunc(func(_ context.Context, req StepRequest) (map[string]any, error) {
+		mu.Lock()
+		got = append(got, req)
+		mu.Unlock()
+		if req.StepID == "b" && !req.Compensating && (req.Resume == nil || !req.Resume.Abandon) {
+			return nil, Pending("turn/"+req.IdempotencyKey, time.Time{}, "turn", nil)
+		}
+		return nil, nil
+	})
+	d, _, _, _ := fixture(t, Options{Handlers: map[string]Handler{"test": h}})
+	m := submit(t, d, Spec{Type: "t", Steps: steps("a!", "b")})
+	for step(t, d) > 0 {
+	}
+	if _, err := d.Cancel(context.Background(), m.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.Wake("turn/" + m.ID + "-0-1") // its turn comes after the cancel
+	for step(t, d) > 0 {
+	}
+	mission := get(t, d, m.ID)
+	if mission.State != StateCancelled || mission.Results[0].Status != StepCompensated || mission.Results[1].Attempts != 0 {
+		t.Fatalf("%s %+v, want CANCELLED, a compensated, b never attempted", mission.State, mission.Results)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var trace []string
+	for _, r := range got {
+		s := r.StepID
+		switch {
+		case r.Compensating:
+			s += "/undo"
+		case r.Resume != nil && r.Resume.Abandon:
+			s += "/abandon"
+		case r.Resume != nil:
+			s += "/resume"
+		}
+		trace = append(trace, s)
+	}
+	if want := "a b b/abandon a/undo"; strings.Join(trace, " ") != want {
+		t.Errorf("calls %v, want %s", trace, want)
 	}
 }
