@@ -82,7 +82,7 @@ func newMetrics() *metrics {
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"device_type", "action", "result"})
 	m.ackLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "device_ack_latency_seconds", Help: "Time from publishing a device command to its ack, by device type.",
+		Namespace: namespace, Name: "device_ack_latency_seconds", Help: "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"device_type"})
 	m.turnWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -309,19 +309,20 @@ func (m *metrics) deviceType(device, kind string) string {
 
 // instrument wraps the device.command handler to time acks and count
 // commands in flight. A command's attempt parks while it waits for its
-// ack (driver.Pending), so it spans calls: it is in flight from the
-// fresh call that parks it to the resumed call that ends it, and its
-// latency runs from the attempt's start (Resume.Since).
+// turn (driver.Pending) and then its ack (driver.InFlight), so it spans
+// calls: it is in flight from the call that sends it to the call that
+// ends it, and its latency runs from the attempt's start (Resume.Since).
 func (m *metrics) instrument(h driver.Handler) driver.Handler {
 	return driver.HandlerFunc(func(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
 		start := time.Now()
 		out, err := h.Execute(ctx, req)
 		var pe *driver.PendingError
-		pending := errors.As(err, &pe)
+		before := req.Resume != nil && req.Resume.InFlight
+		after := errors.As(err, &pe) && pe.InFlight
 		switch {
-		case req.Resume == nil && pending:
+		case !before && after: // sent: waiting for its ack
 			m.inFlight.Inc()
-		case req.Resume != nil && !pending:
+		case before && !after:
 			m.inFlight.Dec()
 			start = req.Resume.Since
 		}

@@ -485,6 +485,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		// first call's.
 		attemptStart, deadline = park.p.Since, park.deadline
 		p := park.p
+		p.InFlight = park.inFlight
 		resume = &p
 	} else {
 		timeout := d.timeoutOf(m)
@@ -532,7 +533,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		// what it holds (a sent command's slot, a queued turn). An
 		// attempt still pending after that has timed out.
 		last := req
-		last.Resume = &Parked{Key: pe.Key, Until: deadline, Note: pe.Note, Out: pe.Out, Since: attemptStart}
+		last.Resume = &Parked{Key: pe.Key, Until: deadline, Note: pe.Note, Out: pe.Out, Since: attemptStart, InFlight: pe.InFlight}
 		out, err = d.run(h, last, resumeFloor)
 	}
 	if errors.As(err, &pe) {

@@ -149,6 +149,8 @@ type Parked struct {
 	Since time.Time
 	// Woken says that Wake(Key) resumed it, rather than Until.
 	Woken bool
+	// InFlight says it was parked by InFlight: its effect is under way.
+	InFlight bool
 	// Abandon says the driver gives the attempt up before its effect
 	// started (parked by Pending, not InFlight; its mission was cancelled
 	// or paused): the handler lets go of what the attempt holds (a queued
