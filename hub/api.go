@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/httpjson"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -92,25 +93,13 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (a *API) Close() { a.closeOnce.Do(func() { close(a.closed) }) }
 
 // apiError is the body of every error response.
-type apiError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
+type apiError = httpjson.Error
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	var e apiError
-	e.Error.Code, e.Error.Message = code, msg
-	writeJSON(w, status, e)
+	httpjson.WriteError(w, status, code, msg, false)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v, false) }
 
 // fail maps an error to a status and code.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/httpjson"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
 )
@@ -725,28 +726,18 @@ func (s *Handler) fail(w http.ResponseWriter, r *http.Request, err error, id str
 	}
 }
 
-// Error is the body of every error answer.
-type Error struct {
-	Error ErrorBody `json:"error"`
-}
-
-type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+// Error is the body of every error answer; ErrorBody its code and
+// message (docs/api.md).
+type (
+	Error     = httpjson.Error
+	ErrorBody = httpjson.ErrorBody
+)
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, Error{Error: ErrorBody{Code: code, Message: msg}})
+	httpjson.WriteError(w, status, code, msg, true)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client may be gone; nothing to do about it
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v, true) }
 
 // Undone counts the steps whose effects compensation has reversed.
 func Undone(m *driver.Mission) int {
