@@ -380,12 +380,3 @@ func (a *Agent) Broker() *broker.Broker { return a.broker }
 // Driver is the mission driver, for an embedder that submits, controls
 // or observes missions directly; nil before Start.
 func (a *Agent) Driver() *driver.Driver { return a.drv }
-
-// DeviceStats are the devices client's counters (commands sent, acked,
-// timed out, late acks); zero before Start.
-func (a *Agent) DeviceStats() devices.Stats {
-	if a.dev == nil {
-		return devices.Stats{}
-	}
-	return a.dev.Stats()
-}

@@ -321,18 +321,6 @@ func BenchmarkSlowDevices(b *testing.B) {
 				failed, errs := r.outcome(ids)
 				if errs > 0 {
 					b.Logf("step errors by code: %v", r.codes)
-					if os.Getenv("SORTIE_DEBUG_SLOW") != "" {
-						var c simulator.Counters
-						for _, d := range r.home.Devices() {
-							x := d.Counters()
-							c.Received += x.Received
-							c.Applied += x.Applied
-							c.Replayed += x.Replayed
-							c.Rejected += x.Rejected
-							c.AcksSent += x.AcksSent
-						}
-						b.Logf("devices: %+v; client: %+v", c, r.a.DeviceStats())
-					}
 				}
 				b.ReportMetric(float64(errs), "step-errors")
 				b.ReportMetric(rate, "steps/s")

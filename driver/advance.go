@@ -143,19 +143,13 @@ func (d *Driver) advance(e *entry, gen uint64) {
 // so that it lets go of what it holds, and the step is taken back as
 // unbegin does, then the cancel or pause is settled. e.mu is held.
 func (d *Driver) abandon(e *entry, park *parking) {
-	m := e.m
-	step := m.Steps[park.idx]
-	d.mu.Lock()
-	h := d.handlers[step.Kind]
-	d.mu.Unlock()
+	req, _ := stepRequest(e.m, park.idx, park.comp)
 	p := park.p
 	p.Abandon = true
-	req := StepRequest{
-		MissionID: m.ID, MissionType: m.Type, StepID: step.ID, StepIndex: park.idx, Kind: step.Kind,
-		Attempt: m.Progress.Attempt, Params: step.Params, IdempotencyKey: m.ID + "-" + strconv.Itoa(m.Progress.Gen) + "-" + strconv.Itoa(park.idx),
-		TraceID: m.Meta.TraceID, Started: m.Results[park.idx].Started, Deadline: park.deadline,
-		Priority: m.Priority, Created: m.Meta.Created, Resume: &p,
-	}
+	req.Deadline, req.Resume = park.deadline, &p
+	d.mu.Lock()
+	h := d.handlers[req.Kind]
+	d.mu.Unlock()
 	_, _ = d.run(h, req, resumeFloor) // told to let go; what it answers changes nothing
 	t := d.begin(e)
 	takeBack(t.m)
@@ -438,6 +432,28 @@ func (d *Driver) commit(e *entry, t *txn) error {
 	return nil
 }
 
+// stepRequest is the request for the current attempt of step idx of m
+// (its compensation with comp), and the retry policy that applies, but
+// for the attempt's Deadline and Resume, which the caller knows.
+func stepRequest(m *Mission, idx int, comp bool) (StepRequest, RetryPolicy) {
+	step := m.Steps[idx]
+	req := StepRequest{
+		MissionID: m.ID, MissionType: m.Type, StepID: step.ID, StepIndex: idx, Kind: step.Kind,
+		Attempt: m.Progress.Attempt, Params: step.Params, Context: cloneValues(m.Context.Values),
+		IdempotencyKey: m.ID + "-" + strconv.Itoa(m.Progress.Gen) + "-" + strconv.Itoa(idx),
+		TraceID:        m.Meta.TraceID, Started: m.Results[idx].Started, Priority: m.Priority, Created: m.Meta.Created,
+	}
+	policy := step.Retry
+	if comp {
+		req.Kind, req.Params, policy = step.Compensate.Kind, step.Compensate.Params, step.Compensate.Retry
+		req.IdempotencyKey += "-undo"
+		req.Compensating = true
+		req.Forward = cloneValues(m.Results[idx].Outputs)
+		req.Started = m.Undo[idx].Started
+	}
+	return req, policy
+}
+
 // resumeFloor is the least time a resumed attempt gets to collect an
 // outcome that arrived as its deadline ran out.
 const resumeFloor = 100 * time.Millisecond
@@ -466,17 +482,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	if park != nil && (park.comp != comp || park.idx != idx || park.attempt != m.Progress.Attempt) {
 		park = nil // parked by another attempt: this one starts afresh
 	}
-	step := m.Steps[idx]
-	kind, params, policy := step.Kind, step.Params, step.Retry
-	key := m.ID + "-" + strconv.Itoa(m.Progress.Gen) + "-" + strconv.Itoa(idx)
-	var forward map[string]any
-	started := m.Results[idx].Started
-	if comp {
-		kind, params, policy = step.Compensate.Kind, step.Compensate.Params, step.Compensate.Retry
-		key += "-undo"
-		forward = cloneValues(m.Results[idx].Outputs)
-		started = m.Undo[idx].Started
-	}
+	req, policy := stepRequest(m, idx, comp)
 	now := d.clock.Now()
 	attemptStart, deadline := now, time.Time{}
 	var resume *Parked
@@ -498,17 +504,11 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	if resume != nil && timeout < resumeFloor {
 		timeout = resumeFloor
 	}
-	req := StepRequest{
-		MissionID: m.ID, MissionType: m.Type, StepID: step.ID, StepIndex: idx, Kind: kind,
-		Attempt: m.Progress.Attempt, Params: params, Context: cloneValues(m.Context.Values),
-		IdempotencyKey: key, TraceID: m.Meta.TraceID, Compensating: comp, Forward: forward,
-		Started: started, Deadline: deadline, Priority: m.Priority, Created: m.Meta.Created,
-		Resume: resume,
-	}
+	req.Deadline, req.Resume = deadline, resume
 	d.mu.Lock()
-	h := d.handlers[kind]
+	h := d.handlers[req.Kind]
 	d.mu.Unlock()
-	log := stepLog{l: d.log, mission: m.ID, trace: m.Meta.TraceID, step: step.ID, kind: kind, attempt: req.Attempt}
+	log := stepLog{l: d.log, mission: m.ID, trace: m.Meta.TraceID, step: req.StepID, kind: req.Kind, attempt: req.Attempt}
 
 	// A handler that ignores its context past the lease is a zombie: the
 	// lease timer gives the step to a new execution (same idempotency
