@@ -58,6 +58,7 @@ const (
 	actRest    action = iota // nothing to execute now
 	actExec                  // execute the current step
 	actCompExc               // execute the current compensation
+	actGroup                 // run the group the mission is in
 )
 
 // advance takes a mission one step forward: it settles it (start,
@@ -82,6 +83,14 @@ func (d *Driver) advance(e *entry, gen uint64) {
 		d.unparkLocked(e)
 		d.mu.Unlock()
 		d.abandon(e, park)
+		return
+	}
+	if m := e.m; inGroup(m) && m.Lease.Owner == d.opts.Owner {
+		e.woken = false
+		d.mu.Unlock()
+		e.mu.Unlock()
+		locked = false
+		d.advanceGroup(e, gen)
 		return
 	}
 	if m := e.m; m.State == StateStepRunning && m.Lease.Owner == d.opts.Owner {
@@ -109,10 +118,11 @@ func (d *Driver) advance(e *entry, gen uint64) {
 		d.mu.Unlock()
 		return
 	}
-	if act != actRest {
+	if act != actRest && act != actGroup {
 		// A step already begun and committed (by an earlier commit or a
 		// previous process) needs no new commit, unless its lease is
-		// someone else's: then record the recovery first.
+		// someone else's: then record the recovery first. (A group's
+		// worker records its own.)
 		if t.m.Lease.Owner != d.opts.Owner {
 			detail := "lease of " + t.m.Lease.Owner + " taken over"
 			if t.m.Lease.Owner == "" {
@@ -135,6 +145,10 @@ func (d *Driver) advance(e *entry, gen uint64) {
 	}
 	e.mu.Unlock()
 	locked = false
+	if act == actGroup {
+		d.advanceGroup(e, gen)
+		return
+	}
 	d.execute(e, act, gen)
 }
 
@@ -239,7 +253,7 @@ func (d *Driver) settle(t *txn) (action, error) {
 			}
 		case StateStepSucceeded:
 			k := m.Progress.Step
-			m.Progress.Step++
+			_, m.Progress.Step = groupOf(m.Steps, k)
 			if err := t.fire(InNext, k, ""); err != nil {
 				return actRest, err
 			}
@@ -267,6 +281,9 @@ func (d *Driver) settle(t *txn) (action, error) {
 				// (RUNNING) that has not run out.
 				return actRest, nil
 			}
+			if m.Steps[m.Progress.Step].Group != nil {
+				return actGroup, d.beginGroup(t)
+			}
 			d.beginStep(t)
 			return actExec, t.fire(InBeginStep, m.Progress.Step, "")
 		case StatePaused:
@@ -278,9 +295,15 @@ func (d *Driver) settle(t *txn) (action, error) {
 			}
 			return actRest, nil
 		case StateStepRunning:
+			if inGroup(m) {
+				return actGroup, nil
+			}
 			return actExec, nil
 		case StateCompensating:
 			j := m.Progress.Undo
+			if inGroup(m) {
+				return actGroup, nil // a group's undo is under way
+			}
 			if j >= 0 && j < len(m.Undo) && m.Undo[j].Status == StepRunning {
 				return actCompExc, nil
 			}
@@ -297,6 +320,12 @@ func (d *Driver) settle(t *txn) (action, error) {
 				return actRest, t.fire(in, -1, "compensation finished")
 			}
 			m.Progress.Undo = j
+			if m.Steps[j].Group != nil {
+				// The group's branches are undone at once, by its worker.
+				g0, g1 := groupOf(m.Steps, j)
+				m.Lease = d.groupLease(m, g0, g1, t.now)
+				return actGroup, nil
+			}
 			u := &m.Undo[j]
 			if u.Started.IsZero() {
 				u.Started = t.now
@@ -849,7 +878,7 @@ func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
 	m.Due = time.Time{}
 	m.Control.Wait = false
 	if m.Steps[k].ContinueOnError {
-		m.Progress.Step++
+		_, m.Progress.Step = groupOf(m.Steps, k)
 		_ = t.fire(InNext, k, "continue_on_error: "+msg)
 		return
 	}

@@ -113,7 +113,7 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 		if err != nil {
 			return nil, false, err
 		}
-		begun = act != actRest
+		begun = act == actExec
 	}
 	existing, created, err := d.store.Create(ctx, m, t.events)
 	if err != nil {
@@ -365,6 +365,7 @@ func (d *Driver) Retry(ctx context.Context, id string) (*Mission, error) {
 				from = min(from, i)
 			}
 		}
+		from, _ = groupOf(m.Steps, from) // a group runs again as a whole
 		for i := from; i < len(m.Results); i++ {
 			m.Results[i] = StepResult{Status: StepPending}
 		}

@@ -371,7 +371,7 @@ func (d *Driver) dispatchLocked(now time.Time) {
 		if e == nil {
 			return
 		}
-		if d.draining && (e.park == nil || !e.park.inFlight) {
+		if d.draining && !e.hasInFlight() {
 			held = append(held, e) // stopping: nothing new starts
 			continue
 		}
@@ -530,13 +530,17 @@ func (d *Driver) placeLocked(e *entry, now time.Time) {
 	m := e.m
 	if m.State.Terminal() {
 		d.sched.remove(e)
-		d.fileLocked(e, "")
+		d.fileLocked(e)
 		delete(d.entries, m.ID)
 		return
 	}
 	if e.running {
 		d.sched.remove(e)
-		d.fileLocked(e, "")
+		d.fileLocked(e)
+		return
+	}
+	if inGroup(m) || len(e.bparks) > 0 {
+		d.placeGroupLocked(e, now)
 		return
 	}
 	if p := e.park; p != nil {
@@ -556,7 +560,7 @@ func (d *Driver) placeLocked(e *entry, now time.Time) {
 	if m.Control.Wait {
 		d.fileLocked(e, m.Control.WaitFor)
 	} else {
-		d.fileLocked(e, "")
+		d.fileLocked(e)
 	}
 	wake, sleeping := wakeTime(m, now)
 	if e.woken && m.Control.Wait {
@@ -598,21 +602,25 @@ func wakeTime(m *Mission, now time.Time) (time.Time, bool) {
 // timer, never its outcome.
 const maxWakeKeys = 4096
 
-// fileLocked files e under key in byKey ("" takes it out). d.mu is held.
-func (d *Driver) fileLocked(e *entry, key string) {
-	if e.key == key {
+// fileLocked files e under keys in byKey (none, or only "", takes it
+// out). d.mu is held.
+func (d *Driver) fileLocked(e *entry, keys ...string) {
+	keys = slices.DeleteFunc(keys, func(k string) bool { return k == "" })
+	if slices.Equal(e.keys, keys) {
 		return
 	}
-	if e.key != "" {
-		if rest := slices.DeleteFunc(d.byKey[e.key], func(x *entry) bool { return x == e }); len(rest) > 0 {
-			d.byKey[e.key] = rest
+	for _, k := range e.keys {
+		if rest := slices.DeleteFunc(d.byKey[k], func(x *entry) bool { return x == e }); len(rest) > 0 {
+			d.byKey[k] = rest
 		} else {
-			delete(d.byKey, e.key)
+			delete(d.byKey, k)
 		}
 	}
-	e.key = key
-	if key != "" {
-		d.byKey[key] = append(d.byKey[key], e)
+	e.keys = slices.Clone(keys)
+	for _, k := range keys {
+		if list := d.byKey[k]; len(list) == 0 || list[len(list)-1] != e {
+			d.byKey[k] = append(list, e)
+		}
 	}
 }
 
@@ -639,6 +647,15 @@ func (d *Driver) Wake(key string) {
 	now := d.clock.Now()
 	n := 0
 	for _, e := range d.byKey[key] {
+		if len(e.bparks) > 0 || inGroup(e.m) {
+			d.wakeGroupLocked(e, key)
+			if !e.running && e.ready < 0 {
+				e.wake = now
+				d.sched.place(e, now, false)
+				n++
+			}
+			continue
+		}
 		if e.running || e.timer < 0 {
 			continue // running: lastWake tells it when it files itself again
 		}

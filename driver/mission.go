@@ -72,7 +72,34 @@ type Step struct {
 	Compensate *Compensation `json:"compensate,omitempty"`
 	// ContinueOnError lets the mission go on when this step fails.
 	ContinueOnError bool `json:"continue_on_error,omitempty"`
+	// Group, when set, makes the step a branch of a parallel group:
+	// consecutive steps with the same Group.ID run at once, each with its
+	// own attempts, retries and result, and the group ends as its policy
+	// says. Every branch of a group carries the same Group.
+	Group *Group `json:"group,omitempty"`
 }
+
+// Group names a parallel group of steps and what its branches' failures
+// do to it.
+type Group struct {
+	ID string `json:"id"`
+	// Policy is what a branch that fails for good does: PolicyAll (the
+	// default) fails the group, PolicyBestEffort records it and lets the
+	// group succeed, PolicyQuorum fails the group only when fewer than
+	// Quorum branches can still succeed.
+	Policy Policy `json:"policy,omitempty"`
+	Quorum int    `json:"quorum,omitempty"`
+}
+
+// Policy is a group's partial-failure policy.
+type Policy string
+
+// Group policies.
+const (
+	PolicyAll        Policy = "all"
+	PolicyBestEffort Policy = "best_effort"
+	PolicyQuorum     Policy = "quorum"
+)
 
 // Compensation is the action that undoes a step.
 type Compensation struct {
@@ -111,6 +138,11 @@ type StepResult struct {
 	// LateAcks counts results that arrived after the attempt had been
 	// given up; they are recorded, never applied twice.
 	LateAcks int `json:"late_acks,omitempty"`
+	// Due and WaitFor are a group branch's own retry or not-ready wait:
+	// when it is tried again, and the key whose Wake ends the wait early.
+	// Steps outside a group use the mission's Due and Control instead.
+	Due     time.Time `json:"due,omitzero"`
+	WaitFor string    `json:"wait_for,omitempty"`
 }
 
 // Progress says where the mission is.
@@ -278,6 +310,9 @@ func (m *Mission) Validate() error {
 	}
 	if len(m.Steps) == 0 {
 		return fmt.Errorf("%w: mission %q has no steps", ErrInvalid, m.Type)
+	}
+	if err := validateGroups(m.Steps); err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(m.Steps))
 	for i, s := range m.Steps {

@@ -37,9 +37,15 @@ type entry struct {
 	// makes it due again. Set and cleared under Driver.mu; lives in
 	// memory only.
 	park *parking
-	// key is what the entry is filed under in Driver.byKey for Wake: its
-	// park's key, or the key of a not-ready wait ("" for none).
-	key string
+	// bparks are the parked attempts of the branches of the group the
+	// mission is in, by step index, and bwoken the group's waiting
+	// branches whose key Wake named. Under Driver.mu, in memory only.
+	bparks map[int]*parking
+	bwoken map[int]bool
+	// keys are what the entry is filed under in Driver.byKey for Wake:
+	// its park's key, or the key of a not-ready wait, or those of its
+	// group's branches.
+	keys []string
 }
 
 // parking is a parked attempt: what the handler gave, and what the

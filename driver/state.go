@@ -63,12 +63,14 @@ const (
 	InRetry        Input = "retry"       // an operator restarts a failed mission
 	InRecover      Input = "recover"     // a lease expired; the step is re-executed with the same key
 	InReprioritise Input = "priority"    // priority changed; state unchanged
+	// InGroupBegin, InGroupOK and InGroupFail are in group.go.
 )
 
 // Inputs lists every input.
 var Inputs = []Input{
 	InStart, InBeginStep, InStepOK, InStepError, InStepWait, InNext, InComplete, InPause, InResume,
 	InCancel, InFail, InCompensate, InCompBegin, InCompResult, InRetry, InRecover, InReprioritise,
+	InGroupBegin, InGroupOK, InGroupFail,
 }
 
 type edge struct {
@@ -84,6 +86,7 @@ var transitions = map[edge]State{
 	{StatePending, InFail}:   StateFailed,
 
 	{StateRunning, InBeginStep}:  StateStepRunning,
+	{StateRunning, InGroupBegin}: StateStepRunning,
 	{StateRunning, InComplete}:   StateSucceeded,
 	{StateRunning, InPause}:      StatePaused,
 	{StateRunning, InCancel}:     StateCancelled,
@@ -98,6 +101,8 @@ var transitions = map[edge]State{
 	{StateStepRunning, InStepOK}:    StateStepSucceeded,
 	{StateStepRunning, InStepError}: StateStepFailed,
 	{StateStepRunning, InStepWait}:  StateRunning,
+	{StateStepRunning, InGroupOK}:   StateStepSucceeded,
+	{StateStepRunning, InGroupFail}: StateStepFailed,
 	{StateStepRunning, InRecover}:   StateStepRunning,
 	// Only for a step begun but never handed to a handler (the driver
 	// knows); one that may have run must finish first.

@@ -10,10 +10,11 @@ import (
 func TestStateTable(t *testing.T) {
 	legal := map[State]map[Input]State{
 		StatePending: {InStart: StateRunning, InPause: StatePaused, InCancel: StateCancelled, InFail: StateFailed},
-		StateRunning: {InBeginStep: StateStepRunning, InComplete: StateSucceeded, InPause: StatePaused,
+		StateRunning: {InBeginStep: StateStepRunning, InGroupBegin: StateStepRunning, InComplete: StateSucceeded, InPause: StatePaused,
 			InCancel: StateCancelled, InFail: StateFailed, InCompensate: StateCompensating},
 		StatePaused: {InResume: StateRunning, InCancel: StateCancelled, InFail: StateFailed, InCompensate: StateCompensating},
 		StateStepRunning: {InStepOK: StateStepSucceeded, InStepError: StateStepFailed, InStepWait: StateRunning, InRecover: StateStepRunning,
+			InGroupOK: StateStepSucceeded, InGroupFail: StateStepFailed,
 			InPause: StatePaused, InCancel: StateCancelled, InCompensate: StateCompensating},
 		StateStepSucceeded: {InNext: StateRunning, InPause: StatePaused, InCancel: StateCancelled, InCompensate: StateCompensating},
 		StateStepFailed: {InBeginStep: StateStepRunning, InNext: StateRunning, InPause: StatePaused,

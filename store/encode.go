@@ -170,6 +170,7 @@ func appendEvent(dst []byte, ev *driver.Event) ([]byte, error) {
 	e.Time(ev.Time)
 	e.optStr(`,"detail":`, ev.Detail)
 	e.optDur(`,"backoff":`, ev.Backoff)
+	e.optStr(`,"group":`, ev.Group)
 	e.Raw("}")
 	return e.Bytes()
 }
@@ -201,6 +202,13 @@ func (e *enc) step(s *driver.Step) {
 	}
 	if s.ContinueOnError {
 		e.Raw(`,"continue_on_error":true`)
+	}
+	if g := s.Group; g != nil {
+		e.Raw(`,"group":{"id":`)
+		e.String(g.ID)
+		e.optStr(`,"policy":`, string(g.Policy))
+		e.optInt(`,"quorum":`, g.Quorum)
+		e.Raw("}")
 	}
 	e.Raw("}")
 }
@@ -262,6 +270,8 @@ func (e *enc) results(rs []driver.StepResult) {
 		e.optTime(`,"finished":`, r.Finished)
 		e.optDur(`,"duration":`, r.Duration)
 		e.optInt(`,"late_acks":`, r.LateAcks)
+		e.optTime(`,"due":`, r.Due)
+		e.optStr(`,"wait_for":`, r.WaitFor)
 		e.Raw("}")
 	}
 	e.Raw("]")

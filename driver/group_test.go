@@ -1,0 +1,367 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// group makes steps a parallel group with policy p (and quorum q).
+func group(id string, p Policy, q int, ss []Step) []Step {
+	for i := range ss {
+		ss[i].Group = &Group{ID: id, Policy: p, Quorum: q}
+	}
+	return ss
+}
+
+// groupEvents lists the timeline as "input[:step]" with branch events
+// marked "*", for asserting order.
+func groupEvents(t *testing.T, d *Driver, id string) []string {
+	t.Helper()
+	evs, err := d.Timeline(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs {
+		s := string(e.Input)
+		if e.StepID != "" {
+			s += ":" + e.StepID
+		}
+		if e.Group != "" {
+			if e.From != e.To {
+				t.Errorf("branch event %s changes state %s -> %s", s, e.From, e.To)
+			}
+			s = "*" + s
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestGroupBranchesRunAtOnceAndEachResumesOnItsAck(t *testing.T) {
+	p := &parker{}
+	d, _, _, _ := fixture(t, Options{Handlers: map[string]Handler{"test": p}})
+	ss := append(group("lights", "", 0, steps("a", "b", "c")), steps("after")...)
+	m := submit(t, d, Spec{Type: "t", Steps: ss})
+	step(t, d)
+	calls := p.requests()
+	if len(calls) != 3 {
+		t.Fatalf("%d handler calls after one turn, want all 3 branches sent at once", len(calls))
+	}
+	keys := map[string]bool{}
+	for _, c := range calls {
+		keys[c.IdempotencyKey] = true
+	}
+	if len(keys) != 3 {
+		t.Fatalf("branches share idempotency keys: %v", keys)
+	}
+	if got := get(t, d, m.ID); got.State != StateStepRunning || got.Results[1].Status != StepRunning {
+		t.Fatalf("mission %s, branch b %s; want STEP_RUNNING with b running", got.State, got.Results[1].Status)
+	}
+	// b's ack first: only b resumes.
+	d.Wake("ack/" + calls[1].IdempotencyKey)
+	step(t, d)
+	got := get(t, d, m.ID)
+	eq(t, "statuses after b's ack", []StepStatus{got.Results[0].Status, got.Results[1].Status, got.Results[2].Status},
+		[]StepStatus{StepRunning, StepSucceeded, StepRunning})
+	d.Wake("ack/" + calls[0].IdempotencyKey)
+	d.Wake("ack/" + calls[2].IdempotencyKey)
+	for step(t, d) > 0 {
+	}
+	// "after" is a single step: it parks too.
+	last := p.requests()[len(p.requests())-1]
+	if last.StepID != "after" {
+		t.Fatalf("last call %s, want the step after the group", last.StepID)
+	}
+	d.Wake("ack/" + last.IdempotencyKey)
+	for step(t, d) > 0 {
+	}
+	got = get(t, d, m.ID)
+	if got.State != StateSucceeded {
+		t.Fatalf("state %s (%s), want SUCCEEDED", got.State, got.Error)
+	}
+	want := []string{"submit", "start", "group_begin:a", "*begin_step:a", "*begin_step:b", "*begin_step:c",
+		"*step_ok:b", "*step_ok:a", "*step_ok:c", "group_ok:a", "next:a", "begin_step:after", "step_ok:after", "next:after", "complete"}
+	eq(t, "timeline", groupEvents(t, d, m.ID), want)
+}
+
+func TestGroupAllFailsAndUndoesItsBranchesTogetherBeforeEarlierSteps(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["c"] = func(StepRequest) (map[string]any, error) {
+		return nil, PermanentError("jammed", errors.New("lock jammed"))
+	}
+	ss := append(steps("first!"), group("g", PolicyAll, 0, steps("a!", "b!", "c!"))...)
+	m := submit(t, d, Spec{Type: "t", Steps: ss})
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	if got.State != StateFailed || got.Reason != "step_failed" || !strings.Contains(got.Error, "group g failed: 1 of 3") {
+		t.Fatalf("state %s reason %s error %q; want FAILED step_failed naming the group", got.State, got.Reason, got.Error)
+	}
+	eq(t, "results", []StepStatus{got.Results[0].Status, got.Results[1].Status, got.Results[2].Status, got.Results[3].Status},
+		[]StepStatus{StepCompensated, StepCompensated, StepCompensated, StepFailed})
+	tr := sc.trace()
+	// a and b are undone in one turn (both begun before either
+	// finishes), and before "first".
+	undo := slices.Index(tr, "first/undo")
+	if undo < 0 || !slices.Contains(tr[:undo], "a/undo") || !slices.Contains(tr[:undo], "b/undo") {
+		t.Fatalf("calls %v: want a and b undone before first", tr)
+	}
+	evs := groupEvents(t, d, m.ID)
+	firstResult := slices.IndexFunc(evs, func(s string) bool { return strings.HasPrefix(s, "*comp_result") })
+	begins := 0
+	for _, s := range evs[:firstResult] {
+		if strings.HasPrefix(s, "*comp_begin") {
+			begins++
+		}
+	}
+	if begins != 2 {
+		t.Errorf("timeline %v: %d branch undos begun before the first result, want 2 (in parallel)", evs, begins)
+	}
+}
+
+func TestGroupBestEffortRecordsFailedBranchesAndGoesOn(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["b"] = func(StepRequest) (map[string]any, error) { return nil, PermanentError("jammed", errors.New("jammed")) }
+	ss := append(group("g", PolicyBestEffort, 0, steps("a!", "b!", "c!")), steps("after")...)
+	m := submit(t, d, Spec{Type: "t", Steps: ss})
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	if got.State != StateSucceeded || got.Reason != "completed_with_errors" {
+		t.Fatalf("state %s reason %q, want SUCCEEDED completed_with_errors", got.State, got.Reason)
+	}
+	eq(t, "results", []StepStatus{got.Results[0].Status, got.Results[1].Status, got.Results[2].Status, got.Results[3].Status},
+		[]StepStatus{StepSucceeded, StepFailed, StepSucceeded, StepSucceeded})
+	if !slices.Contains(groupEvents(t, d, m.ID), "group_ok:a") {
+		t.Error("no group_ok event")
+	}
+}
+
+func TestGroupQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fail  []string
+		quora int
+		want  State
+	}{
+		{"met with one failure", []string{"c"}, 2, StateSucceeded},
+		{"missed with two failures", []string{"b", "c"}, 2, StateFailed},
+		{"all needed", []string{"a"}, 3, StateFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, clk, _, sc := fixture(t, Options{})
+			for _, id := range tc.fail {
+				sc.do[id] = func(StepRequest) (map[string]any, error) { return nil, PermanentError("x", errors.New("broken")) }
+			}
+			m := submit(t, d, Spec{Type: "t", Steps: group("g", PolicyQuorum, tc.quora, steps("a!", "b!", "c!"))})
+			drain(t, d, clk)
+			got := get(t, d, m.ID)
+			if got.State != tc.want {
+				t.Fatalf("state %s (%s), want %s", got.State, got.Error, tc.want)
+			}
+			if tc.want == StateFailed {
+				for k, r := range got.Results {
+					if r.Status == StepSucceeded {
+						t.Errorf("branch %d left succeeded after the quorum was missed: want it compensated", k)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestGroupBranchRetriesOnItsOwnWhileOthersFinish(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["b"] = func(req StepRequest) (map[string]any, error) {
+		if req.Attempt < 3 {
+			return nil, RetryableError("busy", errors.New("busy"))
+		}
+		return map[string]any{"ok": true}, nil
+	}
+	m := submit(t, d, Spec{Type: "t", Steps: group("g", "", 0, steps("a", "b", "c"))})
+	step(t, d)
+	got := get(t, d, m.ID)
+	eq(t, "after one turn", []StepStatus{got.Results[0].Status, got.Results[1].Status, got.Results[2].Status},
+		[]StepStatus{StepSucceeded, StepWaiting, StepSucceeded})
+	if got.Results[1].Due.IsZero() {
+		t.Error("waiting branch has no due time")
+	}
+	drain(t, d, clk)
+	got = get(t, d, m.ID)
+	if got.State != StateSucceeded || got.Results[1].Attempts != 3 || got.Results[0].Attempts != 1 {
+		t.Fatalf("state %s, attempts a=%d b=%d; want SUCCEEDED, 1 and 3", got.State, got.Results[0].Attempts, got.Results[1].Attempts)
+	}
+}
+
+func TestGroupRestartReexecutesOnlyUnfinishedBranchesWithTheirKeys(t *testing.T) {
+	p := &parker{}
+	d1, clk, st, _ := fixture(t, Options{Owner: "one", Handlers: map[string]Handler{"test": p}})
+	m := submit(t, d1, Spec{Type: "t", Steps: group("g", "", 0, steps("a", "b", "c"))})
+	step(t, d1)
+	first := p.requests()
+	d1.Wake("ack/" + first[0].IdempotencyKey)
+	step(t, d1)
+	if r := get(t, d1, m.ID).Results; r[0].Status != StepSucceeded || r[1].Status != StepRunning {
+		t.Fatalf("before the crash: %+v", r)
+	}
+	// d1 dies here, with b and c sent and parked; a second driver on the
+	// same store takes over.
+	p2 := &parker{}
+	d2, err := New(Options{Store: st, Clock: clk, Owner: "two", Seed: 1, Handlers: map[string]Handler{"test": p2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(t, d2)
+	again := p2.requests()
+	var ids []string
+	for _, r := range again {
+		ids = append(ids, r.StepID)
+		if r.Resume != nil {
+			t.Errorf("%s resumed a park of the dead driver", r.StepID)
+		}
+	}
+	eq(t, "re-executed", ids, []string{"b", "c"})
+	for i, r := range again {
+		if r.IdempotencyKey != first[i+1].IdempotencyKey || r.Attempt != 1 {
+			t.Errorf("%s re-executed with key %s attempt %d, want %s attempt 1", r.StepID, r.IdempotencyKey, r.Attempt, first[i+1].IdempotencyKey)
+		}
+		d2.Wake("ack/" + r.IdempotencyKey)
+	}
+	for step(t, d2) > 0 {
+	}
+	if got := get(t, d2, m.ID); got.State != StateSucceeded {
+		t.Fatalf("state %s, want SUCCEEDED", got.State)
+	}
+	if !slices.Contains(groupEvents(t, d2, m.ID), "recover:a") {
+		t.Errorf("timeline %v has no recover event", groupEvents(t, d2, m.ID))
+	}
+}
+
+func TestGroupCancelLetsSentBranchesFinishThenUndoes(t *testing.T) {
+	p := &parker{}
+	d, clk, _, _ := fixture(t, Options{Handlers: map[string]Handler{"test": p}})
+	m := submit(t, d, Spec{Type: "t", Steps: group("g", "", 0, steps("a!", "b!"))})
+	step(t, d)
+	calls := p.requests()
+	if _, err := d.Cancel(context.Background(), m.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Both branches were sent: cancel waits for their outcome.
+	if got := get(t, d, m.ID); got.State != StateStepRunning {
+		t.Fatalf("state %s right after cancel, want STEP_RUNNING until the sent branches end", got.State)
+	}
+	d.Wake("ack/" + calls[0].IdempotencyKey)
+	d.Wake("ack/" + calls[1].IdempotencyKey)
+	for range 10 {
+		for step(t, d) > 0 {
+		}
+		for _, r := range p.requests() {
+			if r.Compensating && r.Resume == nil {
+				d.Wake("ack/" + r.IdempotencyKey)
+			}
+		}
+	}
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	if got.State != StateCancelled || got.Results[0].Status != StepCompensated || got.Results[1].Status != StepCompensated {
+		t.Fatalf("state %s results %+v; want CANCELLED with both branches compensated", got.State, got.Results)
+	}
+}
+
+func TestGroupDeadlineFailsWaitingBranches(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["b"] = func(StepRequest) (map[string]any, error) {
+		return nil, WaitError("dev-b", "device_offline", time.Second, errors.New("offline"))
+	}
+	m := submit(t, d, Spec{Type: "t", Timeout: 10 * time.Second, Steps: group("g", "", 0, steps("a!", "b!"))})
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	if got.State != StateFailed || got.Results[0].Status != StepCompensated {
+		t.Fatalf("state %s reason %s results %+v; want FAILED with a undone", got.State, got.Reason, got.Results)
+	}
+	if got.Results[1].Attempts != 0 || got.Results[1].Waits == 0 {
+		t.Errorf("offline branch: %d attempts, %d waits; want waits that spend no attempt", got.Results[1].Attempts, got.Results[1].Waits)
+	}
+}
+
+func TestGroupWaitingBranchWakesOnItsKey(t *testing.T) {
+	d, _, _, sc := fixture(t, Options{NotReadyRetry: time.Hour})
+	online := false
+	sc.do["b"] = func(StepRequest) (map[string]any, error) {
+		if !online {
+			return nil, WaitError("dev-b", "device_offline", time.Hour, errors.New("offline"))
+		}
+		return nil, nil
+	}
+	m := submit(t, d, Spec{Type: "t", Steps: group("g", "", 0, steps("a", "b"))})
+	step(t, d)
+	if got := get(t, d, m.ID).Results[1]; got.Status != StepWaiting || got.WaitFor != "dev-b" {
+		t.Fatalf("b %+v, want waiting for dev-b", got)
+	}
+	online = true
+	d.Wake("dev-b")
+	step(t, d)
+	if got := get(t, d, m.ID); got.State != StateSucceeded {
+		t.Fatalf("state %s after dev-b's wake, want SUCCEEDED", got.State)
+	}
+}
+
+func TestGroupPauseHoldsUnbegunBranchesAndResumeRunsThem(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	n := 0
+	sc.do["b"] = func(StepRequest) (map[string]any, error) {
+		n++
+		if n == 1 {
+			return nil, RetryableError("busy", errors.New("busy"))
+		}
+		return nil, nil
+	}
+	m := submit(t, d, Spec{Type: "t", Steps: group("g", "", 0, steps("a", "b"))})
+	step(t, d)
+	if _, err := d.Pause(context.Background(), m.ID); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, d, clk)
+	if got := get(t, d, m.ID); got.State != StatePaused || got.Results[1].Status != StepWaiting {
+		t.Fatalf("state %s, b %s; want PAUSED with b waiting", got.State, got.Results[1].Status)
+	}
+	if _, err := d.Resume(context.Background(), m.ID); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, d, clk)
+	if got := get(t, d, m.ID); got.State != StateSucceeded || got.Results[0].Attempts != 1 {
+		t.Fatalf("state %s, a's attempts %d; want SUCCEEDED without a run again", got.State, got.Results[0].Attempts)
+	}
+}
+
+func TestGroupValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps []Step
+		want  string
+	}{
+		{"split group", append(append(group("g", "", 0, steps("a")), steps("x")...), group("g", "", 0, steps("b"))...), "not consecutive"},
+		{"quorum too big", group("g", PolicyQuorum, 3, steps("a", "b")), "quorum 3 is outside 1..2"},
+		{"quorum without policy", group("g", PolicyAll, 1, steps("a", "b")), "sets a quorum"},
+		{"unknown policy", group("g", "most", 0, steps("a", "b")), "not all, best_effort or quorum"},
+		{"bad id", group("a/b", "", 0, steps("a")), "contains"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, _, _, _ := fixture(t, Options{})
+			_, _, err := d.Submit(context.Background(), Spec{Type: "t", Steps: tc.steps})
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want ErrInvalid mentioning %q", err, tc.want)
+			}
+		})
+	}
+	mixed := steps("a", "b")
+	mixed[0].Group = &Group{ID: "g"}
+	mixed[1].Group = &Group{ID: "g", Policy: PolicyBestEffort}
+	d, _, _, _ := fixture(t, Options{})
+	if _, _, err := d.Submit(context.Background(), Spec{Type: "t", Steps: mixed}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("branches disagreeing on policy: err %v, want ErrInvalid", err)
+	}
+}
