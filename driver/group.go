@@ -526,13 +526,14 @@ func (d *Driver) runBranch(m *Mission, r *branchRun, comp bool) {
 		_, _ = d.run(h, req, resumeFloor) // told to let go; what it answers changes nothing
 		return
 	}
-	start, deadline := now, now
+	var start, deadline time.Time
 	if r.park != nil {
 		start, deadline = r.park.p.Since, r.park.deadline
 		p := r.park.p
 		p.InFlight = r.park.inFlight
 		req.Resume = &p
 	} else {
+		start = now
 		timeout := d.opts.StepTimeout
 		s := m.Steps[r.k]
 		if comp && s.Compensate.Timeout > 0 {
