@@ -49,5 +49,5 @@ func Example() {
 	}
 	// Output:
 	// triggers on sortie/gateways/home/trigger
-	// scenes: [go_home good_night leave_home movie_night]
+	// scenes: [all_off go_home good_night leave_home movie_night]
 }

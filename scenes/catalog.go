@@ -229,6 +229,10 @@ func takes(ps []Param) string {
 
 func (c *Catalog) buildStep(st *step, trig map[string]any) (driver.Step, error) {
 	ds := driver.Step{ID: st.id, ContinueOnError: st.continueOnError}
+	if st.group != nil {
+		g := *st.group
+		ds.Group = &g
+	}
 	var params any
 	switch st.kind {
 	case kindDelay:

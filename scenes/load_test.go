@@ -48,7 +48,7 @@ func loadErrors(t *testing.T, src string) []FieldError {
 
 func TestShippedScenes(t *testing.T) {
 	c := shipped(t)
-	want := []string{"go_home", "good_night", "leave_home", "movie_night"}
+	want := []string{"all_off", "go_home", "good_night", "leave_home", "movie_night"}
 	if got := c.Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -82,9 +82,10 @@ func TestShippedScenes(t *testing.T) {
 func TestShippedScenesCommentEveryKey(t *testing.T) {
 	keys := []string{"name", "description", "priority", "deadline", "mode", "id", "device", "action", "params",
 		"from", "default", "timeout", "retry", "max_attempts", "initial_backoff", "multiplier", "max_backoff",
-		"jitter", "max_elapsed", "verify", "verify_timeout", "ack_timeout", "compensate", "on_error"}
+		"jitter", "max_elapsed", "verify", "verify_timeout", "ack_timeout", "compensate", "on_error",
+		"policy", "devices", "parallel", "quorum"}
 	var comments strings.Builder
-	for _, f := range []string{"go_home.toml", "leave_home.toml", "movie_night.toml"} {
+	for _, f := range []string{"go_home.toml", "leave_home.toml", "movie_night.toml", "all_off.toml"} {
 		b, err := os.ReadFile(filepath.Join(shippedScenes, f))
 		if err != nil {
 			t.Fatal(err)

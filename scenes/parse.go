@@ -95,11 +95,31 @@ func (p *parser) scene(i int, m map[string]any) *scene {
 			t.fail("mode", "%q is not one of single, restart, queued, parallel", mode)
 		}
 	}
+	if pol, ok := t.str("policy"); ok {
+		switch driver.Policy(pol) {
+		case driver.PolicyAll, driver.PolicyBestEffort:
+			sc.policy = driver.Policy(pol)
+		default:
+			t.fail("policy", "%q is not \"all\" or \"best_effort\" (a quorum is a group's)", pol)
+		}
+	}
 	steps := p.stepTables(t)
 	for j, sm := range steps {
+		if isGroup(sm) {
+			sc.steps = append(sc.steps, p.group(t.loc, j, sm, sc.policy)...)
+			continue
+		}
 		if st, ok := p.step(t.loc, j, sm); ok {
+			if sc.policy == driver.PolicyBestEffort {
+				if _, set := sm["on_error"]; !set {
+					st.continueOnError = true
+				}
+			}
 			sc.steps = append(sc.steps, st)
 		}
+	}
+	if len(sc.steps) > MaxSteps {
+		t.fail("step", "%d steps, counting each branch of a parallel group (max %d)", len(sc.steps), MaxSteps)
 	}
 	t.done()
 	p.checkSteps(t, sc)

@@ -41,7 +41,8 @@ const (
 	// MaxDuration bounds every duration in a scene file; an edge mission
 	// that runs for more than a day is a mistake.
 	MaxDuration = 24 * time.Hour
-	// MaxSteps bounds a scene's steps.
+	// MaxSteps bounds a scene's steps, each branch of a parallel group
+	// counting as one.
 	MaxSteps = 100
 	// MaxFileSize bounds a scene file.
 	MaxFileSize = 1 << 20
@@ -132,6 +133,8 @@ type step struct {
 	state          map[string]any // wait_for
 	waitTimeout    time.Duration
 	waitTimeoutSet bool
+
+	group *driver.Group // set on the branches of a parallel group
 }
 
 // scene is a validated scene.
@@ -142,5 +145,8 @@ type scene struct {
 	priority    int
 	deadline    time.Duration
 	mode        Mode
-	steps       []step
+	policy      driver.Policy // the scene's partial-failure policy
+	// steps are flat: a parallel group is its branches, one step each,
+	// consecutive, sharing one group.
+	steps []step
 }
