@@ -42,7 +42,7 @@ type metrics struct {
 	rejections   *prometheus.CounterVec
 
 	mu       sync.Mutex
-	begins   map[string]time.Time // mission ID -> begin of the running attempt
+	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
 	kinds    map[string]string    // device ID -> type, for labels
 	terminal map[driver.State]int // finished missions kept in the store
 }
@@ -67,7 +67,7 @@ type brokerSource interface {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:      prometheus.NewRegistry(),
-		begins:   map[string]time.Time{},
+		begins:   map[stepKey]time.Time{},
 		kinds:    map[string]string{},
 		terminal: map[driver.State]int{},
 	}
@@ -219,6 +219,12 @@ func (m *metrics) setDeviceTypes(types map[string]string) {
 	}
 }
 
+// stepKey names one step of one mission.
+type stepKey struct {
+	mission string
+	step    int
+}
+
 // setTerminal replaces the counts of finished missions in the store: at
 // start-up and after retention deletes some.
 func (m *metrics) setTerminal(counts map[driver.State]int) {
@@ -234,20 +240,20 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 		m.started.WithLabelValues(ms.Type).Inc()
 	case driver.InBeginStep:
 		m.mu.Lock()
-		m.begins[ms.ID] = ev.Time
+		m.begins[stepKey{ms.ID, ev.Step}] = ev.Time
 		m.mu.Unlock()
 		if ev.Attempt > 1 {
 			m.retries.WithLabelValues(ms.Type).Inc()
 		}
 	case driver.InStepWait:
 		m.mu.Lock()
-		delete(m.begins, ms.ID)
+		delete(m.begins, stepKey{ms.ID, ev.Step})
 		m.mu.Unlock()
 		m.waits.WithLabelValues(codeLabel(ev.Code)).Inc()
 	case driver.InStepOK, driver.InStepError:
 		m.mu.Lock()
-		began, ok := m.begins[ms.ID]
-		delete(m.begins, ms.ID)
+		began, ok := m.begins[stepKey{ms.ID, ev.Step}]
+		delete(m.begins, stepKey{ms.ID, ev.Step})
 		m.mu.Unlock()
 		result := "ok"
 		if ev.Input == driver.InStepError {
@@ -276,7 +282,9 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 		m.finished.WithLabelValues(ms.Type, string(ev.To)).Inc()
 		m.mu.Lock()
 		m.terminal[ev.To]++
-		delete(m.begins, ms.ID)
+		for i := range ms.Steps {
+			delete(m.begins, stepKey{ms.ID, i})
+		}
 		m.mu.Unlock()
 	}
 	if ev.Input == driver.InRetry {

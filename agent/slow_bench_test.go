@@ -443,3 +443,78 @@ func writeHeapProfile(b *testing.B, path string) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkGroup: one mission whose parallel group turns off n lights
+// that ack after 200 ms, against one round trip measured in the same
+// run (a one-step mission on one of those lights): the group's time
+// over it should be near 1, not n. link=4 puts 40 lights behind a
+// coordinator that takes 4 commands at once (declared as a link of
+// max_in_flight 4), whose ideal is ⌈40/4⌉ round trips; sequential=20 is
+// the same 20 lights as 20 steps in a row, for comparison.
+func BenchmarkGroup(b *testing.B) {
+	const latency = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		n          int
+		link       int
+		sequential bool
+	}{
+		{"lights=20", 20, 0, false},
+		{"lights=40/link=4", 40, 4, false},
+		{"sequential=20", 20, 0, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			link, bridges := "", []simulator.BridgeConfig(nil)
+			if tc.link > 0 {
+				link = "coord"
+				bridges = []simulator.BridgeConfig{{ID: "coord", Capacity: tc.link}}
+			}
+			reg, devs := lights("g", tc.n, link, simulator.Faults{AckDelay: latency}, link)
+			if tc.link > 0 {
+				reg = fmt.Sprintf("[links.coord]\nmax_in_flight = %d\n", tc.link) + reg
+			}
+			var sc strings.Builder
+			fmt.Fprintf(&sc, "[[scene]]\nname = \"one\"\nmode = \"parallel\"\n[[scene.step]]\ndevice = %q\naction = \"turn_on\"\n\n", devs[0].ID)
+			sc.WriteString("[[scene]]\nname = \"all\"\nmode = \"parallel\"\n")
+			if tc.sequential {
+				for _, d := range devs {
+					fmt.Fprintf(&sc, "[[scene.step]]\ndevice = %q\naction = \"turn_off\"\n", d.ID)
+				}
+			} else {
+				sc.WriteString("[[scene.step]]\nid = \"off\"\ndevices = [")
+				for i, d := range devs {
+					if i > 0 {
+						sc.WriteString(", ")
+					}
+					fmt.Fprintf(&sc, "%q", d.ID)
+				}
+				sc.WriteString("]\naction = \"turn_off\"\n")
+			}
+			for range b.N {
+				b.StopTimer()
+				r := startSlowRig(b, slowHome{registry: reg, scenes: sc.String(), devices: devs, bridges: bridges, workers: 16, timeout: time.Minute})
+				r.await(b, r.submit(b, []string{"one"}, 1), time.Minute) // warm: connections, caches
+				start := time.Now()
+				r.await(b, r.submit(b, []string{"one"}, 1), time.Minute)
+				trip := time.Since(start)
+				b.StartTimer()
+				start = time.Now()
+				ids := r.submit(b, []string{"all"}, 1)
+				last := r.await(b, ids, time.Minute)
+				b.StopTimer()
+				took := last.Sub(start)
+				failed, errs := r.outcome(ids)
+				ideal := trip
+				if tc.link > 0 {
+					ideal = time.Duration(math.Ceil(float64(tc.n)/float64(tc.link))) * trip
+				}
+				b.ReportMetric(took.Seconds()*1000, "group-ms")
+				b.ReportMetric(trip.Seconds()*1000, "round-trip-ms")
+				b.ReportMetric(float64(took)/float64(ideal), "time/ideal")
+				b.ReportMetric(float64(failed+errs), "failures")
+				b.ReportMetric(0, "ns/op")
+				r.stop()
+			}
+		})
+	}
+}

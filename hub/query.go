@@ -195,7 +195,10 @@ func Timings(sum driver.Summary, events []driver.Event) []StepTiming {
 			if st.Started.IsZero() {
 				st.Started = ev.Time
 			}
-			st.Status = driver.StepRunning
+			// A group's recovery names its first branch, which may be done.
+			if ev.Input == driver.InBeginStep || st.Status != driver.StepSucceeded && st.Status != driver.StepFailed {
+				st.Status = driver.StepRunning
+			}
 		case driver.InStepOK:
 			st.Status, st.Finished, st.Error, st.Code = driver.StepSucceeded, ev.Time, "", ""
 		case driver.InStepWait:
