@@ -43,8 +43,8 @@ type metrics struct {
 
 	mu       sync.Mutex
 	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
-	kinds    map[string]string    // device ID -> type, for labels
-	terminal map[driver.State]int // finished missions kept in the store
+	kinds    map[string]string     // device ID -> type, for labels
+	terminal map[driver.State]int  // finished missions kept in the store
 }
 
 // syncSource feeds the hub sync gauges; nil when no hub is configured.
