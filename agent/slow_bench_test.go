@@ -43,6 +43,27 @@ type slowRig struct {
 	errs  map[string]int // step_error events by mission
 	codes map[string]int // step_error events by code
 	ended chan string
+	// waits are closed when their mission ends (see done).
+	waits map[string]chan struct{}
+}
+
+// done returns a channel closed when mission id has ended.
+func (r *slowRig) done(id string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch := make(chan struct{})
+	if _, ended := r.ends[id]; ended {
+		close(ch)
+		return ch
+	}
+	if r.waits == nil {
+		r.waits = map[string]chan struct{}{}
+	}
+	if old, ok := r.waits[id]; ok {
+		return old
+	}
+	r.waits[id] = ch
+	return ch
 }
 
 // slowHome describes the rig: registry additions (links, devices) to the
@@ -56,7 +77,7 @@ type slowHome struct {
 	timeout  time.Duration // the driver's step timeout
 }
 
-func startSlowRig(b *testing.B, h slowHome) *slowRig {
+func startSlowRig(b testing.TB, h slowHome) *slowRig {
 	b.Helper()
 	dir := b.TempDir()
 	shipped, err := os.ReadFile("../configs/devices.toml")
@@ -82,8 +103,15 @@ func startSlowRig(b *testing.B, h slowHome) *slowRig {
 		case ev.To.Terminal():
 			r.mu.Lock()
 			r.ends[m.ID] = ev.To
+			if ch, ok := r.waits[m.ID]; ok {
+				close(ch)
+				delete(r.waits, m.ID)
+			}
 			r.mu.Unlock()
-			r.ended <- m.ID
+			select {
+			case r.ended <- m.ID:
+			default: // a test that waits with done does not read ended
+			}
 		}
 	})
 	r.a, err = agent.New(agent.Options{
@@ -135,7 +163,7 @@ func startSlowRig(b *testing.B, h slowHome) *slowRig {
 
 // submit triggers every scene of names, conc at a time, through the
 // API, and returns their mission IDs by request ID.
-func (r *slowRig) submit(b *testing.B, names []string, conc int) []string {
+func (r *slowRig) submit(b testing.TB, names []string, conc int) []string {
 	b.Helper()
 	ids := make([]string, len(names))
 	batch := r.submits.Add(1)
@@ -159,7 +187,7 @@ func (r *slowRig) submit(b *testing.B, names []string, conc int) []string {
 
 // await waits until every mission of ids has ended, and returns when the
 // last did.
-func (r *slowRig) await(b *testing.B, ids []string, within time.Duration) time.Time {
+func (r *slowRig) await(b testing.TB, ids []string, within time.Duration) time.Time {
 	b.Helper()
 	want := make(map[string]bool, len(ids))
 	r.mu.Lock()
