@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
@@ -86,4 +87,52 @@ func TestSIGKILLWithHundredsParked(t *testing.T) {
 		}
 	}
 	t.Logf("replayed after the restart: %d", e.device(lights[0]).Counters().Replayed+e.device(lights[1]).Counters().Replayed+e.device(lights[2]).Counters().Replayed)
+}
+
+// TestSIGKILLDuringGroupResendsOnlyUnfinishedBranches: all_off's first
+// group turns three lights off at once; the living-room light acks
+// after 10 ms, the other two after 1 s. The agent is killed with SIGKILL
+// once the living-room light's branch has succeeded. The next start
+// re-sends only the two unfinished branches, with their original
+// command IDs: every device applies its command exactly once, the
+// living-room light receives it once, and the mission succeeds.
+func TestSIGKILLDuringGroupResendsOnlyUnfinishedBranches(t *testing.T) {
+	e := newEnv(t, "")
+	p := e.start()
+	e.setFaults("living-light", simulator.Faults{AckDelay: 10 * time.Millisecond})
+	for _, id := range []string{"kitchen-light", "bedroom-light"} {
+		e.setFaults(id, simulator.Faults{AckDelay: time.Second})
+	}
+	r := e.trigger("all_off", "r-group-kill", nil)
+	id := r["mission_id"].(string)
+	e.waitEvent(id, func(ev agent.EventMessage) bool {
+		return ev.Input == driver.InStepOK && ev.StepID == "lights.living-light"
+	}, 20*time.Second)
+	p.stop(t, syscall.SIGKILL)
+	e.start()
+	e.waitState(id, driver.StateSucceeded, 30*time.Second)
+	for _, dev := range []string{"living-light", "kitchen-light", "bedroom-light", "living-ac", "living-speaker"} {
+		if c := e.device(dev).Counters(); c.Applied != 1 {
+			t.Errorf("%s applied %d effects, want 1 (%+v)", dev, c.Applied, c)
+		}
+	}
+	if c := e.device("living-light").Counters(); c.Received != 1 {
+		t.Errorf("living-light received %d commands, want 1: its finished branch was sent again (%+v)", c.Received, c)
+	}
+	var d api.MissionDetail
+	e.get("/api/missions/"+id, &d)
+	for k, st := range d.Mission.Steps {
+		cmd := fmt.Sprintf("%s-0-%d", id, k)
+		dev := strings.TrimPrefix(strings.TrimPrefix(st.ID, "lights."), "comfort.")
+		if n := e.device(dev).Applied(cmd); n != 1 {
+			t.Errorf("%s applied %s %d times, want once (the re-sent branch keeps its command ID)", dev, cmd, n)
+		}
+	}
+	recovered := false
+	for _, ev := range d.Timeline {
+		recovered = recovered || ev.Input == driver.InRecover
+	}
+	if !recovered {
+		t.Error("no recover event on the timeline")
+	}
 }
