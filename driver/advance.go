@@ -688,10 +688,11 @@ func (d *Driver) run(h Handler, req StepRequest, timeout time.Duration) (out map
 type verdict int
 
 const (
-	verdictDone  verdict = iota // it succeeded
-	verdictWait                 // not ready: wait, spending no attempt
-	verdictRetry                // failed: try again after a backoff
-	verdictFail                 // failed for good
+	verdictDone    verdict = iota // it succeeded
+	verdictWait                   // not ready: wait, spending no attempt
+	verdictRetry                  // failed: try again after a backoff
+	verdictFail                   // failed for good
+	verdictGaveWay                // ended without its effect, not failed (GaveWay)
 )
 
 // attemptOutcome is what decide needs to know of an attempt that ended.
@@ -743,6 +744,8 @@ func decide(o attemptOutcome) decision {
 		retryAfter = se.RetryAfter
 	}
 	switch {
+	case class == GaveWay:
+		d.verdict, d.msg = verdictGaveWay, o.err.Error()
 	case class == NotReady && !o.limit.IsZero() && !o.now.Before(o.limit):
 		d.verdict, d.failCode = verdictFail, "not_ready_timeout"
 		d.msg = fmt.Sprintf("not ready until %s: %v", o.limit.UTC().Format(time.RFC3339), o.err)
@@ -839,6 +842,14 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 	}
 	_ = t.fire(InStepError, k, dec.class.String())
 	t.annotate(r.Error, dec.code)
+	if dec.verdict == verdictGaveWay {
+		gaveWay(r, dec, t.now)
+		m.Due = time.Time{}
+		m.Control.Wait = false
+		_, m.Progress.Step = groupOf(m.Steps, k)
+		_ = t.fire(InNext, k, dec.code)
+		return
+	}
 	if dec.verdict == verdictFail {
 		d.stepFailed(t, k, dec.msg, dec.failCode)
 		return
@@ -847,6 +858,16 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 	m.Due = dec.due
 	t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
 	log.Info("step failed; retrying", "err", err, "backoff", dec.backoff)
+}
+
+// gaveWay records a step (or undo) that gave way to another mission.
+func gaveWay(r *StepResult, dec decision, now time.Time) {
+	r.Status = StepSkipped
+	if dec.code == CodeSuperseded {
+		r.Status = StepSuperseded
+	}
+	r.Error, r.Code = dec.msg, dec.code
+	r.Finished = now
 }
 
 // waitLimit is the latest time the step may still be retried or waited
@@ -909,6 +930,16 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 		m.Due = time.Time{}
 		m.Control.Wait = false
 		_ = t.fire(InCompResult, j, "compensated")
+		return
+	case verdictGaveWay:
+		// Left alone: a newer mission has changed the device since.
+		gaveWay(u, dec, t.now)
+		m.Results[j].Status = StepSuperseded
+		m.Progress.Undo = j - 1
+		m.Due = time.Time{}
+		m.Control.Wait = false
+		_ = t.fire(InCompResult, j, "left alone")
+		t.annotate(dec.msg, dec.code)
 		return
 	case verdictFail:
 		u.Code = dec.code

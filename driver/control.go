@@ -2,7 +2,7 @@ package driver
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -456,4 +456,70 @@ func (d *Driver) Queue() QueueStats {
 		}
 	}
 	return q
+}
+
+// InNote labels an event that records something about a mission without
+// changing it: a decision another mission's step made about a device
+// they share (taken over, left alone). Not a transition: From equals To.
+const InNote Input = "note"
+
+// Note appends a note event about step (-1 for none) to a mission's
+// timeline, live or finished, and hands it to the observers: how a
+// decision made by another mission's step (it took a device over, left
+// it alone) shows on this mission's timeline too.
+func (d *Driver) Note(ctx context.Context, id string, step int, detail string) error {
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	e, err := d.lockEntry(ctx, id)
+	if err != nil && !errors.Is(err, ErrTerminal) {
+		return err
+	}
+	if err == nil {
+		defer e.mu.Unlock()
+		defer d.forgetIfTerminal(e) // a FAILED mission lockEntry loaded
+		t := d.begin(e)
+		t.note(step, detail)
+		return d.commit(e, t)
+	}
+	// A finished mission has no entry and no writer but notes (and
+	// retention, which deletes it): one at a time, against the store.
+	d.noteMu.Lock()
+	defer d.noteMu.Unlock()
+	var t *txn
+	for range 3 {
+		m, gerr := d.store.Get(ctx, id)
+		if gerr != nil {
+			return gerr
+		}
+		t = &txn{m: m, now: d.clock.Now()}
+		t.note(step, detail)
+		t.m.Version++
+		if err = d.store.Save(ctx, t.m, t.events); !errors.Is(err, ErrConflict) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("note on %s: %w", id, err)
+	}
+	d.mu.Lock()
+	obs := d.observers
+	d.mu.Unlock()
+	for _, o := range obs {
+		o.Observe(t.events[0], t.m)
+	}
+	return nil
+}
+
+// note records a note event on t.
+func (t *txn) note(step int, detail string) {
+	t.m.Seq++
+	ev := Event{
+		MissionID: t.m.ID, Seq: t.m.Seq, Type: t.m.Type, TraceID: t.m.Meta.TraceID,
+		Input: InNote, From: t.m.State, To: t.m.State, Step: step, Time: t.now, Detail: detail,
+	}
+	if step >= 0 && step < len(t.m.Steps) {
+		ev.StepID = t.m.Steps[step].ID
+	}
+	t.events = append(t.events, ev)
 }

@@ -29,6 +29,8 @@ func TestDecide(t *testing.T) {
 		{name: "retryable names its wait", o: attemptOutcome{err: slow, attempts: 1}, verdict: verdictRetry, due: 5 * time.Second},
 		{name: "retryable, attempts spent", o: attemptOutcome{err: busy, attempts: 3}, verdict: verdictFail, code: "busy", msg: "gave up after 3 attempts"},
 		{name: "permanent", o: attemptOutcome{err: jammed, attempts: 1}, verdict: verdictFail, code: "jammed", msg: "jammed"},
+		{name: "gave way, attempts spent", o: attemptOutcome{err: SupersededError(errors.New("newer")), attempts: 3}, verdict: verdictGaveWay},
+		{name: "gave way past the deadline", o: attemptOutcome{err: SkippedError(errors.New("held")), forward: true, limit: now, deadline: now}, verdict: verdictGaveWay},
 		{name: "not ready waits its retry-after", o: attemptOutcome{err: offline, limit: now.Add(time.Minute)}, verdict: verdictWait, due: time.Second},
 		{name: "not ready waits no later than its limit", o: attemptOutcome{err: offline, limit: now.Add(300 * time.Millisecond)}, verdict: verdictWait, due: 300 * time.Millisecond},
 		{name: "not ready past its limit", o: attemptOutcome{err: offline, limit: now}, verdict: verdictFail, code: "not_ready_timeout", msg: "not ready until"},

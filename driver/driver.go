@@ -128,6 +128,8 @@ type Driver struct {
 	idle chan task
 
 	idSeq atomic.Uint32
+	// noteMu serialises notes on finished missions (see Note).
+	noteMu sync.Mutex
 
 	// wakes counts Wake calls, and lastWake records the count at the last
 	// Wake of each key (bounded: see Wake). A step that returns to wait

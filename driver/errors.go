@@ -50,6 +50,21 @@ const (
 	Permanent
 	// NotReady failures wait and try again without spending an attempt.
 	NotReady
+	// GaveWay ends the step without its effect and without failing: its
+	// target belongs to another mission (a newer one took it over, or
+	// the step's policy skips a device another mission holds). The step
+	// ends superseded (Code CodeSuperseded) or skipped, is not
+	// compensated, and the mission goes on.
+	GaveWay
+)
+
+// Codes of a step that gave way (see GaveWay).
+const (
+	// CodeSuperseded: a newer mission commanded the step's target.
+	CodeSuperseded = "superseded"
+	// CodeSkipped: another live mission holds the target and the step's
+	// policy is to skip it.
+	CodeSkipped = "skipped"
 )
 
 func (c Class) String() string {
@@ -58,6 +73,8 @@ func (c Class) String() string {
 		return "permanent"
 	case NotReady:
 		return "not_ready"
+	case GaveWay:
+		return "gave_way"
 	default:
 		return "retryable"
 	}
@@ -102,6 +119,18 @@ func (e *StepError) Is(target error) bool {
 // PermanentError marks err as permanent: the step fails without retry.
 func PermanentError(code string, err error) error {
 	return &StepError{Class: Permanent, Code: code, Err: err}
+}
+
+// SupersededError ends a step, or leaves a compensation undone, because
+// a newer mission has commanded its target: not a failure (see GaveWay).
+func SupersededError(err error) error {
+	return &StepError{Class: GaveWay, Code: CodeSuperseded, Err: err}
+}
+
+// SkippedError ends a step without its effect because another live
+// mission holds its target and the step yields (see GaveWay).
+func SkippedError(err error) error {
+	return &StepError{Class: GaveWay, Code: CodeSkipped, Err: err}
 }
 
 // RetryableError marks err as retryable under the step's policy.

@@ -98,6 +98,7 @@ func inGroup(m *Mission) bool {
 // tally counts a group's branches by how they stand.
 type tally struct {
 	n, ok, failed, hard int // hard: failed branches the policy does not forgive
+	gaveWay             int // superseded or skipped: ended, neither ok nor failed
 	running, open       int // open: not begun, or waiting to be tried again
 	firstErr            string
 }
@@ -110,6 +111,8 @@ func countGroup(m *Mission, g0, g1 int) tally {
 		switch r.Status {
 		case StepSucceeded, StepCompensated:
 			c.ok++
+		case StepSuperseded, StepSkipped:
+			c.gaveWay++
 		case StepFailed:
 			c.failed++
 			if m.Steps[k].Group.policy() == PolicyAll && !m.Steps[k].ContinueOnError {
@@ -132,7 +135,7 @@ func countGroup(m *Mission, g0, g1 int) tally {
 func (c tally) failing(g *Group) bool {
 	switch g.policy() {
 	case PolicyQuorum:
-		return c.n-c.failed < g.Quorum
+		return c.n-c.failed-c.gaveWay < g.Quorum
 	case PolicyBestEffort:
 		return false
 	}
@@ -617,6 +620,11 @@ func (d *Driver) applyBranch(e *entry, t *txn, r *branchRun, comp bool) {
 		res.Finished = t.now
 		t.branchEvent(InStepOK, r.k, res.Attempts, "")
 		return
+	case verdictGaveWay:
+		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
+		t.annotate(dec.msg, dec.code)
+		gaveWay(res, dec, t.now)
+		return
 	case verdictFail:
 		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
 		res.Status = StepFailed
@@ -651,6 +659,12 @@ func (d *Driver) branchUndone(t *txn, k int, out map[string]any, err error, dec 
 		u.Finished = t.now
 		m.Results[k].Status = StepCompensated
 		t.branchEvent(InCompResult, k, u.Attempts, "compensated")
+		return
+	case verdictGaveWay:
+		gaveWay(u, dec, t.now)
+		m.Results[k].Status = StepSuperseded
+		t.branchEvent(InCompResult, k, u.Attempts, "left alone")
+		t.annotate(dec.msg, dec.code)
 		return
 	case verdictFail:
 		u.Status = StepFailed

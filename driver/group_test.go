@@ -365,3 +365,72 @@ func TestGroupValidation(t *testing.T) {
 		t.Fatalf("branches disagreeing on policy: err %v, want ErrInvalid", err)
 	}
 }
+
+func TestGaveWayEndsTheStepWithoutFailingTheMission(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["b"] = func(StepRequest) (map[string]any, error) {
+		return nil, SupersededError(errors.New("living-light was commanded by newer mission X"))
+	}
+	sc.do["c"] = func(StepRequest) (map[string]any, error) {
+		return nil, SkippedError(errors.New("held by mission Y"))
+	}
+	m := submit(t, d, Spec{Type: "t", Steps: append(steps("a!", "b!", "c!"), group("g", "", 0, steps("d", "e"))...)})
+	sc.do["e"] = sc.do["b"]
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	if got.State != StateSucceeded || got.Reason != "" {
+		t.Fatalf("state %s reason %q; want SUCCEEDED: giving way is not failing", got.State, got.Reason)
+	}
+	eq(t, "statuses", []StepStatus{got.Results[0].Status, got.Results[1].Status, got.Results[2].Status, got.Results[3].Status, got.Results[4].Status},
+		[]StepStatus{StepSucceeded, StepSuperseded, StepSkipped, StepSucceeded, StepSuperseded})
+	if got.Results[1].Attempts != 1 || got.Results[1].Code != CodeSuperseded {
+		t.Errorf("b: %+v, want one attempt, code superseded", got.Results[1])
+	}
+}
+
+func TestUndoLeftAloneMarksTheStepSuperseded(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["a/undo"] = func(StepRequest) (map[string]any, error) {
+		return nil, SupersededError(errors.New("changed since by mission X"))
+	}
+	sc.do["b"] = func(StepRequest) (map[string]any, error) { return nil, PermanentError("jammed", errors.New("jammed")) }
+	m := submit(t, d, Spec{Type: "t", Steps: steps("a!", "b!")})
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	if got.State != StateFailed || got.Results[0].Status != StepSuperseded || got.Undo[0].Code != CodeSuperseded {
+		t.Fatalf("state %s, a %s, undo %+v; want FAILED with a left alone (superseded)", got.State, got.Results[0].Status, got.Undo[0])
+	}
+	if !slices.Contains(groupEvents(t, d, m.ID), "comp_result:a") {
+		t.Error("no comp_result for the undo left alone")
+	}
+}
+
+func TestNoteAddsAnEventToLiveAndFinishedMissions(t *testing.T) {
+	d, clk, _, _ := fixture(t, Options{})
+	var seen []string
+	d.Observe(ObserverFunc(func(ev Event, m *Mission) {
+		if ev.Input == InNote {
+			seen = append(seen, ev.Detail)
+		}
+	}))
+	live := submit(t, d, Spec{Type: "t", Steps: steps("a"), Hold: true})
+	done := submit(t, d, Spec{Type: "t", Steps: steps("a")})
+	drain(t, d, clk)
+	for _, id := range []string{live.ID, done.ID} {
+		if err := d.Note(context.Background(), id, 0, "taken over by mission X"); err != nil {
+			t.Fatalf("note on %s: %v", id, err)
+		}
+		evs := groupEvents(t, d, id)
+		if evs[len(evs)-1] != "note:a" {
+			t.Errorf("timeline of %s ends %v, want the note", id, evs)
+		}
+		m := get(t, d, id)
+		if m.State != map[string]State{live.ID: StatePaused, done.ID: StateSucceeded}[id] {
+			t.Errorf("note changed %s's state to %s", id, m.State)
+		}
+	}
+	eq(t, "observed notes", len(seen), 2)
+	if err := d.Note(context.Background(), "nope", 0, "x"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("note on an unknown mission: %v, want ErrNotFound", err)
+	}
+}

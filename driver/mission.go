@@ -121,6 +121,10 @@ const (
 	StepFailed      StepStatus = "failed"
 	StepSkipped     StepStatus = "skipped" // mission ended before it
 	StepCompensated StepStatus = "compensated"
+	// StepSuperseded: a newer mission commanded the step's device, so the
+	// step ended without its effect, or its effect was left to the newer
+	// mission rather than undone. Not a failure.
+	StepSuperseded StepStatus = "superseded"
 )
 
 // StepResult records what happened to a step (or to its compensation).
