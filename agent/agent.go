@@ -58,6 +58,7 @@ type Agent struct {
 	topics agentTopics
 	trig   *Triggers
 	feed   *feed
+	arb    *arbiter
 
 	metrics *metrics
 	http    *http.Server
@@ -216,6 +217,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.feed.listened, a.feed.subsAdded = a.broker.Subscribed, a.broker.SubscriptionsAdded
 	}
 	drv.Observe(a.metrics)
+	drv.Observe(a.arb)
 	drv.Observe(a.trig)
 	drv.Observe(a.feed)
 	if !o.QuietMissions {
@@ -229,6 +231,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	a.trig.seed(active)
+	if err := seedOwners(ctx, a.arb.hs, a.db, active); err != nil {
+		return err
+	}
 	a.metrics.setDeviceTypes(deviceTypes(a.reg))
 	a.metrics.watch(drv, a.dev, func() (int, error) { s, err := a.db.Stats(); return s.Missions, err })
 	if counts, err := terminalCounts(ctx, a.db); err == nil {
@@ -290,6 +295,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return a.trig.Run(gctx) })
 	g.Go(func() error { return a.feed.Run(gctx) })
+	g.Go(func() error { return a.arb.Run(gctx) })
 	if a.http != nil {
 		g.Go(func() error {
 			if err := a.http.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {

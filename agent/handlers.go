@@ -8,7 +8,9 @@ import (
 
 // registerHandlers plugs the step kinds scenes produce into the driver.
 func registerHandlers(a *Agent) {
-	hs := devices.NewHandlers(a.dev, a.reg, devices.HandlerOptions{OnTurn: a.metrics.turn})
+	a.arb = newArbiter(a.log.With("component", "arbiter"), a.drv)
+	hs := devices.NewHandlers(a.dev, a.reg, devices.HandlerOptions{OnTurn: a.metrics.turn, OnConflict: a.arb.conflict})
+	a.arb.hs = hs
 	a.metrics.watchLinks(hs.Links)
 	hs.Register(func(kind string, h driver.Handler) {
 		if kind == devices.KindCommand {

@@ -42,7 +42,10 @@ type slowRig struct {
 	ends  map[string]driver.State
 	errs  map[string]int // step_error events by mission
 	codes map[string]int // step_error events by code
-	ended chan string
+	// superseded counts steps that gave way to a newer mission on their
+	// device: done without a command, so not counted as work.
+	superseded int
+	ended      chan string
 	// waits are closed when their mission ends (see done).
 	waits map[string]chan struct{}
 }
@@ -95,6 +98,10 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 	r := &slowRig{ends: map[string]driver.State{}, errs: map[string]int{}, codes: map[string]int{}, ended: make(chan string, 1<<16)}
 	obs := driver.ObserverFunc(func(ev driver.Event, m *driver.Mission) {
 		switch {
+		case ev.Input == driver.InStepError && ev.Code == driver.CodeSuperseded:
+			r.mu.Lock()
+			r.superseded++
+			r.mu.Unlock()
 		case ev.Input == driver.InStepError:
 			r.mu.Lock()
 			r.errs[m.ID]++
@@ -302,6 +309,7 @@ func BenchmarkBuilding(b *testing.B) {
 		b.ReportMetric(float64(took)/float64(ideal), "healthy/ideal")
 		b.ReportMetric(float64(failed), "healthy-failed")
 		b.ReportMetric(float64(errs), "healthy-step-errors")
+		b.ReportMetric(float64(r.superseded), "superseded") // runs of one scene are not arbitrated: 0
 		b.ReportMetric(0, "ns/op")
 		r.stop()
 	}
@@ -351,6 +359,7 @@ func BenchmarkSlowDevices(b *testing.B) {
 					b.Logf("step errors by code: %v", r.codes)
 				}
 				b.ReportMetric(float64(errs), "step-errors")
+				b.ReportMetric(float64(r.superseded), "superseded")
 				b.ReportMetric(rate, "steps/s")
 				b.ReportMetric(instant, "instant-steps/s")
 				b.ReportMetric(ceiling, "ceiling-steps/s")

@@ -54,6 +54,11 @@ type CommandParams struct {
 	VerifyTimeout driver.Duration `json:"verify_timeout,omitempty"`
 	// AckTimeout overrides the client's ack timeout for this step.
 	AckTimeout driver.Duration `json:"ack_timeout,omitempty"`
+	// OnConflict says what the step does when another live mission owns
+	// the device: ConflictPreempt (default), ConflictQueue or
+	// ConflictSkip. A device commanded by a newer mission supersedes the
+	// step whatever it says.
+	OnConflict string `json:"on_conflict,omitempty"`
 }
 
 // RestoreParams are the params of a KindRestore step; all are optional.
@@ -95,6 +100,10 @@ type HandlerOptions struct {
 	// turn on its device and link ("" for none), for a metric. It runs
 	// under the admission's lock and must not block.
 	OnTurn func(link string, waited time.Duration)
+	// OnConflict, when set, is told of each arbitration between two
+	// missions over a device, so that both timelines can show it. It
+	// must not block.
+	OnConflict func(Conflict)
 }
 
 // Handlers are the driver step handlers for devices. They keep no
@@ -107,6 +116,9 @@ type Handlers struct {
 	opts   HandlerOptions
 	// admit gives commands their turn on busy devices and links.
 	admit *admission
+	// owners knows, for each device, the newest mission that commanded
+	// it (see arbitrate).
+	owners *owners
 
 	mu     sync.Mutex
 	priors map[string]map[string]any
@@ -160,6 +172,7 @@ func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
 	return &Handlers{
 		client: c, reg: r, opts: opts,
 		admit:   newAdmission(r, opts.Now, c.opts.OnChange, opts.OnTurn),
+		owners:  newOwners(),
 		priors:  make(map[string]map[string]any, opts.PriorCache),
 		order:   make([]string, opts.PriorCache),
 		decoded: make(map[string]checkedParams),
@@ -242,6 +255,11 @@ func (h *Handlers) commandParams(raw json.RawMessage) (checkedParams, error) {
 
 // check checks a command against the registry, as a step error.
 func (h *Handlers) check(p CommandParams) error {
+	switch p.OnConflict {
+	case "", ConflictPreempt, ConflictQueue, ConflictSkip:
+	default:
+		return driver.PermanentError(CodeBadStep, fmt.Errorf("on_conflict %q is not preempt, queue or skip", p.OnConflict))
+	}
 	err := h.reg.Check(p.Device, p.Action, p.Params)
 	if err == nil {
 		return nil
@@ -261,6 +279,7 @@ const (
 	noteConnect = "connect"
 	noteAck     = "ack"
 	noteVerify  = "verify:"
+	noteOwner   = "owner" // queued behind another mission's ownership
 )
 
 // send sends a checked command and parks until its ack (driver.Pending):
@@ -282,10 +301,17 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 			}
 			return h.acked(req, p, ack, err, now)
 		case strings.HasPrefix(r.Note, noteVerify):
-			return h.verified(p, r, now)
+			return h.verified(req, p, r, now)
 		}
 		// noteAdmit, noteConnect: the turn or the connection has come (or
 		// the wait is over): send.
+	}
+	if req.Compensating {
+		if err := h.undoAllowed(req, p.Device); err != nil {
+			return nil, err
+		}
+	} else if err := h.arbitrate(req, p.Device, p.OnConflict); err != nil {
+		return nil, err
 	}
 	// A command sent now could not be waited for: nothing is sent, and
 	// a turn held or granted meanwhile goes to the next command. (A
@@ -320,6 +346,19 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 		TraceID: req.TraceID,
 	}
 	release := func() { h.admit.release(p.Device) }
+	// Claimed with the device's turn held, so that commands go out in
+	// the order their missions' claims were taken: an older mission
+	// never sends after a newer one has.
+	if by, ok := h.owners.claim(p.Device, req.MissionID, req.MissionType, req.Created, cmd.ID, false); !ok {
+		release()
+		if !req.Compensating {
+			return nil, h.gaveWay(req, p.Device, by)
+		}
+		if err := h.undoAllowed(req, p.Device); err != nil {
+			return nil, err
+		}
+		return nil, driver.RetryableError(CodeInFlight, fmt.Errorf("%s changed hands as the undo was sent", p.Device))
+	}
 	ack, done, err := h.client.Post(p.Device, cmd, giveUp, release)
 	if done || err != nil {
 		release() // nothing went out: the turn goes to the next
@@ -338,8 +377,18 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 // acked turns a command's ack into the step's outputs, or parks to
 // verify the state it should have led to.
 func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, err error, now time.Time) (map[string]any, error) {
+	var rej *RejectedError
+	if errors.As(err, &rej) && !req.Compensating {
+		h.giveBack(p.Device, req.MissionID) // refused: the device was not changed
+	}
 	if err != nil {
 		return nil, classifySend(err)
+	}
+	if req.Compensating {
+		h.giveBack(p.Device, req.MissionID) // undone: the device is as before this mission
+	} else {
+		h.owners.applied(p.Device, req.MissionID)
+		h.wake(OwnerKey(p.Device)) // an older undo waiting to know
 	}
 	prior := ack.Prior
 	if prior == nil {
@@ -366,7 +415,7 @@ func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, 
 		timeout = h.opts.VerifyTimeout
 	}
 	until := now.Add(timeout)
-	return h.verified(p, &driver.Parked{Until: until, Note: noteVerify + until.UTC().Format(time.RFC3339Nano), Out: out}, now)
+	return h.verified(req, p, &driver.Parked{Until: until, Note: noteVerify + until.UTC().Format(time.RFC3339Nano), Out: out}, now)
 }
 
 // verified finishes a step once the device reports the state the command
@@ -374,7 +423,7 @@ func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, 
 // Failing is permanent: re-sending the same command ID would be
 // deduplicated by the device, which re-acks without acting again, so a
 // retry cannot make a device reach a state it did not reach.
-func (h *Handlers) verified(p CommandParams, r *driver.Parked, now time.Time) (map[string]any, error) {
+func (h *Handlers) verified(req driver.StepRequest, p CommandParams, r *driver.Parked, now time.Time) (map[string]any, error) {
 	want := h.reg.Expected(p.Device, p.Action, p.Params)
 	got, _ := h.client.State(p.Device)
 	out := r.Out
@@ -382,6 +431,10 @@ func (h *Handlers) verified(p CommandParams, r *driver.Parked, now time.Time) (m
 		out["state"] = got
 		out["verified"] = true
 		return out, nil
+	}
+	// The state a newer mission's command set is not this step's failure.
+	if by, newer := h.supersededBy(req, p.Device); newer && !req.Compensating {
+		return nil, h.gaveWay(req, p.Device, by)
 	}
 	until, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(r.Note, noteVerify))
 	if err != nil {

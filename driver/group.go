@@ -260,6 +260,22 @@ func (d *Driver) placeGroupLocked(e *entry, now time.Time) {
 			pk.p.Woken = true // woken while the worker ran
 		}
 	}
+	if m := e.m; inGroup(m) {
+		// Likewise a branch that began to wait for a key woken meanwhile.
+		rs, idx := m.Results, m.Progress.Step
+		if m.State == StateCompensating {
+			rs, idx = m.Undo, m.Progress.Undo
+		}
+		g0, g1 := groupOf(m.Steps, idx)
+		for k := g0; k < g1 && k < len(rs); k++ {
+			if r := rs[k]; r.Status == StepWaiting && r.WaitFor != "" && d.lastWake[r.WaitFor] > e.ranSince {
+				if e.bwoken == nil {
+					e.bwoken = make(map[int]bool)
+				}
+				e.bwoken[k] = true
+			}
+		}
+	}
 	p := d.scanGroup(e, e.m, now)
 	d.fileLocked(e, p.keys...)
 	e.wake = p.next

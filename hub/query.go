@@ -207,8 +207,17 @@ func Timings(sum driver.Summary, events []driver.Event) []StepTiming {
 		case driver.InStepError:
 			// A later begin_step (a retry) sets it running again.
 			st.Status, st.Finished, st.Error, st.Code = driver.StepFailed, ev.Time, ev.Error, ev.Code
+			switch ev.Code {
+			case driver.CodeSuperseded:
+				st.Status = driver.StepSuperseded // gave way to a newer mission: not a failure
+			case driver.CodeSkipped:
+				st.Status = driver.StepSkipped
+			}
 		case driver.InCompResult:
-			if ev.Error == "" {
+			switch {
+			case ev.Code == driver.CodeSuperseded:
+				st.Status = driver.StepSuperseded // undo left alone: a newer mission changed the device
+			case ev.Error == "":
 				st.Status = driver.StepCompensated
 			}
 		}

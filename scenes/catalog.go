@@ -197,6 +197,9 @@ func (c *Catalog) Build(name string, trigger map[string]any) (driver.Spec, error
 		Steps: make([]driver.Step, 0, len(sc.steps)), Values: trig,
 	}
 	for _, st := range sc.steps {
+		if st.onConflict == "" {
+			st.onConflict = sc.onConflict
+		}
 		ds, err := c.buildStep(&st, trig)
 		if err != nil {
 			return driver.Spec{}, err
@@ -251,6 +254,7 @@ func (c *Catalog) buildStep(st *step, trig map[string]any) (driver.Step, error) 
 		params = devices.CommandParams{
 			Device: st.device, Action: st.action, Params: resolved, Verify: st.verify,
 			VerifyTimeout: driver.Duration(st.verifyTimeout), AckTimeout: driver.Duration(st.ackTimeout),
+			OnConflict: st.onConflict,
 		}
 		comp, err := c.compensation(st, trig)
 		if err != nil {

@@ -103,6 +103,10 @@ func (p *parser) scene(i int, m map[string]any) *scene {
 			t.fail("policy", "%q is not \"all\" or \"best_effort\" (a quorum is a group's)", pol)
 		}
 	}
+	if oc, ok := t.str("on_conflict"); ok {
+		sc.onConflict = oc
+		checkConflict(t, oc)
+	}
 	steps := p.stepTables(t)
 	for j, sm := range steps {
 		if isGroup(sm) {
@@ -194,7 +198,7 @@ func (p *parser) checkSteps(t *table, sc *scene) {
 }
 
 // commandKeys are the keys only device steps have.
-var commandKeys = []string{"action", "params", "timeout", "retry", "verify", "verify_timeout", "ack_timeout", "compensate"}
+var commandKeys = []string{"action", "params", "timeout", "retry", "verify", "verify_timeout", "ack_timeout", "compensate", "on_conflict"}
 
 // step validates the j-th step table of a scene.
 func (p *parser) step(sceneLoc FieldError, j int, m map[string]any) (step, bool) {
@@ -336,6 +340,10 @@ func (p *parser) command(t *table, st *step) {
 	}
 	if d, ok := t.duration("ack_timeout"); ok {
 		st.ackTimeout = d
+	}
+	if oc, ok := t.str("on_conflict"); ok {
+		st.onConflict = oc
+		checkConflict(t, oc)
 	}
 	// timeout bounds the whole attempt; a longer wait inside it could
 	// never run out.
@@ -584,4 +592,13 @@ func validName(s string) bool {
 // in a scene file message.
 func idReason(err error) string {
 	return strings.TrimPrefix(err.Error(), driver.ErrInvalid.Error()+": ")
+}
+
+// checkConflict checks an on_conflict value.
+func checkConflict(t *table, v string) {
+	switch v {
+	case devices.ConflictPreempt, devices.ConflictQueue, devices.ConflictSkip:
+	default:
+		t.fail("on_conflict", "%q is not \"preempt\", \"queue\" or \"skip\"", v)
+	}
 }

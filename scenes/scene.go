@@ -127,6 +127,7 @@ type step struct {
 	restore         bool     // compensate = "restore"
 	compensate      *command // compensate = { action, params }
 	continueOnError bool
+	onConflict      string // "" takes the scene's
 
 	delay time.Duration
 
@@ -146,6 +147,7 @@ type scene struct {
 	deadline    time.Duration
 	mode        Mode
 	policy      driver.Policy // the scene's partial-failure policy
+	onConflict  string        // the scene's arbitration policy ("" is preempt)
 	// steps are flat: a parallel group is its branches, one step each,
 	// consecutive, sharing one group.
 	steps []step

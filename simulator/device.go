@@ -73,6 +73,7 @@ type Device struct {
 	dice         dice
 	acks         fifoMap[[]byte]
 	applied      fifoMap[int]
+	history      []string // IDs of the last historySize commands applied, oldest first
 	counters     Counters
 	move         *move
 	forcedOff    bool
@@ -153,6 +154,18 @@ func (d *Device) Applied(id string) int {
 	defer d.mu.Unlock()
 	n, _ := d.applied.get(id)
 	return n
+}
+
+// historySize bounds History; when full, its older half goes.
+const historySize = 2048
+
+// History returns the IDs of the commands the device applied, in the
+// order it applied them: the last 1,024 to 2,048. Tests read it to
+// check the order in which missions' commands took effect.
+func (d *Device) History() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.history...)
 }
 
 // Faults returns the device's current faults.
@@ -269,6 +282,10 @@ func (d *Device) handle(payload []byte, now time.Time) []output {
 	prior := d.snapshot(now)
 	d.apply(eff, now)
 	d.counters.Applied++
+	if len(d.history) == historySize {
+		d.history = append(d.history[:0], d.history[historySize/2:]...)
+	}
+	d.history = append(d.history, cmd.ID)
 	n, _ := d.applied.get(cmd.ID)
 	d.applied.put(cmd.ID, n+1)
 	st := d.snapshot(now)

@@ -125,6 +125,10 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 		if ev.Step < len(m.Results) {
 			msg += fmt.Sprintf(" (%s)", roundDur(m.Results[ev.Step].Duration.D()))
 		}
+	case ev.Input == driver.InStepError && (ev.Code == driver.CodeSuperseded || ev.Code == driver.CodeSkipped):
+		msg = step(ev.Step) + " " + ev.Code + ": " + ev.Error
+	case ev.Input == driver.InNote:
+		msg = ev.Detail
 	case ev.Input == driver.InStepError:
 		msg = step(ev.Step) + " failed: " + ev.Error
 		if ev.Backoff > 0 {

@@ -1,0 +1,290 @@
+package devices
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// What a command step does when another live mission owns its device
+// (CommandParams.OnConflict).
+const (
+	// ConflictPreempt takes the device over (the default): the owner's
+	// step on it, if still under way, ends superseded.
+	ConflictPreempt = "preempt"
+	// ConflictQueue waits until the owner has ended.
+	ConflictQueue = "queue"
+	// ConflictSkip skips the step (status skipped, not failed).
+	ConflictSkip = "skip"
+)
+
+// Conflict kinds, as told to HandlerOptions.OnConflict.
+const (
+	ConflictTookOver  = "took_over"  // Mission took Device over from Other, live
+	ConflictQueued    = "queued"     // Mission waits for Other to end
+	ConflictSkipped   = "skipped"    // Mission's step skipped: Other holds Device
+	ConflictGaveWay   = "superseded" // Mission's step gave way: Other, newer, commanded Device
+	ConflictLeftAlone = "left_alone" // Mission's undo left Device to Other, newer
+)
+
+// Conflict is one arbitration between two missions over a device.
+type Conflict struct {
+	Kind    string
+	Device  string
+	Mission string // the mission whose step decided
+	Step    int    // its step index
+	Other   string // the other mission
+}
+
+// OwnerKey is what a step queued behind another mission's ownership of
+// a device waits for: Wake(OwnerKey(device)) when the owner ends.
+func OwnerKey(device string) string { return "owner/" + device }
+
+// claim is the newest mission that commanded a device, and the claim
+// it displaced: an undo or a rejected command gives the device back to
+// it.
+type claim struct {
+	mission string
+	scene   string // the mission's type
+	created time.Time
+	command string // the command ID it sent last
+	ended   bool   // the mission has ended
+	// applied says that command's ack came back positive: the change is
+	// on the device, not just on its way.
+	applied bool
+	prev    *claim
+}
+
+// newerThan says whether mission a (created at ca) is newer than b.
+// Mission IDs sort by creation too, which breaks ties.
+func newerThan(a string, ca time.Time, b string, cb time.Time) bool {
+	if !ca.Equal(cb) {
+		return ca.After(cb)
+	}
+	return a > b
+}
+
+// owners tracks each device's owner.
+type owners struct {
+	mu sync.Mutex
+	by map[string]*claim
+	// byMission lists each live owner's devices, for Ended; told marks
+	// the (mission, device) queues already noted.
+	byMission map[string][]string
+	told      map[string]bool
+}
+
+func newOwners() *owners {
+	return &owners{by: make(map[string]*claim), byMission: make(map[string][]string), told: make(map[string]bool)}
+}
+
+func (o *owners) get(dev string) (claim, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c, ok := o.by[dev]
+	if !ok {
+		return claim{}, false
+	}
+	return *c, true
+}
+
+// claim makes mission the owner of dev as it sends command, unless a
+// newer mission owns it: then it returns that mission and false.
+func (o *owners) claim(dev, mission, scene string, created time.Time, command string, ended bool) (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.by[dev]
+	switch {
+	case c != nil && c.mission == mission:
+		c.command, c.applied = command, false
+		return "", true
+	case c != nil && newerThan(c.mission, c.created, mission, created) && c.scene == scene:
+		return "", true // runs of one scene: its mode orders them; the newer stays owner
+	case c != nil && newerThan(c.mission, c.created, mission, created):
+		return c.mission, false
+	}
+	o.by[dev] = &claim{mission: mission, scene: scene, created: created, command: command, ended: ended, applied: command == "", prev: c}
+	if !ended {
+		o.byMission[mission] = append(o.byMission[mission], dev)
+	}
+	return "", true
+}
+
+// applied records that mission's command on dev took effect.
+func (o *owners) applied(dev, mission string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c := o.by[dev]; c != nil && c.mission == mission {
+		c.applied = true
+	}
+}
+
+// giveBack hands dev back to the claim mission displaced, when what
+// mission did to it is undone (or was never done: a rejected command);
+// it says whether the owner changed.
+func (o *owners) giveBack(dev, mission string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.by[dev]
+	if c == nil || c.mission != mission {
+		return false
+	}
+	if c.prev == nil {
+		delete(o.by, dev)
+	} else {
+		o.by[dev] = c.prev
+	}
+	return true
+}
+
+// tell says whether mission's queue on dev is new (to be noted once).
+func (o *owners) tell(mission, dev string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	k := mission + "/" + dev
+	if o.told[k] {
+		return false
+	}
+	o.told[k] = true
+	o.byMission[mission] = append(o.byMission[mission], dev)
+	return true
+}
+
+// end marks mission's claims ended and returns the devices it owned.
+func (o *owners) end(mission string) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	devs := o.byMission[mission]
+	delete(o.byMission, mission)
+	var out []string
+	for _, dev := range devs {
+		delete(o.told, mission+"/"+dev)
+		for c := o.by[dev]; c != nil; c = c.prev {
+			if c.mission == mission && !c.ended {
+				c.ended = true
+				out = append(out, dev)
+			}
+		}
+	}
+	return out
+}
+
+// Ended tells the handlers that a mission has ended: the devices it owns
+// are free for the steps queued behind it, which are woken.
+func (h *Handlers) Ended(missionID string) {
+	for _, dev := range h.owners.end(missionID) {
+		h.wake(OwnerKey(dev))
+	}
+}
+
+// Seed records that mission (of scene, created at created) changed device, for
+// an agent starting with missions in its store: ownership is otherwise
+// learnt as commands go out. ended says the mission has ended.
+func (h *Handlers) Seed(device, mission, scene string, created time.Time, ended bool) {
+	h.owners.claim(device, mission, scene, created, "", ended)
+}
+
+// giveBack hands dev back after mission's change to it was undone or
+// refused; a step waiting for its owner looks again.
+func (h *Handlers) giveBack(dev, mission string) {
+	if h.owners.giveBack(dev, mission) {
+		h.wake(OwnerKey(dev))
+	}
+}
+
+func (h *Handlers) wake(key string) {
+	if f := h.client.opts.OnChange; f != nil {
+		f(key)
+	}
+}
+
+func (h *Handlers) conflict(kind, dev string, req driver.StepRequest, other string) {
+	if f := h.opts.OnConflict; f != nil {
+		f(Conflict{Kind: kind, Device: dev, Mission: req.MissionID, Step: req.StepIndex, Other: other})
+	}
+}
+
+// supersededBy says whether a mission newer than req's commanded dev
+// since, and which.
+func (h *Handlers) supersededBy(req driver.StepRequest, dev string) (string, bool) {
+	c, ok := h.owners.get(dev)
+	if !ok || c.mission == req.MissionID || !newerThan(c.mission, c.created, req.MissionID, req.Created) {
+		return "", false
+	}
+	return c.mission, true
+}
+
+// gaveWay ends req's step on dev, superseded by the newer mission by.
+func (h *Handlers) gaveWay(req driver.StepRequest, dev, by string) error {
+	h.admit.withdraw(req.IdempotencyKey)
+	h.conflict(ConflictGaveWay, dev, req, by)
+	return driver.SupersededError(fmt.Errorf("%s was commanded by newer mission %s", dev, by))
+}
+
+// CodeHeld is the code of a queued step waiting for the live mission
+// holding its device (not ready: no attempt spent; the owner's end wakes
+// it).
+const CodeHeld = "device_held"
+
+// CodeNewerInFlight is the code of an undo waiting for the outcome of a
+// newer mission's command to its device (not ready; the ack or the
+// refusal wakes it).
+const CodeNewerInFlight = "newer_command_in_flight"
+
+// arbitrate decides, before a command of req's forward step is sent to
+// dev, what the step does about the device's owner; nil means send.
+func (h *Handlers) arbitrate(req driver.StepRequest, dev, policy string) error {
+	c, ok := h.owners.get(dev)
+	if !ok || c.mission == req.MissionID || c.scene == req.MissionType {
+		// Runs of one scene are ordered by its mode (single, restart,
+		// queued, parallel), not arbitrated.
+		return nil
+	}
+	if newerThan(c.mission, c.created, req.MissionID, req.Created) {
+		return h.gaveWay(req, dev, c.mission)
+	}
+	if c.ended {
+		return nil
+	}
+	switch policy {
+	case ConflictQueue:
+		h.admit.withdraw(req.IdempotencyKey)
+		if h.owners.tell(req.MissionID, dev) {
+			h.conflict(ConflictQueued, dev, req, c.mission)
+		}
+		return driver.WaitError(OwnerKey(dev), CodeHeld, h.opts.OfflineRetry,
+			fmt.Errorf("%s is held by live mission %s (on_conflict = queue)", dev, c.mission))
+	case ConflictSkip:
+		h.admit.withdraw(req.IdempotencyKey)
+		h.conflict(ConflictSkipped, dev, req, c.mission)
+		return driver.SkippedError(fmt.Errorf("%s is held by live mission %s (on_conflict = skip)", dev, c.mission))
+	}
+	// Preempt: the owner's steps not yet sent to it find it taken when
+	// they try; one verifying it finds the newer state superseding it.
+	h.conflict(ConflictTookOver, dev, req, c.mission)
+	h.wake(dev)
+	return nil
+}
+
+// undoAllowed decides whether req's undo may command dev: never once a
+// newer mission has changed it, live or not; the undo is then left
+// alone. While the newer command's outcome is unknown, it waits for it. (Waiting for a live one to end could wait for a mission that
+// waits, queued, for this one.) Should that newer mission undo its own
+// change later, it puts back what it found.
+func (h *Handlers) undoAllowed(req driver.StepRequest, dev string) error {
+	c, ok := h.owners.get(dev)
+	if !ok || c.mission == req.MissionID || !newerThan(c.mission, c.created, req.MissionID, req.Created) {
+		return nil
+	}
+	if !c.applied && !c.ended {
+		// Its command is on its way: whether it takes effect (its ack) or
+		// is refused (the device is given back) decides.
+		return driver.WaitError(OwnerKey(dev), CodeNewerInFlight, h.opts.OfflineRetry,
+			fmt.Errorf("%s: a command of newer mission %s is in flight", dev, c.mission))
+	}
+	h.admit.withdraw(req.IdempotencyKey)
+	h.conflict(ConflictLeftAlone, dev, req, c.mission)
+	return driver.SupersededError(fmt.Errorf("left alone: %s was changed since by newer mission %s", dev, c.mission))
+}
