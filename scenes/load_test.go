@@ -83,7 +83,7 @@ func TestShippedScenesCommentEveryKey(t *testing.T) {
 	keys := []string{"name", "description", "priority", "deadline", "mode", "id", "device", "action", "params",
 		"from", "default", "timeout", "retry", "max_attempts", "initial_backoff", "multiplier", "max_backoff",
 		"jitter", "max_elapsed", "verify", "verify_timeout", "ack_timeout", "compensate", "on_error",
-		"policy", "devices", "parallel", "quorum"}
+		"policy", "devices", "parallel", "quorum", "on_conflict"}
 	var comments strings.Builder
 	for _, f := range []string{"go_home.toml", "leave_home.toml", "movie_night.toml", "all_off.toml"} {
 		b, err := os.ReadFile(filepath.Join(shippedScenes, f))
