@@ -58,7 +58,7 @@ devices = [%s]
 action = "set"
 params = { power = "on", brightness = { from = "b" } }
 compensate = "restore"
-ack_timeout = "2s"
+ack_timeout = "5s"
 retry = { max_attempts = 2, initial_backoff = "20ms", max_elapsed = "120ms" }
 `, pol, prefix, pol, strings.Join(ids, ", "))
 		}
@@ -168,7 +168,7 @@ func checkRun(report func(string, ...any), run int, policy string, m *driver.Mis
 			}
 		case policy == "best_effort":
 			if st.Status != driver.StepSucceeded || got["power"] != "on" || fmt.Sprint(got["brightness"]) != fmt.Sprint(b) {
-				report("run %d (%s): healthy %s ended %s in state %v, want succeeded at brightness %d", run, policy, dev, st.Status, got, b)
+				report("run %d (%s): healthy %s ended %s (%s) in state %v, want succeeded at brightness %d", run, policy, dev, st.Status, st.Error, got, b)
 			}
 		case faulty:
 			if st.Status == driver.StepSucceeded || st.Status == driver.StepCompensated {

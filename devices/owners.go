@@ -139,11 +139,12 @@ func (o *owners) giveBack(dev, mission string) bool {
 	return true
 }
 
-// tell says whether mission's queue on dev is new (to be noted once).
-func (o *owners) tell(mission, dev string) bool {
+// tell says whether mission's decision kind on dev is new (to be noted
+// once, however often its step tries).
+func (o *owners) tell(mission, dev, kind string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	k := mission + "/" + dev
+	k := mission + "/" + dev + "/" + kind
 	if o.told[k] {
 		return false
 	}
@@ -160,7 +161,9 @@ func (o *owners) end(mission string) []string {
 	delete(o.byMission, mission)
 	var out []string
 	for _, dev := range devs {
-		delete(o.told, mission+"/"+dev)
+		for _, kind := range []string{ConflictQueued, ConflictTookOver} {
+			delete(o.told, mission+"/"+dev+"/"+kind)
+		}
 		for c := o.by[dev]; c != nil; c = c.prev {
 			if c.mission == mission && !c.ended {
 				c.ended = true
@@ -251,7 +254,7 @@ func (h *Handlers) arbitrate(req driver.StepRequest, dev, policy string) error {
 	switch policy {
 	case ConflictQueue:
 		h.admit.withdraw(req.IdempotencyKey)
-		if h.owners.tell(req.MissionID, dev) {
+		if h.owners.tell(req.MissionID, dev, ConflictQueued) {
 			h.conflict(ConflictQueued, dev, req, c.mission)
 		}
 		return driver.WaitError(OwnerKey(dev), CodeHeld, h.opts.OfflineRetry,
@@ -263,7 +266,9 @@ func (h *Handlers) arbitrate(req driver.StepRequest, dev, policy string) error {
 	}
 	// Preempt: the owner's steps not yet sent to it find it taken when
 	// they try; one verifying it finds the newer state superseding it.
-	h.conflict(ConflictTookOver, dev, req, c.mission)
+	if h.owners.tell(req.MissionID, dev, ConflictTookOver) {
+		h.conflict(ConflictTookOver, dev, req, c.mission)
+	}
 	h.wake(dev)
 	return nil
 }

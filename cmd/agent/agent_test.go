@@ -103,9 +103,16 @@ func TestOfflineDeviceDelaysStep(t *testing.T) {
 	wantState(t, ac, map[string]any{"power": "on", "target": 24})
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var acEvents []string
+	for _, ev := range e.events[id] {
+		if ev.StepID == "2-living-ac" {
+			acEvents = append(acEvents, fmt.Sprintf("%s attempt %d %s %s", ev.Input, ev.Attempt, ev.Code, ev.Error))
+		}
+	}
 	for _, ev := range e.events[id] {
 		if ev.StepID == "2-living-ac" && ev.Input == driver.InBeginStep && ev.Attempt > 1 {
-			t.Errorf("waiting for an offline device spent attempts: %+v", ev)
+			t.Errorf("waiting for an offline device spent attempts: the AC step's events:\n%s", strings.Join(acEvents, "\n"))
+			break
 		}
 	}
 }
