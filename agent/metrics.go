@@ -256,7 +256,10 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 		delete(m.begins, stepKey{ms.ID, ev.Step})
 		m.mu.Unlock()
 		result := "ok"
-		if ev.Input == driver.InStepError {
+		switch {
+		case ev.Input == driver.InStepError && ev.Detail == driver.GaveWay.String():
+			result = ev.Code // superseded or skipped: not a failure
+		case ev.Input == driver.InStepError:
 			result = "error"
 			m.stepFailures.WithLabelValues(ev.Detail, codeLabel(ev.Code)).Inc()
 		}
