@@ -919,51 +919,68 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 	u.Duration += Duration(elapsed)
 	m.Lease = Lease{}
 	dec := d.outcomeOf(t, u, policy, err, false)
+	detail, over := recordUndo(m, j, dec, out, err, t.now, log)
+	if over {
+		m.Progress.Undo = j - 1
+		m.Control.Wait = false
+	} else if dec.verdict == verdictWait {
+		m.Control.WaitFor, u.WaitFor = u.WaitFor, ""
+		m.Control.Wait = true
+	}
+	m.Due, u.Due = u.Due, time.Time{}
+	_ = t.fire(InCompResult, j, detail)
+	undoEvent(t, dec, u)
+}
+
+// recordUndo records the outcome of an attempt to undo step j in
+// m.Undo[j] (and m.Results[j], m.Error) and returns the comp_result
+// detail, and whether the undo is over. A wait or retry is due at
+// Undo[j].Due, woken by Undo[j].WaitFor; a group's branch keeps them
+// there, a single step moves them to the mission.
+func recordUndo(m *Mission, j int, dec decision, out map[string]any, err error, now time.Time, log stepLog) (string, bool) {
+	u := &m.Undo[j]
 	switch dec.verdict {
 	case verdictDone:
 		u.Status = StepSucceeded
 		u.Outputs = out
 		u.Error, u.Code = "", ""
-		u.Finished = t.now
+		u.Finished = now
+		u.Due, u.WaitFor = time.Time{}, ""
 		m.Results[j].Status = StepCompensated
-		m.Progress.Undo = j - 1
-		m.Due = time.Time{}
-		m.Control.Wait = false
-		_ = t.fire(InCompResult, j, "compensated")
-		return
+		return "compensated", true
 	case verdictGaveWay:
 		// Left alone: a newer mission has changed the device since.
-		gaveWay(u, dec, t.now)
+		gaveWay(u, dec, now)
+		u.Due, u.WaitFor = time.Time{}, ""
 		m.Results[j].Status = StepSuperseded
-		m.Progress.Undo = j - 1
-		m.Due = time.Time{}
-		m.Control.Wait = false
-		_ = t.fire(InCompResult, j, "left alone")
-		t.annotate(dec.msg, dec.code)
-		return
+		return "left alone", true
 	case verdictFail:
-		u.Code = dec.code
 		u.Status = StepFailed
-		u.Finished = t.now
-		u.Error = dec.msg
-		m.Progress.Undo = j - 1
-		m.Due = time.Time{}
-		m.Control.Wait = false
+		u.Finished = now
+		u.Error, u.Code = dec.msg, dec.code
+		u.Due, u.WaitFor = time.Time{}, ""
 		m.Error += fmt.Sprintf("; compensation of %s failed: %s", m.Steps[j].ID, dec.msg)
-		_ = t.fire(InCompResult, j, "compensation failed")
-		t.annotate(dec.msg, dec.code)
 		log.Warn("compensation failed", "err", dec.msg)
-		return
+		return "compensation failed", true
 	}
 	u.Error, u.Code = err.Error(), dec.code
 	u.Status = StepWaiting
-	m.Due = dec.due
+	u.Due = dec.due
 	if dec.verdict == verdictWait {
-		m.Control.WaitFor = waitKey(err)
-		m.Control.Wait = true
-		_ = t.fire(InCompResult, j, "not_ready")
-	} else {
-		_ = t.fire(InCompResult, j, "retry")
+		u.WaitFor = waitKey(err)
+		return "not_ready", false
+	}
+	u.WaitFor = ""
+	return "retry", false
+}
+
+// undoEvent completes the comp_result event just recorded: the wait
+// before a retry, and the error of an undo that did not succeed.
+func undoEvent(t *txn, dec decision, u *StepResult) {
+	switch dec.verdict {
+	case verdictDone:
+		return
+	case verdictRetry:
 		t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
 	}
 	t.annotate(u.Error, dec.code)

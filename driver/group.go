@@ -663,46 +663,13 @@ func (d *Driver) applyBranch(e *entry, t *txn, r *branchRun, comp bool) {
 	t.annotate(res.Error, dec.code)
 }
 
-// branchUndone applies the outcome of a branch's compensation.
+// branchUndone applies the outcome of a branch's compensation; a wait
+// or retry stays the branch's own (Undo[k].Due, WaitFor).
 func (d *Driver) branchUndone(t *txn, k int, out map[string]any, err error, dec decision, log stepLog) {
-	m := t.m
-	u := &m.Undo[k]
-	switch dec.verdict {
-	case verdictDone:
-		u.Status = StepSucceeded
-		u.Outputs = out
-		u.Error, u.Code = "", ""
-		u.Finished = t.now
-		m.Results[k].Status = StepCompensated
-		t.branchEvent(InCompResult, k, u.Attempts, "compensated")
-		return
-	case verdictGaveWay:
-		gaveWay(u, dec, t.now)
-		m.Results[k].Status = StepSuperseded
-		t.branchEvent(InCompResult, k, u.Attempts, "left alone")
-		t.annotate(dec.msg, dec.code)
-		return
-	case verdictFail:
-		u.Status = StepFailed
-		u.Finished = t.now
-		u.Error, u.Code = dec.msg, dec.code
-		m.Error += fmt.Sprintf("; compensation of %s failed: %s", m.Steps[k].ID, dec.msg)
-		t.branchEvent(InCompResult, k, u.Attempts, "compensation failed")
-		t.annotate(dec.msg, dec.code)
-		log.Warn("compensation failed", "err", dec.msg)
-		return
-	}
-	u.Error, u.Code = err.Error(), dec.code
-	u.Status = StepWaiting
-	u.Due = dec.due
-	if dec.verdict == verdictWait {
-		u.WaitFor = waitKey(err)
-		t.branchEvent(InCompResult, k, u.Attempts, "not_ready")
-	} else {
-		t.branchEvent(InCompResult, k, u.Attempts, "retry")
-		t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
-	}
-	t.annotate(u.Error, dec.code)
+	u := &t.m.Undo[k]
+	detail, _ := recordUndo(t.m, k, dec, out, err, t.now, log)
+	t.branchEvent(InCompResult, k, u.Attempts, detail)
+	undoEvent(t, dec, u)
 }
 
 // endGroup ends the group no branch of which runs any more: the undo
