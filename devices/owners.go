@@ -167,7 +167,12 @@ func (o *owners) end(mission string) []string {
 		for c := o.by[dev]; c != nil; c = c.prev {
 			if c.mission == mission && !c.ended {
 				c.ended = true
+				// An ended mission undoes nothing more, so nothing is ever
+				// given back past it: the chain stops here, and its length
+				// stays the number of live missions that changed the device.
+				c.prev = nil
 				out = append(out, dev)
+				break
 			}
 		}
 	}
