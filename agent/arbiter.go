@@ -75,7 +75,7 @@ func (a *arbiter) note(ctx context.Context, c devices.Conflict) {
 	case devices.ConflictTookOver:
 		lines = []line{
 			{c.Mission, c.Step, fmt.Sprintf("took %s over from mission %s", c.Device, c.Other)},
-			{c.Other, -1, fmt.Sprintf("%s taken over by newer mission %s; a step of this mission still on it ends superseded", c.Device, c.Mission)},
+			{c.Other, -1, fmt.Sprintf("%s taken over by newer mission %s; a step of this mission not yet sent to it will end superseded", c.Device, c.Mission)},
 		}
 	case devices.ConflictQueued:
 		lines = []line{

@@ -254,7 +254,7 @@ func checkOverlap(t *testing.T, report func(string, ...any), run int, prefix str
 				continue
 			}
 			if i := strings.Index(text, "mission "); i >= 0 {
-				other = strings.Fields(text[i+len("mission "):])[0]
+				other = strings.TrimRight(strings.Fields(text[i+len("mission "):])[0], ";,.")
 			}
 			if other == "" || !noted(r, other, m.ID) {
 				report("seed %d: %s's step %d %s (%q), but mission %q's timeline has no note of it", run, m.ID, k, res.Status, text, other)

@@ -349,7 +349,11 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 	// Claimed with the device's turn held, so that commands go out in
 	// the order their missions' claims were taken: an older mission
 	// never sends after a newer one has.
-	if by, ok := h.owners.claim(p.Device, req.MissionID, req.MissionType, req.Created, cmd.ID, false); !ok {
+	by, ok := h.owners.claim(p.Device, req.MissionID, req.MissionType, req.Created, cmd.ID, false)
+	if ok && by != "" && !req.Compensating {
+		h.tookOver(req, p.Device, by)
+	}
+	if !ok {
 		release()
 		if !req.Compensating {
 			return nil, h.gaveWay(req, p.Device, by)
@@ -576,8 +580,8 @@ func (h *Handlers) WaitState(_ context.Context, req driver.StepRequest) (map[str
 	remaining := started.Add(timeout).Sub(now)
 	if remaining <= 0 {
 		return nil, driver.PermanentError(CodeWaitTimeout,
-			fmt.Errorf("device %s reported %v, not %v, within %v", p.Device, got, p.State, timeout))
+			fmt.Errorf("device %s reported %s, not %s, within %v", p.Device, jsonText(got), jsonText(p.State), timeout))
 	}
 	return nil, driver.WaitError(p.Device, CodeWaitingState, min(remaining, h.opts.MaxRetryAfter),
-		fmt.Errorf("device %s has not reported %v yet", p.Device, p.State))
+		fmt.Errorf("device %s has not reported %s yet", p.Device, jsonText(p.State)))
 }

@@ -91,7 +91,9 @@ func (o *owners) get(dev string) (claim, bool) {
 }
 
 // claim makes mission the owner of dev as it sends command, unless a
-// newer mission owns it: then it returns that mission and false.
+// newer mission of another scene owns it: then it returns that mission
+// and false. Otherwise it returns the live mission of another scene it
+// took the device from, if any.
 func (o *owners) claim(dev, mission, scene string, created time.Time, command string, ended bool) (string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -108,6 +110,9 @@ func (o *owners) claim(dev, mission, scene string, created time.Time, command st
 	o.by[dev] = &claim{mission: mission, scene: scene, created: created, command: command, ended: ended, applied: command == "", prev: c}
 	if !ended {
 		o.byMission[mission] = append(o.byMission[mission], dev)
+	}
+	if c != nil && !c.ended && c.scene != scene {
+		return c.mission, true
 	}
 	return "", true
 }
@@ -269,13 +274,20 @@ func (h *Handlers) arbitrate(req driver.StepRequest, dev, policy string) error {
 		h.conflict(ConflictSkipped, dev, req, c.mission)
 		return driver.SkippedError(fmt.Errorf("%s is held by live mission %s (on_conflict = skip)", dev, c.mission))
 	}
-	// Preempt: the owner's steps not yet sent to it find it taken when
-	// they try; one verifying it finds the newer state superseding it.
+	// Preempt: the command goes out, and its claim (see send) takes the
+	// device; the owner's steps not yet sent to it find it taken when
+	// they try, and one verifying it finds the newer state superseding it.
+	return nil
+}
+
+// tookOver notes, once per mission and device, that req's command took
+// dev over from the live mission from, and wakes what of from's waits
+// on the device.
+func (h *Handlers) tookOver(req driver.StepRequest, dev, from string) {
 	if h.owners.tell(req.MissionID, dev, ConflictTookOver) {
-		h.conflict(ConflictTookOver, dev, req, c.mission)
+		h.conflict(ConflictTookOver, dev, req, from)
 	}
 	h.wake(dev)
-	return nil
 }
 
 // undoAllowed decides whether req's undo may command dev: never once a
@@ -296,5 +308,5 @@ func (h *Handlers) undoAllowed(req driver.StepRequest, dev string) error {
 	}
 	h.admit.withdraw(req.IdempotencyKey)
 	h.conflict(ConflictLeftAlone, dev, req, c.mission)
-	return driver.SupersededError(fmt.Errorf("left alone: %s was changed since by newer mission %s", dev, c.mission))
+	return driver.SupersededError(fmt.Errorf("%s was changed since by newer mission %s; left as it is", dev, c.mission))
 }

@@ -268,7 +268,7 @@ func (d *Driver) settle(t *txn) (action, error) {
 				d.finish(t)
 				if failed := d.failedSteps(m); failed > 0 {
 					m.Reason = "completed_with_errors"
-					m.Error = fmt.Sprintf("%d step(s) failed and were skipped (continue_on_error)", failed)
+					m.Error = fmt.Sprintf("%d of %d steps failed; the run went on without them", failed, len(m.Steps))
 				}
 				return actRest, t.fire(InComplete, -1, "")
 			case late:

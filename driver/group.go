@@ -325,7 +325,15 @@ func (d *Driver) beginGroup(t *txn) error {
 	m.Due = time.Time{}
 	m.Lease = d.groupLease(m, g0, g1, t.now)
 	g := m.Steps[g0].Group
-	return t.fire(InGroupBegin, g0, fmt.Sprintf("group %s: %d branches, policy %s", g.ID, g1-g0, g.policy()))
+	pol := string(g.policy())
+	if g.Quorum > 0 {
+		pol += fmt.Sprintf(" %d of %d", g.Quorum, g1-g0)
+	}
+	if err := t.fire(InGroupBegin, g0, fmt.Sprintf("group %s: %d branches, policy %s", g.ID, g1-g0, pol)); err != nil {
+		return err
+	}
+	t.events[len(t.events)-1].Group = g.ID
+	return nil
 }
 
 // groupLease covers the longest attempt of any of the group's branches.
@@ -698,11 +706,13 @@ func (d *Driver) endGroup(t *txn, p groupPlan) error {
 		if err := t.fire(InGroupFail, p.g0, msg); err != nil {
 			return err
 		}
+		t.events[len(t.events)-1].Group = g.ID
 		return d.stop(t, StateFailed, "step_failed", msg)
 	case c.open > 0 && !dl.IsZero() && !t.now.Before(dl):
 		if err := t.fire(InGroupFail, p.g0, "deadline"); err != nil {
 			return err
 		}
+		t.events[len(t.events)-1].Group = g.ID
 		return d.stop(t, StateFailed, "deadline", fmt.Sprintf("%v at %s", ErrDeadline, dl.UTC().Format(time.RFC3339)))
 	case c.open > 0 && m.Control.Pause:
 		m.Control.Pause = false
@@ -720,7 +730,11 @@ func (d *Driver) endGroup(t *txn, p groupPlan) error {
 		}
 		detail += "; failed: " + strings.Join(failed, ", ")
 	}
-	return t.fire(InGroupOK, p.g0, detail)
+	if err := t.fire(InGroupOK, p.g0, detail); err != nil {
+		return err
+	}
+	t.events[len(t.events)-1].Group = g.ID
+	return nil
 }
 
 // parkBranchLocked files a parked branch attempt. d.mu is held.

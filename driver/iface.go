@@ -28,9 +28,10 @@ type Event struct {
 	// Backoff is set when a failed attempt is retried: the wait before
 	// the next one.
 	Backoff Duration `json:"backoff,omitempty"`
-	// Group is set on the events of a parallel group's branches (their
-	// begins, outcomes and undos): the group's ID. A branch event is not
-	// a transition of the mission, whose state stays STEP_RUNNING (or
+	// Group is the group's ID on the events of a parallel group: its
+	// begin and end (InGroupBegin, InGroupOK, InGroupFail) and its
+	// branches' begins, outcomes and undos. A branch event is not a
+	// transition of the mission, whose state stays STEP_RUNNING (or
 	// COMPENSATING) while its branches run, so its From equals its To.
 	Group string `json:"group,omitempty"`
 }

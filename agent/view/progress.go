@@ -125,8 +125,8 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 		if ev.Step < len(m.Results) {
 			msg += fmt.Sprintf(" (%s)", roundDur(m.Results[ev.Step].Duration.D()))
 		}
-	case ev.Input == driver.InStepError && (ev.Code == driver.CodeSuperseded || ev.Code == driver.CodeSkipped):
-		msg = step(ev.Step) + " " + ev.Code + ": " + ev.Error
+	case ev.Input == driver.InStepError && ev.Detail == driver.GaveWay.String():
+		msg = step(ev.Step) + " " + ev.Code + ": " + strings.TrimPrefix(ev.Error, ev.Code+": ")
 	case ev.Input == driver.InNote:
 		msg = ev.Detail
 	case ev.Input == driver.InStepError:

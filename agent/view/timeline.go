@@ -235,6 +235,13 @@ func failureNote(ev driver.Event) (text, key string) {
 		what = "undo attempt"
 	}
 	switch {
+	case ev.Detail == driver.GaveWay.String() || ev.Detail == "left alone":
+		// Not a failure: the step (or undo) gave way to another mission.
+		verb := map[string]string{driver.CodeSuperseded: "superseded", driver.CodeSkipped: "skipped"}[ev.Code]
+		if ev.Input == driver.InCompResult {
+			verb = "undo left alone"
+		}
+		return fmt.Sprintf("%s %d %s: %s", what, ev.Attempt, verb, strings.TrimPrefix(ev.Error, ev.Code+": ")), ""
 	case ev.Detail == driver.NotReady.String() || ev.Detail == "not_ready":
 		return "not ready, waiting: " + msg, "wait/" + msg
 	case ev.Backoff > 0:
@@ -311,9 +318,12 @@ func renderEvents(b *strings.Builder, m *driver.Mission, evs []driver.Event) {
 	tw.row("  SEQ\tTIME\tINPUT\tTRANSITION\tSTEP\tATTEMPT\tNOTE\n")
 	for _, ev := range evs {
 		step, attempt := "", ""
-		if ev.StepID != "" {
+		switch {
+		case ev.Input == driver.InGroupBegin || ev.Input == driver.InGroupOK || ev.Input == driver.InGroupFail:
+			step = "group " + ev.Group
+		case ev.StepID != "":
 			step = ev.StepID
-		} else if ev.Step >= 0 && ev.Step < len(m.Steps) {
+		case ev.Step >= 0 && ev.Step < len(m.Steps):
 			step = m.Steps[ev.Step].ID
 		}
 		if ev.Attempt > 0 {
