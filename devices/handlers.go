@@ -349,23 +349,35 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 	// Claimed with the device's turn held, so that commands go out in
 	// the order their missions' claims were taken: an older mission
 	// never sends after a newer one has.
-	by, ok := h.owners.claim(p.Device, req.MissionID, req.MissionType, req.Created, cmd.ID, false)
-	if ok && by != "" && !req.Compensating {
-		h.tookOver(req, p.Device, by)
-	}
-	if !ok {
-		release()
+	yield := !req.Compensating && (p.OnConflict == ConflictQueue || p.OnConflict == ConflictSkip)
+	switch verdict, by := h.owners.claim(p.Device, req.MissionID, req.MissionType, req.Created, cmd.ID, yield); verdict {
+	case tookOver:
 		if !req.Compensating {
-			return nil, h.gaveWay(req, p.Device, by)
+			h.tookOver(req, p.Device, by)
 		}
-		if err := h.undoAllowed(req, p.Device); err != nil {
-			return nil, err
+	case newerHas, heldBy:
+		// Taken since arbitrate looked (another step's claim came first).
+		release()
+		var err error
+		switch {
+		case verdict == heldBy:
+			err = h.arbitrate(req, p.Device, p.OnConflict)
+		case req.Compensating:
+			err = h.undoAllowed(req, p.Device)
+		default:
+			err = h.gaveWay(req, p.Device, by)
 		}
-		return nil, driver.RetryableError(CodeInFlight, fmt.Errorf("%s changed hands as the undo was sent", p.Device))
+		if err == nil {
+			err = driver.RetryableError(CodeInFlight, fmt.Errorf("%s changed hands as the command was sent", p.Device))
+		}
+		return nil, err
 	}
 	ack, done, err := h.client.Post(p.Device, cmd, giveUp, release)
 	if done || err != nil {
 		release() // nothing went out: the turn goes to the next
+	}
+	if !done && err != nil {
+		h.settle(p.Device, req.MissionID, outRefused) // not sent: nothing changed
 	}
 	switch {
 	case errors.Is(err, ErrNotConnected):
@@ -382,17 +394,18 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 // verify the state it should have led to.
 func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, err error, now time.Time) (map[string]any, error) {
 	var rej *RejectedError
-	if errors.As(err, &rej) && !req.Compensating {
-		h.giveBack(p.Device, req.MissionID) // refused: the device was not changed
+	switch {
+	case errors.As(err, &rej):
+		h.settle(p.Device, req.MissionID, outRefused) // the device was not changed
+	case err != nil:
+		h.settle(p.Device, req.MissionID, outUnknown)
+	case req.Compensating:
+		h.settle(p.Device, req.MissionID, outUndone) // as before this step
+	default:
+		h.settle(p.Device, req.MissionID, outApplied)
 	}
 	if err != nil {
 		return nil, classifySend(err)
-	}
-	if req.Compensating {
-		h.giveBack(p.Device, req.MissionID) // undone: the device is as before this mission
-	} else {
-		h.owners.applied(p.Device, req.MissionID)
-		h.wake(OwnerKey(p.Device)) // an older undo waiting to know
 	}
 	prior := ack.Prior
 	if prior == nil {

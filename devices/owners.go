@@ -42,18 +42,21 @@ type Conflict struct {
 // a device waits for: Wake(OwnerKey(device)) when the owner ends.
 func OwnerKey(device string) string { return "owner/" + device }
 
-// claim is the newest mission that commanded a device, and the claim
-// it displaced: an undo or a rejected command gives the device back to
-// it.
+// claim is the newest mission that changed a device (or is changing
+// it), and the claim it displaced: when nothing of the mission's stays
+// on the device (its commands refused, or undone), the device goes back
+// to that one.
 type claim struct {
 	mission string
 	scene   string // the mission's type
 	created time.Time
 	command string // the command ID it sent last
 	ended   bool   // the mission has ended
-	// applied says that command's ack came back positive: the change is
-	// on the device, not just on its way.
-	applied bool
+	// changes counts the mission's commands to the device that took
+	// effect and are not undone; pending says a command of its is on its
+	// way, its outcome unknown.
+	changes int
+	pending bool
 	prev    *claim
 }
 
@@ -90,50 +93,99 @@ func (o *owners) get(dev string) (claim, bool) {
 	return *c, true
 }
 
-// claim makes mission the owner of dev as it sends command, unless a
-// newer mission of another scene owns it: then it returns that mission
-// and false. Otherwise it returns the live mission of another scene it
-// took the device from, if any.
-func (o *owners) claim(dev, mission, scene string, created time.Time, command string, ended bool) (string, bool) {
+// Outcomes of owners.claim.
+const (
+	claimed  = iota // the device is the mission's (or its scene's newer run's)
+	tookOver        // claimed from a live mission of another scene (by)
+	newerHas        // a newer mission of another scene has it (by): nothing claimed
+	heldBy          // a live older mission of another scene has it (by) and the step yields
+)
+
+// claim makes mission the owner of dev as it sends command. yield says
+// the step does not take a device from a live mission of another scene
+// (on_conflict queue or skip). Runs of one scene are ordered by its
+// mode: an older run's command goes out, and the newer run stays owner.
+func (o *owners) claim(dev, mission, scene string, created time.Time, command string, yield bool) (int, string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	c := o.by[dev]
 	switch {
 	case c != nil && c.mission == mission:
-		c.command, c.applied = command, false
-		return "", true
-	case c != nil && newerThan(c.mission, c.created, mission, created) && c.scene == scene:
-		return "", true // runs of one scene: its mode orders them; the newer stays owner
+		c.command, c.pending = command, true
+		if c.ended { // run again (an operator's retry): live again
+			c.ended = false
+			o.byMission[mission] = append(o.byMission[mission], dev)
+		}
+		return claimed, ""
+	case c != nil && c.scene != scene && newerThan(c.mission, c.created, mission, created):
+		return newerHas, c.mission
 	case c != nil && newerThan(c.mission, c.created, mission, created):
-		return c.mission, false
+		return claimed, ""
+	case c != nil && c.scene != scene && !c.ended && yield:
+		return heldBy, c.mission
 	}
-	o.by[dev] = &claim{mission: mission, scene: scene, created: created, command: command, ended: ended, applied: command == "", prev: c}
+	o.by[dev] = &claim{mission: mission, scene: scene, created: created, command: command, pending: true, prev: c}
+	o.byMission[mission] = append(o.byMission[mission], dev)
+	if c != nil && !c.ended && c.scene != scene {
+		return tookOver, c.mission
+	}
+	return claimed, ""
+}
+
+// seed records a change known to be on the device (from the store).
+func (o *owners) seed(dev, mission, scene string, created time.Time, ended bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.by[dev]
+	if c != nil && c.mission == mission {
+		c.changes++
+		return
+	}
+	if c != nil && newerThan(c.mission, c.created, mission, created) {
+		return
+	}
+	if c != nil && c.ended {
+		c.prev = nil // nothing is given back past an ended mission
+	}
+	o.by[dev] = &claim{mission: mission, scene: scene, created: created, ended: ended, changes: 1, prev: c}
 	if !ended {
 		o.byMission[mission] = append(o.byMission[mission], dev)
 	}
-	if c != nil && !c.ended && c.scene != scene {
-		return c.mission, true
-	}
-	return "", true
 }
 
-// applied records that mission's command on dev took effect.
-func (o *owners) applied(dev, mission string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if c := o.by[dev]; c != nil && c.mission == mission {
-		c.applied = true
-	}
-}
+// Outcomes of a command, for owners.settle.
+const (
+	outApplied = iota // a forward command took effect
+	outRefused        // a forward command was refused or never sent
+	outUndone         // an undo took effect
+	outUnknown        // no answer in time: the command may have taken effect
+)
 
-// giveBack hands dev back to the claim mission displaced, when what
-// mission did to it is undone (or was never done: a rejected command);
-// it says whether the owner changed.
-func (o *owners) giveBack(dev, mission string) bool {
+// settle records the outcome of mission's command to dev and says
+// whether the device changed hands (given back: nothing of the
+// mission's is on it any more).
+func (o *owners) settle(dev, mission string, out int) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	c := o.by[dev]
 	if c == nil || c.mission != mission {
+		return false
+	}
+	c.pending = false
+	switch out {
+	case outApplied:
+		c.changes++
+		return false
+	case outUndone:
+		c.changes--
+	case outUnknown:
+		// It may have taken effect: still pending, so an older undo waits
+		// (or leaves it alone once this mission ends), and the retry's
+		// ack, same command ID, counts it once.
+		c.pending = true
+		return false
+	}
+	if c.changes > 0 {
 		return false
 	}
 	if c.prev == nil {
@@ -192,19 +244,19 @@ func (h *Handlers) Ended(missionID string) {
 	}
 }
 
-// Seed records that mission (of scene, created at created) changed device, for
-// an agent starting with missions in its store: ownership is otherwise
-// learnt as commands go out. ended says the mission has ended.
+// Seed records that mission (of scene, created at created) changed
+// device, for an agent starting with missions in its store: ownership is
+// otherwise learnt as commands go out. ended says the mission has ended.
 func (h *Handlers) Seed(device, mission, scene string, created time.Time, ended bool) {
-	h.owners.claim(device, mission, scene, created, "", ended)
+	h.owners.seed(device, mission, scene, created, ended)
 }
 
-// giveBack hands dev back after mission's change to it was undone or
-// refused; a step waiting for its owner looks again.
-func (h *Handlers) giveBack(dev, mission string) {
-	if h.owners.giveBack(dev, mission) {
-		h.wake(OwnerKey(dev))
-	}
+// settle records what came of mission's command to dev; a step waiting
+// to know (an older mission's undo) or for the device (queued) looks
+// again.
+func (h *Handlers) settle(dev, mission string, out int) {
+	h.owners.settle(dev, mission, out)
+	h.wake(OwnerKey(dev))
 }
 
 func (h *Handlers) wake(key string) {
@@ -300,7 +352,7 @@ func (h *Handlers) undoAllowed(req driver.StepRequest, dev string) error {
 	if !ok || c.mission == req.MissionID || !newerThan(c.mission, c.created, req.MissionID, req.Created) {
 		return nil
 	}
-	if !c.applied && !c.ended {
+	if c.pending && c.changes == 0 && !c.ended {
 		// Its command is on its way: whether it takes effect (its ack) or
 		// is refused (the device is given back) decides.
 		return driver.WaitError(OwnerKey(dev), CodeNewerInFlight, h.opts.OfflineRetry,

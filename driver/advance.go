@@ -324,6 +324,7 @@ func (d *Driver) settle(t *txn) (action, error) {
 				// The group's branches are undone at once, by its worker.
 				g0, g1 := groupOf(m.Steps, j)
 				m.Lease = d.groupLease(m, g0, g1, t.now)
+				t.dirty = true
 				return actGroup, nil
 			}
 			u := &m.Undo[j]

@@ -217,10 +217,14 @@ func (d *Driver) scanGroup(e *entry, m *Mission, now time.Time) groupPlan {
 				p.fresh = append(p.fresh, k)
 			case pk == nil:
 				// left for the next start
-			case (pk.p.Woken || !now.Before(pk.p.Until)) && (!draining || pk.inFlight):
-				p.resume = append(p.resume, pk)
 			case stopped && !draining && !pk.inFlight:
+				// Its effect has not started: given up, woken or not, so
+				// that a cancelled run sends nothing more.
 				p.abandon = append(p.abandon, pk)
+			case draining && !pk.inFlight:
+				// Left for the next start: a stopping driver starts nothing.
+			case pk.p.Woken || !now.Before(pk.p.Until):
+				p.resume = append(p.resume, pk)
 			default:
 				p.at(pk.p.Until)
 				if pk.p.Key != "" {
@@ -502,6 +506,9 @@ func (d *Driver) advanceGroup(e *entry, gen uint64) {
 	d.mu.Unlock()
 	act := actRest
 	if after.end {
+		d.mu.Lock()
+		clear(e.bwoken) // the next group's branches start with none
+		d.mu.Unlock()
 		if err := d.endGroup(t, after); err != nil {
 			d.log.Error("end group", "mission", t.m.ID, "err", err)
 			return
@@ -690,6 +697,7 @@ func (d *Driver) endGroup(t *txn, p groupPlan) error {
 	if p.comp {
 		m.Progress.Undo = p.g0 - 1
 		m.Due = time.Time{}
+		t.dirty = true // no event, but the undo has moved on: commit it
 		return nil
 	}
 	g := m.Steps[p.g0].Group
@@ -778,4 +786,11 @@ func (e *entry) hasInFlight() bool {
 		}
 	}
 	return false
+}
+
+// stoppingOrDraining says whether Stop has begun (for tests).
+func (d *Driver) stoppingOrDraining() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.draining || d.stopping
 }

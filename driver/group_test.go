@@ -3,8 +3,10 @@ package driver
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -432,5 +434,111 @@ func TestNoteAddsAnEventToLiveAndFinishedMissions(t *testing.T) {
 	eq(t, "observed notes", len(seen), 2)
 	if err := d.Note(context.Background(), "nope", 0, "x"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("note on an unknown mission: %v, want ErrNotFound", err)
+	}
+}
+
+// TestGroupUndoMovesPastAGroupWithNothingToUndo: two adjacent groups,
+// the second failing with no branch to undo: the undo moves on to the
+// first group (committed, not re-planned forever) and the mission fails
+// with the first group's branches undone. (Found by review: the move
+// recorded no event, so nothing was committed and the worker spun.)
+func TestGroupUndoMovesPastAGroupWithNothingToUndo(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["y"] = func(StepRequest) (map[string]any, error) { return nil, PermanentError("jammed", errors.New("jammed")) }
+	m := submit(t, d, Spec{Type: "t", Steps: append(group("g1", "", 0, steps("a!", "b!")), group("g2", "", 0, steps("x", "y"))...)})
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	if got.State != StateFailed || got.Results[0].Status != StepCompensated || got.Results[1].Status != StepCompensated {
+		t.Fatalf("state %s results %+v; want FAILED with g1's branches compensated", got.State, got.Results)
+	}
+}
+
+// TestGroupCancelAbandonsAQueuedBranchWhoseTurnCame: a branch parked
+// for its turn (nothing sent) is given up when the mission is
+// cancelled, even if its turn came just before: a cancelled run sends
+// nothing more.
+func TestGroupCancelAbandonsAQueuedBranchWhoseTurnCame(t *testing.T) {
+	var resumed, abandoned int
+	h := HandlerFunc(func(_ context.Context, req StepRequest) (map[string]any, error) {
+		switch {
+		case req.Resume == nil:
+			return nil, Pending("turn/"+req.StepID, req.Deadline, "queued", nil)
+		case req.Resume.Abandon:
+			abandoned++
+		default:
+			resumed++
+		}
+		return nil, nil
+	})
+	d, _, _, _ := fixture(t, Options{Handlers: map[string]Handler{"test": h}})
+	m := submit(t, d, Spec{Type: "t", Steps: group("g", "", 0, steps("a", "b"))})
+	step(t, d)
+	d.Wake("turn/a")
+	if _, err := d.Cancel(context.Background(), m.ID); err != nil {
+		t.Fatal(err)
+	}
+	for step(t, d) > 0 {
+	}
+	if resumed != 0 || abandoned != 2 {
+		t.Fatalf("resumed %d, abandoned %d; want both queued branches abandoned", resumed, abandoned)
+	}
+	if got := get(t, d, m.ID); got.State != StateCancelled {
+		t.Fatalf("state %s, want CANCELLED", got.State)
+	}
+}
+
+// countingClock counts reads of the time: a worker that spins reads it
+// on every turn.
+type countingClock struct {
+	*fakeClock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time { c.reads.Add(1); return c.fakeClock.Now() }
+
+// TestGroupDrainDoesNotSpinOnAQueuedBranch: while Stop waits for a
+// branch in flight, a sibling parked for its turn (its time passed) is
+// left for the next start, and the entry is not made due over and over.
+// (Found by review: the drain re-dispatched it in a busy loop.)
+func TestGroupDrainDoesNotSpinOnAQueuedBranch(t *testing.T) {
+	h := HandlerFunc(func(_ context.Context, req StepRequest) (map[string]any, error) {
+		if req.StepID == "a" {
+			if req.Resume != nil && req.Resume.Woken {
+				return nil, nil // its ack
+			}
+			return nil, InFlight("ack/a", req.Deadline, "sent", nil)
+		}
+		return nil, Pending("turn/b", req.Deadline, "queued", nil)
+	})
+	clk := &countingClock{fakeClock: newFakeClock()}
+	d, err := New(Options{Store: newMemStore(t), Clock: clk, Seed: 1, StopGrace: 10 * time.Second, Handlers: map[string]Handler{"test": h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := group("g", "", 0, steps("a", "b"))
+	ss[1].Timeout = Duration(time.Second)
+	submit(t, d, Spec{Type: "t", Steps: ss})
+	start(t, d)
+	for d.Queue().Parked < 2 {
+		runtime.Gosched()
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Stop(context.Background()) }()
+	for !d.stoppingOrDraining() {
+		runtime.Gosched()
+	}
+	clk.Advance(1500 * time.Millisecond) // b's wait is over, during the drain
+	before := clk.reads.Load()
+	time.Sleep(100 * time.Millisecond) // a window to measure a busy loop in, not to wait for an event
+	reads := clk.reads.Load() - before
+	d.Wake("ack/a") // a's ack: the drain can end
+	if err := <-done; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if n := d.Queue().Parked; n != 1 {
+		t.Errorf("%d parked after stop, want b's left for the next start", n)
+	}
+	if reads > 100 {
+		t.Errorf("%d reads of the clock in 100 ms of drain: the worker spins", reads)
 	}
 }

@@ -62,9 +62,12 @@ func (p *parser) group(sceneLoc FieldError, j int, m map[string]any, scenePolicy
 	}
 	var branches []map[string]any
 	if v, ok := t.get("devices"); ok {
-		list, _ := v.([]any)
-		if len(list) == 0 {
-			t.fail("devices", "%s is not a non-empty array of device IDs", describe(v))
+		list, isList := v.([]any)
+		switch {
+		case !isList:
+			t.fail("devices", "%s is not an array of device IDs", describe(v))
+		case len(list) == 0:
+			t.fail("devices", "is empty: list at least one device ID")
 		}
 		for _, d := range list {
 			b := maps.Clone(shared)
@@ -93,7 +96,7 @@ func (p *parser) group(sceneLoc FieldError, j int, m map[string]any, scenePolicy
 		if !isDeviceStep(b) {
 			bl := loc
 			bl.StepName = g.ID
-			bl.Field = fmt.Sprintf("parallel[%d]", i)
+			bl.Field = fmt.Sprintf("parallel[%d]", i) // TOML's own numbering, from 0
 			bl.Msg = "a branch is a device step (device and action); delays and waits go before or after the group"
 			p.errs = append(p.errs, bl)
 			continue
@@ -107,14 +110,14 @@ func (p *parser) group(sceneLoc FieldError, j int, m map[string]any, scenePolicy
 			continue
 		}
 		if first, dup := seen[st.device]; dup {
-			t.fail("", "device %s is in the group twice (branches %d and %d): one command per device at a time", st.device, first+1, i+1)
+			t.fail("", "device %s is in the group twice (its branches %d and %d, from 1): one command per device at a time", st.device, first+1, i+1)
 			continue
 		}
 		seen[st.device] = i
 		st.group = g
 		out = append(out, st)
 	}
-	if g.Policy == driver.PolicyQuorum && len(out) > 0 && (g.Quorum < 1 || g.Quorum > len(out)) {
+	if g.Policy == driver.PolicyQuorum && t.has("quorum") && len(out) > 0 && (g.Quorum < 1 || g.Quorum > len(out)) {
 		t.fail("quorum", "%d is outside 1..%d (the group's branches)", g.Quorum, len(out))
 	}
 	p.dedupe(before)

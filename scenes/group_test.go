@@ -88,7 +88,7 @@ func TestParallelGroupErrors(t *testing.T) {
 		want FieldError // Msg is a substring
 	}{
 		{"empty devices", head + "[[scene.step]]\ndevices = []\naction = \"turn_off\"\n",
-			FieldError{Field: "devices", Msg: "non-empty array"}},
+			FieldError{Field: "devices", Msg: "is empty"}},
 		{"both forms", head + "[[scene.step]]\ndevices = [\"living-light\"]\naction = \"turn_off\"\n[[scene.step.parallel]]\ndevice = \"kitchen-light\"\n",
 			FieldError{Field: "parallel", Msg: "not both"}},
 		{"device twice", head + "[[scene.step]]\ndevices = [\"living-light\", \"living-light\"]\naction = \"turn_off\"\n",
@@ -105,6 +105,8 @@ func TestParallelGroupErrors(t *testing.T) {
 			FieldError{Field: "policy", Msg: "a quorum is a group's"}},
 		{"bad shared action said once", head + "[[scene.step]]\ndevices = [\"living-light\", \"kitchen-light\"]\naction = \"explode\"\n",
 			FieldError{Field: "action", Msg: `no action "explode"`}},
+		{"duplicate group ids", head + "[[scene.step]]\nid = \"g\"\ndevices = [\"living-light\"]\naction = \"turn_off\"\n[[scene.step]]\nid = \"g\"\ndevices = [\"kitchen-light\"]\naction = \"turn_off\"\n",
+			FieldError{Field: "step", Msg: "two parallel groups have id"}},
 		{"unknown group key", head + "[[scene.step]]\ndevices = [\"living-light\"]\naction = \"turn_off\"\ncolour = 1\n",
 			FieldError{Field: "colour", Msg: "unknown key"}},
 	}

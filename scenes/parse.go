@@ -122,6 +122,16 @@ func (p *parser) scene(i int, m map[string]any) *scene {
 			sc.steps = append(sc.steps, st)
 		}
 	}
+	seenGroups := map[string]bool{}
+	for i, st := range sc.steps {
+		if st.group == nil || i > 0 && sc.steps[i-1].group == st.group {
+			continue
+		}
+		if seenGroups[st.group.ID] {
+			t.fail("step", "two parallel groups have id %q: a group's id is unique in its scene", st.group.ID)
+		}
+		seenGroups[st.group.ID] = true
+	}
 	if len(sc.steps) > MaxSteps {
 		t.fail("step", "%d steps, counting each branch of a parallel group (max %d)", len(sc.steps), MaxSteps)
 	}
