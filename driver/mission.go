@@ -75,7 +75,9 @@ type Step struct {
 	// Group, when set, makes the step a branch of a parallel group:
 	// consecutive steps with the same Group.ID run at once, each with its
 	// own attempts, retries and result, and the group ends as its policy
-	// says. Every branch of a group carries the same Group.
+	// says. Every branch of a group carries the same Group. A branch's
+	// outputs stay in its result: branches finish in no set order, so
+	// they are not merged into the context.
 	Group *Group `json:"group,omitempty"`
 }
 
