@@ -223,7 +223,8 @@ type MissionItem struct {
 	Priority  int            `json:"priority"`
 	Step      int            `json:"step"`             // current step index, from 0
 	Steps     int            `json:"steps"`            // number of steps
-	Undone    int            `json:"Undone,omitempty"` // completed steps compensated since
+	Done      int            `json:"done"`             // steps carried out (succeeded, undone since or not)
+	Undone    int            `json:"undone,omitempty"` // completed steps compensated since
 	Source    string         `json:"source,omitempty"`
 	RequestID string         `json:"request_id,omitempty"`
 	TraceID   string         `json:"trace_id"`
@@ -243,6 +244,7 @@ func ItemOf(m *driver.Mission) MissionItem {
 		Created: m.Meta.Created, Started: m.Meta.Started, Updated: m.Meta.Updated, Finished: m.Meta.Finished,
 		Control: driver.Control{Pause: m.Control.Pause, Cancel: m.Control.Cancel},
 		Undone:  Undone(m),
+		Done:    Done(m),
 	}
 }
 
@@ -742,8 +744,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, sta
 // Undone counts the steps whose effects compensation has reversed.
 func Undone(m *driver.Mission) int {
 	n := 0
-	for _, r := range m.Undo {
+	for _, r := range m.Results {
 		if r.Status == driver.StepCompensated {
+			n++
+		}
+	}
+	return n
+}
+
+// Done counts the steps that were carried out: those that succeeded,
+// undone since or not. A step that failed, gave way or was skipped is
+// not done, so a run with a failed branch reads 4/5.
+func Done(m *driver.Mission) int {
+	n := 0
+	for _, r := range m.Results {
+		if r.Status == driver.StepSucceeded || r.Status == driver.StepCompensated {
 			n++
 		}
 	}

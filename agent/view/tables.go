@@ -41,11 +41,7 @@ func List(list api.MissionList, loc *time.Location, again string) string {
 		if !m.Finished.IsZero() {
 			took = span(m.Finished.Sub(m.Created))
 		}
-		done := m.Step
-		if m.State == driver.StateSucceeded {
-			done = m.Steps
-		}
-		progress := fmt.Sprintf("%d/%d", min(done, m.Steps), m.Steps)
+		progress := fmt.Sprintf("%d/%d", min(m.Done, m.Steps), m.Steps)
 		if m.Undone > 0 {
 			progress += fmt.Sprintf(", %d undone", m.Undone)
 		}

@@ -12,10 +12,10 @@ import (
 func TestRenderList(t *testing.T) {
 	list := api.MissionList{
 		Missions: []api.MissionItem{
-			{ID: "0195508a1f400003c0ffee00", Scene: "go_home", State: driver.StateStepRunning, Step: 1, Steps: 3, Source: "alexa", Created: at(60000)},
-			{ID: "0195508a1f400002c0ffee00", Scene: "movie_night", State: driver.StateFailed, Step: 2, Steps: 5, Undone: 2, Source: "cli", Created: at(30000), Finished: at(34310),
+			{ID: "0195508a1f400003c0ffee00", Scene: "go_home", State: driver.StateStepRunning, Step: 1, Steps: 3, Done: 1, Source: "alexa", Created: at(60000)},
+			{ID: "0195508a1f400002c0ffee00", Scene: "movie_night", State: driver.StateFailed, Step: 2, Steps: 5, Done: 2, Undone: 2, Source: "cli", Created: at(30000), Finished: at(34310),
 				Error: "step 3-front-door failed: gave up after 3 attempts: device jammed; compensation of 2-living-ac failed: ack timeout"},
-			{ID: "0195508a1f400001c0ffee00", Scene: "go_home", State: driver.StateSucceeded, Step: 3, Steps: 3, Created: t0, Finished: at(1250)},
+			{ID: "0195508a1f400001c0ffee00", Scene: "go_home", State: driver.StateSucceeded, Step: 3, Steps: 3, Done: 3, Created: t0, Finished: at(1250)},
 		},
 		NextCursor: "0000000000000007",
 	}
