@@ -88,3 +88,16 @@ func (c *fakeClock) AdvanceTo(t time.Time) {
 		c.Advance(d)
 	}
 }
+
+// pending counts the timers not yet fired or stopped.
+func (c *fakeClock) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if !t.stopped {
+			n++
+		}
+	}
+	return n
+}

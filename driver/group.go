@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -581,7 +582,7 @@ func (d *Driver) runBranch(m *Mission, r *branchRun, comp bool) {
 		deadline = now.Add(timeout)
 	}
 	req.Deadline = deadline
-	r.out, r.err = d.call(h, req, start, deadline)
+	r.out, r.err = d.guardedCall(h, req, start, deadline)
 	var pe *PendingError
 	if errors.As(r.err, &pe) {
 		r.pend = &parking{
@@ -593,6 +594,57 @@ func (d *Driver) runBranch(m *Mission, r *branchRun, comp bool) {
 		}
 	}
 	r.elapsed = d.clock.Now().Sub(start)
+}
+
+// guardedCall is call in a goroutine of its own, given up once the
+// attempt's deadline and the lease grace have passed: a branch handler
+// that ignores its context would otherwise hold the mission's worker,
+// and every branch of its group, for good. The attempt given up fails as
+// lease_expired (retryable); the handler's goroutine is counted among
+// the zombies until it returns, and what it returns is dropped.
+func (d *Driver) guardedCall(h Handler, req StepRequest, start, deadline time.Time) (map[string]any, error) {
+	type result struct {
+		out map[string]any
+		err error
+	}
+	var (
+		mu    sync.Mutex
+		state int // 0 running, 1 returned, 2 given up
+	)
+	ch := make(chan result, 1)
+	go func() {
+		out, err := d.call(h, req, start, deadline)
+		mu.Lock()
+		if state == 2 {
+			d.mu.Lock()
+			d.zombies--
+			d.mu.Unlock()
+		}
+		state = 1
+		mu.Unlock()
+		ch <- result{out, err}
+	}()
+	expired := make(chan struct{})
+	wait := max(deadline.Sub(d.clock.Now()), resumeFloor) + d.opts.LeaseGrace
+	stop := d.clock.AfterFunc(wait, func() { close(expired) })
+	defer stop()
+	select {
+	case r := <-ch:
+		return r.out, r.err
+	case <-expired:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if state == 1 {
+		r := <-ch // returned as the grace ran out
+		return r.out, r.err
+	}
+	state = 2
+	d.mu.Lock()
+	d.zombies++
+	d.mu.Unlock()
+	d.log.Warn("branch handler ignored its timeout; the attempt is given up", "mission", req.MissionID, "step", req.StepID)
+	return nil, RetryableError("lease_expired", fmt.Errorf("%w: the handler ignored its timeout and was abandoned", ErrStepTimeout))
 }
 
 // call runs one attempt's handler call until its deadline, with the

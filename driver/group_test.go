@@ -542,3 +542,43 @@ func TestGroupDrainDoesNotSpinOnAQueuedBranch(t *testing.T) {
 		t.Errorf("%d reads of the clock in 100 ms of drain: the worker spins", reads)
 	}
 }
+
+// TestGroupBranchHandlerIgnoringItsTimeoutIsGivenUp: a branch whose
+// handler blocks past its deadline and the lease grace, ignoring its
+// context, fails that attempt as lease_expired; its sibling and the
+// mission go on, and the stuck handler is counted as a zombie until it
+// returns.
+func TestGroupBranchHandlerIgnoringItsTimeoutIsGivenUp(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	h := HandlerFunc(func(_ context.Context, req StepRequest) (map[string]any, error) {
+		if req.StepID == "stuck" {
+			entered <- struct{}{}
+			<-release // ignores ctx
+		}
+		return nil, nil
+	})
+	d, clk, _, _ := fixture(t, Options{StepTimeout: time.Second, LeaseGrace: time.Second, Handlers: map[string]Handler{"test": h}})
+	ss := group("g", PolicyBestEffort, 0, steps("ok", "stuck"))
+	ss[1].Retry.MaxAttempts = 1
+	m := submit(t, d, Spec{Type: "t", Steps: ss})
+	done := make(chan struct{})
+	go func() { defer close(done); step(t, d) }()
+	<-entered
+	for clk.pending() < 2 { // the handler's timeout and the watchdog, on the fake clock
+		runtime.Gosched()
+	}
+	clk.Advance(3 * time.Second)
+	<-done
+	got := get(t, d, m.ID)
+	if got.State != StateSucceeded || got.Results[1].Status != StepFailed || got.Results[1].Code != "lease_expired" {
+		t.Fatalf("state %s, stuck branch %+v; want SUCCEEDED (best effort) with the stuck branch failed lease_expired", got.State, got.Results[1])
+	}
+	if z := d.Queue().Zombies; z != 1 {
+		t.Errorf("%d zombies, want the stuck handler counted", z)
+	}
+	close(release)
+	for d.Queue().Zombies != 0 {
+		runtime.Gosched()
+	}
+}
