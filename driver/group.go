@@ -421,7 +421,8 @@ type branchRun struct {
 // given up), files the attempts that park, and commits the outcomes
 // together; when no branch runs and none will begin, it ends the group
 // and settles what comes next in the same commit. Handlers must not
-// block, as everywhere: the branches of a group share one worker.
+// block, as everywhere: the branches of a group share one worker (one
+// that ignores its timeout is given up, see guardedCall).
 func (d *Driver) advanceGroup(e *entry, gen uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
