@@ -840,10 +840,3 @@ func (e *entry) hasInFlight() bool {
 	}
 	return false
 }
-
-// stoppingOrDraining says whether Stop has begun (for tests).
-func (d *Driver) stoppingOrDraining() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.draining || d.stopping
-}

@@ -582,3 +582,10 @@ func TestGroupBranchHandlerIgnoringItsTimeoutIsGivenUp(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// stoppingOrDraining says whether Stop has begun.
+func (d *Driver) stoppingOrDraining() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.draining || d.stopping
+}
