@@ -215,18 +215,37 @@ func (d *Driver) lease(m *Mission, now time.Time) Lease {
 }
 
 func (d *Driver) timeoutOf(m *Mission) time.Duration {
+	return d.stepTimeout(m, d.current(m), m.State == StateCompensating)
+}
+
+// stepTimeout bounds one attempt of step k, or of its undo with comp.
+func (d *Driver) stepTimeout(m *Mission, k int, comp bool) time.Duration {
 	var to Duration
-	if m.State == StateCompensating {
-		if c := m.Steps[m.Progress.Undo].Compensate; c != nil {
+	switch {
+	case k < 0 || k >= len(m.Steps):
+	case comp:
+		if c := m.Steps[k].Compensate; c != nil {
 			to = c.Timeout
 		}
-	} else if m.Progress.Step < len(m.Steps) {
-		to = m.Steps[m.Progress.Step].Timeout
+	default:
+		to = m.Steps[k].Timeout
 	}
 	if to <= 0 {
 		return d.opts.StepTimeout
 	}
 	return to.D()
+}
+
+// attemptDeadline is when a fresh attempt of step k (its undo with
+// comp) begun at now ends: its timeout, and for a forward step no later
+// than the mission's deadline. (An undo is worth trying whatever the
+// deadline.)
+func (d *Driver) attemptDeadline(m *Mission, k int, comp bool, now time.Time) time.Time {
+	timeout := d.stepTimeout(m, k, comp)
+	if dl := m.Meta.Deadline; !comp && !dl.IsZero() && dl.Sub(now) < timeout {
+		timeout = max(dl.Sub(now), 0)
+	}
+	return now.Add(timeout)
 }
 
 // settle moves t.m to a resting state or to the begin of a step,
@@ -253,7 +272,7 @@ func (d *Driver) settle(t *txn) (action, error) {
 			}
 		case StateStepSucceeded:
 			k := m.Progress.Step
-			_, m.Progress.Step = groupOf(m.Steps, k)
+			_, m.Progress.Step = GroupBounds(m.Steps, k)
 			if err := t.fire(InNext, k, ""); err != nil {
 				return actRest, err
 			}
@@ -322,7 +341,7 @@ func (d *Driver) settle(t *txn) (action, error) {
 			m.Progress.Undo = j
 			if m.Steps[j].Group != nil {
 				// The group's branches are undone at once, by its worker.
-				g0, g1 := groupOf(m.Steps, j)
+				g0, g1 := GroupBounds(m.Steps, j)
 				m.Lease = d.groupLease(m, g0, g1, t.now)
 				t.dirty = true
 				return actGroup, nil
@@ -524,11 +543,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		p.InFlight = park.inFlight
 		resume = &p
 	} else {
-		timeout := d.timeoutOf(m)
-		if dl := m.Meta.Deadline; !comp && !dl.IsZero() && dl.Sub(now) < timeout {
-			timeout = max(dl.Sub(now), 0)
-		}
-		deadline = now.Add(timeout)
+		deadline = d.attemptDeadline(m, idx, comp, now)
 	}
 	timeout := deadline.Sub(now)
 	if resume != nil && timeout < resumeFloor {
@@ -548,7 +563,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 	stopLease := d.clock.AfterFunc(timeout+d.opts.LeaseGrace, func() {
 		d.expire(e, gen, lease, comp, idx, policy, attemptStart)
 	})
-	out, err := d.run(h, req, timeout)
+	out, err := d.call(h, req, attemptStart, deadline)
 	stopLease()
 	if d.runCtx.Err() != nil {
 		// Stop ran out of grace and cancelled us: the outcome is unknown, so
@@ -556,27 +571,12 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		log.Warn("step interrupted by shutdown; it will be re-executed on restart")
 		return
 	}
-	var pe *PendingError
-	if errors.As(err, &pe) && !d.clock.Now().Before(deadline) {
-		// Pending at (or past) the attempt's deadline: the handler gets
-		// its last word, resumed at its time, so that it can let go of
-		// what it holds (a sent command's slot, a queued turn). An
-		// attempt still pending after that has timed out.
-		last := req
-		last.Resume = &Parked{Key: pe.Key, Until: deadline, Note: pe.Note, Out: pe.Out, Since: attemptStart, InFlight: pe.InFlight}
-		out, err = d.run(h, last, resumeFloor)
-	}
-	if errors.As(err, &pe) {
-		if d.clock.Now().Before(deadline) {
-			d.park(e, gen, &parking{
-				p:        Parked{Key: pe.Key, Until: pe.Until, Note: pe.Note, Out: pe.Out, Since: attemptStart},
-				deadline: deadline, attempt: m.Progress.Attempt, comp: comp, idx: idx, inFlight: pe.InFlight,
-			}, log)
-			return
-		}
-		// The pending error is text here, not wrapped: this attempt is no
-		// longer pending, and nothing may take it for one.
-		err = RetryableError("timeout", fmt.Errorf("%w: still waiting after %s (%s)", ErrStepTimeout, deadline.Sub(attemptStart).Round(time.Millisecond), pe.Error()))
+	if pe := (*PendingError)(nil); errors.As(err, &pe) {
+		d.park(e, gen, &parking{
+			p:        Parked{Key: pe.Key, Until: pe.Until, Note: pe.Note, Out: pe.Out, Since: attemptStart},
+			deadline: deadline, attempt: m.Progress.Attempt, comp: comp, idx: idx, inFlight: pe.InFlight,
+		}, log)
+		return
 	}
 	elapsed := d.clock.Now().Sub(attemptStart)
 
@@ -814,11 +814,9 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 	r.Duration += Duration(elapsed)
 	m.Lease = Lease{}
 	dec := d.outcomeOf(t, r, policy, err, true)
-	if dec.verdict == verdictDone {
-		r.Status = StepSucceeded
-		r.Outputs = out
-		r.Error, r.Code = "", ""
-		r.Finished = t.now
+	recordStep(r, dec, out, err, t.now)
+	switch dec.verdict {
+	case verdictDone:
 		if len(out) > 0 {
 			if m.Context.Values == nil {
 				m.Context.Values = make(map[string]any, len(out))
@@ -827,38 +825,60 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 		}
 		_ = t.fire(InStepOK, k, "")
 		return
-	}
-	r.Error, r.Code = err.Error(), dec.code
-	if dec.verdict == verdictWait {
+	case verdictWait:
 		// Waiting is not failing: the step goes back to "not started" and
 		// the mission rests in RUNNING until due or woken.
-		r.Status = StepWaiting
-		m.Due = dec.due
+		m.Due, r.Due = r.Due, time.Time{}
 		m.Control.Wait = true
-		m.Control.WaitFor = waitKey(err)
+		m.Control.WaitFor, r.WaitFor = r.WaitFor, ""
 		_ = t.fire(InStepWait, k, "until "+dec.due.UTC().Format(time.RFC3339Nano))
-		t.annotate(r.Error, dec.code)
+		t.annotate(err.Error(), dec.code)
 		log.Info("step not ready; waiting", "err", err, "until", dec.due)
 		return
 	}
 	_ = t.fire(InStepError, k, dec.class.String())
-	t.annotate(r.Error, dec.code)
-	if dec.verdict == verdictGaveWay {
-		gaveWay(r, dec, t.now)
+	t.annotate(err.Error(), dec.code)
+	switch dec.verdict {
+	case verdictGaveWay:
 		m.Due = time.Time{}
 		m.Control.Wait = false
-		_, m.Progress.Step = groupOf(m.Steps, k)
+		_, m.Progress.Step = GroupBounds(m.Steps, k)
 		_ = t.fire(InNext, k, dec.code)
-		return
-	}
-	if dec.verdict == verdictFail {
+	case verdictFail:
 		d.stepFailed(t, k, dec.msg, dec.failCode)
-		return
+	default:
+		m.Due, r.Due = r.Due, time.Time{}
+		t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
+		log.Info("step failed; retrying", "err", err, "backoff", dec.backoff)
 	}
-	r.Status = StepWaiting
-	m.Due = dec.due
-	t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
-	log.Info("step failed; retrying", "err", err, "backoff", dec.backoff)
+}
+
+// recordStep records the outcome of an attempt of step (or branch) r:
+// done, given way, failed for good, or to be tried again (waiting) at
+// r.Due, woken by r.WaitFor for a not-ready wait. A group's branch keeps
+// those; a single step moves them to the mission.
+func recordStep(r *StepResult, dec decision, out map[string]any, err error, now time.Time) {
+	r.Due, r.WaitFor = time.Time{}, ""
+	switch dec.verdict {
+	case verdictDone:
+		r.Status = StepSucceeded
+		r.Outputs = out
+		r.Error, r.Code = "", ""
+		r.Finished = now
+	case verdictGaveWay:
+		gaveWay(r, dec, now)
+	case verdictFail:
+		r.Status = StepFailed
+		r.Finished = now
+		r.Error, r.Code = dec.msg, dec.failCode
+	default:
+		r.Error, r.Code = err.Error(), dec.code
+		r.Status = StepWaiting
+		r.Due = dec.due
+		if dec.verdict == verdictWait {
+			r.WaitFor = waitKey(err)
+		}
+	}
 }
 
 // gaveWay records a step (or undo) that gave way to another mission.
@@ -900,7 +920,7 @@ func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
 	m.Due = time.Time{}
 	m.Control.Wait = false
 	if m.Steps[k].ContinueOnError {
-		_, m.Progress.Step = groupOf(m.Steps, k)
+		_, m.Progress.Step = GroupBounds(m.Steps, k)
 		_ = t.fire(InNext, k, "continue_on_error: "+msg)
 		return
 	}
@@ -940,38 +960,23 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 // there, a single step moves them to the mission.
 func recordUndo(m *Mission, j int, dec decision, out map[string]any, err error, now time.Time, log stepLog) (string, bool) {
 	u := &m.Undo[j]
+	recordStep(u, dec, out, err, now)
 	switch dec.verdict {
 	case verdictDone:
-		u.Status = StepSucceeded
-		u.Outputs = out
-		u.Error, u.Code = "", ""
-		u.Finished = now
-		u.Due, u.WaitFor = time.Time{}, ""
 		m.Results[j].Status = StepCompensated
 		return "compensated", true
 	case verdictGaveWay:
 		// Left alone: a newer mission has changed the device since.
-		gaveWay(u, dec, now)
-		u.Due, u.WaitFor = time.Time{}, ""
 		m.Results[j].Status = StepSuperseded
 		return "left alone", true
 	case verdictFail:
-		u.Status = StepFailed
-		u.Finished = now
-		u.Error, u.Code = dec.msg, dec.code
-		u.Due, u.WaitFor = time.Time{}, ""
+		u.Code = dec.code // the cause's code, as the undo's result has always had it
 		m.Error += fmt.Sprintf("; compensation of %s failed: %s", m.Steps[j].ID, dec.msg)
 		log.Warn("compensation failed", "err", dec.msg)
 		return "compensation failed", true
-	}
-	u.Error, u.Code = err.Error(), dec.code
-	u.Status = StepWaiting
-	u.Due = dec.due
-	if dec.verdict == verdictWait {
-		u.WaitFor = waitKey(err)
+	case verdictWait:
 		return "not_ready", false
 	}
-	u.WaitFor = ""
 	return "retry", false
 }
 

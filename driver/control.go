@@ -365,7 +365,7 @@ func (d *Driver) Retry(ctx context.Context, id string) (*Mission, error) {
 				from = min(from, i)
 			}
 		}
-		from, _ = groupOf(m.Steps, from) // a group runs again as a whole
+		from, _ = GroupBounds(m.Steps, from) // a group runs again as a whole
 		for i := from; i < len(m.Results); i++ {
 			m.Results[i] = StepResult{Status: StepPending}
 		}

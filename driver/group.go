@@ -18,9 +18,9 @@ const (
 	InGroupFail  Input = "group_fail"  // the group ended as its policy counts a failure
 )
 
-// groupOf returns the bounds [g0, g1) of the group step k belongs to,
-// or k, k+1 for a step in no group.
-func groupOf(steps []Step, k int) (int, int) {
+// GroupBounds returns the bounds [g0, g1) of the parallel group step k
+// of steps belongs to, or k, k+1 for a step in no group.
+func GroupBounds(steps []Step, k int) (int, int) {
 	if k < 0 || k >= len(steps) || steps[k].Group == nil {
 		return k, k + 1
 	}
@@ -52,7 +52,7 @@ func validateGroups(steps []Step) error {
 			return fmt.Errorf("%w: the branches of group %q are not consecutive", ErrInvalid, g.ID)
 		}
 		ended[g.ID] = true
-		_, g1 := groupOf(steps, i)
+		_, g1 := GroupBounds(steps, i)
 		for k := i; k < g1; k++ {
 			if *steps[k].Group != *g {
 				return fmt.Errorf("%w: step %q disagrees with step %q on group %q's policy", ErrInvalid, steps[k].ID, steps[i].ID, g.ID)
@@ -184,11 +184,7 @@ func undoable(m *Mission, k int) bool {
 // d.mu is held; it changes nothing.
 func (d *Driver) scanGroup(e *entry, m *Mission, now time.Time) groupPlan {
 	var p groupPlan
-	if p.comp = m.State == StateCompensating; p.comp {
-		p.g0, p.g1 = groupOf(m.Steps, m.Progress.Undo)
-	} else {
-		p.g0, p.g1 = groupOf(m.Steps, m.Progress.Step)
-	}
+	p.g0, p.g1, p.comp = groupSpan(m)
 	draining := d.draining || d.stopping
 	stopped := draining
 	if !p.comp {
@@ -265,22 +261,8 @@ func (d *Driver) placeGroupLocked(e *entry, now time.Time) {
 			pk.p.Woken = true // woken while the worker ran
 		}
 	}
-	if m := e.m; inGroup(m) {
-		// Likewise a branch that began to wait for a key woken meanwhile.
-		rs, idx := m.Results, m.Progress.Step
-		if m.State == StateCompensating {
-			rs, idx = m.Undo, m.Progress.Undo
-		}
-		g0, g1 := groupOf(m.Steps, idx)
-		for k := g0; k < g1 && k < len(rs); k++ {
-			if r := rs[k]; r.Status == StepWaiting && r.WaitFor != "" && d.lastWake[r.WaitFor] > e.ranSince {
-				if e.bwoken == nil {
-					e.bwoken = make(map[int]bool)
-				}
-				e.bwoken[k] = true
-			}
-		}
-	}
+	// Likewise a branch that began to wait for a key woken meanwhile.
+	e.wakeWaiting(func(key string) bool { return d.lastWake[key] > e.ranSince })
 	p := d.scanGroup(e, e.m, now)
 	d.fileLocked(e, p.keys...)
 	e.wake = p.next
@@ -298,24 +280,36 @@ func (d *Driver) wakeGroupLocked(e *entry, key string) {
 			pk.p.Woken = true
 		}
 	}
+	e.wakeWaiting(func(k string) bool { return k == key })
+}
+
+// wakeWaiting marks woken the branches of e's group (forward, or being
+// undone) that wait for a key woken says was. Driver.mu is held.
+func (e *entry) wakeWaiting(woken func(key string) bool) {
 	m := e.m
 	if !inGroup(m) {
 		return
 	}
-	idx := m.Progress.Step
-	rs := m.Results
-	if m.State == StateCompensating {
-		idx, rs = m.Progress.Undo, m.Undo
-	}
-	g0, g1 := groupOf(m.Steps, idx)
-	for k := g0; k < g1 && k < len(rs); k++ {
-		if rs[k].Status == StepWaiting && rs[k].WaitFor == key {
+	g0, g1, comp := groupSpan(m)
+	for k := g0; k < g1; k++ {
+		if r := branchResult(m, k, comp); r.Status == StepWaiting && r.WaitFor != "" && woken(r.WaitFor) {
 			if e.bwoken == nil {
 				e.bwoken = make(map[int]bool)
 			}
 			e.bwoken[k] = true
 		}
 	}
+}
+
+// groupSpan is the group m is in (see inGroup): its bounds, and whether
+// it is being undone.
+func groupSpan(m *Mission) (g0, g1 int, comp bool) {
+	comp = m.State == StateCompensating
+	g0, g1 = GroupBounds(m.Steps, m.Progress.Step)
+	if comp {
+		g0, g1 = GroupBounds(m.Steps, m.Progress.Undo)
+	}
+	return g0, g1, comp
 }
 
 // beginGroup starts the group at the mission's current step; its
@@ -325,7 +319,7 @@ func (d *Driver) beginGroup(t *txn) error {
 	if m.Meta.Started.IsZero() {
 		m.Meta.Started = t.now
 	}
-	g0, g1 := groupOf(m.Steps, m.Progress.Step)
+	g0, g1 := GroupBounds(m.Steps, m.Progress.Step)
 	m.Control.Wait = false
 	m.Due = time.Time{}
 	m.Lease = d.groupLease(m, g0, g1, t.now)
@@ -345,14 +339,7 @@ func (d *Driver) beginGroup(t *txn) error {
 func (d *Driver) groupLease(m *Mission, g0, g1 int, now time.Time) Lease {
 	longest := time.Duration(0)
 	for k := g0; k < g1; k++ {
-		to := m.Steps[k].Timeout.D()
-		if m.State == StateCompensating && m.Steps[k].Compensate != nil {
-			to = m.Steps[k].Compensate.Timeout.D()
-		}
-		if to <= 0 {
-			to = d.opts.StepTimeout
-		}
-		longest = max(longest, to)
+		longest = max(longest, d.stepTimeout(m, k, m.State == StateCompensating))
 	}
 	return Lease{Owner: d.opts.Owner, Expires: now.Add(longest + d.opts.LeaseGrace)}
 }
@@ -435,7 +422,7 @@ func (d *Driver) advanceGroup(e *entry, gen uint64) {
 		// An empty lease is a group whose undo was just decided: nothing
 		// of it has run. Another's is a group that was running when its
 		// driver stopped: its begun branches run again, same keys.
-		g0, g1 := groupOf(m.Steps, d.current(m))
+		g0, g1 := GroupBounds(m.Steps, d.current(m))
 		owner := m.Lease.Owner
 		m.Lease = d.groupLease(m, g0, g1, t.now)
 		t.dirty = true
@@ -569,18 +556,7 @@ func (d *Driver) runBranch(m *Mission, r *branchRun, comp bool) {
 		p.InFlight = r.park.inFlight
 		req.Resume = &p
 	} else {
-		start = now
-		timeout := d.opts.StepTimeout
-		s := m.Steps[r.k]
-		if comp && s.Compensate.Timeout > 0 {
-			timeout = s.Compensate.Timeout.D()
-		} else if !comp && s.Timeout > 0 {
-			timeout = s.Timeout.D()
-		}
-		if dl := m.Meta.Deadline; !comp && !dl.IsZero() && dl.Sub(now) < timeout {
-			timeout = max(dl.Sub(now), 0)
-		}
-		deadline = now.Add(timeout)
+		start, deadline = now, d.attemptDeadline(m, r.k, comp, now)
 	}
 	req.Deadline = deadline
 	r.out, r.err = d.guardedCall(h, req, start, deadline)
@@ -648,10 +624,11 @@ func (d *Driver) guardedCall(h Handler, req StepRequest, start, deadline time.Ti
 	return nil, RetryableError("lease_expired", fmt.Errorf("%w: the handler ignored its timeout and was abandoned", ErrStepTimeout))
 }
 
-// call runs one attempt's handler call until its deadline, with the
-// handler's last word when it is still pending at the deadline (see
-// execute), and turns an attempt still pending after that into a
-// timeout.
+// call runs one attempt's handler call until its deadline. A handler
+// still pending at (or past) the deadline gets its last word, resumed
+// at its time, so that it can let go of what it holds (a sent command's
+// slot, a queued turn); an attempt still pending after that has timed
+// out. A pending error returned is one of an attempt to park.
 func (d *Driver) call(h Handler, req StepRequest, start, deadline time.Time) (map[string]any, error) {
 	timeout := deadline.Sub(d.clock.Now())
 	if req.Resume != nil && timeout < resumeFloor {
@@ -664,6 +641,8 @@ func (d *Driver) call(h Handler, req StepRequest, start, deadline time.Time) (ma
 		last.Resume = &Parked{Key: pe.Key, Until: deadline, Note: pe.Note, Out: pe.Out, Since: start, InFlight: pe.InFlight}
 		out, err = d.run(h, last, resumeFloor)
 		if errors.As(err, &pe) {
+			// The pending error is text here, not wrapped: this attempt is
+			// no longer pending, and nothing may take it for one.
 			err = RetryableError("timeout", fmt.Errorf("%w: still waiting after %s (%s)", ErrStepTimeout, deadline.Sub(start).Round(time.Millisecond), pe.Error()))
 		}
 	}
@@ -696,39 +675,25 @@ func (d *Driver) applyBranch(e *entry, t *txn, r *branchRun, comp bool) {
 		d.branchUndone(t, r.k, r.out, r.err, dec, log)
 		return
 	}
+	recordStep(res, dec, r.out, r.err, t.now)
 	switch dec.verdict {
 	case verdictDone:
-		res.Status = StepSucceeded
-		res.Outputs = r.out
-		res.Error, res.Code = "", ""
-		res.Finished = t.now
 		t.branchEvent(InStepOK, r.k, res.Attempts, "")
-		return
 	case verdictGaveWay:
 		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
 		t.annotate(dec.msg, dec.code)
-		gaveWay(res, dec, t.now)
-		return
 	case verdictFail:
 		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
-		res.Status = StepFailed
-		res.Finished = t.now
-		res.Error, res.Code = dec.msg, dec.failCode
 		t.annotate(dec.msg, dec.failCode)
 		log.Warn("branch failed", "err", dec.msg)
-		return
-	}
-	res.Error, res.Code = r.err.Error(), dec.code
-	res.Status = StepWaiting
-	res.Due = dec.due
-	if dec.verdict == verdictWait {
-		res.WaitFor = waitKey(r.err)
+	case verdictWait:
 		t.branchEvent(InStepWait, r.k, res.Attempts, "until "+dec.due.UTC().Format(time.RFC3339Nano))
-	} else {
+		t.annotate(res.Error, dec.code)
+	default:
 		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
 		t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
+		t.annotate(res.Error, dec.code)
 	}
-	t.annotate(res.Error, dec.code)
 }
 
 // branchUndone applies the outcome of a branch's compensation; a wait

@@ -111,7 +111,7 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 	case ev.Input == driver.InStart:
 		msg = "started"
 	case ev.Input == driver.InGroupBegin:
-		g0, g1 := groupBounds(m, ev.Step)
+		g0, g1 := driver.GroupBounds(m.Steps, ev.Step)
 		msg = fmt.Sprintf("steps %d-%d/%d at once (%s) ...", g0+1, g1, n, ev.Detail)
 	case ev.Input == driver.InGroupOK, ev.Input == driver.InGroupFail:
 		msg = ev.Detail
@@ -200,17 +200,4 @@ func roundDur(d time.Duration) time.Duration {
 	default:
 		return d.Round(10 * time.Millisecond)
 	}
-}
-
-// groupBounds is the span [g0, g1) of the parallel group step k is in.
-func groupBounds(m *driver.Mission, k int) (int, int) {
-	g0, g1 := k, k+1
-	if k < 0 || k >= len(m.Steps) || m.Steps[k].Group == nil {
-		return g0, g1
-	}
-	id := m.Steps[k].Group.ID
-	for g1 < len(m.Steps) && m.Steps[g1].Group != nil && m.Steps[g1].Group.ID == id {
-		g1++
-	}
-	return g0, g1
 }
