@@ -170,7 +170,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.metrics.reg.MustRegister(a.auth.refusals)
 	}
 	a.drv, err = driver.New(driver.Options{
-		Store: a.db, Logger: log.With("component", "driver"), Workers: o.Driver.Workers,
+		Store: a.db, Logger: log.With("component", "driver"), Workers: o.Driver.Workers, MaxLive: o.Driver.MaxLive,
 		StepTimeout: o.Driver.StepTimeout, StopGrace: o.Driver.StopGrace,
 		// The owner is random per process, so a restart sees the leases of
 		// the previous run as foreign and records their recovery.

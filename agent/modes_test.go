@@ -360,6 +360,7 @@ func TestDriverFailuresBecomeReasons(t *testing.T) {
 	}{
 		{"driver stopping", fmt.Errorf("submit: %w", driver.ErrClosed), nil, scenes.ReasonShuttingDown, 1},
 		{"driver refuses the mission", fmt.Errorf("%w: priority 101", driver.ErrInvalid), nil, scenes.ReasonInvalidParam, 1},
+		{"too many missions live (max_live)", fmt.Errorf("%w: 1000 missions are live, the bound", driver.ErrFull), nil, scenes.ReasonOverloaded, 1},
 		{"store fails to create", errors.New("disk full"), nil, scenes.ReasonInternal, 1},
 		{"store fails to look up", nil, errors.New("disk unreadable"), scenes.ReasonInternal, 0},
 	}

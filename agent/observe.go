@@ -10,23 +10,20 @@ import (
 	"github.com/sortie-edge/sortie/store"
 )
 
-// terminalCounts counts finished missions by state, for the gauge.
+// terminalCounts counts finished missions by state, for the gauge, from
+// the counts the store keeps (no walk of the history).
 func terminalCounts(ctx context.Context, db *store.DB) (map[driver.State]int, error) {
-	counts := map[driver.State]int{}
-	f := driver.Filter{States: []driver.State{driver.StateSucceeded, driver.StateFailed, driver.StateCancelled}, Limit: 1000}
-	for {
-		ms, next, err := db.List(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range ms {
-			counts[m.State]++
-		}
-		if next == "" {
-			return counts, nil
-		}
-		f.After = next
+	all, err := db.StateCounts(ctx)
+	if err != nil {
+		return nil, err
 	}
+	counts := map[driver.State]int{}
+	for s, n := range all {
+		if s.Terminal() {
+			counts[s] = n
+		}
+	}
+	return counts, nil
 }
 
 // logObserver writes one structured log line per meaningful transition,

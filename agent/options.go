@@ -107,6 +107,9 @@ type DriverOptions struct {
 	StepTimeout time.Duration
 	// StopGrace bounds how long steps in flight may finish at shutdown.
 	StopGrace time.Duration
+	// MaxLive bounds the missions live at once (driver.Options.MaxLive):
+	// a trigger beyond it is rejected as overloaded. Zero: no bound.
+	MaxLive int
 }
 
 // RetentionOptions bounds the finished missions kept. A mission is

@@ -76,6 +76,8 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 		switch {
 		case errors.Is(err, driver.ErrClosed), ctx.Err() != nil:
 			reason = scenes.ReasonShuttingDown
+		case errors.Is(err, driver.ErrFull):
+			return t.rejected(tr, scenes.ReasonOverloaded, fmt.Sprintf("%v ([driver] max_live); send the trigger again later with the same request_id", err))
 		case errors.Is(err, driver.ErrInvalid):
 			reason = scenes.ReasonInvalidParam
 		}

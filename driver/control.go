@@ -95,10 +95,25 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 		}
 	}
 	stopping := d.stopping || d.draining
+	full := !stopping && d.opts.MaxLive > 0 && len(d.entries)+d.reserved >= d.opts.MaxLive
+	if !stopping && !full {
+		d.reserved++
+	}
 	d.mu.Unlock()
 	if stopping {
 		return nil, false, ErrClosed
 	}
+	if full {
+		return nil, false, fmt.Errorf("%w: %d missions are live, the bound", ErrFull, d.opts.MaxLive)
+	}
+	listed := false
+	defer func() {
+		if !listed {
+			d.mu.Lock()
+			d.reserved--
+			d.mu.Unlock()
+		}
+	}()
 	ev := Event{
 		MissionID: m.ID, Seq: 1, Type: m.Type, TraceID: m.Meta.TraceID, Input: InSubmit,
 		To: m.State, Step: -1, Time: now, Detail: spec.Source,
@@ -136,6 +151,8 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 	d.mu.Lock()
 	e := &entry{m: snap, ready: -1, timer: -1, idle: begun}
 	d.entries[m.ID] = e
+	d.reserved--
+	listed = true
 	d.placeLocked(e, now)
 	if d.loopDone != nil && !d.stopping {
 		// Dispatching here rather than in the loop saves a trigger's first

@@ -49,6 +49,12 @@ type Options struct {
 	Owner string
 	// Seed seeds backoff jitter; zero seeds from the clock.
 	Seed uint64
+	// MaxLive bounds the missions live at once (not terminal): a Submit
+	// beyond it fails with ErrFull and creates nothing. Every live
+	// mission is held in memory, so the bound is what keeps a burst of
+	// triggers from growing the process with the burst. Zero means no
+	// bound; missions loaded at Start are never refused.
+	MaxLive int
 }
 
 func (o *Options) setDefaults() {
@@ -97,6 +103,7 @@ type Driver struct {
 	handlers  map[string]Handler
 	observers []Observer
 	entries   map[string]*entry
+	reserved  int // Submits past the MaxLive check, not yet in entries
 	sched     scheduler
 	running   int  // workers in flight
 	zombies   int  // abandoned handlers still running (see expire)

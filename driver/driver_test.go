@@ -786,3 +786,25 @@ func TestStepTimeoutRealClock(t *testing.T) {
 	eq(t, "state", got.State, StateStepFailed)
 	eq(t, "code", got.Results[0].Code, "timeout")
 }
+
+// MaxLive bounds what a burst of triggers holds in memory: a Submit past
+// it creates nothing and says so, and a mission ending frees its place.
+func TestSubmitBeyondMaxLiveIsRefusedUntilOneEnds(t *testing.T) {
+	d, clk, st, _ := fixture(t, Options{MaxLive: 2})
+	a := submit(t, d, Spec{Type: "t", Steps: steps("a"), RequestKey: "r1"})
+	submit(t, d, Spec{Type: "t", Steps: steps("a"), RequestKey: "r2"})
+	_, created, err := d.Submit(context.Background(), Spec{Type: "t", Steps: steps("a"), RequestKey: "r3"})
+	if !errors.Is(err, ErrFull) || created {
+		t.Fatalf("third Submit = created %v, %v; want ErrFull", created, err)
+	}
+	if _, err := st.Lookup(context.Background(), "r3"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the refused request was stored: %v", err)
+	}
+	if _, err := d.Cancel(context.Background(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, d, clk)
+	if _, created, err := d.Submit(context.Background(), Spec{Type: "t", Steps: steps("a"), RequestKey: "r3"}); err != nil || !created {
+		t.Fatalf("Submit once a mission ended = created %v, %v; want a new mission", created, err)
+	}
+}

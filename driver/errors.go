@@ -18,6 +18,9 @@ var (
 	ErrIllegalTransition = errors.New("illegal transition")
 	// ErrTerminal means the mission has already finished.
 	ErrTerminal = errors.New("mission is terminal")
+	// ErrFull means a Submit found Options.MaxLive missions live: nothing
+	// was created, and the same request may be sent again later.
+	ErrFull = errors.New("too many live missions")
 	// ErrClosed means the driver or store has been stopped.
 	ErrClosed = errors.New("closed")
 	// ErrUnknownKind means no handler is registered for a step's kind.

@@ -184,9 +184,30 @@ func readAll(tx *bolt.Tx, size int64) error {
 // agent will: bbolt keeps no checksums of values, so damage inside one is
 // found only by reading it. (Damage that leaves valid JSON is not.)
 func checkRecords(tx *bolt.Tx) error {
-	if err := tx.Bucket(bMissions).ForEach(func(k, v []byte) error {
-		if _, err := decodeMission(v); err != nil {
+	checkEvent := func(id []byte, seq uint64, v []byte) error {
+		var ev driver.Event
+		if err := json.Unmarshal(v, &ev); err != nil {
+			return fmt.Errorf("%w: mission %q, event %d: %w", ErrCorrupt, id, seq, err)
+		}
+		return nil
+	}
+	missions, live := tx.Bucket(bMissions), tx.Bucket(bLive)
+	if err := missions.ForEach(func(k, v []byte) error {
+		h, _, err := record(missions, live, k)
+		if err == nil {
+			_, err = h.mission()
+		}
+		if err != nil {
 			return fmt.Errorf("mission %q: %w", k, err)
+		}
+		evs, err := h.events()
+		if err != nil {
+			return fmt.Errorf("mission %q: %w", k, err)
+		}
+		for _, ev := range evs {
+			if err := checkEvent(k, ev.seq, ev.data); err != nil {
+				return err
+			}
 		}
 		return nil
 	}); err != nil {
@@ -197,15 +218,11 @@ func checkRecords(tx *bolt.Tx) error {
 		return nil
 	}
 	return tl.ForEach(func(k, v []byte) error {
-		var ev driver.Event
-		if err := json.Unmarshal(v, &ev); err != nil {
-			id, seq := k, uint64(0)
-			if len(k) > 9 {
-				id, seq = k[:len(k)-9], binary.BigEndian.Uint64(k[len(k)-8:])
-			}
-			return fmt.Errorf("%w: mission %q, event %d: %w", ErrCorrupt, id, seq, err)
+		id, seq := k, uint64(0)
+		if len(k) > 9 {
+			id, seq = k[:len(k)-9], binary.BigEndian.Uint64(k[len(k)-8:])
 		}
-		return nil
+		return checkEvent(id, seq, v)
 	})
 }
 

@@ -147,18 +147,35 @@ func (db *DB) checkpointLeft() (int, error) {
 func (db *DB) applyLogged(tx *bolt.Tx, recs []pendingWrite, last uint64) error {
 	b := bucketsOf(tx)
 	b.acked = db.ob.ackedTo.Load()
+	c, err := readCounts(tx)
+	if err != nil {
+		db.log.Error("mission counts unreadable; counting again", "err", err)
+		if c, err = recount(tx); err != nil {
+			return err
+		}
+	}
+	a := newApplier(b, &c)
+	skip := func(id string, err error) {
+		db.log.Error("logged write skipped", "mission", id, "err", err)
+	}
 	for i, r := range recs {
 		if i%checkpointYield == checkpointYield-1 {
 			// A checkpoint is bulk work on one of the gateway's few
 			// cores: let waiting goroutines (a trigger, an ack) run.
 			runtime.Gosched()
 		}
-		if err := r.w.applyTo(b); err != nil {
+		if err := a.add(r.w); err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				return err
 			}
-			db.log.Error("logged write skipped", "lsn", r.lsn, "mission", r.w.id, "err", err)
+			skip(r.w.id, err)
 		}
+	}
+	if err := a.flush(skip); err != nil {
+		return err
+	}
+	if err := writeCounts(tx, &c); err != nil {
+		return err
 	}
 	return tx.Bucket(bMeta).Put(kWALLSN, be64(last))
 }

@@ -65,6 +65,7 @@ type write struct {
 	reqKey   string
 	version  uint64
 	finished uint64
+	state    byte   // stateCode of the mission's state
 	seq      uint64 // highest of m.Seq and the events' seqs
 	body     []byte
 	events   []eventRec
@@ -110,6 +111,7 @@ func newWrite(create bool, m *driver.Mission, events []driver.Event) (*write, er
 		id:       m.ID,
 		version:  m.Version,
 		finished: finishedAt(m),
+		state:    stateCode(m.State),
 		seq:      m.Seq,
 		body:     body,
 		events:   make([]eventRec, 0, len(events)),
@@ -390,16 +392,11 @@ func (v *view) current(id string) (e envelope, found bool, err error) {
 	if p := v.ov.missions[id]; p != nil {
 		return p.env, true, nil
 	}
-	b := v.bucket(bMissions)
-	if b == nil {
+	b, live := v.bucket(bMissions), v.bucket(bLive)
+	if b == nil || live == nil {
 		return envelope{}, false, v.err
 	}
-	rec := b.Get([]byte(id))
-	if rec == nil {
-		return envelope{}, false, nil
-	}
-	e, err = parseEnvelope(rec)
-	return e, true, err
+	return record(b, live, []byte(id))
 }
 
 // owner returns the mission ID a request key belongs to, or "".
@@ -438,7 +435,7 @@ func (v *view) checkCreate(w *write) {
 	}
 	// The creation sequence is assigned when a checkpoint inserts the
 	// mission; reads of the overlay do not need it.
-	v.st.put(w, envelope{schema: driver.SchemaVersion, version: w.version, finished: w.finished, seq: w.seq, body: w.body})
+	v.st.put(w, envelope{form: formJSON, schema: driver.SchemaVersion, state: w.state, version: w.version, finished: w.finished, seq: w.seq, body: w.body})
 }
 
 func (v *view) checkSave(w *write) {
@@ -458,7 +455,7 @@ func (v *view) checkSave(w *write) {
 	if w.err = w.checkEvents(h.seq); w.err != nil {
 		return
 	}
-	v.st.put(w, envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, seq: max(w.seq, h.seq), body: w.body})
+	v.st.put(w, envelope{form: formJSON, schema: driver.SchemaVersion, state: w.state, order: h.order, version: w.version, finished: w.finished, seq: max(w.seq, h.seq), body: w.body})
 }
 
 // stage is what a batch's passing writes change, until they are logged.
@@ -515,15 +512,16 @@ func (db *DB) publish(logged []*write, st *stage, first uint64) {
 }
 
 type txBuckets struct {
-	missions, order, active, requests, finished, timeline, outbox *bolt.Bucket
+	missions, live, order, active, requests, finished, timeline, outbox *bolt.Bucket
 	// acked is the highest outbox seq acknowledged: a checkpoint skips
 	// entries up to it.
 	acked uint64
 }
 
 func bucketsOf(tx *bolt.Tx) *txBuckets {
-	return &txBuckets{
+	b := &txBuckets{
 		missions: tx.Bucket(bMissions),
+		live:     tx.Bucket(bLive),
 		order:    tx.Bucket(bOrder),
 		active:   tx.Bucket(bActive),
 		requests: tx.Bucket(bRequests),
@@ -531,84 +529,14 @@ func bucketsOf(tx *bolt.Tx) *txBuckets {
 		timeline: tx.Bucket(bTimeline),
 		outbox:   tx.Bucket(bOutbox),
 	}
-}
-
-// applyTo writes a logged write into bbolt; a checkpoint and the replay
-// at Open call it. The write passed its checks when it was logged, so a
-// failed expectation here means the file changed behind the store's back:
-// it is reported wrapping ErrCorrupt and the write is skipped, while any
-// other error is a storage failure that aborts the transaction.
-func (w *write) applyTo(b *txBuckets) error {
-	if w.create {
-		if b.missions.Get([]byte(w.id)) != nil {
-			return fmt.Errorf("%w: logged create of mission %q, which exists", ErrCorrupt, w.id)
-		}
-		order, err := b.order.NextSequence()
-		if err != nil {
-			return err
-		}
-		return w.insert(b, order)
-	}
-	id := []byte(w.id)
-	old := b.missions.Get(id)
-	if old == nil {
-		return fmt.Errorf("%w: logged save of mission %q, which is missing", ErrCorrupt, w.id)
-	}
-	h, err := parseEnvelope(old)
-	if err != nil {
-		return fmt.Errorf("logged save of mission %q: %w", w.id, err)
-	}
-	rec := envelope{schema: driver.SchemaVersion, order: h.order, version: w.version, finished: w.finished, seq: max(w.seq, h.seq), body: w.body}
-	if err := b.missions.Put(id, rec.encode()); err != nil {
-		return err
-	}
-	if h.finished != w.finished {
-		if err := w.unindex(b, h.finished); err != nil {
-			return err
-		}
-		if err := w.index(b); err != nil {
-			return err
-		}
-	}
-	return w.putEvents(b)
-}
-
-// insert writes a new mission and its index entries and events.
-func (w *write) insert(b *txBuckets, order uint64) error {
-	id := []byte(w.id)
-	rec := envelope{schema: driver.SchemaVersion, order: order, version: w.version, finished: w.finished, seq: w.seq, body: w.body}
-	if err := b.missions.Put(id, rec.encode()); err != nil {
-		return err
-	}
-	if err := b.order.Put(be64(order), id); err != nil {
-		return err
-	}
-	if w.reqKey != "" {
-		if err := b.requests.Put([]byte(w.reqKey), id); err != nil {
-			return err
-		}
-	}
-	if err := w.index(b); err != nil {
-		return err
-	}
-	return w.putEvents(b)
-}
-
-// index adds the mission to the active index while it is live and to the
-// finished index once it is terminal.
-func (w *write) index(b *txBuckets) error {
-	if w.finished != 0 {
-		return b.finished.Put(finishedKey(w.finished, w.id), []byte{})
-	}
-	return b.active.Put([]byte(w.id), []byte{})
-}
-
-// unindex removes the entry the mission had when its finish time was was.
-func (w *write) unindex(b *txBuckets, was uint64) error {
-	if was != 0 {
-		return b.finished.Delete(finishedKey(was, w.id))
-	}
-	return b.active.Delete([]byte(w.id))
+	// Keys that only grow (creation order, finish time, time-ordered
+	// mission IDs) fill their pages: bbolt's default splits them half
+	// full, which suits random keys and doubles the file for these.
+	b.order.FillPercent = 1.0
+	b.finished.FillPercent = 0.95
+	b.missions.FillPercent = 0.9
+	b.outbox.FillPercent = 1.0
+	return b
 }
 
 // checkEvents refuses to rewrite history: every event must come after
@@ -620,13 +548,4 @@ func (w *write) checkEvents(recorded uint64) error {
 		}
 	}
 	return nil
-}
-
-func (w *write) putEvents(b *txBuckets) error {
-	for _, ev := range w.events {
-		if err := b.timeline.Put(timelineKey(w.id, ev.seq), ev.data); err != nil {
-			return err
-		}
-	}
-	return w.putOutbox(b)
 }

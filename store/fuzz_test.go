@@ -29,7 +29,17 @@ func FuzzDecodeMission(f *testing.F) {
 	f.Add(envelope{schema: driver.SchemaVersion + 1, version: 1, body: body}.encode())
 	f.Add(envelope{schema: driver.SchemaVersion, version: 1, body: []byte(`{"version":1,"steps":[{"timeout":"-5s"}]}`)}.encode())
 	f.Add(envelope{schema: driver.SchemaVersion, version: 9, body: []byte(`null`)}.encode())
+	ev, _ := json.Marshal(event(m, 1, driver.StatePending))
+	arch := envelope{form: formArchive, schema: driver.SchemaVersion, state: stateCode(m.State), order: 1, version: m.Version, finished: 1, seq: 1}
+	archived := appendArchive(make([]byte, headerLen), body, []eventRec{{1, ev}, {2, ev}})
+	arch.putHeader(archived)
+	f.Add(archived)
+	f.Add(archived[:len(archived)-3])
+	f.Add(append([]byte{driver.SchemaVersion}, good[3:]...)) // schema 1's header
 	f.Fuzz(func(t *testing.T, rec []byte) {
+		if h, err := parseEnvelope(rec); err == nil {
+			_, _ = h.events() // an archive's timeline is decoded as carefully
+		}
 		m, err := decodeMission(rec)
 		if err != nil {
 			return
@@ -51,7 +61,7 @@ func FuzzDecodeMission(f *testing.F) {
 // slices are the same.
 func sameWrite(t *testing.T, got, want *write) {
 	t.Helper()
-	same := got.create == want.create && got.id == want.id && got.reqKey == want.reqKey &&
+	same := got.create == want.create && got.id == want.id && got.reqKey == want.reqKey && got.state == want.state &&
 		got.version == want.version && got.finished == want.finished && got.seq == want.seq &&
 		bytes.Equal(got.body, want.body) && len(got.events) == len(want.events) && len(got.outbox) == len(want.outbox)
 	for i := 0; same && i < len(got.events); i++ {

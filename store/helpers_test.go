@@ -80,7 +80,11 @@ func checkInvariants(tb testing.TB, db *DB) {
 			return err
 		}
 		if err := b.missions.ForEach(func(id, rec []byte) error {
-			m, err := decodeMission(rec)
+			e, _, err := record(b.missions, b.live, id)
+			var m *driver.Mission
+			if err == nil {
+				m, err = e.mission()
+			}
 			if err != nil {
 				return fmt.Errorf("mission %q: %w", id, err)
 			}
@@ -95,9 +99,30 @@ func checkInvariants(tb testing.TB, db *DB) {
 			if rk := m.Meta.RequestKey; rk != "" && b.requests.Get([]byte(rk)) == nil {
 				return fmt.Errorf("mission %q: request key %q not indexed", id, rk)
 			}
+			// A finished mission is an archive holding its timeline; a
+			// live one keeps its events in the timeline bucket.
+			h, _ := parseEnvelope(rec)
+			if archived := h.form == formArchive; archived != m.State.Terminal() || !archived && h.form != formLive {
+				return fmt.Errorf("mission %q in %s: record form %#x", id, m.State, h.form)
+			}
+			if h.state != stateCode(m.State) {
+				return fmt.Errorf("mission %q in %s: header state %d", id, m.State, h.state)
+			}
+			if h.form == formArchive {
+				if k, _ := b.timeline.Cursor().Seek(timelinePrefix(m.ID)); k != nil && bytes.HasPrefix(k, timelinePrefix(m.ID)) {
+					return fmt.Errorf("archived mission %q has events in the timeline bucket", id)
+				}
+			}
 			return nil
 		}); err != nil {
 			return err
+		}
+		kept, err := readCounts(tx)
+		if err != nil {
+			return err
+		}
+		if real, _ := recount(tx); kept != real {
+			return fmt.Errorf("meta counts %+v, counted %+v", kept, real)
 		}
 		for _, idx := range []struct {
 			name string
@@ -108,6 +133,7 @@ func checkInvariants(tb testing.TB, db *DB) {
 			{"finished", b.finished, func(k, _ []byte) []byte { return k[8:] }},
 			{"requests", b.requests, func(_, v []byte) []byte { return v }},
 			{"timeline", b.timeline, func(k, _ []byte) []byte { return k[:bytes.IndexByte(k, 0)] }},
+			{"live", b.live, func(k, _ []byte) []byte { return k }},
 		} {
 			if err := idx.b.ForEach(func(k, v []byte) error {
 				if b.missions.Get(idx.id(k, v)) == nil {

@@ -244,15 +244,22 @@ func TestMigrateV0Corrupt(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), mid(2)) || !strings.Contains(err.Error(), "migrate schema 0 to 1") {
 		t.Fatalf("Open = %v, want ErrCorrupt naming the record and the migration", err)
 	}
-	// The failed migration rolled back: the file is still a v0 file.
+	// The failed migration rolled back: the file is still at schema 0,
+	// its records as they were.
 	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mustClose(t, bdb)
 	if err := bdb.View(func(tx *bolt.Tx) error {
-		if tx.Bucket(bMeta) != nil || tx.Bucket(bOrder) != nil {
-			t.Error("failed migration left buckets behind")
+		if v := tx.Bucket(bMeta).Get(kSchema); binary.BigEndian.Uint64(v) != 0 {
+			t.Errorf("schema after a failed migration = %x, want 0", v)
+		}
+		if v := tx.Bucket(bMissions).Get([]byte(mid(1))); len(v) == 0 || v[0] != '{' {
+			t.Errorf("v0 record after a failed migration = %.20q, want it untouched", v)
+		}
+		if tx.Bucket(bOrder).Stats().KeyN != 0 {
+			t.Error("failed migration left index entries behind")
 		}
 		return nil
 	}); err != nil {
@@ -269,11 +276,11 @@ func TestOpenRejectsSchema(t *testing.T) {
 		{"newer", func(tx *bolt.Tx) error {
 			b, _ := tx.CreateBucket(bMeta)
 			return b.Put(kSchema, be64(Schema+1))
-		}, "schema 2, newer than this build's 1"},
+		}, fmt.Sprintf("schema %d, newer than this build's %d", Schema+1, Schema)},
 		{"far newer", func(tx *bolt.Tx) error {
 			b, _ := tx.CreateBucket(bMeta)
 			return b.Put(kSchema, be64(1<<40))
-		}, "newer than this build's 1"},
+		}, fmt.Sprintf("newer than this build's %d", Schema)},
 		{"foreign", func(tx *bolt.Tx) error {
 			_, err := tx.CreateBucket([]byte("sessions"))
 			return err
@@ -315,7 +322,7 @@ func TestRecordSchema(t *testing.T) {
 		err := db.bolt.Update(func(tx *bolt.Tx) error {
 			b := tx.Bucket(bMissions)
 			rec := append([]byte(nil), b.Get([]byte(m.ID))...)
-			rec[0] = tc.schema
+			rec[1] = tc.schema
 			return b.Put([]byte(m.ID), rec)
 		})
 		if err != nil {
@@ -333,7 +340,7 @@ func TestRecordSchema(t *testing.T) {
 	if err := db.bolt.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bMissions)
 		rec := append([]byte(nil), b.Get([]byte(m.ID))...)
-		rec[0] = driver.SchemaVersion
+		rec[1] = driver.SchemaVersion
 		return b.Put([]byte(m.ID), rec)
 	}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/driver"
 )
 
 // pruneBatch bounds the missions one prune transaction deletes, so that
@@ -81,13 +83,17 @@ func (db *DB) pruneOnce(cutoff []byte, keep int) (int, error) {
 			}
 			victims = append(victims, bytes.Clone(k))
 		}
+		cs, err := readCounts(tx)
+		if err != nil {
+			return err
+		}
 		for _, k := range victims {
-			if err := deleteMission(b, k); err != nil {
+			if err := deleteMission(b, &cs, k); err != nil {
 				return err
 			}
 		}
 		n = len(victims)
-		return nil
+		return writeCounts(tx, &cs)
 	})
 	return n, err
 }
@@ -95,19 +101,26 @@ func (db *DB) pruneOnce(cutoff []byte, keep int) (int, error) {
 // deleteMission removes a finished mission, named by its finished-index
 // key, from every bucket. Index entries whose mission is already gone are
 // removed too, so a damaged index shrinks rather than blocking pruning.
-func deleteMission(b *txBuckets, fkey []byte) error {
+func deleteMission(b *txBuckets, c *counts, fkey []byte) error {
 	id := fkey[8:]
+	form := byte(formJSON)
 	if rec := b.missions.Get(id); rec != nil {
-		if h, err := parseEnvelope(rec); err == nil {
+		if h, _, err := record(b.missions, b.live, id); err == nil {
+			form = h.form
+			c.add(h.state, -1)
 			if err := b.order.Delete(be64(h.order)); err != nil {
 				return err
+			}
+			if h.form == formArchive {
+				evs, _ := h.events()
+				c.events -= int64(len(evs))
 			}
 			var m struct {
 				Meta struct {
 					RequestKey string `json:"request_key"`
 				} `json:"meta"`
 			}
-			if json.Unmarshal(h.body, &m) == nil && m.Meta.RequestKey != "" {
+			if body, err := h.json(); err == nil && json.Unmarshal(body, &m) == nil && m.Meta.RequestKey != "" {
 				rk := []byte(m.Meta.RequestKey)
 				if bytes.Equal(b.requests.Get(rk), id) {
 					if err := b.requests.Delete(rk); err != nil {
@@ -119,22 +132,19 @@ func deleteMission(b *txBuckets, fkey []byte) error {
 		if err := b.missions.Delete(id); err != nil {
 			return err
 		}
+		if err := b.live.Delete(id); err != nil {
+			return err
+		}
 	}
 	if err := b.active.Delete(id); err != nil {
 		return err
 	}
-	// Collect before deleting: a bbolt cursor skips entries when the
-	// bucket changes under it.
-	prefix := append(bytes.Clone(id), 0)
-	var events [][]byte
-	c := b.timeline.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		events = append(events, bytes.Clone(k))
-	}
-	for _, k := range events {
-		if err := b.timeline.Delete(k); err != nil {
+	if form == formJSON {
+		evs, err := oldEvents(b, string(id), envelope{order: 1})
+		if err != nil {
 			return err
 		}
+		c.events -= int64(len(evs))
 	}
 	return b.finished.Delete(fkey)
 }
@@ -155,15 +165,24 @@ type Stats struct {
 	Writes  uint64
 }
 
-// Stats counts the store's records. It walks every bucket's pages (not
-// its records' JSON), so it is cheap enough for a metrics scrape.
+// Stats reports the store's counts, kept by every write (no walk of the
+// missions), and its file size: cheap enough for a metrics scrape.
 func (db *DB) Stats() (Stats, error) {
 	var s Stats
 	err := db.scan(func(tx *bolt.Tx) error {
-		s.Missions = tx.Bucket(bMissions).Stats().KeyN
-		s.Active = tx.Bucket(bActive).Stats().KeyN
-		s.Finished = tx.Bucket(bFinished).Stats().KeyN
-		s.Events = tx.Bucket(bTimeline).Stats().KeyN
+		c, err := readCounts(tx)
+		if err != nil {
+			return err
+		}
+		for code, n := range c.states {
+			s.Missions += int(n)
+			if stateOf(byte(code)).Terminal() {
+				s.Finished += int(n)
+			} else {
+				s.Active += int(n)
+			}
+		}
+		s.Events = int(c.events)
 		s.Requests = tx.Bucket(bRequests).Stats().KeyN
 		s.Schema = Schema
 		return nil
@@ -178,4 +197,29 @@ func (db *DB) Stats() (Stats, error) {
 	s.FileSize = fi.Size()
 	s.Commits, s.Writes = db.commits.Load(), db.writes.Load()
 	return s, nil
+}
+
+// StateCounts returns how many stored missions are in each state (states
+// with none are left out), from the counts every write keeps: start-up
+// reads them rather than the missions.
+func (db *DB) StateCounts(ctx context.Context) (map[driver.State]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var c counts
+	err := db.scan(func(tx *bolt.Tx) error {
+		var err error
+		c, err = readCounts(tx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store state counts: %w", err)
+	}
+	out := map[driver.State]int{}
+	for code, n := range c.states {
+		if n != 0 {
+			out[stateOf(byte(code))] += int(n)
+		}
+	}
+	return out, nil
 }

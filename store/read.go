@@ -33,12 +33,12 @@ func (db *DB) Get(ctx context.Context, id string) (*driver.Mission, error) {
 		m, err = e.mission()
 	} else {
 		err = db.view(func(tx *bolt.Tx) error {
-			if rec := tx.Bucket(bMissions).Get([]byte(id)); rec != nil {
-				var derr error
-				m, derr = decodeMission(rec) // decoding copies out of the mmap
-				return derr
+			e, found, err := record(tx.Bucket(bMissions), tx.Bucket(bLive), []byte(id))
+			if err != nil || !found {
+				return err
 			}
-			return nil
+			m, err = e.mission() // decoding copies out of the mmap
+			return err
 		})
 	}
 	if err != nil {
@@ -56,28 +56,27 @@ func (db *DB) Active(ctx context.Context) ([]*driver.Mission, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var recs [][]byte
+	var out []*driver.Mission
 	err := db.scan(func(tx *bolt.Tx) error {
-		missions := tx.Bucket(bMissions)
+		missions, live := tx.Bucket(bMissions), tx.Bucket(bLive)
 		return tx.Bucket(bActive).ForEach(func(id, _ []byte) error {
-			rec := missions.Get(id)
-			if rec == nil {
+			e, found, err := record(missions, live, id)
+			if err != nil {
+				return err
+			}
+			if !found {
 				return fmt.Errorf("%w: active index names missing mission %q", ErrCorrupt, id)
 			}
-			recs = append(recs, bytes.Clone(rec))
+			m, err := e.mission() // decoding copies out of the mmap
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
 			return nil
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("active missions: %w", err)
-	}
-	out := make([]*driver.Mission, 0, len(recs))
-	for _, rec := range recs {
-		m, err := decodeMission(rec)
-		if err != nil {
-			return nil, fmt.Errorf("active missions: %w", err)
-		}
-		out = append(out, m)
 	}
 	return out, nil
 }
@@ -106,7 +105,7 @@ func (db *DB) List(ctx context.Context, f driver.Filter) ([]*driver.Mission, str
 		next string
 	)
 	err := db.scan(func(tx *bolt.Tx) error {
-		missions := tx.Bucket(bMissions)
+		missions, live := tx.Bucket(bMissions), tx.Bucket(bLive)
 		c := tx.Bucket(bOrder).Cursor()
 		k, id := c.Last()
 		if below != 0 {
@@ -122,12 +121,15 @@ func (db *DB) List(ctx context.Context, f driver.Filter) ([]*driver.Mission, str
 					return err
 				}
 			}
-			rec := missions.Get(id)
-			if rec == nil {
-				return fmt.Errorf("%w: order index names missing mission %q", ErrCorrupt, id)
+			e, found, err := record(missions, live, id)
+			if err == nil && !found {
+				err = fmt.Errorf("%w: order index names missing mission %q", ErrCorrupt, id)
 			}
-			// Decoding copies, so nothing returned aliases the mmap.
-			m, err := decodeMission(rec)
+			var m *driver.Mission
+			if err == nil {
+				// Decoding copies, so nothing returned aliases the mmap.
+				m, err = e.mission()
+			}
 			if err != nil {
 				return fmt.Errorf("mission %q: %w", id, err)
 			}
@@ -171,10 +173,22 @@ func (db *DB) Timeline(ctx context.Context, id string) ([]driver.Event, error) {
 	var recs [][]byte
 	found := false
 	err := db.scan(func(tx *bolt.Tx) error {
-		if tx.Bucket(bMissions).Get([]byte(id)) == nil {
+		rec := tx.Bucket(bMissions).Get([]byte(id))
+		if rec == nil {
 			return nil
 		}
 		found = true
+		h, err := parseEnvelope(rec)
+		if err != nil {
+			return err
+		}
+		if h.form == formArchive {
+			evs, err := h.events()
+			for _, ev := range evs {
+				recs = append(recs, ev.data)
+			}
+			return err
+		}
 		prefix := timelinePrefix(id)
 		c := tx.Bucket(bTimeline).Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {

@@ -2,15 +2,20 @@ package store
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/sortie-edge/sortie/driver"
 )
 
 // Record payloads: one Create or Save, everything a checkpoint needs to
 // apply it to bbolt without the caller.
 //
-//	flags      1 byte: 1 = create
+//	flags      1 byte: 1 = create, 2 = state follows
+//	state      1 byte, the mission's stateCode (absent in logs of schema 1
+//	           builds: the state is then read from body)
 //	id         uvarint length + bytes
 //	reqKey     uvarint length + bytes
 //	version    uvarint
@@ -22,11 +27,11 @@ import (
 //	obFirst    uvarint: the first outbox entry's seq (0 without entries)
 func encodeWrite(dst []byte, w *write) []byte {
 	dst = slices.Grow(dst, w.sizeBound())
-	var flags byte
+	flags := byte(2)
 	if w.create {
-		flags = 1
+		flags |= 1
 	}
-	dst = append(dst, flags)
+	dst = append(dst, flags, w.state)
 	dst = appendBytes(dst, []byte(w.id))
 	dst = appendBytes(dst, []byte(w.reqKey))
 	dst = binary.AppendUvarint(dst, w.version)
@@ -70,6 +75,10 @@ func decodeWrite(p []byte) (*write, error) {
 	w := &write{}
 	flags := r.byte()
 	w.create = flags&1 != 0
+	hasState := flags&2 != 0
+	if hasState {
+		w.state = r.byte()
+	}
 	w.id = string(r.bytes())
 	w.reqKey = string(r.bytes())
 	w.version = r.uvarint()
@@ -93,6 +102,15 @@ func decodeWrite(p []byte) (*write, error) {
 		return nil, fmt.Errorf("%w: log record: %d trailing bytes", ErrCorrupt, len(r.b))
 	case w.id == "":
 		return nil, fmt.Errorf("%w: log record without a mission ID", ErrCorrupt)
+	}
+	if !hasState {
+		var m struct {
+			State driver.State `json:"state"`
+		}
+		if err := json.Unmarshal(w.body, &m); err != nil {
+			return nil, fmt.Errorf("%w: log record of mission %q: %w", ErrCorrupt, w.id, err)
+		}
+		w.state = stateCode(m.State)
 	}
 	return w, nil
 }

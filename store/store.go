@@ -20,7 +20,7 @@ import (
 
 // Schema is the layout version this build writes. Open migrates older
 // files through the migrations table and rejects newer ones.
-const Schema = 1
+const Schema = 2
 
 // DefaultTimeout is how long Open waits for the file lock by default.
 const DefaultTimeout = time.Second
@@ -84,6 +84,7 @@ func (o Options) withDefaults() Options {
 var (
 	bMeta     = []byte("meta")
 	bMissions = []byte("missions")
+	bLive     = []byte("live")
 	bOrder    = []byte("order")
 	bActive   = []byte("active")
 	bRequests = []byte("requests")
@@ -91,7 +92,7 @@ var (
 	bTimeline = []byte("timeline")
 	bOutbox   = []byte("outbox")
 
-	allBuckets = [][]byte{bMeta, bMissions, bOrder, bActive, bRequests, bFinished, bTimeline, bOutbox}
+	allBuckets = [][]byte{bMeta, bMissions, bLive, bOrder, bActive, bRequests, bFinished, bTimeline, bOutbox}
 
 	kSchema = []byte("schema")
 )
@@ -170,11 +171,13 @@ func (db *DB) openWAL(opts Options) (err error) {
 			err = fmt.Errorf("%w: %v", ErrCorrupt, r)
 		}
 	}()
-	last, err := db.replayWAL()
-	if err != nil {
+	// Migrations first: log records are missions and events, not pages,
+	// so a log written by an older build replays into the new layout.
+	if err := db.init(); err != nil {
 		return err
 	}
-	if err := db.init(); err != nil {
+	last, err := db.replayWAL()
+	if err != nil {
 		return err
 	}
 	var id uint64
@@ -257,17 +260,19 @@ func openBoltOnce(path string, opts Options) (bdb *bolt.DB, file *os.File, err e
 	}
 }
 
-// init checks the layout version, runs migrations and creates buckets, in
-// one transaction so a failed migration leaves the file as it was.
+// init checks the layout version, creates buckets and runs migrations,
+// each in its own transactions, recording the schema each reaches: a
+// failed migration leaves the file at the schema before it, and the next
+// Open runs it again.
 func (db *DB) init() (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", ErrCorrupt, r)
 		}
 	}()
-	return db.bolt.Update(func(tx *bolt.Tx) error {
-		from, err := schemaOf(tx)
-		if err != nil {
+	var from int
+	err = db.bolt.Update(func(tx *bolt.Tx) error {
+		if from, err = schemaOf(tx); err != nil {
 			return err
 		}
 		if from > Schema {
@@ -278,18 +283,35 @@ func (db *DB) init() (err error) {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		for v := from; v < Schema; v++ {
-			mig := migrations[v]
-			db.log.Info("migrating store", "from", v, "to", v+1, "step", mig.name)
-			if err := mig.apply(tx); err != nil {
-				return fmt.Errorf("migrate schema %d to %d (%s): %w", v, v+1, mig.name, err)
-			}
-		}
 		if err := ensureWALID(tx); err != nil {
 			return err
 		}
-		return tx.Bucket(bMeta).Put(kSchema, be64(Schema))
+		return tx.Bucket(bMeta).Put(kSchema, be64(uint64(from)))
 	})
+	if err != nil {
+		return err
+	}
+	for v := from; v < Schema; v++ {
+		mig := migrations[v]
+		db.log.Info("migrating store", "from", v, "to", v+1, "step", mig.name)
+		if mig.batched != nil {
+			err = mig.batched(db.bolt)
+		}
+		if err == nil {
+			err = db.bolt.Update(func(tx *bolt.Tx) error {
+				if mig.apply != nil {
+					if err := mig.apply(tx); err != nil {
+						return err
+					}
+				}
+				return tx.Bucket(bMeta).Put(kSchema, be64(uint64(v+1)))
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("migrate schema %d to %d (%s): %w", v, v+1, mig.name, err)
+		}
+	}
+	return nil
 }
 
 // schemaOf reports the layout version of the file. A file without a meta

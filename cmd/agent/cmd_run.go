@@ -107,9 +107,19 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 // quarter as often for a heap goal of ~20 MiB.
 const gcPercent = 400
 
+// memLimit is the agent's GOMEMLIMIT unless the environment sets one: a
+// soft ceiling on the Go heap, so that gcPercent's room to grow never
+// turns a burst of missions into a burst of memory. The garbage
+// collector runs more often as the heap nears it, and never lets a live
+// heap above it fail (it gives up on the limit rather than spin).
+const memLimit = 40 << 20
+
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memLimit)
 	}
 }
 

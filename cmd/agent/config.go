@@ -105,6 +105,7 @@ type DriverConfig struct {
 	Workers     int             `toml:"workers"`
 	StepTimeout driver.Duration `toml:"step_timeout"`
 	StopGrace   driver.Duration `toml:"stop_grace"`
+	MaxLive     int             `toml:"max_live"`
 }
 
 // SimulatorConfig runs a simulated home inside the agent (the demo).
@@ -163,7 +164,7 @@ func DefaultConfig() Config {
 		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080"},
 		Hub:    HubConfig{Prefix: "sortie", OutboxMax: 10000, Heartbeat: driver.Duration(30 * time.Second)},
 		Log:    LogConfig{Level: "info", Format: "text"},
-		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second)},
+		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second), MaxLive: 1000},
 		Retention: RetentionConfig{
 			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 10000, Interval: driver.Duration(10 * time.Minute),
 		},
@@ -269,6 +270,9 @@ func (c Config) Validate(file string) error {
 	}
 	if c.Driver.Workers < 1 || c.Driver.Workers > 1024 {
 		bad("driver.workers", "%d must be between 1 and 1024", c.Driver.Workers)
+	}
+	if c.Driver.MaxLive < 0 {
+		bad("driver.max_live", "%d must be 0 (no bound) or more", c.Driver.MaxLive)
 	}
 	if c.Driver.StepTimeout <= 0 {
 		bad("driver.step_timeout", "must be positive")

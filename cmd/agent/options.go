@@ -18,7 +18,7 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	o := agent.Options{
 		Gateway: cfg.GatewayID, DataDir: cfg.Path(cfg.DataDir), Logger: log, Version: Version,
 		Driver: agent.DriverOptions{
-			Workers: cfg.Driver.Workers, StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(),
+			Workers: cfg.Driver.Workers, StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(), MaxLive: cfg.Driver.MaxLive,
 		},
 		Retention: agent.RetentionOptions{
 			MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount, Interval: cfg.Retention.Interval.D(),
