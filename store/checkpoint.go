@@ -13,12 +13,12 @@ import (
 	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
-// Checkpoint pacing: a checkpoint waits up to checkpointDelay for
-// checkpointBatch logged writes, so one bbolt transaction (two fsyncs)
-// carries many of them; a read that needs bbolt checkpoints at once.
+// Checkpoint pacing: a checkpoint waits up to Options.CheckpointDelay
+// for checkpointBatch logged writes, so one bbolt transaction (two
+// fsyncs) carries many of them; a read that needs bbolt checkpoints at
+// once.
 const (
 	checkpointBatch = 512
-	checkpointDelay = 50 * time.Millisecond
 	// checkpointRetry paces attempts after a failed checkpoint; the
 	// writes stay safe in the log meanwhile.
 	checkpointRetry = time.Second
@@ -189,7 +189,7 @@ func (db *DB) kickCheckpoint(n int) {
 }
 
 // checkpointer applies logged writes in the background: once writes
-// are waiting it lets checkpointDelay pass, or checkpointBatch of them
+// are waiting it lets Options.CheckpointDelay pass, or checkpointBatch of them
 // gather, whichever comes first. Commits wake it only for the first
 // write of a batch and for a full one; writes that arrive during a
 // checkpoint are left for the next round, which it starts itself.
@@ -204,7 +204,7 @@ func (db *DB) checkpointer() {
 			case waiting = <-db.ckKick:
 			}
 		}
-		if waiting < checkpointBatch && !db.sleep(checkpointDelay, &waiting) {
+		if waiting < checkpointBatch && !db.sleep(db.ckDelay, &waiting) {
 			return
 		}
 		var err error

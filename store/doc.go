@@ -50,8 +50,9 @@
 // bbolt commit would cost two fsyncs and the pages of every bucket the
 // write touches. A checkpoint then applies logged writes to bbolt, many
 // per transaction, and records the last LSN applied in the meta bucket
-// ("wal_lsn") in the same transaction; it runs in the background 50 ms
-// after the first write of a batch (or at once for 512 writes), and
+// ("wal_lsn") in the same transaction; it runs in the background
+// Options.CheckpointDelay (10 s) after the first write of a batch (or at
+// once for 512 writes), and
 // before any read that scans bbolt (List, Active, Timeline, Stats,
 // Prune). Get, Lookup and Outbox see logged writes at once through an
 // in-memory overlay; the commit leader assigns outbox seqs, so they are

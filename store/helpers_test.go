@@ -22,7 +22,7 @@ import (
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func testOptions() Options {
-	return Options{Timeout: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return Options{Timeout: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CheckpointDelay: 50 * time.Millisecond}
 }
 
 // openTest opens a store in a fresh directory. Cleanup checks the

@@ -62,7 +62,19 @@ type Options struct {
 	// OutboxMax bounds the outbox: past it, entries are compacted to the
 	// latest per mission. Zero means DefaultOutboxMax; negative, unbounded.
 	OutboxMax int
+	// CheckpointDelay is how long logged writes wait, at most, before a
+	// background checkpoint applies them to the file (sooner when
+	// checkpointBatch of them gather, or a read needs them there). Zero
+	// means DefaultCheckpointDelay.
+	CheckpointDelay time.Duration
 }
+
+// DefaultCheckpointDelay lets a checkpoint carry the steps of several
+// seconds: each one rewrites the pages of every bucket it touches, so at
+// a home's pace of a step or two a second a short delay would write a
+// dozen pages of flash per step. Writes are durable in the log
+// meanwhile, and reads that need them in the file checkpoint first.
+const DefaultCheckpointDelay = 10 * time.Second
 
 func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
@@ -76,6 +88,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.OutboxMax == 0 {
 		o.OutboxMax = DefaultOutboxMax
+	}
+	if o.CheckpointDelay <= 0 {
+		o.CheckpointDelay = DefaultCheckpointDelay
 	}
 	return o
 }
@@ -128,9 +143,10 @@ type DB struct {
 
 	obSeq uint64 // last outbox seq assigned; under wmu
 
-	ckKick chan int
-	ckStop chan struct{}
-	ckDone chan struct{}
+	ckDelay time.Duration
+	ckKick  chan int
+	ckStop  chan struct{}
+	ckDone  chan struct{}
 
 	ob outbox
 }
@@ -150,8 +166,9 @@ func Open(path string, opts Options) (*DB, error) {
 	sweepTemps(path, opts.Logger)
 	db := &DB{
 		bolt: bdb, path: path, log: opts.Logger.With("store", path),
-		ov:     overlay{missions: map[string]*pendingMission{}, requests: map[string]pendingRequest{}},
-		ckKick: make(chan int, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{}),
+		ov:      overlay{missions: map[string]*pendingMission{}, requests: map[string]pendingRequest{}},
+		ckDelay: opts.CheckpointDelay,
+		ckKick:  make(chan int, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{}),
 	}
 	if err := db.openWAL(opts); err != nil {
 		_ = bdb.Close()

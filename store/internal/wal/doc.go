@@ -51,7 +51,8 @@
 //
 // All integers are big-endian. The file starts with a 32-byte header:
 //
-//	[0:16]   magic "SORTIE-WAL\x00\x00\x00\x00\x00\x01" (the last byte is the format version)
+//	[0:16]   magic "SORTIE-WAL\x00\x00\x00\x00\x00\x02" (the last byte is the format version;
+//	         Read also reads version 1, which has no skip frames)
 //	[16:24]  the owning store's WAL ID (its meta "wal_id")
 //	[24:32]  zero
 //
@@ -78,6 +79,15 @@
 //     bytes) is the usual end: the preallocated zeros, or a fence after
 //     a failed append. The first record's LSN may be anything: the
 //     caller checks that it continues what it has applied.
+//
+// An append that ends inside a block is followed by a skip frame that
+// pads the block: length field 0xFFFFFFFF, then k (uint32, below Block)
+// the number of zero bytes after the frame, then the CRC-32C of the
+// frame's first 8 bytes, then 4 zero bytes. A reader skips the frame and
+// its k bytes; the next record must still continue the LSN sequence. So
+// the next append starts a block of its own, and an append of a step's
+// record writes one block rather than, half the time, two. (When less
+// than a frame is left in the block, there is no padding.)
 //
 // Writes with O_DIRECT cover whole 4096-byte blocks (Block): the part of
 // the current block already written is written again, unchanged, ahead

@@ -46,7 +46,7 @@ func Read(path string, id uint64) ([]Record, error) {
 		// acknowledged from it.
 		return nil, nil
 	}
-	if !bytes.Equal(data[:len(magic)], magic) {
+	if !bytes.Equal(data[:len(magic)], magic) && !bytes.Equal(data[:len(magicV1)], magicV1) {
 		return nil, &FormatError{Path: path}
 	}
 	if got := binary.BigEndian.Uint64(data[16:24]); got != id {
@@ -62,6 +62,15 @@ func Parse(data []byte) []Record {
 	var out []Record
 	for len(data) >= FrameLen {
 		n := binary.BigEndian.Uint32(data[0:4])
+		if n == skipMarker {
+			k := binary.BigEndian.Uint32(data[4:8])
+			if k >= Block || uint64(len(data)-FrameLen) < uint64(k) ||
+				crc32.Checksum(data[0:8], castagn) != binary.BigEndian.Uint32(data[8:12]) {
+				break
+			}
+			data = data[FrameLen+int(k):]
+			continue
+		}
 		if n == 0 || n > MaxRecord || uint64(len(data)-FrameLen) < uint64(n) {
 			break
 		}

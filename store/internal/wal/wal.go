@@ -28,7 +28,9 @@ const (
 )
 
 var (
-	magic   = []byte("SORTIE-WAL\x00\x00\x00\x00\x00\x01")
+	magic = []byte("SORTIE-WAL\x00\x00\x00\x00\x00\x02")
+	// magicV1 is the format before skip frames; Read still reads it.
+	magicV1 = []byte("SORTIE-WAL\x00\x00\x00\x00\x00\x01")
 	castagn = crc32.MakeTable(crc32.Castagnoli)
 )
 
@@ -55,9 +57,11 @@ type Log struct {
 	tail   []byte
 	blk    []byte // aligned write buffer
 
-	// failedEnd is where bytes of a failed append may reach, until the
+	// failedEnd is where records of a failed append may reach, until the
 	// log has been written past them; zero otherwise.
 	failedEnd int64
+	// recEnd is where the last append's records end, before its padding.
+	recEnd int64
 }
 
 // Create (re)creates the log at path for the store with the given WAL
@@ -106,6 +110,10 @@ func (l *Log) LSN() uint64 { return l.lsn }
 // pass, header included.
 func (l *Log) Offset() int64 { return l.off }
 
+// End returns where the last append's records end: before the skip
+// frame that pads its block, if it has one.
+func (l *Log) End() int64 { return l.recEnd }
+
 // Direct reports whether appends bypass the page cache (O_DIRECT), which
 // the file system may refuse.
 func (l *Log) Direct() bool { return l.direct }
@@ -129,8 +137,11 @@ func (l *Log) Append(payloads [][]byte) (uint64, error) {
 		l.buf = AppendRecord(l.buf, first+uint64(i), p)
 	}
 	records := len(l.buf)
-	if l.failedEnd > l.off+int64(records) {
+	l.recEnd = l.off + int64(records)
+	if l.failedEnd > l.recEnd {
 		l.buf = append(l.buf, make([]byte, FrameLen)...)
+	} else {
+		records += l.pad(records)
 	}
 	err := l.write(records)
 	if err != nil && l.direct && errors.Is(err, syscall.EINVAL) {
@@ -141,8 +152,10 @@ func (l *Log) Append(payloads [][]byte) (uint64, error) {
 		}
 	}
 	if err != nil {
-		// A direct write's padding is zeros, where reading stops anyway.
-		l.failedEnd = max(l.failedEnd, l.off+int64(len(l.buf)))
+		// Only its records can continue a later pass's sequence: its skip
+		// frame, read after a shorter retry, skips to zeros or to records
+		// of lower LSNs, where reading stops anyway.
+		l.failedEnd = max(l.failedEnd, l.recEnd)
 		// The outcome is unknown: the bytes may be on disk. Fence them
 		// off now, so that a crash before the next append cannot replay
 		// writes their callers were told failed; if even that fails, the
@@ -157,6 +170,35 @@ func (l *Log) Append(payloads [][]byte) (uint64, error) {
 	l.lsn = first + uint64(len(payloads)) - 1
 	return first, nil
 }
+
+// pad ends the batch in buf, records bytes long, at a block boundary with
+// a skip frame, and returns the bytes it added. The next append then
+// starts a block of its own instead of writing this one's last block
+// again: on flash a direct write costs whole blocks, and a step's record
+// is smaller than one, so without padding half the appends write two.
+// A remainder too small for a frame is left, and filled by the next one.
+func (l *Log) pad(records int) int {
+	end := l.off + int64(records)
+	rem := int((Block - end%Block) % Block)
+	if rem < FrameLen {
+		return 0
+	}
+	l.buf = AppendSkip(l.buf, rem-FrameLen)
+	return rem
+}
+
+// AppendSkip appends a skip frame and the k zero bytes it skips.
+func AppendSkip(dst []byte, k int) []byte {
+	start := len(dst)
+	dst = binary.BigEndian.AppendUint32(dst, skipMarker)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(k))
+	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:start+8], castagn))
+	dst = append(dst, 0, 0, 0, 0)
+	return append(dst, make([]byte, k)...)
+}
+
+// skipMarker in a frame's length field makes it a skip frame.
+const skipMarker = 0xFFFFFFFF
 
 // AppendRecord appends to dst the record Append writes for payload p at
 // lsn: for tools and tests that craft a log.

@@ -105,7 +105,7 @@ func failAfterWriting(tb testing.TB, l *Log, payloads ...[]byte) {
 	}
 	// What Append's error path records (TestFailedAppendFencesLaterAppends
 	// checks that it does).
-	l.failedEnd = twin.off
+	l.failedEnd = twin.recEnd
 }
 
 // TestAppendWritesDocumentedFormat: the header and records are laid out
@@ -129,12 +129,20 @@ func TestAppendWritesDocumentedFormat(t *testing.T) {
 	if first := mustAppend(t, l, payloads[1:]...); first != 43 {
 		t.Fatalf("first LSN = %d, want 43", first)
 	}
-	var want []byte
-	for i, p := range payloads {
-		want = frame(want, 42+uint64(i), p)
-	}
+	// Each append ends its block with a skip frame over the rest of it.
+	want := frame(nil, 42, payloads[0])
+	want = AppendSkip(want, Block-HeaderLen-len(want)-FrameLen)
+	want = frame(want, 43, payloads[1])
+	want = frame(want, 44, payloads[2])
+	want = AppendSkip(want, 2*Block-HeaderLen-len(want)-FrameLen)
 	if l.Offset() != HeaderLen+int64(len(want)) || l.LSN() != 44 {
 		t.Errorf("after appends offset=%d LSN=%d, want %d and 44", l.Offset(), l.LSN(), HeaderLen+len(want))
+	}
+	if skip := want[17 : 17+FrameLen]; !bytes.Equal(skip[:4], []byte{0xff, 0xff, 0xff, 0xff}) ||
+		binary.BigEndian.Uint32(skip[4:8]) != uint32(Block-HeaderLen-17-FrameLen) ||
+		binary.BigEndian.Uint32(skip[8:12]) != crc32.Checksum(skip[:8], crc32.MakeTable(crc32.Castagnoli)) ||
+		!bytes.Equal(skip[12:16], make([]byte, 4)) {
+		t.Errorf("skip frame = % x, want the marker, the bytes it skips, their CRC and zeros", skip)
 	}
 	if got := AppendRecord(nil, 42, payloads[0]); !bytes.Equal(got, frame(nil, 42, payloads[0])) {
 		t.Errorf("AppendRecord = %x, want %x", got, frame(nil, 42, payloads[0]))
@@ -146,7 +154,7 @@ func TestAppendWritesDocumentedFormat(t *testing.T) {
 	if len(data) != Prealloc {
 		t.Errorf("file is %d bytes, want the %d preallocated", len(data), Prealloc)
 	}
-	if !bytes.HasPrefix(data, []byte("SORTIE-WAL\x00\x00\x00\x00\x00\x01")) || binary.BigEndian.Uint64(data[16:24]) != 0xfeed || !bytes.Equal(data[24:32], make([]byte, 8)) {
+	if !bytes.HasPrefix(data, []byte("SORTIE-WAL\x00\x00\x00\x00\x00\x02")) || binary.BigEndian.Uint64(data[16:24]) != 0xfeed || !bytes.Equal(data[24:32], make([]byte, 8)) {
 		t.Errorf("header = %x", data[:HeaderLen])
 	}
 	if got := data[HeaderLen : HeaderLen+len(want)]; !bytes.Equal(got, want) {
@@ -201,7 +209,8 @@ func TestReadHeader(t *testing.T) {
 		{"intact", good, 1, nil},
 		{"another store's", append(binary.BigEndian.AppendUint64(bytes.Clone(good[:16]), 8), good[24:]...), 0, func(err error) bool { return errors.Is(err, ErrForeign) }},
 		{"unknown magic", append([]byte("NOT-A-SORTIE-LOG"), good[16:]...), 0, func(err error) bool { return errors.As(err, &formatErr) }},
-		{"newer version", append(append(bytes.Clone(good[:15]), 2), good[16:]...), 0, func(err error) bool { return errors.As(err, &formatErr) }},
+		{"version 1, without skip frames", append(append(bytes.Clone(good[:15]), 1), good[16:]...), 1, nil},
+		{"newer version", append(append(bytes.Clone(good[:15]), 3), good[16:]...), 0, func(err error) bool { return errors.As(err, &formatErr) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "x-wal")
@@ -309,7 +318,9 @@ func TestRewoundPassHidesEarlierOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameLSNs(t, "stale records behind the pass", lsnsOf(Parse(data[HeaderLen+2*size:])), []uint64{3, 4, 5})
+		// Every append took a block of its own; the pass's two are
+		// followed by the earlier pass's third.
+		sameLSNs(t, "stale records behind the pass", lsnsOf(Parse(data[l.Offset():])), []uint64{3, 4, 5})
 		sameLSNs(t, "log", lsnsOf(mustRead(t, l)), []uint64{6, 7})
 	})
 }
@@ -389,15 +400,16 @@ func TestFailedAppendNotReadBack(t *testing.T) {
 	modes(t, func(t *testing.T, buffered bool) {
 		l := create(t, buffered)
 		mustAppend(t, l, sized(100, 'c')) // LSN 1
+		start := l.Offset()
 		// A failed batch of two, the first ending on a block boundary, so
 		// a direct write of a record in its place pads nothing after it.
-		first := sized(Block-HeaderLen-100, 'p')
+		first := sized(Block-int(start%Block), 'p')
 		failAfterWriting(t, l, first, sized(200, 'q'))
 		// The caller, told both failed, logs LSN 2 again, differently, in
 		// a record of the same size.
 		mustAppend(t, l, sized(len(first)+FrameLen, 'r'))
-		if l.Offset() != Block {
-			t.Fatalf("test premise: the retry ends at %d, not on the failed batch's frame boundary %d", l.Offset(), Block)
+		if boundary := start + int64(len(first)+FrameLen); l.Offset() != boundary {
+			t.Fatalf("test premise: the retry ends at %d, not on the failed batch's frame boundary %d", l.Offset(), boundary)
 		}
 		recs := mustRead(t, l)
 		sameLSNs(t, "log", lsnsOf(recs), []uint64{1, 2})
