@@ -113,12 +113,16 @@ type DriverOptions struct {
 }
 
 // RetentionOptions bounds the finished missions kept. A mission is
-// deleted when older than MaxAge, or when more than MaxCount finished
-// missions are stored (oldest first). Checked every Interval; zero
-// Interval, or both bounds zero, keeps everything.
+// deleted when older than MaxAge, when more than MaxCount finished
+// missions are stored, or while the store's data is over MaxBytes
+// (oldest first). Checked every Interval; zero Interval, or every bound
+// zero, keeps everything. After deleting, the store gives space back to
+// the file system (store.DB.Reclaim) when half its file or more is free,
+// or the file is over MaxBytes.
 type RetentionOptions struct {
 	MaxAge   time.Duration
 	MaxCount int
+	MaxBytes int64
 	Interval time.Duration
 }
 

@@ -12,7 +12,7 @@ import (
 // commits are never held up for long.
 func (a *Agent) retention(ctx context.Context) error {
 	r := a.opts.Retention
-	if r.Interval <= 0 || (r.MaxAge <= 0 && r.MaxCount <= 0) {
+	if r.Interval <= 0 || (r.MaxAge <= 0 && r.MaxCount <= 0 && r.MaxBytes <= 0) {
 		<-ctx.Done()
 		return nil
 	}
@@ -39,12 +39,36 @@ func (a *Agent) pruneOnce(ctx context.Context) {
 			a.metrics.setTerminal(counts)
 		}
 	}
+	if err := reclaim(ctx, a.db, a.opts.Retention.MaxBytes); err != nil {
+		a.log.Error("retention: giving space back", "err", err)
+	}
+}
+
+// reclaimFloor: a file smaller than this is not worth rewriting.
+const reclaimFloor = 1 << 20
+
+// reclaim rewrites the store without its free pages when they are half
+// the file or more, or when the file is over maxBytes and has any: bbolt
+// reuses free pages, so under a steady retention the file stays flat, and
+// this is for after a burst, or a tighter retention.
+func reclaim(ctx context.Context, db *store.DB, maxBytes int64) error {
+	st, err := db.Stats()
+	if err != nil {
+		return err
+	}
+	over := maxBytes > 0 && st.FileSize > maxBytes && st.FreeBytes > 0
+	if st.FileSize < reclaimFloor || !over && st.FreeBytes*2 < st.FileSize {
+		return nil
+	}
+	_, _, err = db.Reclaim(ctx)
+	return err
 }
 
 // prune applies the retention policy: a finished mission is deleted when
-// it is older than max_age, or when more than max_count finished missions
-// are stored (oldest first). The count is a hard cap so that a busy
-// gateway's database stays bounded on small flash, whatever the age.
+// it is older than max_age, when more than max_count finished missions
+// are stored, or while the data is over max_bytes (oldest first). The
+// count and the bytes are hard caps so that a busy gateway's database
+// stays bounded on small flash, whatever the age.
 func prune(ctx context.Context, db *store.DB, r RetentionOptions, now time.Time) (int, error) {
 	total := 0
 	if r.MaxAge > 0 {
@@ -57,6 +81,13 @@ func prune(ctx context.Context, db *store.DB, r RetentionOptions, now time.Time)
 	if r.MaxCount > 0 {
 		// Everything finished up to now is a candidate; keep the newest.
 		n, err := db.Prune(ctx, now.Add(time.Second), r.MaxCount)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	if r.MaxBytes > 0 {
+		n, err := db.PruneBytes(ctx, r.MaxBytes)
 		total += n
 		if err != nil {
 			return total, err

@@ -134,7 +134,7 @@ func sweepTemps(path string, log *slog.Logger) {
 	base := filepath.Base(path)
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasPrefix(name, base+tempBackup) && !strings.HasPrefix(name, base+tempRestore) {
+		if !strings.HasPrefix(name, base+tempBackup) && !strings.HasPrefix(name, base+tempRestore) && name != base+tempReclaim {
 			continue
 		}
 		p := filepath.Join(filepath.Dir(path), name)

@@ -48,6 +48,47 @@ func (db *DB) Prune(ctx context.Context, olderThan time.Time, keep int) (int, er
 	}
 }
 
+// PruneBytes deletes the oldest finished missions, with their timelines
+// and index entries, until the store's data takes at most maxBytes of
+// its file (the file less its free pages, which bbolt reuses and Reclaim
+// gives back). Live missions are never deleted, so their data alone may
+// exceed it. It works in small transactions, as Prune does, and returns
+// how many missions it deleted.
+func (db *DB) PruneBytes(ctx context.Context, maxBytes int64) (int, error) {
+	deleted := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		used, err := db.usedBytes()
+		if err != nil || used <= maxBytes {
+			if deleted > 0 {
+				db.log.Info("pruned missions to fit the byte budget", "deleted", deleted, "max_bytes", maxBytes, "used", used)
+			}
+			return deleted, err
+		}
+		n, err := db.pruneOnce(be64(^uint64(0)), 0)
+		deleted += n
+		if err != nil {
+			return deleted, fmt.Errorf("prune to %d bytes: %w", maxBytes, err)
+		}
+		if n == 0 {
+			db.log.Warn("the store's live missions alone exceed the byte budget", "max_bytes", maxBytes, "used", used)
+			return deleted, nil
+		}
+	}
+}
+
+// usedBytes is the store's data: the file's pages less the free ones.
+func (db *DB) usedBytes() (int64, error) {
+	var used int64
+	err := db.scan(func(tx *bolt.Tx) error {
+		used = tx.Size() - db.freeBytes()
+		return nil
+	})
+	return used, err
+}
+
 func (db *DB) pruneOnce(cutoff []byte, keep int) (int, error) {
 	if err := db.enter(); err != nil {
 		return 0, err
@@ -157,7 +198,10 @@ type Stats struct {
 	Events   int   // timeline entries
 	Requests int   // request keys remembered for idempotent Create
 	FileSize int64 // bytes on disk
-	Schema   int   // layout version
+	// FreeBytes is the part of FileSize that is free pages: bbolt reuses
+	// them, and Reclaim gives them back to the file system.
+	FreeBytes int64
+	Schema    int // layout version
 	// Commits and Writes count, since Open, the group-commit transactions
 	// and the Create and Save calls they carried; Writes/Commits is the
 	// mean batch size.
@@ -183,6 +227,7 @@ func (db *DB) Stats() (Stats, error) {
 			}
 		}
 		s.Events = int(c.events)
+		s.FreeBytes = db.freeBytes()
 		s.Requests = tx.Bucket(bRequests).Stats().KeyN
 		s.Schema = Schema
 		return nil

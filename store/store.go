@@ -22,6 +22,11 @@ import (
 // files through the migrations table and rejects newer ones.
 const Schema = 2
 
+// allocSize is how far ahead of its data bbolt grows the file once the
+// file is past it (below it, to the next power of two). bbolt's 16 MiB
+// default would make a gateway's 17 MiB of missions a 32 MiB file.
+const allocSize = 1 << 20
+
 // DefaultTimeout is how long Open waits for the file lock by default.
 const DefaultTimeout = time.Second
 
@@ -118,6 +123,10 @@ type DB struct {
 	path string
 	log  *slog.Logger
 
+	// gate is held shared by every call (enter) and exclusively by
+	// Reclaim, which replaces bolt; the checkpointer, the other user of
+	// bolt, is kept out by ckMu.
+	gate     sync.RWMutex
 	mu       sync.Mutex
 	queue    []*write // writes waiting for the next commit
 	leading  bool     // a leader is committing or has been promoted
@@ -266,6 +275,7 @@ func openBoltOnce(path string, opts Options) (bdb *bolt.DB, file *os.File, err e
 	})
 	switch {
 	case err == nil:
+		bdb.AllocSize = allocSize
 		return bdb, file, nil
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, nil, fmt.Errorf("open store %s: %w: another agent, or another open store in this process, held it for %s", path, ErrLocked, opts.Timeout)
@@ -392,18 +402,24 @@ func (db *DB) Close() error {
 	return nil
 }
 
-// enter registers a call that Close must wait for; leave ends it.
+// enter registers a call that Close must wait for, and that Reclaim
+// must not swap the file under; leave ends it.
 func (db *DB) enter() error {
+	db.gate.RLock()
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.closed {
+		db.gate.RUnlock()
 		return fmt.Errorf("store %s: %w", db.path, driver.ErrClosed)
 	}
 	db.inflight.Add(1)
 	return nil
 }
 
-func (db *DB) leave() { db.inflight.Done() }
+func (db *DB) leave() {
+	db.inflight.Done()
+	db.gate.RUnlock()
+}
 
 // view runs fn in a read transaction, unless the DB is closed.
 func (db *DB) view(fn func(tx *bolt.Tx) error) error {

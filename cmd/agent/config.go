@@ -145,6 +145,7 @@ func (h HubConfig) broker() BrokerConfig {
 type RetentionConfig struct {
 	MaxAge   driver.Duration `toml:"max_age"`
 	MaxCount int             `toml:"max_count"`
+	MaxBytes conf.Bytes      `toml:"max_bytes"`
 	Interval driver.Duration `toml:"interval"`
 }
 
@@ -166,7 +167,7 @@ func DefaultConfig() Config {
 		Log:    LogConfig{Level: "info", Format: "text"},
 		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second), MaxLive: 1000},
 		Retention: RetentionConfig{
-			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 10000, Interval: driver.Duration(10 * time.Minute),
+			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 10000, MaxBytes: 64 << 20, Interval: driver.Duration(10 * time.Minute),
 		},
 	}
 }
@@ -296,6 +297,9 @@ func (c Config) Validate(file string) error {
 	}
 	if c.Retention.MaxCount < 0 {
 		bad("retention.max_count", "must not be negative")
+	}
+	if c.Retention.MaxBytes != 0 && c.Retention.MaxBytes < 1<<20 {
+		bad("retention.max_bytes", "%s is below 1MiB (0 disables it)", c.Retention.MaxBytes)
 	}
 	return errors.Join(errs...)
 }

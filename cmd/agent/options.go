@@ -21,7 +21,7 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 			Workers: cfg.Driver.Workers, StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(), MaxLive: cfg.Driver.MaxLive,
 		},
 		Retention: agent.RetentionOptions{
-			MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount, Interval: cfg.Retention.Interval.D(),
+			MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount, MaxBytes: int64(cfg.Retention.MaxBytes), Interval: cfg.Retention.Interval.D(),
 		},
 	}
 	var err error
