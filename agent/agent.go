@@ -60,7 +60,7 @@ type Agent struct {
 	feed   *feed
 	arb    *arbiter
 
-	metrics *metrics
+	metrics *instruments
 	http    *http.Server
 	httpLn  net.Listener
 	up      *hubsync.Uplink
@@ -165,7 +165,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		log.Info("simulated home running", "devices", len(a.home.Devices()))
 	}
 
-	a.metrics = newMetrics()
+	a.metrics = newInstruments()
 	if a.auth != nil {
 		a.metrics.reg.MustRegister(a.auth.refusals)
 	}

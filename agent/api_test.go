@@ -169,7 +169,7 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 	f.devs.connected.Store(true)
 	drv.Register(scenes.DelayKind, f.gate)
 	drv.Register(devices.KindCommand, f.gate)
-	trig := newTriggers(log, cat, drv, discardPublisher{}, newAgentTopics("sortie", "test"), newMetrics())
+	trig := newTriggers(log, cat, drv, discardPublisher{}, newAgentTopics("sortie", "test"), newInstruments())
 	drv.Observe(f.watch)
 	drv.Observe(trig)
 	ctx, cancel := context.WithCancel(context.Background())

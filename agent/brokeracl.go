@@ -9,13 +9,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/metrics"
 )
 
 // Roles of the embedded broker's users (BrokerUser.Role).
@@ -53,7 +52,7 @@ type brokerAuth struct {
 	dev   wire.Topics
 	agent agentTopics
 	// refusals counts what the hook refused, by reason.
-	refusals *prometheus.CounterVec
+	refusals *metrics.CounterVec
 }
 
 // InternalUser names the agent's own identity on its embedded broker,
@@ -130,10 +129,9 @@ func newBrokerAuth(b BrokerOptions, gateway string, log *slog.Logger) (*brokerAu
 		roles: map[string]string{},
 		dev:   wire.Topics{Prefix: b.Prefix},
 		agent: newAgentTopics(b.Prefix, gateway),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: namespace + "_broker_refusals_total",
-			Help: "Clients and requests the embedded broker refused: bad_login, client_id (held by another user), will, publish, subscribe (a filter or a delivery outside the role).",
-		}, []string{"reason"}),
+		refusals: metrics.NewCounterVec(namespace+"_broker_refusals_total",
+			"Clients and requests the embedded broker refused: bad_login, client_id (held by another user), will, publish, subscribe (a filter or a delivery outside the role).",
+			"reason"),
 	}
 	book := passwd.NewBook()
 	for i, u := range b.Users {
@@ -155,7 +153,7 @@ func newBrokerAuth(b BrokerOptions, gateway string, log *slog.Logger) (*brokerAu
 		Allow:     a.may,
 		AllowWill: a.mayWill,
 		Logger:    log,
-		Refused:   func(reason string) { a.refusals.WithLabelValues(reason).Inc() },
+		Refused:   func(reason string) { a.refusals.With(reason).Inc() },
 	})
 	if err != nil {
 		return nil, "", err

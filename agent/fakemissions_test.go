@@ -312,7 +312,7 @@ type modesFixture struct {
 	trig    *Triggers
 	fake    *fakeMissions
 	pub     chanPublisher
-	metrics *metrics
+	metrics *instruments
 }
 
 // replyTopic is the fixture's reply topic prefix (gateway "gw").
@@ -328,7 +328,7 @@ func newModesFixture(t testing.TB) *modesFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &modesFixture{fake: newFakeMissions(), pub: make(chanPublisher, 512), metrics: newMetrics()}
+	f := &modesFixture{fake: newFakeMissions(), pub: make(chanPublisher, 512), metrics: newInstruments()}
 	f.trig = newTriggers(slog.New(slog.DiscardHandler), cat, f.fake, f.pub, newAgentTopics("sortie", "gw"), f.metrics)
 	f.fake.obs = f.trig
 	return f

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/sortie-edge/sortie/agent/api"
 )
 
@@ -30,7 +28,7 @@ func (a *Agent) startHTTP() error {
 		Registry: a.reg, Catalog: a.cat, Trigger: a.trig.Call, Backup: a.db.BackupFile,
 	})
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{Registry: a.metrics.reg}))
+	mux.Handle("GET /metrics", a.metrics.reg)
 	s.Register(mux)
 	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	a.http.RegisterOnShutdown(s.Shutdown)

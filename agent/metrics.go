@@ -6,13 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/metrics"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
 )
@@ -20,26 +18,26 @@ import (
 // namespace prefixes every metric the agent exports.
 const namespace = "sortie"
 
-// metrics holds the agent's Prometheus metrics on its own registry. Label
-// values are bounded: scene names, device types, actions, states, error
-// classes and codes come from configuration or fixed sets, never from
-// mission IDs.
-type metrics struct {
-	reg *prometheus.Registry
+// instruments holds the agent's Prometheus metrics on its own registry.
+// Label values are bounded: scene names, device types, actions, states,
+// error classes and codes come from configuration or fixed sets, never
+// from mission IDs.
+type instruments struct {
+	reg *metrics.Registry
 
-	started      *prometheus.CounterVec
-	finished     *prometheus.CounterVec
-	stepDuration *prometheus.HistogramVec
-	ackLatency   *prometheus.HistogramVec
+	started      *metrics.CounterVec
+	finished     *metrics.CounterVec
+	stepDuration *metrics.HistogramVec
+	ackLatency   *metrics.HistogramVec
 	// turnWait is how long commands waited for their turn on their
 	// device and link.
-	turnWait     *prometheus.HistogramVec
-	stepFailures *prometheus.CounterVec
-	retries      *prometheus.CounterVec
-	waits        *prometheus.CounterVec
-	compensation *prometheus.CounterVec
-	inFlight     prometheus.Gauge
-	rejections   *prometheus.CounterVec
+	turnWait     *metrics.HistogramVec
+	stepFailures *metrics.CounterVec
+	retries      *metrics.CounterVec
+	waits        *metrics.CounterVec
+	compensation *metrics.CounterVec
+	inFlight     *metrics.Gauge
+	rejections   *metrics.CounterVec
 
 	mu       sync.Mutex
 	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
@@ -64,74 +62,51 @@ type brokerSource interface {
 	Connected() bool
 }
 
-func newMetrics() *metrics {
-	m := &metrics{
-		reg:      prometheus.NewRegistry(),
+func newInstruments() *instruments {
+	m := &instruments{
+		reg:      metrics.NewRegistry(),
 		begins:   map[stepKey]time.Time{},
 		kinds:    map[string]string{},
 		terminal: map[driver.State]int{},
 	}
-	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "missions_started_total", Help: "Missions accepted, by scene.",
-	}, []string{"scene"})
-	m.finished = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "missions_finished_total", Help: "Missions that reached a terminal state, by scene and outcome.",
-	}, []string{"scene", "outcome"})
-	m.stepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "step_duration_seconds", Help: "Duration of step attempts, by device type and action.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-	}, []string{"device_type", "action", "result"})
-	m.ackLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "device_ack_latency_seconds", Help: "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-	}, []string{"device_type"})
-	m.turnWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "link_wait_seconds", Help: "Time device commands waited for their turn on their device and link (link \"none\": devices on no link).",
-		Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-	}, []string{"link"})
-	m.stepFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "step_failures_total", Help: "Failed step attempts, by error class and code.",
-	}, []string{"class", "code"})
-	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "step_retries_total", Help: "Step attempts after the first, by scene.",
-	}, []string{"scene"})
-	m.waits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "step_waits_total", Help: "Steps that waited because their target was not ready (offline device, delay), by code; no attempt is spent.",
-	}, []string{"code"})
-	m.compensation = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "compensations_total", Help: "Compensation attempts that finished, by result (succeeded, failed, retry).",
-	}, []string{"result"})
-	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "commands_in_flight", Help: "Device commands published and waiting for an ack.",
-	})
-	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "trigger_rejections_total", Help: "Triggers rejected, by reason.",
-	}, []string{"reason"})
+	m.started = metrics.NewCounterVec(namespace+"_missions_started_total", "Missions accepted, by scene.", "scene")
+	m.finished = metrics.NewCounterVec(namespace+"_missions_finished_total", "Missions that reached a terminal state, by scene and outcome.", "scene", "outcome")
+	m.stepDuration = metrics.NewHistogramVec(namespace+"_step_duration_seconds", "Duration of step attempts, by device type and action.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "device_type", "action", "result")
+	m.ackLatency = metrics.NewHistogramVec(namespace+"_device_ack_latency_seconds", "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "device_type")
+	m.turnWait = metrics.NewHistogramVec(namespace+"_link_wait_seconds", "Time device commands waited for their turn on their device and link (link \"none\": devices on no link).",
+		[]float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "link")
+	m.stepFailures = metrics.NewCounterVec(namespace+"_step_failures_total", "Failed step attempts, by error class and code.", "class", "code")
+	m.retries = metrics.NewCounterVec(namespace+"_step_retries_total", "Step attempts after the first, by scene.", "scene")
+	m.waits = metrics.NewCounterVec(namespace+"_step_waits_total", "Steps that waited because their target was not ready (offline device, delay), by code; no attempt is spent.", "code")
+	m.compensation = metrics.NewCounterVec(namespace+"_compensations_total", "Compensation attempts that finished, by result (succeeded, failed, retry).", "result")
+	m.inFlight = metrics.NewGauge(namespace+"_commands_in_flight", "Device commands published and waiting for an ack.")
+	m.rejections = metrics.NewCounterVec(namespace+"_trigger_rejections_total", "Triggers rejected, by reason.", "reason")
 	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.turnWait, m.stepFailures, m.retries, m.waits,
-		m.compensation, m.inFlight, m.rejections,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.compensation, m.inFlight, m.rejections, metrics.NewGoCollector(), metrics.NewProcessCollector())
 	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", scenes.ReasonAlreadyRunning, scenes.ReasonOverloaded} {
-		m.rejections.WithLabelValues(r)
+		m.rejections.With(r)
 	}
 	return m
 }
 
-// rejected counts a trigger rejection. A nil *metrics is allowed so
+// rejected counts a trigger rejection. A nil *instruments is allowed so
 // unit tests need not build one.
-func (m *metrics) rejected(reason string) {
+func (m *instruments) rejected(reason string) {
 	if m != nil {
-		m.rejections.WithLabelValues(reason).Inc()
+		m.rejections.With(reason).Inc()
 	}
 }
 
 // watch registers the gauges read at scrape time.
-func (m *metrics) watch(q queueSource, b brokerSource, stored func() (int, error)) {
+func (m *instruments) watch(q queueSource, b brokerSource, stored func() (int, error)) {
 	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b, stored: stored})
 }
 
 // turn records a command's wait for its turn (devices.HandlerOptions.OnTurn).
-func (m *metrics) turn(link string, waited time.Duration) {
-	m.turnWait.WithLabelValues(linkLabel(link)).Observe(waited.Seconds())
+func (m *instruments) turn(link string, waited time.Duration) {
+	m.turnWait.With(linkLabel(link)).Observe(waited.Seconds())
 }
 
 // linkLabel names the devices on no link "none".
@@ -143,13 +118,13 @@ func linkLabel(link string) string {
 }
 
 // watchLinks registers the links' admission gauges.
-func (m *metrics) watchLinks(links func() map[string]devices.LinkStats) {
+func (m *instruments) watchLinks(links func() map[string]devices.LinkStats) {
 	m.reg.MustRegister(&linkCollector{links: links})
 }
 
 var (
-	descLinkInFlight = prometheus.NewDesc(namespace+"_link_in_flight", "Device commands not yet acked, by link (\"none\": devices on no link).", []string{"link"}, nil)
-	descLinkQueued   = prometheus.NewDesc(namespace+"_link_queued", "Device commands waiting for their turn on their device or link, by link.", []string{"link"}, nil)
+	descLinkInFlight = metrics.NewDesc(namespace+"_link_in_flight", "Device commands not yet acked, by link (\"none\": devices on no link).", metrics.TypeGauge, "link")
+	descLinkQueued   = metrics.NewDesc(namespace+"_link_queued", "Device commands waiting for their turn on their device or link, by link.", metrics.TypeGauge, "link")
 )
 
 // linkCollector reads the admission state at scrape time.
@@ -157,30 +132,29 @@ type linkCollector struct {
 	links func() map[string]devices.LinkStats
 }
 
-func (c *linkCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descLinkInFlight
-	ch <- descLinkQueued
+func (c *linkCollector) Describe() []*metrics.Desc {
+	return []*metrics.Desc{descLinkInFlight, descLinkQueued}
 }
 
-func (c *linkCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *linkCollector) Collect(sc *metrics.Scrape) {
 	for link, s := range c.links() {
-		ch <- prometheus.MustNewConstMetric(descLinkInFlight, prometheus.GaugeValue, float64(s.InFlight), linkLabel(link))
-		ch <- prometheus.MustNewConstMetric(descLinkQueued, prometheus.GaugeValue, float64(s.Queued), linkLabel(link))
+		sc.Emit(descLinkInFlight, float64(s.InFlight), linkLabel(link))
+		sc.Emit(descLinkQueued, float64(s.Queued), linkLabel(link))
 	}
 }
 
 // watchSync registers the hub sync gauges.
-func (m *metrics) watchSync(up syncSource, ob outboxSource) {
+func (m *instruments) watchSync(up syncSource, ob outboxSource) {
 	m.reg.MustRegister(&syncCollector{up: up, ob: ob})
 }
 
 var (
-	descOutbox     = prometheus.NewDesc(namespace+"_outbox_entries", "Mission events waiting for the hub's acknowledgement.", nil, nil)
-	descCompacted  = prometheus.NewDesc(namespace+"_outbox_compacted_total", "Outbox events dropped by compaction (the outbox was full; each mission kept its latest).", nil, nil)
-	descSyncLag    = prometheus.NewDesc(namespace+"_hub_sync_lag_seconds", "Age of the oldest event the hub has not acknowledged; 0 when in sync.", nil, nil)
-	descHubUp      = prometheus.NewDesc(namespace+"_hub_connected", "1 when the connection to the hub is up.", nil, nil)
-	descHubAcked   = prometheus.NewDesc(namespace+"_hub_acked_entries_total", "Outbox entries the hub acknowledged.", nil, nil)
-	descHubResends = prometheus.NewDesc(namespace+"_hub_resends_total", "Times unacknowledged events were sent to the hub again.", nil, nil)
+	descOutbox     = metrics.NewDesc(namespace+"_outbox_entries", "Mission events waiting for the hub's acknowledgement.", metrics.TypeGauge)
+	descCompacted  = metrics.NewDesc(namespace+"_outbox_compacted_total", "Outbox events dropped by compaction (the outbox was full; each mission kept its latest).", metrics.TypeCounter)
+	descSyncLag    = metrics.NewDesc(namespace+"_hub_sync_lag_seconds", "Age of the oldest event the hub has not acknowledged; 0 when in sync.", metrics.TypeGauge)
+	descHubUp      = metrics.NewDesc(namespace+"_hub_connected", "1 when the connection to the hub is up.", metrics.TypeGauge)
+	descHubAcked   = metrics.NewDesc(namespace+"_hub_acked_entries_total", "Outbox entries the hub acknowledged.", metrics.TypeCounter)
+	descHubResends = metrics.NewDesc(namespace+"_hub_resends_total", "Times unacknowledged events were sent to the hub again.", metrics.TypeCounter)
 )
 
 // syncCollector reads the uplink and outbox at scrape time.
@@ -189,29 +163,27 @@ type syncCollector struct {
 	ob outboxSource
 }
 
-func (c *syncCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOutbox, descCompacted, descSyncLag, descHubUp, descHubAcked, descHubResends} {
-		ch <- d
-	}
+func (c *syncCollector) Describe() []*metrics.Desc {
+	return []*metrics.Desc{descOutbox, descCompacted, descSyncLag, descHubUp, descHubAcked, descHubResends}
 }
 
-func (c *syncCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *syncCollector) Collect(sc *metrics.Scrape) {
 	ob := c.ob.OutboxStats()
 	st := c.up.Stats()
 	up := 0.0
 	if st.Connected {
 		up = 1
 	}
-	ch <- prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, float64(ob.Len))
-	ch <- prometheus.MustNewConstMetric(descCompacted, prometheus.CounterValue, float64(ob.Compacted))
-	ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, st.Lag.Seconds())
-	ch <- prometheus.MustNewConstMetric(descHubUp, prometheus.GaugeValue, up)
-	ch <- prometheus.MustNewConstMetric(descHubAcked, prometheus.CounterValue, float64(st.Acked))
-	ch <- prometheus.MustNewConstMetric(descHubResends, prometheus.CounterValue, float64(st.Resends))
+	sc.Emit(descOutbox, float64(ob.Len))
+	sc.Emit(descCompacted, float64(ob.Compacted))
+	sc.Emit(descSyncLag, st.Lag.Seconds())
+	sc.Emit(descHubUp, up)
+	sc.Emit(descHubAcked, float64(st.Acked))
+	sc.Emit(descHubResends, float64(st.Resends))
 }
 
 // setDeviceTypes gives the metrics the device-type label of each device.
-func (m *metrics) setDeviceTypes(types map[string]string) {
+func (m *instruments) setDeviceTypes(types map[string]string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, v := range types {
@@ -227,29 +199,29 @@ type stepKey struct {
 
 // setTerminal replaces the counts of finished missions in the store: at
 // start-up and after retention deletes some.
-func (m *metrics) setTerminal(counts map[driver.State]int) {
+func (m *instruments) setTerminal(counts map[driver.State]int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.terminal = counts
 }
 
 // Observe derives the event-driven metrics from mission events.
-func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
+func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 	switch ev.Input {
 	case driver.InSubmit:
-		m.started.WithLabelValues(ms.Type).Inc()
+		m.started.With(ms.Type).Inc()
 	case driver.InBeginStep:
 		m.mu.Lock()
 		m.begins[stepKey{ms.ID, ev.Step}] = ev.Time
 		m.mu.Unlock()
 		if ev.Attempt > 1 {
-			m.retries.WithLabelValues(ms.Type).Inc()
+			m.retries.With(ms.Type).Inc()
 		}
 	case driver.InStepWait:
 		m.mu.Lock()
 		delete(m.begins, stepKey{ms.ID, ev.Step})
 		m.mu.Unlock()
-		m.waits.WithLabelValues(codeLabel(ev.Code)).Inc()
+		m.waits.With(codeLabel(ev.Code)).Inc()
 	case driver.InStepOK, driver.InStepError:
 		m.mu.Lock()
 		began, ok := m.begins[stepKey{ms.ID, ev.Step}]
@@ -261,7 +233,7 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 			result = ev.Code // superseded or skipped: not a failure
 		case ev.Input == driver.InStepError:
 			result = "error"
-			m.stepFailures.WithLabelValues(ev.Detail, codeLabel(ev.Code)).Inc()
+			m.stepFailures.With(ev.Detail, codeLabel(ev.Code)).Inc()
 		}
 		if ok && ev.Step >= 0 && ev.Step < len(ms.Steps) {
 			var out map[string]any
@@ -269,7 +241,7 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 				out = ms.Results[ev.Step].Outputs
 			}
 			dev, action := devices.RanTarget(ms.Steps[ev.Step], out)
-			m.stepDuration.WithLabelValues(m.deviceType(dev, ms.Steps[ev.Step].Kind), action, result).Observe(ev.Time.Sub(began).Seconds())
+			m.stepDuration.With(m.deviceType(dev, ms.Steps[ev.Step].Kind), action, result).Observe(ev.Time.Sub(began).Seconds())
 		}
 	case driver.InCompResult:
 		result := "succeeded"
@@ -279,10 +251,10 @@ func (m *metrics) Observe(ev driver.Event, ms *driver.Mission) {
 		case ev.Detail != "compensated":
 			result = "retry"
 		}
-		m.compensation.WithLabelValues(result).Inc()
+		m.compensation.With(result).Inc()
 	}
 	if ev.To.Terminal() && ev.Input != driver.InSubmit {
-		m.finished.WithLabelValues(ms.Type, string(ev.To)).Inc()
+		m.finished.With(ms.Type, string(ev.To)).Inc()
 		m.mu.Lock()
 		m.terminal[ev.To]++
 		for i := range ms.Steps {
@@ -309,7 +281,7 @@ func codeLabel(code string) string {
 	return "other"
 }
 
-func (m *metrics) deviceType(device, kind string) string {
+func (m *instruments) deviceType(device, kind string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if t, ok := m.kinds[device]; ok {
@@ -323,7 +295,7 @@ func (m *metrics) deviceType(device, kind string) string {
 // turn (driver.Pending) and then its ack (driver.InFlight), so it spans
 // calls: it is in flight from the call that sends it to the call that
 // ends it, and its latency runs from the attempt's start (Resume.Since).
-func (m *metrics) instrument(h driver.Handler) driver.Handler {
+func (m *instruments) instrument(h driver.Handler) driver.Handler {
 	return driver.HandlerFunc(func(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
 		start := time.Now()
 		out, err := h.Execute(ctx, req)
@@ -342,7 +314,7 @@ func (m *metrics) instrument(h driver.Handler) driver.Handler {
 			if dev == "" {
 				dev, _ = devices.ParamsTarget(req.Params)
 			}
-			m.ackLatency.WithLabelValues(m.deviceType(dev, req.Kind)).Observe(time.Since(start).Seconds())
+			m.ackLatency.With(m.deviceType(dev, req.Kind)).Observe(time.Since(start).Seconds())
 		}
 		return out, err
 	})
@@ -350,34 +322,32 @@ func (m *metrics) instrument(h driver.Handler) driver.Handler {
 
 // scrapeCollector computes gauges from live state at scrape time.
 type scrapeCollector struct {
-	m      *metrics
+	m      *instruments
 	q      queueSource
 	b      brokerSource
 	stored func() (int, error)
 }
 
 var (
-	descMissions  = prometheus.NewDesc(namespace+"_missions", "Missions by state (active ones from the loop, finished ones stored).", []string{"state"}, nil)
-	descRunnable  = prometheus.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", nil, nil)
-	descRunning   = prometheus.NewDesc(namespace+"_running_steps", "Steps executing now (holding a worker).", nil, nil)
-	descParked    = prometheus.NewDesc(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", nil, nil)
-	descZombies   = prometheus.NewDesc(namespace+"_abandoned_handlers", "Step handlers that ignored their timeout, were abandoned and have not returned.", nil, nil)
-	descOldest    = prometheus.NewDesc(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", nil, nil)
-	descConnected = prometheus.NewDesc(namespace+"_broker_connected", "1 when the device connection to the broker is up.", nil, nil)
-	descReconnect = prometheus.NewDesc(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", nil, nil)
-	descLateAcks  = prometheus.NewDesc(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", nil, nil)
-	descDupAcks   = prometheus.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", nil, nil)
-	descTimeouts  = prometheus.NewDesc(namespace+"_device_ack_timeouts_total", "Commands that got no ack in time.", nil, nil)
-	descStored    = prometheus.NewDesc(namespace+"_store_missions", "Missions in the database, finished ones included.", nil, nil)
+	descMissions  = metrics.NewDesc(namespace+"_missions", "Missions by state (active ones from the loop, finished ones stored).", metrics.TypeGauge, "state")
+	descRunnable  = metrics.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", metrics.TypeGauge)
+	descRunning   = metrics.NewDesc(namespace+"_running_steps", "Steps executing now (holding a worker).", metrics.TypeGauge)
+	descParked    = metrics.NewDesc(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", metrics.TypeGauge)
+	descZombies   = metrics.NewDesc(namespace+"_abandoned_handlers", "Step handlers that ignored their timeout, were abandoned and have not returned.", metrics.TypeGauge)
+	descOldest    = metrics.NewDesc(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", metrics.TypeGauge)
+	descConnected = metrics.NewDesc(namespace+"_broker_connected", "1 when the device connection to the broker is up.", metrics.TypeGauge)
+	descReconnect = metrics.NewDesc(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", metrics.TypeCounter)
+	descLateAcks  = metrics.NewDesc(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", metrics.TypeCounter)
+	descDupAcks   = metrics.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", metrics.TypeCounter)
+	descTimeouts  = metrics.NewDesc(namespace+"_device_ack_timeouts_total", "Commands that got no ack in time.", metrics.TypeCounter)
+	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the database, finished ones included.", metrics.TypeGauge)
 )
 
-func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored} {
-		ch <- d
-	}
+func (c *scrapeCollector) Describe() []*metrics.Desc {
+	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored}
 }
 
-func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 	q := c.q.Queue()
 	c.m.mu.Lock()
 	terminal := make(map[driver.State]int, len(c.m.terminal))
@@ -390,32 +360,32 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		if s.Terminal() {
 			n = terminal[s]
 		}
-		ch <- prometheus.MustNewConstMetric(descMissions, prometheus.GaugeValue, float64(n), string(s))
+		sc.Emit(descMissions, float64(n), string(s))
 	}
-	ch <- prometheus.MustNewConstMetric(descRunnable, prometheus.GaugeValue, float64(q.Due))
-	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(q.Running))
-	ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(q.Parked))
-	ch <- prometheus.MustNewConstMetric(descZombies, prometheus.GaugeValue, float64(q.Zombies))
+	sc.Emit(descRunnable, float64(q.Due))
+	sc.Emit(descRunning, float64(q.Running))
+	sc.Emit(descParked, float64(q.Parked))
+	sc.Emit(descZombies, float64(q.Zombies))
 	age := 0.0
 	if !q.OldestDue.IsZero() {
 		age = max(time.Since(q.OldestDue).Seconds(), 0)
 	}
-	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, age)
+	sc.Emit(descOldest, age)
 	if c.b != nil {
 		st := c.b.Stats()
 		up := 0.0
 		if c.b.Connected() {
 			up = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, up)
-		ch <- prometheus.MustNewConstMetric(descReconnect, prometheus.CounterValue, float64(st.Reconnects))
-		ch <- prometheus.MustNewConstMetric(descLateAcks, prometheus.CounterValue, float64(st.LateAcks))
-		ch <- prometheus.MustNewConstMetric(descDupAcks, prometheus.CounterValue, float64(st.Duplicates))
-		ch <- prometheus.MustNewConstMetric(descTimeouts, prometheus.CounterValue, float64(st.Timeouts))
+		sc.Emit(descConnected, up)
+		sc.Emit(descReconnect, float64(st.Reconnects))
+		sc.Emit(descLateAcks, float64(st.LateAcks))
+		sc.Emit(descDupAcks, float64(st.Duplicates))
+		sc.Emit(descTimeouts, float64(st.Timeouts))
 	}
 	if c.stored != nil {
 		if n, err := c.stored(); err == nil {
-			ch <- prometheus.MustNewConstMetric(descStored, prometheus.GaugeValue, float64(n))
+			sc.Emit(descStored, float64(n))
 		}
 	}
 }

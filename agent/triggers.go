@@ -71,7 +71,7 @@ type Triggers struct {
 	// that Run's last drain sees every job queued before it was set.
 	stopMu  sync.RWMutex
 	stopped bool
-	metrics *metrics
+	metrics *instruments
 
 	mu     sync.Mutex
 	active map[string]map[string]activeRun // scene -> mission ID -> run
@@ -111,7 +111,7 @@ func NewTriggers(o TriggerOptions) *Triggers {
 	return newTriggers(o.Logger, o.Catalog, o.Missions, o.Publisher, newAgentTopics(o.Prefix, o.Gateway), nil)
 }
 
-func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publisher, topics agentTopics, m *metrics) *Triggers {
+func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publisher, topics agentTopics, m *instruments) *Triggers {
 	return &Triggers{
 		log: log, cat: cat, driver: d, pub: pub, topics: topics, metrics: m,
 		jobs:        make(chan triggerJob, 256),
