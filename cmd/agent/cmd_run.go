@@ -161,6 +161,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := a.Start(ctx); err != nil {
 		return err
 	}
+	// Start-up's garbage (the config, the catalog, opening the store)
+	// back to the system now, rather than as the scavenger gets to it:
+	// what an idle gateway holds is what it holds for hours.
+	debug.FreeOSMemory()
 	ad := a.Addrs()
 	if rf.progress {
 		b := view.Banner{

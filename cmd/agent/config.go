@@ -165,7 +165,7 @@ func DefaultConfig() Config {
 		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080"},
 		Hub:    HubConfig{Prefix: "sortie", OutboxMax: 10000, Heartbeat: driver.Duration(30 * time.Second)},
 		Log:    LogConfig{Level: "info", Format: "text"},
-		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second), MaxLive: 1000},
+		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second), MaxLive: 500},
 		Retention: RetentionConfig{
 			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 10000, MaxBytes: 64 << 20, Interval: driver.Duration(10 * time.Minute),
 		},
