@@ -116,9 +116,10 @@ type DriverOptions struct {
 // deleted when older than MaxAge, when more than MaxCount finished
 // missions are stored, or while the store's data is over MaxBytes
 // (oldest first). Checked every Interval; zero Interval, or every bound
-// zero, keeps everything. After deleting, the store gives space back to
-// the file system (store.DB.Reclaim) when half its file or more is free,
-// or the file is over MaxBytes.
+// zero, keeps everything. MaxBytes prunes to 90% of it. After deleting,
+// the store gives space back to the file system (store.DB.Reclaim) when
+// half its file or more is free, or the file is over MaxBytes with a
+// quarter free.
 type RetentionOptions struct {
 	MaxAge   time.Duration
 	MaxCount int

@@ -48,15 +48,17 @@ func (a *Agent) pruneOnce(ctx context.Context) {
 const reclaimFloor = 1 << 20
 
 // reclaim rewrites the store without its free pages when they are half
-// the file or more, or when the file is over maxBytes and has any: bbolt
-// reuses free pages, so under a steady retention the file stays flat, and
-// this is for after a burst, or a tighter retention.
+// the file or more, or when the file is over maxBytes and a quarter of it
+// is free: bbolt reuses free pages, so under a steady retention the file
+// stays flat (a little over its data) and this is for after a burst, or a
+// tighter retention. Each rewrite writes the whole file to flash, so the
+// thresholds are far from the free pages a steady state keeps.
 func reclaim(ctx context.Context, db *store.DB, maxBytes int64) error {
 	st, err := db.Stats()
 	if err != nil {
 		return err
 	}
-	over := maxBytes > 0 && st.FileSize > maxBytes && st.FreeBytes > 0
+	over := maxBytes > 0 && st.FileSize > maxBytes && st.FreeBytes*4 >= st.FileSize
 	if st.FileSize < reclaimFloor || !over && st.FreeBytes*2 < st.FileSize {
 		return nil
 	}
@@ -87,7 +89,10 @@ func prune(ctx context.Context, db *store.DB, r RetentionOptions, now time.Time)
 		}
 	}
 	if r.MaxBytes > 0 {
-		n, err := db.PruneBytes(ctx, r.MaxBytes)
+		// To 90%: room for the missions of the next interval, so that
+		// the file, at its data plus the pages bbolt keeps free, is not
+		// over the budget again at once.
+		n, err := db.PruneBytes(ctx, r.MaxBytes/10*9)
 		total += n
 		if err != nil {
 			return total, err

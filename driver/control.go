@@ -104,6 +104,13 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 		return nil, false, ErrClosed
 	}
 	if full {
+		// A request sent again (its reply was lost) gets its mission, full
+		// or not: the bound is for new work.
+		if spec.RequestKey != "" {
+			if existing, err := d.store.Lookup(ctx, spec.RequestKey); err == nil {
+				return existing, false, nil
+			}
+		}
 		return nil, false, fmt.Errorf("%w: %d missions are live, the bound", ErrFull, d.opts.MaxLive)
 	}
 	listed := false

@@ -53,7 +53,9 @@ type Options struct {
 	// beyond it fails with ErrFull and creates nothing. Every live
 	// mission is held in memory, so the bound is what keeps a burst of
 	// triggers from growing the process with the burst. Zero means no
-	// bound; missions loaded at Start are never refused.
+	// bound. Missions loaded at Start, and operators' Retry of finished
+	// ones, are never refused; a Submit of a request key already stored
+	// returns its mission.
 	MaxLive int
 }
 

@@ -800,6 +800,10 @@ func TestSubmitBeyondMaxLiveIsRefusedUntilOneEnds(t *testing.T) {
 	if _, err := st.Lookup(context.Background(), "r3"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the refused request was stored: %v", err)
 	}
+	// A request sent again gets its mission, full or not.
+	if m, created, err := d.Submit(context.Background(), Spec{Type: "t", Steps: steps("a"), RequestKey: "r1"}); err != nil || created || m.ID != a.ID {
+		t.Fatalf("Submit of r1 again while full = %v, created %v, %v; want mission %s", m, created, err, a.ID)
+	}
 	if _, err := d.Cancel(context.Background(), a.ID); err != nil {
 		t.Fatal(err)
 	}

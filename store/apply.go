@@ -32,6 +32,7 @@ type folded struct {
 	create bool   // the batch creates it
 	reqKey string // of the create
 	last   *write
+	seq    uint64 // the highest seq of its writes
 	events []eventRec
 }
 
@@ -59,6 +60,7 @@ func (a *applier) add(w *write) error {
 		a.order = append(a.order, f)
 	}
 	f.last = w
+	f.seq = max(f.seq, w.seq)
 	f.events = append(f.events, w.events...)
 	return w.putOutbox(a.b)
 }
@@ -81,7 +83,7 @@ func (a *applier) flush(skip func(id string, err error)) error {
 
 func (a *applier) apply(f *folded) error {
 	b, w, id := a.b, f.last, []byte(f.id)
-	rec := envelope{form: formJSON, schema: driver.SchemaVersion, state: w.state, version: w.version, finished: w.finished, seq: w.seq}
+	rec := envelope{form: formJSON, schema: driver.SchemaVersion, state: w.state, version: w.version, finished: w.finished, seq: f.seq}
 	var was envelope
 	if f.create {
 		order, err := b.order.NextSequence()
@@ -102,11 +104,8 @@ func (a *applier) apply(f *folded) error {
 		if was, err = parseEnvelope(b.missions.Get(id)); err != nil {
 			return fmt.Errorf("logged save of mission %q: %w", f.id, err)
 		}
-		rec.order, rec.seq = was.order, max(w.seq, was.seq)
-		a.counts.add(was.state, -1)
+		rec.order, rec.seq = was.order, max(f.seq, was.seq)
 	}
-	a.counts.add(rec.state, 1)
-	a.counts.events += int64(len(f.events))
 
 	// The events: in the archive once the mission is terminal, in the
 	// timeline bucket while it is live (an archived mission retried
@@ -159,8 +158,16 @@ func (a *applier) apply(f *folded) error {
 				return err
 			}
 		}
-		return index(b, f.id, rec.finished)
+		if err := index(b, f.id, rec.finished); err != nil {
+			return err
+		}
 	}
+	// Counted once nothing above can skip the write as corrupt.
+	if !f.create {
+		a.counts.add(was.state, -1)
+	}
+	a.counts.add(rec.state, 1)
+	a.counts.events += int64(len(f.events))
 	return nil
 }
 

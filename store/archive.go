@@ -80,6 +80,9 @@ func appendArchive(dst, body []byte, events []eventRec) []byte {
 type archiveReader struct {
 	fr io.ReadCloser
 	br *byteReader
+	// max bounds an item's length: DEFLATE expands at most ~1032 times,
+	// so a damaged length asks for no more than the archive could hold.
+	max uint64
 }
 
 // byteReader is the minimum of a buffered reader that binary.ReadUvarint
@@ -104,7 +107,7 @@ func openArchive(a []byte) (*archiveReader, error) {
 		decompressors.Put(fr)
 		return nil, fmt.Errorf("%w: archive: %w", ErrCorrupt, err)
 	}
-	return &archiveReader{fr: fr, br: &byteReader{fr}}, nil
+	return &archiveReader{fr: fr, br: &byteReader{fr}, max: min(1032*uint64(len(a)), maxArchiveItem)}, nil
 }
 
 func (r *archiveReader) close() { decompressors.Put(r.fr) }
@@ -120,7 +123,7 @@ func (r *archiveReader) next() ([]byte, error) {
 	}
 	// The inflated size of an archive is bounded by what a log record
 	// may hold; a damaged length must not allocate past it.
-	if n > maxArchiveItem {
+	if n > r.max {
 		return nil, fmt.Errorf("%w: archive item of %d bytes", ErrCorrupt, n)
 	}
 	b := make([]byte, n)

@@ -262,8 +262,9 @@ func walMeta(tx *bolt.Tx) (id, lsn uint64) {
 }
 
 // replayWAL applies the writes a crash left in the log, in one
-// transaction, and returns the last LSN used. It runs before
-// migrations: the log was written by a build at the file's own schema.
+// transaction, and returns the last LSN used. It runs after the
+// migrations: log records are missions and events, whatever the layout,
+// and a schema 1 build's records (without the state byte) still decode.
 func (db *DB) replayWAL() (uint64, error) {
 	var id, applied uint64
 	newer := false

@@ -210,10 +210,12 @@ type Stats struct {
 }
 
 // Stats reports the store's counts, kept by every write (no walk of the
-// missions), and its file size: cheap enough for a metrics scrape.
+// missions), and its file size: cheap enough for a metrics scrape. The
+// counts are as of the last checkpoint (at most Options.CheckpointDelay
+// old): a scrape does not force one, which would write flash.
 func (db *DB) Stats() (Stats, error) {
 	var s Stats
-	err := db.scan(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		c, err := readCounts(tx)
 		if err != nil {
 			return err
@@ -246,13 +248,14 @@ func (db *DB) Stats() (Stats, error) {
 
 // StateCounts returns how many stored missions are in each state (states
 // with none are left out), from the counts every write keeps: start-up
-// reads them rather than the missions.
+// reads them rather than the missions. Like Stats, as of the last
+// checkpoint.
 func (db *DB) StateCounts(ctx context.Context) (map[driver.State]int, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	var c counts
-	err := db.scan(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		var err error
 		c, err = readCounts(tx)
 		return err

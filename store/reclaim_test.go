@@ -84,7 +84,10 @@ func TestReclaimGivesSpaceBackWhileOpen(t *testing.T) {
 	kept := finishMission(t, db, 3001) // in the log only
 	live := newMission(mid(9))
 	mustCreate(t, db, live)
-	st, err := db.Stats() // checkpoints: the two above are in the file now
+	if err := db.checkpoint(); err != nil { // the two above are in the file now
+		t.Fatal(err)
+	}
+	st, err := db.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -290,7 +290,9 @@ func openBoltOnce(path string, opts Options) (bdb *bolt.DB, file *os.File, err e
 // init checks the layout version, creates buckets and runs migrations,
 // each in its own transactions, recording the schema each reaches: a
 // failed migration leaves the file at the schema before it, and the next
-// Open runs it again.
+// Open runs it again (a batched one from where it stopped). A file left
+// mid-way through a batched migration holds records of both layouts:
+// only this build or a newer one reads it.
 func (db *DB) init() (err error) {
 	defer func() {
 		if r := recover(); r != nil {

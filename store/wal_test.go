@@ -1109,7 +1109,7 @@ func TestWALCheckpointAfterScan(t *testing.T) {
 	}
 	scanned := make(chan error, 1)
 	go func() {
-		_, err := db.Stats()
+		_, _, err := db.List(ctx, driver.Filter{Limit: 1})
 		scanned <- err
 	}()
 	waitUntil(t, "the scan's checkpoint to wait for the writer lock", func() bool {
