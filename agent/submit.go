@@ -77,7 +77,7 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 		case errors.Is(err, driver.ErrClosed), ctx.Err() != nil:
 			reason = scenes.ReasonShuttingDown
 		case errors.Is(err, driver.ErrFull):
-			return t.rejected(tr, scenes.ReasonOverloaded, fmt.Sprintf("%v ([driver] max_live); send the trigger again later with the same request_id", err))
+			return t.rejected(tr, scenes.ReasonOverloaded, fmt.Sprintf("%v; send the trigger again later with the same request_id", err))
 		case errors.Is(err, driver.ErrInvalid):
 			reason = scenes.ReasonInvalidParam
 		}
@@ -96,7 +96,7 @@ func (t *Triggers) rejectedErr(tr scenes.Trigger, err error, fallback string) sc
 // rejected counts and logs a rejection and returns its reply.
 func (t *Triggers) rejected(tr scenes.Trigger, reason, msg string) scenes.Reply {
 	t.metrics.rejected(reason)
-	t.log.Warn("trigger rejected", "request", tr.RequestID, "scene", tr.Scene, "source", tr.Source, "reason", reason, "msg", msg)
+	t.log.Warn("trigger rejected", "request", tr.RequestID, "scene", tr.Scene, "source", tr.Source, "reason", reason, "detail", msg)
 	return scenes.Reply{RequestID: tr.RequestID, Scene: tr.Scene, Status: scenes.StatusRejected, Reason: reason, Message: msg}
 }
 

@@ -111,7 +111,7 @@ func (d *Driver) Submit(ctx context.Context, spec Spec) (m *Mission, created boo
 				return existing, false, nil
 			}
 		}
-		return nil, false, fmt.Errorf("%w: %d missions are live, the bound", ErrFull, d.opts.MaxLive)
+		return nil, false, fmt.Errorf("%w: %d missions are running or waiting, the most [driver] max_live allows", ErrFull, d.opts.MaxLive)
 	}
 	listed := false
 	defer func() {

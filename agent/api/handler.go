@@ -472,6 +472,9 @@ func (s *Handler) writeReply(w http.ResponseWriter, rep scenes.Reply) {
 		status = http.StatusConflict
 	case scenes.ReasonOverloaded, scenes.ReasonShuttingDown:
 		status = http.StatusServiceUnavailable
+		if rep.Reason == scenes.ReasonOverloaded {
+			w.Header().Set("Retry-After", "1")
+		}
 	case scenes.ReasonInternal:
 		status = http.StatusInternalServerError
 	}

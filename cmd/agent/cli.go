@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -292,6 +294,13 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 		}
 		params[k] = paramValue(v)
 	}
+	if *requestID == "" {
+		// Made here rather than by the agent, so that a trigger the agent
+		// cannot take now can be sent again as the same request.
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		*requestID = "cli-" + hex.EncodeToString(b[:])
+	}
 	req := api.SubmitRequest{Scene: pos[0], RequestID: *requestID, Source: *source}
 	if len(params) > 0 {
 		if req.Params, err = json.Marshal(params); err != nil {
@@ -306,6 +315,9 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 	raw, err := c.Call(ctx, http.MethodPost, "/api/missions", req, &rep)
 	if err != nil {
 		var ce *api.CallError
+		if errors.As(err, &ce) && (ce.Code == scenes.ReasonOverloaded || ce.Code == scenes.ReasonShuttingDown) {
+			return fmt.Errorf("scene %s not run now (%s): %s\nto send it again as the same request: agent trigger %s -request-id %s", pos[0], ce.Code, ce.Message, strings.Join(args, " "), *requestID)
+		}
 		if errors.As(err, &ce) && ce.Status != http.StatusUnauthorized && ce.Status < 500 {
 			return fmt.Errorf("scene %s rejected (%s): %s", pos[0], ce.Code, ce.Message)
 		}

@@ -22,7 +22,7 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return stopFirst(err)
 	}
-	_, err = fmt.Fprintf(stdout, "compacted %s: %.1f MiB -> %.1f MiB\n", path, float64(before)/(1<<20), float64(after)/(1<<20))
+	_, err = fmt.Fprintf(stdout, "compacted %s: %s -> %s\n", path, humanBytes(before), humanBytes(after))
 	return err
 }
 
@@ -58,4 +58,13 @@ func stopFirst(err error) error {
 		return fmt.Errorf("%w (stop the agent first)", err)
 	}
 	return err
+}
+
+// humanBytes writes a file size in the unit that shows it: KiB below a
+// MiB, so that a small store does not read "0.0 MiB -> 0.0 MiB".
+func humanBytes(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
