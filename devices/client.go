@@ -801,6 +801,11 @@ func (c *Client) handleAck(device string, payload []byte) {
 	} else {
 		c.stats.late.Add(1)
 		c.log.Debug("late ack recorded", "device", device, "id", ack.ID, "ok", ack.OK)
+		// A step that gave up on it waits for its retry: the retry may
+		// go now, and finds the ack remembered.
+		if c.opts.OnChange != nil {
+			c.opts.OnChange(AckKey(device, ack.ID))
+		}
 	}
 	if c.opts.OnStrayAck != nil {
 		c.opts.OnStrayAck(device, ack, dup)

@@ -404,6 +404,12 @@ func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, 
 	default:
 		h.settle(p.Device, req.MissionID, outApplied)
 	}
+	if errors.Is(err, driver.ErrAckTimeout) {
+		// The same command ID goes out again at the retry; its ack may
+		// still come meanwhile, and then the retry ends at once (the
+		// client remembers the ack and wakes AckKey).
+		return nil, &driver.StepError{Class: driver.Retryable, Code: CodeAckTimeout, WaitFor: AckKey(p.Device, req.IdempotencyKey), Err: err}
+	}
 	if err != nil {
 		return nil, classifySend(err)
 	}

@@ -107,7 +107,7 @@ func (d *Driver) advance(e *entry, gen uint64) {
 	t := d.begin(e)
 	d.mu.Lock()
 	// A Wake ends a not-ready wait early; only an advance may use it up.
-	t.woken = e.woken && t.m.Control.Wait
+	t.woken = e.woken && t.m.Control.wakeable()
 	e.woken = false
 	d.mu.Unlock()
 	act, err := d.settle(t)
@@ -353,7 +353,7 @@ func (d *Driver) settle(t *txn) (action, error) {
 			u.Attempts++
 			u.Status = StepRunning
 			m.Progress.Attempt = u.Attempts
-			m.Control.Wait = false
+			m.Control.Wait, m.Control.WaitFor = false, ""
 			m.Lease = d.lease(m, t.now)
 			return actCompExc, t.fire(InCompBegin, j, "compensating "+m.Steps[j].ID)
 		default:
@@ -396,7 +396,7 @@ func (d *Driver) beginStep(t *txn) {
 	r.Attempts++
 	r.Status = StepRunning
 	m.Progress.Attempt = r.Attempts
-	m.Control.Wait = false
+	m.Control.Wait, m.Control.WaitFor = false, ""
 	m.Due = time.Time{}
 	m.Lease = d.lease(m, t.now)
 }
@@ -426,7 +426,7 @@ func (d *Driver) stop(t *txn, cause State, reason, msg string) error {
 		m.Undo = make([]StepResult, len(m.Steps))
 		m.Due = time.Time{}
 		m.Lease = Lease{}
-		m.Control.Wait = false
+		m.Control.Wait, m.Control.WaitFor = false, ""
 		if err := t.fire(InCompensate, m.Progress.Step, msg); err != nil {
 			return err
 		}
@@ -613,7 +613,7 @@ func (d *Driver) execute(e *entry, act action, gen uint64) {
 		// The next step is begun (write-ahead) but waits for a worker.
 		e.idle = true
 	}
-	if m := e.m; m.Control.Wait && d.lastWake[m.Control.WaitFor] > e.ranSince {
+	if m := e.m; m.Control.wakeable() && d.lastWake[m.Control.WaitFor] > e.ranSince {
 		e.woken = true
 	}
 	d.mu.Unlock()
@@ -841,13 +841,16 @@ func (d *Driver) stepOutcome(t *txn, k int, policy RetryPolicy, out map[string]a
 	switch dec.verdict {
 	case verdictGaveWay:
 		m.Due = time.Time{}
-		m.Control.Wait = false
+		m.Control.Wait, m.Control.WaitFor = false, ""
 		_, m.Progress.Step = GroupBounds(m.Steps, k)
 		_ = t.fire(InNext, k, dec.code)
 	case verdictFail:
 		d.stepFailed(t, k, dec.msg, dec.failCode)
 	default:
+		// A retry's backoff; a Wake of what its error names (a command's
+		// ack, come late) ends it early.
 		m.Due, r.Due = r.Due, time.Time{}
+		m.Control.WaitFor, r.WaitFor = r.WaitFor, ""
 		t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
 		log.Info("step failed; retrying", "err", err, "backoff", dec.backoff)
 	}
@@ -875,9 +878,7 @@ func recordStep(r *StepResult, dec decision, out map[string]any, err error, now 
 		r.Error, r.Code = err.Error(), dec.code
 		r.Status = StepWaiting
 		r.Due = dec.due
-		if dec.verdict == verdictWait {
-			r.WaitFor = waitKey(err)
-		}
+		r.WaitFor = waitKey(err)
 	}
 }
 
@@ -918,7 +919,7 @@ func (d *Driver) stepFailed(t *txn, k int, msg, code string) {
 	r.Finished = t.now
 	r.Error, r.Code = msg, code
 	m.Due = time.Time{}
-	m.Control.Wait = false
+	m.Control.Wait, m.Control.WaitFor = false, ""
 	if m.Steps[k].ContinueOnError {
 		_, m.Progress.Step = GroupBounds(m.Steps, k)
 		_ = t.fire(InNext, k, "continue_on_error: "+msg)
@@ -943,7 +944,7 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 	detail, over := recordUndo(m, j, dec, out, err, t.now, log)
 	if over {
 		m.Progress.Undo = j - 1
-		m.Control.Wait = false
+		m.Control.Wait, m.Control.WaitFor = false, ""
 	} else if dec.verdict == verdictWait {
 		m.Control.WaitFor, u.WaitFor = u.WaitFor, ""
 		m.Control.Wait = true
@@ -1047,7 +1048,8 @@ func (d *Driver) expire(e *entry, gen uint64, lease Lease, comp bool, idx int, p
 	d.signal()
 }
 
-// waitKey is what a not-ready step waits for, from its error.
+// waitKey is what a not-ready step waits for, or what ends a retry's
+// backoff early, from its error.
 func waitKey(err error) string {
 	var se *StepError
 	if errors.As(err, &se) {

@@ -568,13 +568,13 @@ func (d *Driver) placeLocked(e *entry, now time.Time) {
 		d.sched.place(e, now, false)
 		return
 	}
-	if m.Control.Wait {
+	if m.Control.wakeable() {
 		d.fileLocked(e, m.Control.WaitFor)
 	} else {
 		d.fileLocked(e)
 	}
 	wake, sleeping := wakeTime(m, now)
-	if e.woken && m.Control.Wait {
+	if e.woken && m.Control.wakeable() {
 		wake, sleeping = now, false // a Wake not yet used by an advance
 	}
 	if e.backoff.After(now) {

@@ -92,8 +92,10 @@ type StepError struct {
 	Code string
 	// RetryAfter overrides the backoff for this failure when positive.
 	RetryAfter time.Duration
-	// WaitFor names what a NotReady step waits for (a device ID); Wake
-	// with that key ends the wait early.
+	// WaitFor names what a NotReady step waits for (a device ID), or,
+	// for a Retryable one, what may make the retry succeed before its
+	// backoff ends (the device handlers name a command's ack, which may
+	// come late); Wake with that key ends the wait or the backoff early.
 	WaitFor string
 	Err     error
 }

@@ -320,7 +320,7 @@ func (d *Driver) beginGroup(t *txn) error {
 		m.Meta.Started = t.now
 	}
 	g0, g1 := GroupBounds(m.Steps, m.Progress.Step)
-	m.Control.Wait = false
+	m.Control.Wait, m.Control.WaitFor = false, ""
 	m.Due = time.Time{}
 	m.Lease = d.groupLease(m, g0, g1, t.now)
 	g := m.Steps[g0].Group

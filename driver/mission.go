@@ -197,10 +197,15 @@ type Control struct {
 	CancelReason string `json:"cancel_reason,omitempty"`
 	// Wait marks a step waiting because its target was not ready, and
 	// WaitFor names that target; Wake(WaitFor) makes the mission due at
-	// once.
+	// once. Without Wait, WaitFor is what ends a retry's backoff early
+	// (STEP_FAILED): a command's ack that came after the attempt gave up.
 	Wait    bool   `json:"wait,omitempty"`
 	WaitFor string `json:"wait_for,omitempty"`
 }
+
+// wakeable reports whether a Wake may make the mission due before its
+// time: a not-ready wait, or a retry's backoff that names a key.
+func (c Control) wakeable() bool { return c.Wait || c.WaitFor != "" }
 
 // Clone returns a deep copy, so snapshots handed out never alias the
 // driver's working copy.

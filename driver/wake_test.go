@@ -127,3 +127,34 @@ func TestWokenCompensationLeavesNoStaleDue(t *testing.T) {
 			got.State, sc.trace(), d.NextWake().Sub(clk.Now()))
 	}
 }
+
+// A retry's backoff ends at a Wake of the key its error names: a
+// command's ack that came after the attempt gave up makes the retry go
+// at once, not when the backoff runs out. Other keys do not.
+func TestWakeEndsRetryBackoffOfItsKey(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	calls := 0
+	sc.do["a"] = func(StepRequest) (map[string]any, error) {
+		if calls++; calls == 1 {
+			return nil, &StepError{Class: Retryable, Code: "ack_timeout", WaitFor: "ack/cmd-1", Err: ErrAckTimeout}
+		}
+		return map[string]any{"ok": true}, nil
+	}
+	st := steps("a")
+	st[0].Retry = RetryPolicy{MaxAttempts: 3, InitialBackoff: Duration(time.Hour)}
+	m := submit(t, d, Spec{Type: "t", Steps: st})
+	step(t, d)
+	got := get(t, d, m.ID)
+	eq(t, "state after the timeout", got.State, StateStepFailed)
+	eq(t, "retry key", got.Control.WaitFor, "ack/cmd-1")
+	d.Wake("ack/other")
+	eq(t, "steps run after another key's wake", step(t, d), 0)
+	d.Wake("ack/cmd-1")
+	step(t, d)
+	got = get(t, d, m.ID)
+	eq(t, "state after the late ack's wake", got.State, StateSucceeded)
+	eq(t, "attempts", got.Results[0].Attempts, 2)
+	eq(t, "clock", clk.Now().Sub(got.Meta.Created) < time.Hour, true)
+	eq(t, "control after", got.Control.WaitFor, "")
+	drain(t, d, clk)
+}
