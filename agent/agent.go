@@ -19,6 +19,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/store"
@@ -200,15 +201,19 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.onClose(func() { _ = a.dev.Close() }) // a failed goodbye to the broker changes nothing for the next start
 	registerHandlers(a)
 
+	var external *mqttc.Client
 	if local != nil {
 		a.conn = local
 	} else {
-		mc, err := dialLink(ctx, brokerURL, "sortie-"+o.Gateway+"-agent", user, password, tlsCfg, log.With("component", "mqtt"))
+		// Connected once the trigger subscription is recorded, below: the
+		// triggers its session kept while the agent was away arrive right
+		// after the broker accepts the connection.
+		mc, err := newLink(brokerURL, "sortie-"+o.Gateway+"-agent", user, password, tlsCfg, log.With("component", "mqtt"))
 		if err != nil {
 			return err
 		}
 		a.onClose(mc.Close)
-		a.conn = mc
+		a.conn, external = mc, mc
 	}
 	pub := linkPublisher{a.conn}
 	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, pub, a.topics, a.metrics)
@@ -261,7 +266,15 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to triggers: %w", err)
 	}
-	a.onClose(cancel)
+	if external == nil {
+		a.onClose(cancel)
+	} else {
+		// No UNSUBSCRIBE at Close: the session keeps the subscription,
+		// and the triggers sent until the next start.
+		if err := external.Connect(ctx); err != nil {
+			return err
+		}
+	}
 	if o.HTTP.Listen != "" {
 		if err := a.startHTTP(); err != nil {
 			return err

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"crypto/tls"
 	"log/slog"
 
@@ -29,19 +28,16 @@ func (p linkPublisher) Publish(topic string, qos byte, retained bool, payload []
 	return p.l.Publish(topic, payload, retained, qos)
 }
 
-// dialLink connects to an external broker for the agent's own traffic,
-// retrying until ctx ends; the connection then comes back by itself and
-// keeps its subscriptions.
-func dialLink(ctx context.Context, url, clientID, user, password string, tlsCfg *tls.Config, log *slog.Logger) (*mqttc.Client, error) {
-	c, err := mqttc.New(mqttc.Options{
+// newLink makes the agent's own connection to an external broker, to be
+// connected (mqttc.Client.Connect, which retries until its ctx ends) once
+// its subscriptions are recorded; the connection then comes back by
+// itself and keeps its subscriptions, and its session keeps the
+// triggers published while it is away.
+func newLink(url, clientID, user, password string, tlsCfg *tls.Config, log *slog.Logger) (*mqttc.Client, error) {
+	return mqttc.New(mqttc.Options{
 		Broker: url, ClientID: clientID, Username: user, Password: password, TLS: tlsCfg, Logger: log,
+		// Triggers an app publishes while the agent is away (a broker
+		// restart, the agent's own) wait in the session for it.
+		Persistent: true,
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Connect(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
 }

@@ -96,6 +96,13 @@ type Options struct {
 	// then returns the attempt's error, and the Client logs none of its
 	// connection's life: the caller sees all of it.
 	Once bool
+	// Persistent keeps the session on the broker across connections
+	// (MQTT clean session off): the broker keeps the subscriptions and
+	// queues the QoS 1 messages for them while the client is away, and
+	// delivers them when it is back, even before the Client has made its
+	// subscriptions again, so the routes are in place before it
+	// connects. It needs a stable ClientID.
+	Persistent bool
 	// Abortable makes Abort work: the Client then dials tcp:// and tls
 	// brokers itself (no websockets, no proxy from the environment).
 	Abortable bool

@@ -42,16 +42,16 @@ func (cn *conn) cut() {
 }
 
 // newConn sets up a paho client for one connection: paho neither
-// retries nor reconnects (the Client does), the session is clean, and
-// paho's own resubscription is off (the Client makes its
-// subscriptions).
+// retries nor reconnects (the Client does), the session is clean unless
+// Options.Persistent, and paho's own resubscription is off (the Client
+// makes its subscriptions).
 func (c *Client) newConn() *conn {
 	o := &c.opts
 	cn := &conn{lost: make(chan struct{})}
 	po := paho.NewClientOptions().
 		AddBroker(o.Broker).
 		SetClientID(o.ClientID).
-		SetCleanSession(true).
+		SetCleanSession(!o.Persistent).
 		SetResumeSubs(false).
 		SetAutoReconnect(false).
 		SetConnectRetry(false).
@@ -75,6 +75,16 @@ func (c *Client) newConn() *conn {
 		po.SetCustomOpenConnectionFn(cn.open)
 	}
 	cn.pc = paho.NewClient(po)
+	if o.Persistent {
+		// What the session queued arrives right after CONNACK, before
+		// this connection subscribes: without a route paho would take
+		// it, ack it, and hand it to no one.
+		c.mu.Lock()
+		for _, s := range c.subs {
+			cn.pc.AddRoute(s.filter, c.route(s))
+		}
+		c.mu.Unlock()
+	}
 	return cn
 }
 
