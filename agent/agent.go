@@ -266,17 +266,20 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to triggers: %w", err)
 	}
+	// With an external broker, no UNSUBSCRIBE at Close: the session
+	// keeps the subscription, and the triggers sent until the next start.
 	if external == nil {
 		a.onClose(cancel)
-	} else {
-		// No UNSUBSCRIBE at Close: the session keeps the subscription,
-		// and the triggers sent until the next start.
-		if err := external.Connect(ctx); err != nil {
-			return err
-		}
 	}
 	if o.HTTP.Listen != "" {
 		if err := a.startHTTP(); err != nil {
+			return err
+		}
+	}
+	if external != nil {
+		// Last: what the session kept is acked as it is queued for the
+		// trigger workers, so no later step may fail and leave it there.
+		if err := external.Connect(ctx); err != nil {
 			return err
 		}
 	}

@@ -114,7 +114,9 @@ func NewTriggers(o TriggerOptions) *Triggers {
 func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publisher, topics agentTopics, m *instruments) *Triggers {
 	return &Triggers{
 		log: log, cat: cat, driver: d, pub: pub, topics: topics, metrics: m,
-		jobs:        make(chan triggerJob, 256),
+		// As many as mosquitto queues for a session by default: a backlog
+		// that waited for the agent arrives at once.
+		jobs:        make(chan triggerJob, 1024),
 		active:      map[string]map[string]activeRun{},
 		locks:       map[string]*sync.Mutex{},
 		endedScenes: map[string]bool{},

@@ -802,8 +802,9 @@ func (c *Client) handleAck(device string, payload []byte) {
 		c.stats.late.Add(1)
 		c.log.Debug("late ack recorded", "device", device, "id", ack.ID, "ok", ack.OK)
 		// A step that gave up on it waits for its retry: the retry may
-		// go now, and finds the ack remembered.
-		if c.opts.OnChange != nil {
+		// go now, and finds the ack remembered. Not for an ack a retry
+		// cannot use (busy, expired): it would only skip the backoff.
+		if reusable && c.opts.OnChange != nil {
 			c.opts.OnChange(AckKey(device, ack.ID))
 		}
 	}

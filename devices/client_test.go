@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -144,6 +145,45 @@ func TestLateAckCompletesRetry(t *testing.T) {
 	}
 	if s := c.Stats(); s.LateAcks != 1 || s.Cached != 1 || s.Sent != 1 || s.Timeouts != 1 {
 		t.Errorf("stats = %+v, want 1 late, 1 cached, 1 sent, 1 timeout", s)
+	}
+}
+
+// A late ack wakes the step that gave up on it (its retry may go at
+// once) only when the retry can use it: a late "busy" would only make the
+// retry skip its backoff and send again.
+func TestLateAckWakesOnlyAUsableRetry(t *testing.T) {
+	b := brokertest.Start(t)
+	hold := make(chan struct{})
+	startDevice(t, b, "lamp", nil, func(cmd wire.Command, _ int) reply {
+		if cmd.ID == "late-busy" {
+			return reply{Hold: hold, Code: "busy"}
+		}
+		return reply{Hold: hold}
+	})
+	stray := make(chan bool, 4)
+	var mu sync.Mutex
+	var woken []string
+	c := dial(t, b, func(o *devices.Options) {
+		o.AckTimeout = 100 * time.Millisecond
+		o.OnStrayAck = func(_ string, _ wire.Ack, dup bool) { stray <- dup }
+		o.OnChange = func(key string) {
+			mu.Lock()
+			woken = append(woken, key)
+			mu.Unlock()
+		}
+	})
+	for _, id := range []string{"late-busy", "late-ok"} {
+		if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: id, Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
+			t.Fatalf("Send %s: err = %v, want ack timeout", id, err)
+		}
+	}
+	close(hold) // both answer now, after the sender gave up
+	<-stray
+	<-stray
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(woken, devices.AckKey("lamp", "late-ok")) || slices.Contains(woken, devices.AckKey("lamp", "late-busy")) {
+		t.Errorf("woken %v; want the late ok ack's key, not the late busy one's", woken)
 	}
 }
 

@@ -293,7 +293,10 @@ func (d *Driver) settle(t *txn) (action, error) {
 			case late:
 				return actRest, d.stop(t, StateFailed, "deadline", fmt.Sprintf("%v at %s", ErrDeadline, dl.UTC().Format(time.RFC3339)))
 			case m.Control.Pause:
+				// Resume starts the step afresh: a wait or backoff it was
+				// in is over, and nothing may wake the paused mission.
 				m.Control.Pause = false
+				m.Control.Wait, m.Control.WaitFor = false, ""
 				return actRest, t.fire(InPause, m.Progress.Step, "paused at step boundary")
 			case t.now.Before(m.Due) && !t.woken:
 				// A retry's backoff (STEP_FAILED) or a not-ready wait
@@ -945,9 +948,10 @@ func (d *Driver) compOutcome(t *txn, j int, policy RetryPolicy, out map[string]a
 	if over {
 		m.Progress.Undo = j - 1
 		m.Control.Wait, m.Control.WaitFor = false, ""
-	} else if dec.verdict == verdictWait {
+	} else {
+		// A not-ready wait, or a retry's backoff that a late ack ends.
 		m.Control.WaitFor, u.WaitFor = u.WaitFor, ""
-		m.Control.Wait = true
+		m.Control.Wait = dec.verdict == verdictWait
 	}
 	m.Due, u.Due = u.Due, time.Time{}
 	_ = t.fire(InCompResult, j, detail)

@@ -101,7 +101,9 @@ type Options struct {
 	// queues the QoS 1 messages for them while the client is away, and
 	// delivers them when it is back, even before the Client has made its
 	// subscriptions again, so the routes are in place before it
-	// connects. It needs a stable ClientID.
+	// connects. It needs a stable ClientID. A subscription cancelled
+	// while disconnected stays in the session (its messages are then
+	// acked and dropped), as does one that Close leaves.
 	Persistent bool
 	// Abortable makes Abort work: the Client then dials tcp:// and tls
 	// brokers itself (no websockets, no proxy from the environment).

@@ -136,6 +136,14 @@ func (c *Client) resubscribe(cn *conn) error {
 			n = 0
 			continue
 		}
+		if errors.Is(err, ErrRefused) {
+			// A broker that refuses a subscription (its ACL) will refuse
+			// it again: Connect says so, rather than wait forever.
+			c.mu.Lock()
+			c.lastErr = err
+			c.mu.Unlock()
+			c.answer(false)
+		}
 		select {
 		case <-cn.lost:
 			return cn.lostErr
