@@ -133,7 +133,7 @@ type apiFixture struct {
 	token string
 }
 
-func newAPIFixture(t testing.TB, token string) *apiFixture {
+func newAPIFixture(t testing.TB, token string, tune ...func(*driver.Options)) *apiFixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
@@ -153,7 +153,11 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	drv, err := driver.New(driver.Options{Store: db, Logger: log, StopGrace: time.Second})
+	dopts := driver.Options{Store: db, Logger: log, StopGrace: time.Second}
+	for _, f := range tune {
+		f(&dopts)
+	}
+	drv, err := driver.New(dopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,4 +570,36 @@ func FuzzAPISubmit(f *testing.F) {
 			t.Fatalf("answer to %q: %d %s", body, rec.Code, rec.Body)
 		}
 	})
+}
+
+// With max_live missions live, a new trigger through the API is 503
+// overloaded with Retry-After, as a full queue is; the same request sent
+// again gets its mission.
+func TestAPIMaxLiveIsOverloadedWithRetryAfter(t *testing.T) {
+	f := newAPIFixture(t, "", func(o *driver.Options) { o.MaxLive = 1 })
+	f.gate.hold.Store(true)
+	id := f.submit(t, "many", "live-1")
+	<-f.gate.entered
+	req, err := http.NewRequest("POST", f.srv.URL+"/api/missions", strings.NewReader(`{"scene":"many","request_id":"live-2"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.Error
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	_ = resp.Body.Close() // decoded
+	if resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != scenes.ReasonOverloaded || resp.Header.Get("Retry-After") != "1" || !strings.Contains(e.Error.Message, "max_live") {
+		t.Errorf("beyond max_live: %d %+v, Retry-After %q; want 503 overloaded naming max_live, with Retry-After 1", resp.StatusCode, e, resp.Header.Get("Retry-After"))
+	}
+	var rep scenes.Reply
+	if code := f.do(t, "POST", "/api/missions", `{"scene":"many","request_id":"live-1"}`, &rep); code != 200 || !rep.Duplicate || rep.MissionID != id {
+		t.Errorf("the live request sent again: %d %+v, want 200 duplicate of %s", code, rep, id)
+	}
+	f.gate.release <- struct{}{}
+	<-f.gate.entered
+	f.gate.release <- struct{}{}
+	f.watch.wait(t, id, driver.StateSucceeded)
 }
