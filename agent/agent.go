@@ -240,7 +240,16 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	a.metrics.setDeviceTypes(deviceTypes(a.reg))
-	a.metrics.watch(drv, a.dev, func() (int, error) { s, err := a.db.Stats(); return s.Missions, err })
+	// The counts the store keeps, not Stats: a scrape need not walk the
+	// request keys' pages.
+	a.metrics.watch(drv, a.dev, func() (int, error) {
+		counts, err := a.db.StateCounts(context.Background())
+		n := 0
+		for _, c := range counts {
+			n += c
+		}
+		return n, err
+	})
 	if counts, err := terminalCounts(ctx, a.db); err == nil {
 		a.metrics.setTerminal(counts)
 	}

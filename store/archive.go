@@ -147,50 +147,36 @@ func (r *archiveReader) uvarint() (uint64, error) {
 	return n, err
 }
 
-// archiveBody returns the mission JSON of an archive, inflating only as
-// far as it.
-func archiveBody(a []byte) ([]byte, error) {
+// readArchive returns the mission JSON of an archive and, with events
+// set, its events in seq order; without, it inflates only as far as the
+// mission.
+func readArchive(a []byte, events bool) (body []byte, evs []eventRec, err error) {
 	r, err := openArchive(a)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer r.close()
-	b, err := r.next()
-	if err == nil && b == nil {
+	if body, err = r.next(); err == nil && body == nil {
 		err = fmt.Errorf("%w: archive without a mission", ErrCorrupt)
 	}
-	return b, err
-}
-
-// archiveEvents returns the events of an archive, in seq order.
-func archiveEvents(a []byte) ([]eventRec, error) {
-	r, err := openArchive(a)
-	if err != nil {
-		return nil, err
+	if err != nil || !events {
+		return body, nil, err
 	}
-	defer r.close()
-	if b, err := r.next(); err != nil || b == nil {
-		if err == nil {
-			err = fmt.Errorf("%w: archive without a mission", ErrCorrupt)
-		}
-		return nil, err
-	}
-	var out []eventRec
 	for {
 		seq, err := r.uvarint()
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return body, evs, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ev, err := r.next()
 		if err == nil && ev == nil {
 			err = fmt.Errorf("%w: archive: event %d without its bytes", ErrCorrupt, seq)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, eventRec{seq: seq, data: ev})
+		evs = append(evs, eventRec{seq: seq, data: ev})
 	}
 }

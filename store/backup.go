@@ -194,13 +194,14 @@ func checkRecords(tx *bolt.Tx) error {
 	missions, live := tx.Bucket(bMissions), tx.Bucket(bLive)
 	if err := missions.ForEach(func(k, v []byte) error {
 		h, _, err := record(missions, live, k)
+		var body []byte
+		var evs []eventRec
 		if err == nil {
-			_, err = h.mission()
+			body, evs, err = h.contents(true)
 		}
-		if err != nil {
-			return fmt.Errorf("mission %q: %w", k, err)
+		if err == nil {
+			_, err = h.decode(body)
 		}
-		evs, err := h.events()
 		if err != nil {
 			return fmt.Errorf("mission %q: %w", k, err)
 		}

@@ -152,10 +152,17 @@ func decodeMission(b []byte) (*driver.Mission, error) {
 
 // json returns the mission's JSON, inflating an archive's.
 func (e envelope) json() ([]byte, error) {
+	body, _, err := e.contents(false)
+	return body, err
+}
+
+// contents returns the mission's JSON and, with events set, an archive's
+// events (nil for other forms), inflating an archive once for both.
+func (e envelope) contents(events bool) ([]byte, []eventRec, error) {
 	if e.form == formArchive {
-		return archiveBody(e.body)
+		return readArchive(e.body, events)
 	}
-	return e.body, nil
+	return e.body, nil, nil
 }
 
 // mission decodes the envelope's body and checks it against the header.
@@ -164,6 +171,12 @@ func (e envelope) mission() (*driver.Mission, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.decode(body)
+}
+
+// decode decodes the mission JSON of the envelope, as json or contents
+// return it, and checks it against the header.
+func (e envelope) decode(body []byte) (*driver.Mission, error) {
 	var m driver.Mission
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("%w: mission json: %w", ErrCorrupt, err)
@@ -176,10 +189,8 @@ func (e envelope) mission() (*driver.Mission, error) {
 
 // events returns the archived events of an archive record, nil for JSON.
 func (e envelope) events() ([]eventRec, error) {
-	if e.form != formArchive {
-		return nil, nil
-	}
-	return archiveEvents(e.body)
+	_, evs, err := e.contents(true)
+	return evs, err
 }
 
 // The state byte of a record header. Codes are stored: append only.

@@ -107,12 +107,12 @@ func migrateV1(bdb *bolt.DB) error {
 					k, v = cur.Next()
 				}
 			}
-			for ; k != nil && len(recs) < migrateBatch; k, v = cur.Next() {
+			for ; k != nil; k, v = cur.Next() {
 				if len(v) > 0 && v[0] == 1 { // a schema 1 envelope
 					recs = append(recs, rec{bytes.Clone(k), bytes.Clone(v)})
 				}
 				if len(recs) == migrateBatch {
-					break
+					break // at the last one taken: the cursor records it
 				}
 			}
 			done = k == nil

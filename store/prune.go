@@ -152,16 +152,14 @@ func deleteMission(b *txBuckets, c *counts, fkey []byte) error {
 			if err := b.order.Delete(be64(h.order)); err != nil {
 				return err
 			}
-			if h.form == formArchive {
-				evs, _ := h.events()
-				c.events -= int64(len(evs))
-			}
+			body, evs, err := h.contents(true)
+			c.events -= int64(len(evs))
 			var m struct {
 				Meta struct {
 					RequestKey string `json:"request_key"`
 				} `json:"meta"`
 			}
-			if body, err := h.json(); err == nil && json.Unmarshal(body, &m) == nil && m.Meta.RequestKey != "" {
+			if err == nil && json.Unmarshal(body, &m) == nil && m.Meta.RequestKey != "" {
 				rk := []byte(m.Meta.RequestKey)
 				if bytes.Equal(b.requests.Get(rk), id) {
 					if err := b.requests.Delete(rk); err != nil {
