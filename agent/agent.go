@@ -58,6 +58,8 @@ type Agent struct {
 	reg    *devices.Registry
 	topics agentTopics
 	trig   *Triggers
+	traces *tracer
+	sched  *scheduler
 	feed   *feed
 	arb    *arbiter
 
@@ -125,6 +127,10 @@ func (a *Agent) Start(ctx context.Context) error {
 			log.Error("close store", "err", err)
 		}
 	})
+	// Flushed last, before the store closes: the trigger service records
+	// the answers it gives while it stops.
+	a.traces = newTracer(a.db, log.With("component", "traces"), o.Traces.FlushInterval)
+	a.onClose(a.traces.flush)
 
 	brokerURL, user, password, tlsCfg := o.Broker.URL, o.Broker.Username, o.Broker.Password, o.Broker.TLS
 	if o.Broker.Embedded {
@@ -217,6 +223,13 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	pub := linkPublisher{a.conn}
 	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, pub, a.topics, a.metrics)
+	a.trig.traces, a.trig.now = a.traces, o.Clock.Now
+	if a.sched, err = newScheduler(o, log.With("component", "schedules"), a.trig, a.traces, a.db, drv.Lookup); err != nil {
+		return err
+	}
+	if err := a.sched.start(ctx); err != nil {
+		return err
+	}
 	a.feed = newFeed(log.With("component", "feed"), pub, a.topics, o.Gateway)
 	if a.broker != nil {
 		a.feed.listened, a.feed.subsAdded = a.broker.Subscribed, a.broker.SubscriptionsAdded
@@ -344,6 +357,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return a.retention(gctx) })
+	g.Go(func() error { return a.traces.run(gctx) })
+	g.Go(func() error { return a.sched.run(gctx) })
 	if a.up != nil {
 		g.Go(func() error { return a.up.Run(gctx) })
 	}

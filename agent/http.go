@@ -26,6 +26,7 @@ func (a *Agent) startHTTP() error {
 	s := api.New(api.Options{
 		Log: a.log.With("component", "api"), Token: token, Driver: a.drv, Devices: a.dev,
 		Registry: a.reg, Catalog: a.cat, Trigger: a.trig.Call, Backup: a.db.BackupFile,
+		Why: a.Why, RecentWhy: a.RecentWhy, Declined: a.trig.declined(viaAPI), Schedules: a.sched.list,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metrics.reg)

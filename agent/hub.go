@@ -53,13 +53,14 @@ func (a *Agent) Control(ctx context.Context, c uplink.Control) uplink.ControlRes
 		}
 		tr, err := scenes.DecodeTrigger(payload)
 		if err != nil {
+			a.trig.declined(viaHub)(scenes.Trigger{RequestID: reqID, Scene: c.Scene, Source: "hub"}, scenes.Rejection(reqID, c.Scene, err, scenes.ReasonBadJSON))
 			var te *scenes.TriggerError
 			if errors.As(err, &te) {
 				return fail(te.Reason, errors.New(te.Msg))
 			}
 			return fail("invalid", err)
 		}
-		reply, err := a.trig.Call(ctx, tr)
+		reply, err := a.trig.call(ctx, tr, viaHub)
 		if err != nil {
 			return fail("unavailable", err)
 		}

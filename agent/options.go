@@ -32,9 +32,16 @@ type Options struct {
 	HTTP      HTTPOptions
 	Driver    DriverOptions
 	Retention RetentionOptions
+	Traces    TraceOptions
 	// Hub, when set, syncs mission events to a hub and takes its
 	// control requests.
 	Hub *HubOptions
+	// Location places the gateway for sun schedules and names its time
+	// zone; required when a scene has a sun schedule.
+	Location *LocationOptions
+	// Clock tells the schedules and the trace records the time (default
+	// the system clock); tests inject their own.
+	Clock driver.Clock
 	// Home, when set, runs a simulated home inside the agent (the demo).
 	// Its broker, login and prefix are filled in by the agent.
 	Home *simulator.HomeConfig
@@ -127,6 +134,20 @@ type RetentionOptions struct {
 	Interval time.Duration
 }
 
+// TraceOptions bound the record the agent keeps of every trigger it
+// answers (Agent.Why). A record whose latest evaluation failed (a
+// rejection, a skipped firing) is kept FailedMaxAge, the others MaxAge,
+// and all of them within MaxBytes of the store (part of
+// Retention.MaxBytes), the oldest that did not fail going first.
+type TraceOptions struct {
+	MaxAge       time.Duration // default 7 days
+	FailedMaxAge time.Duration // default 30 days
+	MaxBytes     int64         // default 4 MiB
+	// FlushInterval is how long a record may wait to be written with
+	// others (default 2s): one write per batch spares the flash.
+	FlushInterval time.Duration
+}
+
 // HubOptions connects the agent to a hub (store-and-forward sync).
 type HubOptions struct {
 	// URL is the hub's broker. Required.
@@ -198,6 +219,21 @@ func (o Options) withDefaults() (Options, error) {
 			h.Heartbeat = 30 * time.Second
 		}
 		o.Hub = &h
+	}
+	if o.Clock == nil {
+		o.Clock = driver.SystemClock{}
+	}
+	if o.Traces.MaxAge <= 0 {
+		o.Traces.MaxAge = 7 * 24 * time.Hour
+	}
+	if o.Traces.FailedMaxAge <= 0 {
+		o.Traces.FailedMaxAge = 30 * 24 * time.Hour
+	}
+	if o.Traces.MaxBytes <= 0 {
+		o.Traces.MaxBytes = 4 << 20
+	}
+	if o.Traces.FlushInterval <= 0 {
+		o.Traces.FlushInterval = 2 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

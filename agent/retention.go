@@ -12,7 +12,7 @@ import (
 // commits are never held up for long.
 func (a *Agent) retention(ctx context.Context) error {
 	r := a.opts.Retention
-	if r.Interval <= 0 || (r.MaxAge <= 0 && r.MaxCount <= 0 && r.MaxBytes <= 0) {
+	if r.Interval <= 0 {
 		<-ctx.Done()
 		return nil
 	}
@@ -29,6 +29,15 @@ func (a *Agent) retention(ctx context.Context) error {
 }
 
 func (a *Agent) pruneOnce(ctx context.Context) {
+	to := a.opts.Traces
+	if n, err := a.db.PruneTraces(ctx, store.TraceLimits{MaxAge: to.MaxAge, FailedMaxAge: to.FailedMaxAge, MaxBytes: to.MaxBytes}, a.opts.Clock.Now()); err != nil {
+		a.log.Error("retention: trigger traces", "err", err)
+	} else if n > 0 {
+		a.log.Info("retention deleted trigger traces", "count", n)
+	}
+	if r := a.opts.Retention; r.MaxAge <= 0 && r.MaxCount <= 0 && r.MaxBytes <= 0 {
+		return
+	}
 	n, err := prune(ctx, a.db, a.opts.Retention, time.Now())
 	if err != nil {
 		a.log.Error("retention", "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
@@ -33,6 +34,9 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	} else if !errors.Is(err, driver.ErrNotFound) {
 		t.log.Error("lookup request", "request", tr.RequestID, "err", err)
 		return t.rejected(tr, scenes.ReasonInternal, "looking up the request failed")
+	}
+	if now := t.now(); !tr.NotAfter.IsZero() && now.After(tr.NotAfter) {
+		return t.rejected(tr, scenes.ReasonDeadlinePassed, fmt.Sprintf("not_after was %s, %s before the agent got to it", tr.NotAfter.Format(time.RFC3339), now.Sub(tr.NotAfter).Round(time.Millisecond)))
 	}
 	spec, err := t.cat.Build(tr.Scene, tr.Params)
 	if err != nil {
@@ -115,18 +119,34 @@ func (t *Triggers) accepted(tr scenes.Trigger, m *driver.Mission, duplicate bool
 // trigger may still be decided later; its request ID makes a retry
 // safe).
 func (t *Triggers) Call(ctx context.Context, tr scenes.Trigger) (scenes.Reply, error) {
+	return t.call(ctx, tr, viaAPI)
+}
+
+// call is Call for a trigger that came in via.
+func (t *Triggers) call(ctx context.Context, tr scenes.Trigger, via string) (scenes.Reply, error) {
+	return t.callJob(ctx, triggerJob{trigger: &tr, via: via})
+}
+
+// callJob queues j, a decoded trigger, and waits for its reply.
+func (t *Triggers) callJob(ctx context.Context, j triggerJob) (scenes.Reply, error) {
+	tr, via := *j.trigger, j.via
 	done := make(chan scenes.Reply, 1)
+	j.done = done
 	t.stopMu.RLock()
 	if t.stopped {
 		t.stopMu.RUnlock()
-		return t.shuttingDown(tr), nil
+		rep := t.shuttingDown(tr)
+		t.traces.record(evaluation(via, tr, rep, t.now()))
+		return rep, nil
 	}
 	select {
-	case t.jobs <- triggerJob{trigger: &tr, done: done}:
+	case t.jobs <- j:
 		t.stopMu.RUnlock()
 	default:
 		t.stopMu.RUnlock()
 		t.metrics.rejected(scenes.ReasonOverloaded)
+		t.traces.record(evaluation(via, tr, scenes.Reply{RequestID: tr.RequestID, Scene: tr.Scene, Status: scenes.StatusRejected,
+			Reason: scenes.ReasonOverloaded, Message: "the trigger queue is full; send it again later with the same request_id"}, t.now()))
 		return scenes.Reply{}, api.ErrOverloaded
 	}
 	select {

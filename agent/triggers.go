@@ -53,6 +53,9 @@ type triggerJob struct {
 	payload []byte
 	trigger *scenes.Trigger
 	done    chan<- scenes.Reply
+	via     string // viaMQTT for payloads
+	// note, for a schedule's firing run late, says so in its record.
+	note string
 }
 
 // Triggers turns trigger messages into missions and replies, and runs
@@ -72,6 +75,9 @@ type Triggers struct {
 	stopMu  sync.RWMutex
 	stopped bool
 	metrics *instruments
+	// traces records every evaluation (nil records none); now stamps them.
+	traces *tracer
+	now    func() time.Time
 
 	mu     sync.Mutex
 	active map[string]map[string]activeRun // scene -> mission ID -> run
@@ -117,6 +123,7 @@ func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publishe
 		// As many as mosquitto queues for a session by default: a backlog
 		// that waited for the agent arrives at once.
 		jobs:        make(chan triggerJob, 1024),
+		now:         time.Now,
 		active:      map[string]map[string]activeRun{},
 		locks:       map[string]*sync.Mutex{},
 		endedScenes: map[string]bool{},
@@ -187,15 +194,17 @@ func (t *Triggers) onMessage(_ string, payload []byte) {
 	t.stopMu.RLock()
 	defer t.stopMu.RUnlock()
 	if t.stopped {
-		t.reply(t.shuttingDown(scenes.Trigger{RequestID: requestIDOf(payload)}))
+		tr := scenes.Trigger{RequestID: requestIDOf(payload)}
+		t.answer(viaMQTT, tr, t.shuttingDown(tr))
 		return
 	}
 	select {
-	case t.jobs <- triggerJob{payload: payload}:
+	case t.jobs <- triggerJob{payload: payload, via: viaMQTT}:
 	default:
 		t.metrics.rejected(scenes.ReasonOverloaded)
 		t.log.Warn("trigger dropped: queue full", "bytes", len(payload))
-		t.reply(scenes.Reply{RequestID: requestIDOf(payload), Status: scenes.StatusRejected, Reason: scenes.ReasonOverloaded, Message: "agent is overloaded; try again"})
+		tr := scenes.Trigger{RequestID: requestIDOf(payload)}
+		t.answer(viaMQTT, tr, scenes.Reply{RequestID: tr.RequestID, Status: scenes.StatusRejected, Reason: scenes.ReasonOverloaded, Message: "agent is overloaded; try again"})
 	}
 }
 
@@ -256,21 +265,46 @@ func (t *Triggers) Run(ctx context.Context) error {
 // driver refuses a done context anyway).
 func (t *Triggers) do(ctx context.Context, j triggerJob) {
 	var rep scenes.Reply
+	var tr scenes.Trigger
 	switch {
 	case ctx.Err() == nil && j.trigger != nil:
-		rep = t.submit(ctx, *j.trigger)
+		tr = *j.trigger
+		rep = t.submit(ctx, tr)
 	case ctx.Err() == nil:
-		t.handle(ctx, j.payload)
-		return
+		tr, rep = t.handle(ctx, j.payload)
 	case j.trigger != nil:
-		rep = t.shuttingDown(*j.trigger)
+		tr = *j.trigger
+		rep = t.shuttingDown(tr)
 	default:
-		rep = t.shuttingDown(scenes.Trigger{RequestID: requestIDOf(j.payload)})
+		tr = scenes.Trigger{RequestID: requestIDOf(j.payload)}
+		rep = t.shuttingDown(tr)
 	}
 	if j.done != nil {
+		e := evaluation(j.via, tr, rep, t.now())
+		if j.note != "" && e.Outcome == outcomeAccepted {
+			e.Reason, e.Message = reasonCaughtUp, j.note
+		}
+		t.traces.record(e)
 		j.done <- rep // buffered: never blocks
 		return
 	}
+	t.answer(j.via, tr, rep)
+}
+
+// declined returns a function that records a trigger refused before it
+// reached the trigger service (by the API's or the hub's decoding).
+func (t *Triggers) declined(via string) func(scenes.Trigger, scenes.Reply) {
+	return func(tr scenes.Trigger, rep scenes.Reply) {
+		t.metrics.rejected(rep.Reason)
+		t.traces.record(evaluation(via, tr, rep, t.now()))
+	}
+}
+
+// answer records a trigger's evaluation and publishes its reply. The
+// record is queued first, so that a sender who reads the reply and asks
+// why finds it.
+func (t *Triggers) answer(via string, tr scenes.Trigger, rep scenes.Reply) {
+	t.traces.record(evaluation(via, tr, rep, t.now()))
 	t.reply(rep)
 }
 
@@ -360,15 +394,14 @@ func requestIDOf(b []byte) string {
 	return s
 }
 
-// handle decodes one MQTT trigger, decides it and replies.
-func (t *Triggers) handle(ctx context.Context, payload []byte) {
+// handle decodes one MQTT trigger and decides it.
+func (t *Triggers) handle(ctx context.Context, payload []byte) (scenes.Trigger, scenes.Reply) {
 	tr, err := scenes.DecodeTrigger(payload)
 	if err != nil {
 		tr.RequestID = requestIDOf(payload)
-		t.reply(t.rejectedErr(tr, err, scenes.ReasonBadJSON))
-		return
+		return tr, t.rejectedErr(tr, err, scenes.ReasonBadJSON)
 	}
-	t.reply(t.submit(ctx, tr))
+	return tr, t.submit(ctx, tr)
 }
 
 // runs lists the scene's active missions, oldest first.

@@ -112,6 +112,9 @@ func (b *builder) catalog() (*Catalog, error) {
 		c.names = append(c.names, sc.name)
 	}
 	sort.Strings(c.names)
+	if errs := c.checkSchedules(); len(errs) > 0 {
+		return nil, &LoadError{Errors: errs}
+	}
 	return c, nil
 }
 

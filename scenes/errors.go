@@ -90,10 +90,12 @@ const (
 
 	// The agent's trigger service adds these: the scene's mode refused
 	// a second mission, the trigger queue is full, the agent is
-	// stopping, or something failed inside it.
+	// stopping, the trigger came after its not_after time, or something
+	// failed inside it.
 	ReasonAlreadyRunning = "already_running"
 	ReasonOverloaded     = "overloaded"
 	ReasonShuttingDown   = "shutting_down"
+	ReasonDeadlinePassed = "deadline_passed"
 	ReasonInternal       = "internal"
 )
 

@@ -135,6 +135,7 @@ func (p *parser) scene(i int, m map[string]any) *scene {
 	if len(sc.steps) > MaxSteps {
 		t.fail("step", "%d steps, counting each branch of a parallel group (max %d)", len(sc.steps), MaxSteps)
 	}
+	sc.schedules = p.schedules(t, sc.name)
 	t.done()
 	p.checkSteps(t, sc)
 	if len(p.errs) > before {

@@ -150,5 +150,6 @@ type scene struct {
 	onConflict  string        // the scene's arbitration policy ("" is preempt)
 	// steps are flat: a parallel group is its branches, one step each,
 	// consecutive, sharing one group.
-	steps []step
+	steps     []step
+	schedules []Schedule
 }

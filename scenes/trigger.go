@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sortie-edge/sortie/driver"
 )
@@ -38,6 +39,11 @@ type Trigger struct {
 	// Params are scalars only: string, bool, and numbers decoded as int64
 	// when integral, else float64.
 	Params map[string]any `json:"params,omitempty"`
+	// NotAfter, when set (RFC 3339), is when the trigger goes stale: one
+	// that reaches the agent later (it waited in a broker's session while
+	// the agent was away, say) is rejected as deadline_passed rather than
+	// run late. A request ID already accepted still gets its mission.
+	NotAfter time.Time `json:"not_after,omitzero"`
 }
 
 // DecodeTrigger reads and validates a trigger payload. Unknown top-level

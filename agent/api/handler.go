@@ -80,6 +80,15 @@ type Options struct {
 	// Backup makes a consistent copy of the database in a temporary file
 	// (store.DB.BackupFile), which is then sent.
 	Backup func() (io.ReadCloser, int64, error)
+	// Why answers for one request ID (driver.ErrNotFound when nothing is
+	// recorded); RecentWhy lists the latest records, failed ones or the
+	// others. Declined records a trigger the API refused before it reached
+	// the trigger service (a body that does not decode as a trigger).
+	Why       func(ctx context.Context, requestID string) (Why, error)
+	RecentWhy func(ctx context.Context, failed bool, limit int) ([]Why, error)
+	Declined  func(tr scenes.Trigger, rep scenes.Reply)
+	// Schedules lists the scenes' schedules with their next n firings.
+	Schedules func(n int) []ScheduleItem
 }
 
 // Handler is the management API, an http.Handler: JSON under /api/ and
@@ -138,6 +147,9 @@ func (s *Handler) Register(mux *http.ServeMux) {
 	route("GET", "/api/devices", s.listDevices)
 	route("GET", "/api/scenes", s.listScenes)
 	route("GET", "/api/backup", s.backup)
+	route("GET", "/api/why", s.whyList)
+	route("GET", "/api/why/{request_id}", s.why)
+	route("GET", "/api/schedules", s.listSchedules)
 	// GET would answer HEAD too, by making a whole copy for nothing.
 	mux.Handle("HEAD /api/backup", s.guard(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET")
@@ -408,6 +420,9 @@ type SubmitRequest struct {
 	RequestID string          `json:"request_id,omitempty"`
 	Source    string          `json:"source,omitempty"`
 	Params    json.RawMessage `json:"params,omitempty"`
+	// NotAfter, when set, is when the trigger goes stale (see
+	// scenes.Trigger).
+	NotAfter *time.Time `json:"not_after,omitempty"`
 }
 
 // submit runs a scene exactly as an MQTT trigger would.
@@ -431,7 +446,11 @@ func (s *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	tr, err := scenes.DecodeTrigger(payload)
 	if err != nil {
-		s.writeReply(w, scenes.Rejection(req.RequestID, req.Scene, err, scenes.ReasonBadJSON))
+		rep := scenes.Rejection(req.RequestID, req.Scene, err, scenes.ReasonBadJSON)
+		if s.opts.Declined != nil {
+			s.opts.Declined(scenes.Trigger{RequestID: req.RequestID, Scene: req.Scene, Source: req.Source}, rep)
+		}
+		s.writeReply(w, rep)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), submitTimeout)

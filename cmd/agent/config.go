@@ -36,6 +36,8 @@ type Config struct {
 	Simulator SimulatorConfig `toml:"simulator"`
 	Hub       HubConfig       `toml:"hub"`
 	Retention RetentionConfig `toml:"retention"`
+	Traces    TracesConfig    `toml:"traces"`
+	Location  LocationConfig  `toml:"location"`
 
 	// dir is the directory of the config file; relative paths in it are
 	// resolved against it so the agent can be started from anywhere.
@@ -149,6 +151,25 @@ type RetentionConfig struct {
 	Interval driver.Duration `toml:"interval"`
 }
 
+// TracesConfig bounds the record of every trigger the agent answered
+// ("agent why").
+type TracesConfig struct {
+	MaxAge       driver.Duration `toml:"max_age"`
+	FailedMaxAge driver.Duration `toml:"failed_max_age"`
+	MaxBytes     conf.Bytes      `toml:"max_bytes"`
+}
+
+// LocationConfig places the gateway for sun schedules. Latitude and
+// Longitude are pointers so that 0 (the equator, Greenwich) is a place,
+// not "unset".
+type LocationConfig struct {
+	Latitude  *float64 `toml:"latitude"`
+	Longitude *float64 `toml:"longitude"`
+	// TimeZone is the IANA zone schedules are read in unless they name
+	// their own; "" is the system's (TZ, /etc/localtime).
+	TimeZone string `toml:"timezone"`
+}
+
 // DefaultConfig is what an empty file means.
 func DefaultConfig() Config {
 	return Config{
@@ -168,6 +189,9 @@ func DefaultConfig() Config {
 		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second), MaxLive: 500},
 		Retention: RetentionConfig{
 			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 10000, MaxBytes: 64 << 20, Interval: driver.Duration(10 * time.Minute),
+		},
+		Traces: TracesConfig{
+			MaxAge: driver.Duration(7 * 24 * time.Hour), FailedMaxAge: driver.Duration(30 * 24 * time.Hour), MaxBytes: 4 << 20,
 		},
 	}
 }
@@ -300,6 +324,29 @@ func (c Config) Validate(file string) error {
 	}
 	if c.Retention.MaxBytes != 0 && c.Retention.MaxBytes < 1<<20 {
 		bad("retention.max_bytes", "%s is below 1MiB (0 disables it)", c.Retention.MaxBytes)
+	}
+	if c.Traces.MaxAge <= 0 || c.Traces.FailedMaxAge <= 0 {
+		bad("traces.max_age", "max_age and failed_max_age must be positive")
+	}
+	if c.Traces.MaxBytes < 64<<10 {
+		bad("traces.max_bytes", "%s is below 64KiB", c.Traces.MaxBytes)
+	} else if c.Retention.MaxBytes != 0 && c.Traces.MaxBytes > c.Retention.MaxBytes/2 {
+		bad("traces.max_bytes", "%s is more than half of retention.max_bytes (%s), which counts it", c.Traces.MaxBytes, c.Retention.MaxBytes)
+	}
+	l := c.Location
+	if (l.Latitude == nil) != (l.Longitude == nil) {
+		bad("location.latitude", "latitude and longitude go together")
+	}
+	if l.Latitude != nil && !(*l.Latitude >= -90 && *l.Latitude <= 90) {
+		bad("location.latitude", "%v is not between -90 and 90", *l.Latitude)
+	}
+	if l.Longitude != nil && !(*l.Longitude >= -180 && *l.Longitude <= 180) {
+		bad("location.longitude", "%v is not between -180 and 180", *l.Longitude)
+	}
+	if l.TimeZone != "" {
+		if _, err := time.LoadLocation(l.TimeZone); err != nil || l.TimeZone == "Local" {
+			bad("location.timezone", "%q is not an IANA time zone such as \"Europe/Berlin\" in the system's time zone database (/usr/share/zoneinfo, or $ZONEINFO)", l.TimeZone)
+		}
 	}
 	return errors.Join(errs...)
 }

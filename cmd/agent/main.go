@@ -63,6 +63,9 @@ Talking to a running agent (its HTTP API, see docs/api.md):
   agent trigger SCENE [key=value ...] [-request-id R]
   agent devices [-json]                  devices, availability, last state
   agent scenes [-json]                   scenes and their parameters
+  agent schedules [-next N] [-json]      scenes' schedules and their next firings
+  agent why [REQUEST_ID] [-v] [-json]    what became of a trigger (without an ID:
+                                         the latest that failed; -ok the others)
   agent backup FILE                      copy the mission database, agent running
   Each takes -addr HOST:PORT, -token T (or $SORTIE_TOKEN) and -config FILE
   (to take both from the agent's config); flags may follow arguments.
@@ -96,6 +99,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdDevices(ctx, args, newCLIOut(stdout, stderr))
 	case "scenes":
 		err = cmdScenes(ctx, args, newCLIOut(stdout, stderr))
+	case "why":
+		err = cmdWhy(ctx, args, newCLIOut(stdout, stderr))
+	case "schedules":
+		err = cmdSchedules(ctx, args, newCLIOut(stdout, stderr))
 	case "compact":
 		err = cmdCompact(args, stdout, stderr)
 	case "backup":

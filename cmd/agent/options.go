@@ -23,6 +23,20 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 		Retention: agent.RetentionOptions{
 			MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount, MaxBytes: int64(cfg.Retention.MaxBytes), Interval: cfg.Retention.Interval.D(),
 		},
+		Traces: agent.TraceOptions{
+			MaxAge: cfg.Traces.MaxAge.D(), FailedMaxAge: cfg.Traces.FailedMaxAge.D(), MaxBytes: int64(cfg.Traces.MaxBytes),
+		},
+	}
+	if l := cfg.Location; l.Latitude != nil || l.TimeZone != "" {
+		o.Location = &agent.LocationOptions{TimeZone: l.TimeZone}
+		if l.Latitude != nil && l.Longitude != nil {
+			o.Location.Latitude, o.Location.Longitude, o.Location.HasPosition = *l.Latitude, *l.Longitude, true
+		}
+	}
+	if c, err := testClock(); err != nil {
+		return o, err
+	} else if c != nil {
+		o.Clock = c
 	}
 	var err error
 	if o.Registry, err = devices.LoadRegistry(cfg.Path(cfg.Devices)); err != nil {

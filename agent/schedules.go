@@ -1,0 +1,408 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/store"
+)
+
+// Reasons a schedule's evaluation carries: a missed firing run late, and
+// one not run.
+const (
+	reasonCaughtUp = "caught_up"
+	reasonMissed   = "schedule_missed"
+)
+
+// Schedule timing.
+const (
+	// onTimeGrace is how late a firing may be and still count as on
+	// time rather than missed: the agent was busy, not away.
+	onTimeGrace = time.Minute
+	// scheduleRetryMax caps the back-off of a firing the trigger service
+	// could not take (overloaded, stopping).
+	scheduleRetryMax = time.Minute
+)
+
+// scheduleCursors reads the cursors of the last run.
+type scheduleCursors interface {
+	Cursors(ctx context.Context) (map[string]time.Time, error)
+}
+
+// scheduler fires the catalog's schedules as triggers. Each firing's
+// request ID is derived from the schedule and the scheduled instant, so
+// firing twice (a crash between the trigger and the cursor) starts one
+// mission; and each schedule's cursor, the last instant handled, is
+// durable, so what was missed while the agent was down is known at the
+// next start, where the schedule's catch-up policy decides.
+type scheduler struct {
+	log    *slog.Logger
+	clock  driver.Clock
+	trig   *Triggers
+	traces *tracer
+	lookup func(ctx context.Context, requestKey string) (*driver.Mission, error)
+	db     scheduleCursors
+
+	mu      sync.Mutex
+	entries []*scheduleEntry
+	wake    chan struct{}
+}
+
+type scheduleEntry struct {
+	s    scenes.Schedule
+	loc  *time.Location
+	when interface {
+		Next(t time.Time, loc *time.Location) time.Time
+	}
+	cursor  time.Time // the last instant handled (fired, or decided against)
+	next    time.Time // the first instant after cursor; zero: never
+	retry   time.Time // a firing the trigger service could not take waits until then
+	backoff time.Duration
+	last    string // the latest firing's request ID
+}
+
+// LocationOptions place the gateway for sun schedules and name its time
+// zone.
+type LocationOptions struct {
+	// Latitude and Longitude are in degrees, north and east positive;
+	// HasPosition says they are set.
+	Latitude, Longitude float64
+	HasPosition         bool
+	// TimeZone is the IANA zone schedules are read in unless they name
+	// their own; "" is the system's.
+	TimeZone string
+}
+
+func newScheduler(o Options, log *slog.Logger, trig *Triggers, traces *tracer, db scheduleCursors, lookup func(context.Context, string) (*driver.Mission, error)) (*scheduler, error) {
+	sc := &scheduler{log: log, clock: o.Clock, trig: trig, traces: traces, db: db, lookup: lookup, wake: make(chan struct{}, 1)}
+	def := time.Local
+	if o.Location != nil && o.Location.TimeZone != "" {
+		var err error
+		if def, err = time.LoadLocation(o.Location.TimeZone); err != nil {
+			return nil, fmt.Errorf("location.timezone: %w", err)
+		}
+	}
+	var errs []error
+	for _, s := range o.Catalog.Schedules() {
+		e := &scheduleEntry{s: s, loc: def}
+		if s.Zone != "" {
+			loc, err := time.LoadLocation(s.Zone)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("schedule %s: timezone: %w", s.ID(), err))
+				continue
+			}
+			e.loc = loc
+		}
+		switch {
+		case s.Cron != nil:
+			e.when = s.Cron
+		case s.Sun != nil:
+			if o.Location == nil || !o.Location.HasPosition {
+				errs = append(errs, fmt.Errorf("schedule %s: a sun schedule needs the gateway's [location] latitude and longitude", s.ID()))
+				continue
+			}
+			sun := *s.Sun
+			sun.Lat, sun.Lon = o.Location.Latitude, o.Location.Longitude
+			if err := sun.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("schedule %s: %w", s.ID(), err))
+				continue
+			}
+			e.when = sun
+		}
+		sc.entries = append(sc.entries, e)
+	}
+	return sc, errors.Join(errs...)
+}
+
+// firingID is the request ID of a schedule's firing at instant: the
+// same for every evaluation of that firing, on any run of the agent.
+func firingID(s scenes.Schedule, instant time.Time) string {
+	id := "sched-" + s.Scene + "-" + s.Name + "-" + instant.UTC().Format("20060102T150405Z")
+	if len(id) <= driver.MaxIDLen {
+		return id
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s.ID())) // a hash's Write does not fail
+	return fmt.Sprintf("sched-%016x-%s", h.Sum64(), instant.UTC().Format("20060102T150405Z"))
+}
+
+// fireAt is when the firing of instant runs: the instant plus its share
+// of the schedule's jitter, the same on every run of the agent.
+func (e *scheduleEntry) fireAt(instant time.Time) time.Time {
+	if e.s.Jitter <= 0 {
+		return instant
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(firingID(e.s, instant))) // a hash's Write does not fail
+	return instant.Add(time.Duration(h.Sum64() % uint64(e.s.Jitter)))
+}
+
+// start loads the cursors. A schedule seen for the first time starts now:
+// it has missed nothing.
+func (sc *scheduler) start(ctx context.Context) error {
+	cursors, err := sc.db.Cursors(ctx)
+	if err != nil {
+		return err
+	}
+	now := sc.clock.Now()
+	sc.mu.Lock()
+	added := false
+	for _, e := range sc.entries {
+		c, ok := cursors[e.s.ID()]
+		if !ok {
+			c = now.Truncate(time.Second)
+			sc.traces.cursor(e.s.ID(), c)
+			added = true
+		}
+		e.cursor = c
+		e.next = e.when.Next(c, e.loc)
+	}
+	sc.mu.Unlock()
+	if added {
+		// Written at once: a crash before the next batch would make the
+		// next start take its own time as the beginning, and miss what
+		// fell due in between.
+		sc.traces.flush()
+	}
+	return nil
+}
+
+// run fires schedules until ctx ends.
+func (sc *scheduler) run(ctx context.Context) error {
+	if len(sc.entries) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		now := sc.clock.Now()
+		due := sc.dueAt(now)
+		for _, e := range due {
+			sc.handle(ctx, e, now)
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
+		wait := sc.untilNext(sc.clock.Now())
+		if len(due) > 0 && wait <= 0 {
+			continue
+		}
+		timer := make(chan struct{}, 1)
+		stop := sc.clock.AfterFunc(max(wait, 0), func() { timer <- struct{}{} })
+		select {
+		case <-ctx.Done():
+			stop()
+			return nil
+		case <-timer:
+		case <-sc.wake:
+			stop()
+		}
+	}
+}
+
+// dueAt returns the entries with a firing due at now, in ID order.
+func (sc *scheduler) dueAt(now time.Time) []*scheduleEntry {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	var out []*scheduleEntry
+	for _, e := range sc.entries {
+		if !e.next.IsZero() && !e.fireAt(e.next).After(now) && !e.retry.After(now) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// untilNext is how long until the next firing of any schedule.
+func (sc *scheduler) untilNext(now time.Time) time.Duration {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	wait := time.Duration(-1)
+	for _, e := range sc.entries {
+		if e.next.IsZero() {
+			continue
+		}
+		at := e.fireAt(e.next)
+		if e.retry.After(at) {
+			at = e.retry
+		}
+		if d := at.Sub(now); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	if wait < 0 {
+		return 24 * time.Hour // no schedule fires again; look once a day
+	}
+	return wait
+}
+
+// handle runs or decides against every firing of e due at now, oldest
+// first: on time ones run; missed ones (the agent was away, or the
+// clock jumped) go by the schedule's catch-up policy.
+func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time) {
+	sc.mu.Lock()
+	// Firings older than the window are missed whatever the policy:
+	// they are passed over, not walked one by one.
+	windowStart := now.Add(-e.s.CatchUpWindow - e.s.Jitter)
+	tooOld := !e.next.IsZero() && e.next.Before(windowStart)
+	if tooOld {
+		e.next = e.when.Next(windowStart, e.loc)
+	}
+	from := e.next
+	sc.mu.Unlock()
+	if tooOld {
+		sc.log.Warn("schedule: firings older than the catch-up window were not run", "schedule", e.s.ID(), "cursor", e.cursor, "window", e.s.CatchUpWindow.String())
+	}
+	isDue := func(t time.Time) bool { return !t.IsZero() && !e.fireAt(t).After(now) }
+	missed := func(t time.Time) bool { return now.Sub(e.fireAt(t)) > onTimeGrace }
+	// Firings are handled in order, so those handled before a crash whose
+	// cursor was not yet written come first: they are passed by their
+	// request IDs before the policy looks at what was missed.
+	for ; isDue(from) && sc.handled(ctx, firingID(e.s, from)); from = e.when.Next(from, e.loc) {
+		sc.advance(e, from, firingID(e.s, from))
+	}
+	// First pass: the latest missed firings, which the policy picks from
+	// (no policy runs more than MaxCatchUp of them), and which are
+	// recorded one by one; older ones are passed over with a log line.
+	var latest []time.Time
+	for t := from; isDue(t); t = e.when.Next(t, e.loc) {
+		if missed(t) {
+			if len(latest) == scenes.MaxCatchUp {
+				latest = append(latest[:0], latest[1:]...)
+			}
+			latest = append(latest, t)
+		}
+	}
+	run := map[time.Time]bool{}
+	switch {
+	case len(latest) == 0:
+	case e.s.CatchUp == scenes.CatchUpOnce:
+		run[latest[len(latest)-1]] = true
+	case e.s.CatchUp == scenes.CatchUpAll:
+		for _, t := range latest {
+			run[t] = true
+		}
+	}
+	passed := 0
+	for t := from; isDue(t); t = e.when.Next(t, e.loc) {
+		if missed(t) && t.Before(latest[0]) {
+			passed++
+			sc.advance(e, t, "")
+			continue
+		}
+		late := now.Sub(e.fireAt(t))
+		if !sc.fire(ctx, e, t, late, !missed(t) || run[t]) {
+			return // tried again later, from this firing
+		}
+	}
+	if passed > 0 {
+		sc.log.Warn("schedule: missed firings passed over without a record of each", "schedule", e.s.ID(), "count", passed, "catch_up", string(e.s.CatchUp))
+	}
+	if len(latest) > 0 {
+		// What a catch-up decided is written at once, not with the next
+		// batch: an agent that crashes again within the batch's interval
+		// would otherwise decide it again each time, its missed firings
+		// piling up past what is recorded one by one.
+		sc.traces.flush()
+	}
+}
+
+// fire handles one firing: runs it as a trigger, or records why not. It
+// returns false when the trigger service could not take it (it is tried
+// again after a back-off, as the same firing).
+func (sc *scheduler) fire(ctx context.Context, e *scheduleEntry, instant time.Time, late time.Duration, runIt bool) bool {
+	id := firingID(e.s, instant)
+	// A firing handled before a crash, whose cursor was not yet written:
+	// its mission or its record says so, and it is not handled again.
+	if sc.handled(ctx, id) {
+		sc.advance(e, instant, id)
+		return true
+	}
+	tr := scenes.Trigger{Scene: e.s.Scene, RequestID: id, Source: "schedule", Params: e.s.Params}
+	if !runIt {
+		msg := fmt.Sprintf("the firing of %s (%s) was missed by %s while the agent was away; catch_up = %q",
+			instant.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), late.Round(time.Second), e.s.CatchUp)
+		if e.s.CatchUp != scenes.CatchUpSkip && late > e.s.CatchUpWindow {
+			msg += fmt.Sprintf(" runs only what is within catch_up_window (%s)", e.s.CatchUpWindow)
+		} else if e.s.CatchUp == scenes.CatchUpOnce {
+			msg += " runs only the latest missed firing"
+		}
+		sc.traces.record(store.Evaluation{RequestID: id, At: sc.clock.Now(), Via: viaSchedule, Scene: e.s.Scene, Source: tr.Source,
+			Outcome: outcomeSkipped, Reason: reasonMissed, Message: msg})
+		sc.advance(e, instant, id)
+		return true
+	}
+	note := ""
+	if late > onTimeGrace {
+		note = fmt.Sprintf("caught up %s late: the firing of %s was missed while the agent was away (catch_up = %q)",
+			late.Round(time.Second), instant.In(e.loc).Format(time.DateTime+" MST"), e.s.CatchUp)
+	}
+	rep, err := sc.trig.callJob(ctx, triggerJob{trigger: &tr, via: viaSchedule, note: note})
+	if err == nil && (rep.Reason == scenes.ReasonOverloaded || rep.Reason == scenes.ReasonShuttingDown || rep.Reason == scenes.ReasonInternal) {
+		err = errors.New(rep.Message)
+	}
+	if err != nil {
+		sc.mu.Lock()
+		e.backoff = min(max(2*e.backoff, time.Second), scheduleRetryMax)
+		e.retry = sc.clock.Now().Add(e.backoff)
+		sc.mu.Unlock()
+		if ctx.Err() == nil {
+			sc.log.Warn("schedule: firing not taken; trying again", "schedule", e.s.ID(), "request", id, "in", e.backoff, "err", err)
+		}
+		return false
+	}
+	sc.log.Info("schedule fired", "schedule", e.s.ID(), "request", id, "status", rep.Status, "mission", rep.MissionID, "reason", rep.Reason)
+	sc.advance(e, instant, id)
+	return true
+}
+
+// handled reports whether a firing already has a mission or a record.
+func (sc *scheduler) handled(ctx context.Context, id string) bool {
+	if _, err := sc.lookup(ctx, id); err == nil {
+		return true
+	}
+	tr, err := sc.traces.trace(ctx, id)
+	return err == nil && len(tr.Evaluations) > 0
+}
+
+// advance moves e's cursor past instant, durably with the next batch of
+// trace records.
+func (sc *scheduler) advance(e *scheduleEntry, instant time.Time, id string) {
+	sc.mu.Lock()
+	e.cursor = instant
+	if id != "" {
+		e.last = id
+	}
+	e.next = e.when.Next(instant, e.loc)
+	e.retry, e.backoff = time.Time{}, 0
+	sc.mu.Unlock()
+	sc.traces.cursor(e.s.ID(), instant)
+}
+
+// list describes every schedule with its next firings.
+func (sc *scheduler) list(n int) []api.ScheduleItem {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	out := make([]api.ScheduleItem, 0, len(sc.entries))
+	for _, e := range sc.entries {
+		it := api.ScheduleItem{
+			ID: e.s.ID(), Scene: e.s.Scene, Name: e.s.Name, When: e.s.When(), TimeZone: e.loc.String(),
+			Jitter: e.s.Jitter.String(), CatchUp: string(e.s.CatchUp), CatchUpWindow: e.s.CatchUpWindow.String(),
+			Cursor: e.cursor, LastRequestID: e.last,
+		}
+		for t := e.next; !t.IsZero() && len(it.Next) < n; t = e.when.Next(t, e.loc) {
+			it.Next = append(it.Next, api.Firing{At: e.fireAt(t).In(e.loc), Instant: t.In(e.loc), RequestID: firingID(e.s, t)})
+		}
+		out = append(out, it)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

@@ -1,0 +1,227 @@
+package agent_test
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// manualClock is a clock the test sets; AfterFuncs run when it passes
+// their time.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers map[*manualTimer]bool
+}
+
+type manualTimer struct {
+	at time.Time
+	f  func()
+}
+
+func newManualClock(t time.Time) *manualClock {
+	return &manualClock{now: t, timers: map[*manualTimer]bool{}}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &manualTimer{at: c.now.Add(d), f: f}
+	if d <= 0 {
+		go f()
+		return func() bool { return false }
+	}
+	c.timers[tm] = true
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		had := c.timers[tm]
+		delete(c.timers, tm)
+		return had
+	}
+}
+
+// set moves the clock to t and runs the timers that are due.
+func (c *manualClock) set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	var due []*manualTimer
+	for tm := range c.timers {
+		if !tm.at.After(t) {
+			due = append(due, tm)
+			delete(c.timers, tm)
+		}
+	}
+	c.mu.Unlock()
+	for _, tm := range due {
+		tm.f()
+	}
+}
+
+// submitted collects the request keys of submitted missions.
+type submitted struct {
+	mu   sync.Mutex
+	keys map[string]int
+	ch   chan string
+}
+
+func (s *submitted) Observe(ev driver.Event, m *driver.Mission) {
+	if ev.Input != driver.InSubmit {
+		return
+	}
+	s.mu.Lock()
+	s.keys[m.Meta.RequestKey]++
+	s.mu.Unlock()
+	s.ch <- m.Meta.RequestKey
+}
+
+// await waits for the missions of keys.
+func (s *submitted) await(t *testing.T, keys ...string) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		s.mu.Lock()
+		missing := 0
+		for _, k := range keys {
+			if s.keys[k] == 0 {
+				missing++
+			}
+		}
+		s.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-s.ch:
+		case <-deadline:
+			t.Fatalf("%d of the missions %v were not submitted", missing, keys)
+		}
+	}
+}
+
+const scheduleScenes = `
+[[scene]]
+name = "tick_all"
+mode = "parallel"
+[[scene.step]]
+delay = "1ms"
+[[scene.schedule]]
+cron = "* * * * *"
+timezone = "UTC"
+catch_up = "all"
+
+[[scene]]
+name = "tick_once"
+mode = "parallel"
+[[scene.step]]
+delay = "1ms"
+[[scene.schedule]]
+name = "every-minute"
+cron = "* * * * *"
+timezone = "UTC"
+
+[[scene]]
+name = "tick_skip"
+mode = "parallel"
+[[scene.step]]
+delay = "1ms"
+[[scene.schedule]]
+cron = "* * * * *"
+timezone = "UTC"
+catch_up = "skip"
+`
+
+// TestSchedulesCatchUpByTheirPolicyAfterDowntime: a schedule fires on
+// time while the agent runs; after ten minutes away, catch_up = "all"
+// runs every missed firing, "once" the latest of them, "skip" none; each
+// firing not run is recorded as skipped; none runs twice.
+func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
+	cat, reg := loadTestScenes(t, scheduleScenes)
+	dir := t.TempDir()
+	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
+	clock := newManualClock(t0)
+	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 1000)}
+	tune := func(o *agent.Options) {
+		o.Clock = clock
+		o.Observers = []driver.Observer{seen}
+	}
+	id := func(scene, name string, hh, mm int) string {
+		return "sched-" + scene + "-" + name + "-" + time.Date(2026, 3, 1, hh, mm, 0, 0, time.UTC).Format("20060102T150405Z")
+	}
+	a := startAgent(t, dir, cat, reg, tune)
+	clock.set(t0.Add(30 * time.Second))
+	seen.await(t, id("tick_all", "1", 10, 1), id("tick_once", "every-minute", 10, 1), id("tick_skip", "1", 10, 1))
+	a.stop()
+
+	// Ten minutes later: 10:02 to 10:10 were missed, 10:11 is on time.
+	clock.set(time.Date(2026, 3, 1, 10, 11, 30, 0, time.UTC))
+	a = startAgent(t, dir, cat, reg, tune)
+	seen.await(t, id("tick_all", "1", 10, 11), id("tick_once", "every-minute", 10, 11), id("tick_skip", "1", 10, 11))
+	ctx := context.Background()
+	for _, c := range []struct {
+		scene, name string
+		run         map[int]string // minute -> outcome/reason
+	}{
+		{"tick_all", "1", map[int]string{2: "accepted/caught_up", 3: "accepted/caught_up", 10: "accepted/caught_up", 11: "accepted/"}},
+		{"tick_once", "every-minute", map[int]string{10: "accepted/caught_up", 11: "accepted/"}},
+		{"tick_skip", "1", map[int]string{11: "accepted/"}},
+	} {
+		for mm := 1; mm <= 11; mm++ {
+			w, err := a.Why(ctx, id(c.scene, c.name, 10, mm))
+			if err != nil {
+				t.Errorf("%s 10:%02d: %v", c.scene, mm, err)
+				continue
+			}
+			got := w.Outcome + "/" + w.Reason
+			want, ok := c.run[mm]
+			switch {
+			case mm == 1:
+				want = "accepted/"
+			case !ok && c.scene == "tick_all":
+				want = "accepted/caught_up"
+			case !ok:
+				want = "skipped/schedule_missed"
+			}
+			if got != want {
+				t.Errorf("%s 10:%02d: %s, want %s (%s)", c.scene, mm, got, want, w.Explanation)
+			}
+		}
+	}
+	seen.mu.Lock()
+	for k, n := range seen.keys {
+		if n != 1 {
+			t.Errorf("%s: %d missions", k, n)
+		}
+	}
+	counts := map[string]int{}
+	for k := range seen.keys {
+		counts[k[:len("sched-tick_xxx")]]++
+	}
+	seen.mu.Unlock()
+	if counts["sched-tick_all"] != 11 || counts["sched-tick_onc"] != 3 || counts["sched-tick_ski"] != 2 {
+		t.Errorf("missions per scene = %v, want all 11, once 3, skip 2", counts)
+	}
+
+	var list api.ScheduleList
+	if _, err := a.api.Call(ctx, http.MethodGet, "/api/schedules?next=2", nil, &list); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(list.Schedules, func(i, j int) bool { return list.Schedules[i].ID < list.Schedules[j].ID })
+	if len(list.Schedules) != 3 || list.Schedules[1].ID != "tick_once/every-minute" || len(list.Schedules[1].Next) != 2 ||
+		!list.Schedules[1].Next[0].At.Equal(time.Date(2026, 3, 1, 10, 12, 0, 0, time.UTC)) || list.Schedules[1].CatchUp != "once" {
+		t.Errorf("schedules = %+v", list.Schedules)
+	}
+}
