@@ -103,13 +103,14 @@ func (a *Agent) startUplink() error {
 	var err error
 	a.up, err = hubsync.New(hubsync.Options{
 		Broker: h.URL, Gateway: a.opts.Gateway, Username: h.Username, Password: h.Password, TLS: h.TLS,
-		Prefix: h.Prefix, Source: a.db, Heartbeat: a, Control: a,
+		Prefix: h.Prefix, Source: a.db, Traces: a.db, Heartbeat: a, Control: a,
 		Logger: a.log, Version: a.opts.Version, HeartbeatInterval: h.Heartbeat,
 	})
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	a.drv.Observe(a.up)
+	a.traces.flushed = a.up.Notify
 	a.metrics.watchSync(a.up, a.db)
 	return nil
 }

@@ -48,6 +48,9 @@ type tracer struct {
 	db       traceStore
 	log      *slog.Logger
 	interval time.Duration
+	// flushed, when set, is told of each batch written (the hub sync,
+	// which forwards the records).
+	flushed func()
 
 	mu      sync.Mutex
 	pending []store.Evaluation
@@ -149,6 +152,9 @@ func (t *tracer) flush() {
 	}
 	err := t.db.AddTraces(context.Background(), evs, cs)
 	if err == nil {
+		if t.flushed != nil && len(evs) > 0 {
+			t.flushed()
+		}
 		return
 	}
 	t.log.Error("writing trigger traces", "records", len(evs), "err", err)

@@ -66,6 +66,7 @@ func NewAPI(svc *Service, opts APIOptions) *API {
 	a.mux.HandleFunc("/api/missions", a.auth(a.method(http.MethodGet, a.missions)))
 	a.mux.HandleFunc("/api/gateways/{gw}/missions/{id}", a.auth(a.method(http.MethodGet, a.mission)))
 	a.mux.HandleFunc("/api/gateways/{gw}/control", a.auth(a.method(http.MethodPost, a.control)))
+	a.mux.HandleFunc("/api/gateways/{gw}/why/{request_id}", a.auth(a.method(http.MethodGet, a.why)))
 	a.mux.HandleFunc("/api/stream", a.auth(a.method(http.MethodGet, a.stream)))
 	a.mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
@@ -243,6 +244,22 @@ func (a *API) mission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// why answers what became of a trigger of a gateway, from the records
+// the gateway synced.
+func (a *API) why(w http.ResponseWriter, r *http.Request) {
+	gw, id := r.PathValue("gw"), r.PathValue("request_id")
+	if _, err := a.st.Gateway(gw); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	t, err := a.st.Trace(gw, id)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
 }
 
 // ControlRequest is the body of POST /api/gateways/{gw}/control.

@@ -13,7 +13,7 @@ import (
 )
 
 // Inbound is one decoded message from a gateway. Exactly one of Batch,
-// Status and Heartbeat is set. Gateway is the ID from the topic, which
+// Status, Heartbeat and Traces is set. Gateway is the ID from the topic, which
 // the broker's ACL ties to the sender's credentials; a message naming
 // another gateway in its body is rejected.
 type Inbound struct {
@@ -21,6 +21,7 @@ type Inbound struct {
 	Batch     *uplink.Batch
 	Status    *uplink.Status
 	Heartbeat *uplink.Heartbeat
+	Traces    *uplink.TraceBatch
 	// Received is when the hub got the message (hub clock).
 	Received time.Time
 	// rawEvents, when set by the service's decoder, holds each entry's
@@ -46,6 +47,10 @@ type Result struct {
 	// Acks maps each gateway that sent batches to the highest outbox seq
 	// of those batches: everything it sent up to there is now durable.
 	Acks map[string]uint64
+	// TraceAcks maps each gateway that sent trigger records to the
+	// highest trace seq stored, and each gateway that came online to
+	// its stored one (the ack that tells it the hub takes records).
+	TraceAcks map[string]uint64
 	// Gateways and Missions are the records changed, after the change.
 	Gateways []Gateway
 	Missions []Mission
@@ -67,7 +72,7 @@ func (s *Store) Ingest(now time.Time, gw string, b uplink.Batch) (Result, error)
 func (s *Store) Apply(in []Inbound) (Result, error) {
 	var res Result
 	err := s.update(func(tx *bolt.Tx) error {
-		a := applier{tx: tx, gws: map[string]*Gateway{}, missions: map[string]*Mission{}, finishedOld: map[string][]byte{}, dirty: map[string]bool{}, res: Result{Acks: map[string]uint64{}}}
+		a := applier{tx: tx, gws: map[string]*Gateway{}, missions: map[string]*Mission{}, finishedOld: map[string][]byte{}, dirty: map[string]bool{}, res: Result{Acks: map[string]uint64{}, TraceAcks: map[string]uint64{}}}
 		for i := range in {
 			if err := a.apply(&in[i]); err != nil {
 				return err
@@ -137,6 +142,9 @@ func (a *applier) apply(m *Inbound) error {
 		// about when the gateway was last heard from.
 		if m.Status.State == StateOnline {
 			g.LastSeen = m.Received
+			if _, ok := a.res.TraceAcks[m.Gateway]; !ok {
+				a.res.TraceAcks[m.Gateway] = g.TraceSeq
+			}
 		}
 	case m.Heartbeat != nil:
 		if m.Heartbeat.Gateway != "" && m.Heartbeat.Gateway != m.Gateway {
@@ -158,6 +166,12 @@ func (a *applier) apply(m *Inbound) error {
 		if g.State != StateOnline {
 			g.State, g.Since = StateOnline, m.Received
 		}
+	case m.Traces != nil:
+		if m.Traces.Gateway != m.Gateway {
+			a.reject(m, "trace batch names gateway %q", m.Traces.Gateway)
+			return nil
+		}
+		return a.traces(m)
 	default:
 		a.reject(m, "empty message")
 	}

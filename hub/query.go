@@ -275,10 +275,19 @@ func (s *Store) Prune(now time.Time, r Retention) (int, error) {
 			}
 			removed++
 		}
-		return nil
+		// Trigger records go by age alone: MaxAge, else traceMaxAge.
+		age := r.MaxAge
+		if age <= 0 {
+			age = traceMaxAge
+		}
+		_, err := pruneTraces(tx, now.Add(-age))
+		return err
 	})
 	return removed, err
 }
+
+// traceMaxAge keeps trigger records when the retention has no age.
+const traceMaxAge = 30 * 24 * time.Hour
 
 func deleteMission(tx *bolt.Tx, fk []byte) error {
 	mk := fk[8:]

@@ -65,7 +65,7 @@ type Service struct {
 	ready     chan struct{}
 
 	ackMu   sync.Mutex
-	acks    map[string]uint64 // gateway → upto, waiting to be published
+	acks    map[string]pendingAck // by gateway, waiting to be published
 	ackWake chan struct{}
 
 	ctlMu   sync.Mutex
@@ -110,7 +110,7 @@ func NewService(st *Store, opts ServiceOptions) *Service {
 		topics:   uplink.Topics{Prefix: opts.Prefix},
 		queue:    make(chan inboundRaw, opts.Queue),
 		ready:    make(chan struct{}),
-		acks:     map[string]uint64{},
+		acks:     map[string]pendingAck{},
 		ackWake:  make(chan struct{}, 1),
 		waiters:  map[string]chan uplink.ControlResult{},
 		watchers: map[*watcher]struct{}{},
@@ -155,7 +155,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	for _, kind := range []string{"status", "heartbeat", "events", "control/result"} {
+	for _, kind := range []string{"status", "heartbeat", "events", "traces", "control/result"} {
 		if _, err := c.Subscribe(s.topics.Wildcard(kind), func(topic string, payload []byte) { s.receive(ctx, topic, payload) }); err != nil {
 			return err
 		}
@@ -235,6 +235,12 @@ func (s *Service) decode(r inboundRaw) (Inbound, error) {
 			return in, err
 		}
 		in.Heartbeat = &hb
+	case "traces":
+		tb, err := uplink.DecodeTraceBatch(r.payload)
+		if err != nil {
+			return in, err
+		}
+		in.Traces = &tb
 	default:
 		return in, fmt.Errorf("%w: unexpected topic kind %q", uplink.ErrMessage, kind)
 	}
@@ -314,10 +320,17 @@ func (s *Service) ingestLoop(ctx context.Context, groups <-chan []Inbound) error
 
 // report acknowledges, logs and broadcasts what a commit changed.
 func (s *Service) report(res Result) {
-	if len(res.Acks) > 0 {
+	if len(res.Acks) > 0 || len(res.TraceAcks) > 0 {
 		s.ackMu.Lock()
 		for gw, upto := range res.Acks {
-			s.acks[gw] = max(s.acks[gw], upto)
+			a := s.acks[gw]
+			a.upto = max(a.upto, upto)
+			s.acks[gw] = a
+		}
+		for gw, upto := range res.TraceAcks {
+			a := s.acks[gw]
+			a.traces, a.hasTraces = max(a.traces, upto), true
+			s.acks[gw] = a
 		}
 		s.ackMu.Unlock()
 		select {
@@ -346,6 +359,13 @@ func (s *Service) report(res Result) {
 // ackLoop publishes acks apart from the ingest loop: the client delivers
 // the broker's PUBACKs on the goroutine that a full queue may hold up, so
 // waiting for them while ingesting could stall both.
+// pendingAck is what the next ack to a gateway says: events stored up
+// to upto and, when hasTraces, trigger records up to traces.
+type pendingAck struct {
+	upto, traces uint64
+	hasTraces    bool
+}
+
 func (s *Service) ackLoop(ctx context.Context) error {
 	for {
 		select {
@@ -355,18 +375,22 @@ func (s *Service) ackLoop(ctx context.Context) error {
 		}
 		s.ackMu.Lock()
 		acks := s.acks
-		s.acks = map[string]uint64{}
+		s.acks = map[string]pendingAck{}
 		s.ackMu.Unlock()
 		c := s.client.Load()
 		toks := make(map[string]mqttc.Token, len(acks))
-		for gw, upto := range acks {
-			b, _ := json.Marshal(uplink.Ack{Upto: upto})
+		for gw, pa := range acks {
+			a := uplink.Ack{Upto: pa.upto}
+			if pa.hasTraces {
+				a.Traces = &pa.traces
+			}
+			b, _ := json.Marshal(a)
 			toks[gw] = c.PublishAsync(s.topics.Ack(gw), b, false, 1)
 		}
 		for gw, tok := range toks {
 			// A lost ack only costs a re-delivery, which is idempotent.
 			if err := mqttc.Wait(ctx, tok, tokenWait); err != nil {
-				s.log.Warn("publish ack", "gateway", gw, "upto", acks[gw], "err", err)
+				s.log.Warn("publish ack", "gateway", gw, "upto", acks[gw].upto, "err", err)
 			}
 		}
 	}

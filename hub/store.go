@@ -51,8 +51,10 @@ type Gateway struct {
 	// Heartbeat is the last one received: backlog, active missions,
 	// uptime and the device inventory.
 	Heartbeat *uplink.Heartbeat `json:"heartbeat,omitempty"`
-	// Acked is the highest outbox seq the hub has acknowledged.
-	Acked uint64 `json:"acked"`
+	// Acked is the highest outbox seq the hub has acknowledged;
+	// TraceSeq the highest trigger record seq it has stored.
+	Acked    uint64 `json:"acked"`
+	TraceSeq uint64 `json:"trace_seq,omitempty"`
 	// Counters since the gateway was first seen.
 	Events     uint64 `json:"events"`
 	Duplicates uint64 `json:"duplicates"`
@@ -114,7 +116,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open hub store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished} {
+		for _, name := range [][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}

@@ -7,7 +7,8 @@
 //
 //	meta      "schema" → layout version (big-endian uint64);
 //	          "wal_id" → the store's random log ID; "wal_lsn" → last LSN applied;
-//	          "counts" → stored missions per state and stored events
+//	          "counts" → stored missions per state and stored events;
+//	          "trace_bytes" → the trace records' bytes; "tracelog_n" → entries of tracelog
 //	missions  mission ID → record: a fixed header, then for a finished
 //	          mission its archive (the mission and its timeline, compressed),
 //	          for a live one nothing
@@ -19,6 +20,11 @@
 //	timeline  mission ID + 0x00 + event seq (big-endian) → event JSON, for
 //	          live missions
 //	outbox    outbox seq → an event for the hub
+//	traces    request ID → every evaluation kept of a trigger (trace.go)
+//	traceage  failed flag + latest evaluation time + request ID → nothing,
+//	          the order retention deletes records in
+//	schedules schedule ID → its cursor (Unix seconds, big-endian)
+//	tracelog  trace seq → one evaluation waiting for the hub (with Outbox)
 //
 // The record header carries the record's form, the mission encoding's
 // schema (driver.SchemaVersion), the state, the creation sequence, the

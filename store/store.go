@@ -112,7 +112,7 @@ var (
 	bTimeline = []byte("timeline")
 	bOutbox   = []byte("outbox")
 
-	allBuckets = [][]byte{bMeta, bMissions, bLive, bOrder, bActive, bRequests, bFinished, bTimeline, bOutbox, bTraces, bTraceAge, bSchedules}
+	allBuckets = [][]byte{bMeta, bMissions, bLive, bOrder, bActive, bRequests, bFinished, bTimeline, bOutbox, bTraces, bTraceAge, bSchedules, bTraceLog}
 
 	kSchema = []byte("schema")
 )

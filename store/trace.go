@@ -20,7 +20,22 @@ var (
 	bTraceAge  = []byte("traceage")
 	bSchedules = []byte("schedules")
 	kTraceSize = []byte("trace_bytes")
+	// bTraceLog holds each evaluation until the hub has it (with
+	// Options.Outbox), keyed by its trace seq; kTraceLogN counts them.
+	bTraceLog  = []byte("tracelog")
+	kTraceLogN = []byte("tracelog_n")
 )
+
+// MaxTraceLog bounds the evaluations waiting for the hub: past it the
+// oldest are dropped (the gateway's own records keep them). Records are
+// diagnostics; an outage of the hub must not grow the file without end.
+const MaxTraceLog = 10000
+
+// TraceLogEntry is an evaluation waiting for the hub, with its trace seq.
+type TraceLogEntry struct {
+	Seq uint64
+	Evaluation
+}
 
 // Trace limits: a record is what one request ID's evaluations cost, so
 // a sender that resends one ID forever, or sends long messages, costs a
@@ -118,6 +133,11 @@ func (db *DB) AddTraces(ctx context.Context, evs []Evaluation, cursors []Cursor)
 		if err := meta.Put(kTraceSize, be64(uint64(max(size, 0)))); err != nil {
 			return err
 		}
+		if db.ob.enabled {
+			if err := logTraces(tx, evs); err != nil {
+				return err
+			}
+		}
 		sb := tx.Bucket(bSchedules)
 		for _, c := range cursors {
 			k := []byte(c.Schedule)
@@ -134,6 +154,112 @@ func (db *DB) AddTraces(ctx context.Context, evs []Evaluation, cursors []Cursor)
 		return fmt.Errorf("add traces: %w", err)
 	}
 	return nil
+}
+
+// logTraces appends evaluations to the trace log for the hub, dropping
+// the oldest beyond MaxTraceLog.
+func logTraces(tx *bolt.Tx, evs []Evaluation) error {
+	tl, meta := tx.Bucket(bTraceLog), tx.Bucket(bMeta)
+	n := beUint(meta.Get(kTraceLogN))
+	for _, e := range evs {
+		if driver.CheckID("request_id", e.RequestID) != nil {
+			continue
+		}
+		seq, err := tl.NextSequence()
+		if err != nil {
+			return err
+		}
+		e.Message = clip(e.Message)
+		if err := tl.Put(be64(seq), encodeLogEntry(e)); err != nil {
+			return err
+		}
+		n++
+	}
+	c := tl.Cursor()
+	for k, _ := c.First(); k != nil && n > MaxTraceLog; k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+		n--
+	}
+	return meta.Put(kTraceLogN, be64(n))
+}
+
+func encodeLogEntry(e Evaluation) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(e.RequestID)))
+	b = append(b, e.RequestID...)
+	return encodeTrace(b, Trace{RequestID: e.RequestID, Evaluations: []Evaluation{e}})
+}
+
+func decodeLogEntry(seq uint64, v []byte) (TraceLogEntry, error) {
+	r := payloadReader{b: v}
+	id := r.bytes()
+	if r.err != nil {
+		return TraceLogEntry{}, fmt.Errorf("%w: trace log entry %d: truncated", ErrCorrupt, seq)
+	}
+	t, err := decodeTrace(id, r.b)
+	if err != nil {
+		return TraceLogEntry{}, err
+	}
+	if len(t.Evaluations) != 1 {
+		return TraceLogEntry{}, fmt.Errorf("%w: trace log entry %d has %d evaluations", ErrCorrupt, seq, len(t.Evaluations))
+	}
+	return TraceLogEntry{Seq: seq, Evaluation: t.Evaluations[0]}, nil
+}
+
+// TraceLog returns up to limit evaluations waiting for the hub with
+// trace seq greater than after, in seq order.
+func (db *DB) TraceLog(ctx context.Context, after uint64, limit int) ([]TraceLogEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > MaxOutboxLimit {
+		limit = MaxOutboxLimit
+	}
+	var out []TraceLogEntry
+	err := db.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bTraceLog).Cursor()
+		for k, v := c.Seek(be64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+			if len(k) != 8 {
+				return fmt.Errorf("%w: trace log key %x", ErrCorrupt, k)
+			}
+			e, err := decodeLogEntry(binary.BigEndian.Uint64(k), v)
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read trace log: %w", err)
+	}
+	return out, nil
+}
+
+// AckTraceLog deletes the evaluations up to and including upto, which
+// the hub has stored, and returns how many.
+func (db *DB) AckTraceLog(ctx context.Context, upto uint64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := db.update(func(tx *bolt.Tx) error {
+		tl, meta := tx.Bucket(bTraceLog), tx.Bucket(bMeta)
+		c := tl.Cursor()
+		for k, _ := c.First(); k != nil && binary.BigEndian.Uint64(k) <= upto; k, _ = c.First() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			n++
+		}
+		left := beUint(meta.Get(kTraceLogN))
+		return meta.Put(kTraceLogN, be64(left-min(left, uint64(n))))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ack trace log: %w", err)
+	}
+	return n, nil
 }
 
 // add appends e, keeping the first evaluation and the latest ones.

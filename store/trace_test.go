@@ -200,3 +200,57 @@ func FuzzDecodeTrace(f *testing.F) {
 		}
 	})
 }
+
+func TestTraceLogKeepsEvaluationsForTheHubUntilAcked(t *testing.T) {
+	o := testOptions()
+	o.Outbox = true
+	db, err := Open(filepath.Join(t.TempDir(), "m.db"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }() // a test store
+	ctx := context.Background()
+	at := time.UnixMilli(1_800_000_000_000)
+	if err := db.AddTraces(ctx, []Evaluation{eval("a", "rejected", at), eval("b", "accepted", at), eval("a", "accepted", at)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.TraceLog(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Seq != 1 || got[0].RequestID != "a" || got[0].Outcome != "rejected" || got[2].Seq != 3 || got[2].Outcome != "accepted" {
+		t.Fatalf("trace log = %+v", got)
+	}
+	if n, err := db.AckTraceLog(ctx, 2); err != nil || n != 2 {
+		t.Fatalf("ack = %d, %v; want 2", n, err)
+	}
+	if got, _ := db.TraceLog(ctx, 0, 10); len(got) != 1 || got[0].Seq != 3 {
+		t.Fatalf("after the ack: %+v", got)
+	}
+	// Bounded: the oldest go first.
+	many := make([]Evaluation, MaxTraceLog+5)
+	for i := range many {
+		many[i] = eval(fmt.Sprintf("m-%d", i), "accepted", at)
+	}
+	if err := db.AddTraces(ctx, many, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err = db.TraceLog(ctx, 0, MaxOutboxLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Seq != 3+6 || got[0].RequestID != "m-5" {
+		t.Fatalf("first kept = %d %s, want seq 9 (m-5)", got[0].Seq, got[0].RequestID)
+	}
+}
+
+func TestTraceLogIsNotKeptWithoutAHub(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	if err := db.AddTraces(ctx, []Evaluation{eval("a", "rejected", time.UnixMilli(1))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.TraceLog(ctx, 0, 10); err != nil || len(got) != 0 {
+		t.Fatalf("trace log without a hub = %+v, %v", got, err)
+	}
+}

@@ -57,6 +57,34 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
+func FuzzDecodeTraceBatch(f *testing.F) {
+	addSeeds(f,
+		`{"gateway":"gw-01","traces":[{"seq":1,"request_id":"r-1","at":"2026-12-02T07:00:00Z","via":"mqtt","scene":"go_home","outcome":"rejected","reason":"already_running","message":"scene go_home is already running"}]}`,
+		`{"gateway":"gw-01","traces":[{"seq":2,"request_id":"r 1","outcome":"accepted"}]}`,
+		`{"gateway":"gw-01","traces":[{"seq":0,"request_id":"r","outcome":"accepted"}]}`,
+		`{"gateway":"gw-01","traces":[{"seq":3,"request_id":"r","outcome":"maybe"}]}`,
+	)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := DecodeTraceBatch(b)
+		checkErr(t, err)
+		if err != nil {
+			return
+		}
+		for _, r := range v.Traces {
+			if r.Seq == 0 || r.RequestID == "" || r.Outcome == "" {
+				t.Fatalf("accepted record %+v", r)
+			}
+		}
+		again, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeTraceBatch(again); err != nil {
+			t.Fatalf("re-encoded batch rejected: %v", err)
+		}
+	})
+}
+
 func FuzzDecodeControl(f *testing.F) {
 	addSeeds(f,
 		`{"id":"c1","action":"trigger","scene":"go_home","params":{"x":1},"request_id":"r1"}`,

@@ -24,6 +24,7 @@ const MaxMessage = 1 << 20
 //	{prefix}/hub/gateways/{gw}/ack              hub -> gateway, QoS 1, outbox entries stored
 //	{prefix}/hub/gateways/{gw}/control          hub -> gateway, QoS 1, control requests
 //	{prefix}/hub/gateways/{gw}/control/result   gateway -> hub, QoS 1, control results
+//	{prefix}/hub/gateways/{gw}/traces           gateway -> hub, QoS 1, trigger records, once the hub's acks carry "traces"
 type Topics struct{ Prefix string }
 
 func (t Topics) base(gw string) string {
@@ -52,8 +53,12 @@ func (t Topics) Control(gw string) string { return t.base(gw) + "/control" }
 // ControlResult carries the answers to control requests.
 func (t Topics) ControlResult(gw string) string { return t.base(gw) + "/control/result" }
 
+// Traces carries batches of trigger records (what the gateway's "agent
+// why" answers from).
+func (t Topics) Traces(gw string) string { return t.base(gw) + "/traces" }
+
 // Wildcard is the filter for one topic kind across gateways ("status",
-// "heartbeat", "events", "control/result").
+// "heartbeat", "events", "control/result", "traces").
 func (t Topics) Wildcard(kind string) string { return t.base("+") + "/" + kind }
 
 // Status payloads.
@@ -113,9 +118,44 @@ type Batch struct {
 }
 
 // Ack tells a gateway that every outbox entry up to and including Upto
-// is stored by the hub and may be deleted.
+// is stored by the hub and may be deleted. Traces, when present, is the
+// same for its trigger records; its presence also says that the hub
+// takes them, so a gateway sends none to a hub whose acks lack it (an
+// older hub, whose broker would refuse the topic).
 type Ack struct {
-	Upto uint64 `json:"upto"`
+	Upto   uint64  `json:"upto"`
+	Traces *uint64 `json:"traces,omitempty"`
+}
+
+// TraceRecord is one evaluation of a trigger on the gateway: what it
+// decided (accepted, duplicate, rejected, or skipped for a schedule's
+// firing) and why. Seq is the gateway's trace sequence (increasing,
+// never reused); RequestID is what "why" is asked with.
+type TraceRecord struct {
+	Seq       uint64    `json:"seq"`
+	RequestID string    `json:"request_id"`
+	At        time.Time `json:"at"`
+	Via       string    `json:"via,omitempty"`
+	Scene     string    `json:"scene,omitempty"`
+	Source    string    `json:"source,omitempty"`
+	Outcome   string    `json:"outcome"`
+	Reason    string    `json:"reason,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	MissionID string    `json:"mission_id,omitempty"`
+}
+
+// Trace outcomes.
+const (
+	OutcomeAccepted  = "accepted"
+	OutcomeDuplicate = "duplicate"
+	OutcomeRejected  = "rejected"
+	OutcomeSkipped   = "skipped"
+)
+
+// TraceBatch is what the gateway publishes on its traces topic.
+type TraceBatch struct {
+	Gateway string        `json:"gateway"`
+	Traces  []TraceRecord `json:"traces"`
 }
 
 // Control actions the hub may send.
@@ -184,6 +224,31 @@ func DecodeBatch(b []byte) (Batch, error) {
 		}
 		if err := driver.ValidateID("mission id", e.Event.MissionID); err != nil {
 			return Batch{}, fmt.Errorf("%w: entry %d: %w", ErrMessage, i, err)
+		}
+	}
+	return v, nil
+}
+
+// DecodeTraceBatch parses and checks a batch of trigger records.
+func DecodeTraceBatch(b []byte) (TraceBatch, error) {
+	var v TraceBatch
+	if err := decode(b, &v); err != nil {
+		return TraceBatch{}, err
+	}
+	if err := driver.ValidateID("gateway", v.Gateway); err != nil {
+		return TraceBatch{}, fmt.Errorf("%w: %w", ErrMessage, err)
+	}
+	for i, r := range v.Traces {
+		if r.Seq == 0 {
+			return TraceBatch{}, fmt.Errorf("%w: trace %d has no sequence number", ErrMessage, i)
+		}
+		if err := driver.ValidateID("request id", r.RequestID); err != nil {
+			return TraceBatch{}, fmt.Errorf("%w: trace %d: %w", ErrMessage, i, err)
+		}
+		switch r.Outcome {
+		case OutcomeAccepted, OutcomeDuplicate, OutcomeRejected, OutcomeSkipped:
+		default:
+			return TraceBatch{}, fmt.Errorf("%w: trace %d: unknown outcome %q", ErrMessage, i, r.Outcome)
 		}
 	}
 	return v, nil

@@ -114,6 +114,7 @@ type hub struct {
 	statuses  []uplink.Status
 	beats     []uplink.Heartbeat
 	results   []uplink.ControlResult
+	traces    []uplink.TraceRecord
 	malformed int
 }
 
@@ -129,7 +130,7 @@ func newHub(tb testing.TB, url string) *hub {
 		SetMaxReconnectInterval(500 * time.Millisecond).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			filters := map[string]byte{}
-			for _, k := range []string{"events", "status", "heartbeat", "control/result"} {
+			for _, k := range []string{"events", "status", "heartbeat", "control/result", "traces"} {
 				filters[h.topics.Wildcard(k)] = 1
 			}
 			tok := c.SubscribeMultiple(filters, h.onMessage)
@@ -183,6 +184,12 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 		case h.topics.Heartbeat(gw):
 			if b, err := uplink.DecodeHeartbeat(p); err == nil {
 				h.beats = append(h.beats, b)
+			}
+		case h.topics.Traces(gw):
+			if b, err := uplink.DecodeTraceBatch(p); err == nil {
+				h.traces = append(h.traces, b.Traces...)
+			} else {
+				h.malformed++
 			}
 		case h.topics.ControlResult(gw):
 			if r, err := uplink.DecodeControlResult(p); err == nil {

@@ -89,7 +89,10 @@ type Options struct {
 	// Prefix is the topic root; empty means DefaultPrefix.
 	Prefix string
 
-	Source    Source
+	Source Source
+	// Traces, optional, is the log of trigger records, sent once the
+	// hub's acks say it takes them.
+	Traces    TraceSource
 	Heartbeat HeartbeatSource // optional: heartbeats then carry no inventory
 	Control   ControlHandler  // optional: requests are then answered "unsupported"
 
@@ -174,6 +177,8 @@ type Stats struct {
 	Controls       uint64 // control requests answered
 	ControlErrors  uint64 // answered with ok=false
 	ControlDropped uint64 // dropped: queue full, or not this gateway's topic
+	TraceRecords   uint64 // trigger records published, resends included
+	TraceAcked     uint64 // trigger records deleted after the hub's acks
 }
 
 // Uplink syncs one gateway with the hub. Create it with New and call Run;
@@ -190,8 +195,12 @@ type Uplink struct {
 	controls chan []byte
 	ackUpto  atomic.Uint64 // highest ack received, capped by maxSent on arrival
 	maxSent  atomic.Uint64 // highest seq this uplink has started to publish
-	connGen  atomic.Uint64
-	ran      atomic.Bool
+	// The same for trigger records; tracesOK is set by the first ack
+	// that carries a trace cursor (a hub that takes them).
+	traceAckUpto, maxTraceSent atomic.Uint64
+	tracesOK                   atomic.Bool
+	connGen                    atomic.Uint64
+	ran                        atomic.Bool
 
 	mu      sync.Mutex
 	stats   Stats
@@ -359,6 +368,9 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 	if err != nil {
 		u.log.Warn("bad ack from hub", "err", err)
 		return
+	}
+	if a.Traces != nil {
+		u.onTraceAck(*a.Traces)
 	}
 	upto := min(a.Upto, u.maxSent.Load())
 	for {

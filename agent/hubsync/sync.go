@@ -29,6 +29,8 @@ type sender struct {
 	resend *time.Timer
 	retry  *time.Timer
 	retryN int
+
+	tr traceSender
 }
 
 // flight is a published batch waiting for the hub's ack.
@@ -67,6 +69,8 @@ func (s *sender) run(ctx context.Context) {
 			s.ack(ctx)
 		}
 		s.fill(ctx)
+		s.ackTraces(ctx)
+		s.fillTraces(ctx)
 	}
 }
 
@@ -113,6 +117,7 @@ func (s *sender) connection(ctx context.Context) {
 // unacknowledged entry again.
 func (s *sender) restart() {
 	s.sent, s.window, s.stalled = s.acked, nil, false
+	s.tr.sent = s.tr.acked
 	s.resend.Stop()
 }
 

@@ -191,6 +191,33 @@ func (h *hubProc) waitOnline(gw string) {
 	}
 }
 
+// hubTrace is the hub's record of one trigger.
+type hubTrace struct {
+	Records []struct {
+		Seq       uint64 `json:"seq"`
+		Via       string `json:"via"`
+		Outcome   string `json:"outcome"`
+		Reason    string `json:"reason"`
+		MissionID string `json:"mission_id"`
+	} `json:"records"`
+}
+
+// waitTrace waits until the hub holds n records of a gateway's trigger.
+func (h *hubProc) waitTrace(gw, requestID string, n int) hubTrace {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var tr hubTrace
+		if code := h.api("GET", "/api/gateways/"+gw+"/why/"+requestID, nil, &tr); code == http.StatusOK && len(tr.Records) >= n {
+			return tr
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the hub has no record of %s's trigger %s", gw, requestID)
+		}
+		time.Sleep(50 * time.Millisecond) // polling an HTTP API
+	}
+}
+
 // hubMissionOf fetches one mission with its timeline.
 func (h *hubProc) mission(gw, id string) (hubMission, bool) {
 	var m hubMission
@@ -312,6 +339,23 @@ func TestHubThreeGateways(t *testing.T) {
 		}
 	}
 
+	// trigger records reach the hub
+	t.Log("trigger records reach the hub")
+	{
+		e := envs["gw1"]
+		e.publish(`{"scene":"no_such_scene","request_id":"why-gw1","source":"test"}`)
+		if r := e.reply("why-gw1"); r["reason"] != "unknown_scene" {
+			t.Fatalf("reply = %v", r)
+		}
+		rec := h.waitTrace("gw1", "why-gw1", 1)
+		if rec.Records[0].Outcome != "rejected" || rec.Records[0].Reason != "unknown_scene" || rec.Records[0].Via != "mqtt" {
+			t.Errorf("hub's record of why-gw1 = %+v", rec)
+		}
+		if acc := h.waitTrace("gw1", "first-gw1", 1); acc.Records[0].Outcome != "accepted" || acc.Records[0].MissionID == "" {
+			t.Errorf("hub's record of first-gw1 = %+v", acc)
+		}
+	}
+
 	// hub down during missions
 	t.Log("hub down during missions")
 	{
@@ -321,6 +365,9 @@ func TestHubThreeGateways(t *testing.T) {
 			e := envs[gw]
 			ids[gw] = e.trigger("good_night", "night-"+gw, nil)["mission_id"].(string)
 		}
+		// A rejection while the hub is away reaches it when it is back.
+		envs["gw3"].publish(`{"scene":"good_night","request_id":"night-gw3-again","params":{"x":1}}`)
+		envs["gw3"].reply("night-gw3-again")
 		for _, gw := range gws {
 			envs[gw].waitState(ids[gw], driver.StateSucceeded, 30*time.Second)
 		}
@@ -328,6 +375,9 @@ func TestHubThreeGateways(t *testing.T) {
 		for _, gw := range gws {
 			tl := envs[gw].timeline(ids[gw])
 			checkExactlyOnce(t, h.waitMission(gw, ids[gw], driver.StateSucceeded, len(tl)), tl)
+		}
+		if rec := h.waitTrace("gw3", "night-gw3-again", 1); rec.Records[0].Reason != "invalid_param" {
+			t.Errorf("hub's record of night-gw3-again = %+v", rec)
 		}
 	}
 

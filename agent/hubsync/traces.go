@@ -1,0 +1,103 @@
+package hubsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// TraceSource is the log of trigger records the uplink forwards and
+// trims. *store.DB implements it (with store.Options.Outbox set).
+type TraceSource interface {
+	// TraceLog returns up to limit records with seq greater than after,
+	// in seq order.
+	TraceLog(ctx context.Context, after uint64, limit int) ([]store.TraceLogEntry, error)
+	// AckTraceLog deletes the records up to and including upto.
+	AckTraceLog(ctx context.Context, upto uint64) (int, error)
+}
+
+// traceSender is the sender's state for trigger records: one batch in
+// flight at a time, sent again after ResendTimeout or a reconnect. It is
+// simpler than the events' window because records are few and a delay
+// costs nothing but a late answer at the hub.
+type traceSender struct {
+	acked, sent uint64
+	at          time.Time // when the batch in flight was published
+}
+
+// onTraceAck records the hub's trace ack (capped by what was sent, as
+// for events) and that the hub takes records at all.
+func (u *Uplink) onTraceAck(upto uint64) {
+	u.tracesOK.Store(true)
+	upto = min(upto, u.maxTraceSent.Load())
+	for {
+		cur := u.traceAckUpto.Load()
+		if upto <= cur || u.traceAckUpto.CompareAndSwap(cur, upto) {
+			return
+		}
+	}
+}
+
+// ackTraces deletes the records the hub acknowledged.
+func (s *sender) ackTraces(ctx context.Context) {
+	u := s.u
+	upto := u.traceAckUpto.Load()
+	if u.opts.Traces == nil || upto <= s.tr.acked {
+		return
+	}
+	n, err := u.opts.Traces.AckTraceLog(ctx, upto)
+	if err != nil {
+		u.log.Warn("delete acknowledged trigger records", "upto", upto, "err", err)
+		return
+	}
+	s.tr.acked = upto
+	u.update(func(st *Stats) { st.TraceAcked += uint64(n) })
+	s.tr.sent = max(s.tr.sent, upto)
+}
+
+// fillTraces publishes the next batch of records once the hub has said
+// it takes them and none is in flight (or the one in flight is overdue).
+func (s *sender) fillTraces(ctx context.Context) {
+	u := s.u
+	if u.opts.Traces == nil || !s.up || s.stalled || !u.tracesOK.Load() || ctx.Err() != nil {
+		return
+	}
+	now := u.opts.Now()
+	if s.tr.sent > s.tr.acked && now.Sub(s.tr.at) < u.opts.ResendTimeout {
+		return
+	}
+	rs, err := u.opts.Traces.TraceLog(ctx, s.tr.acked, u.opts.BatchSize)
+	if err != nil || len(rs) == 0 {
+		if err != nil {
+			u.log.Warn("read trigger records", "err", err)
+		}
+		return
+	}
+	b := uplink.TraceBatch{Gateway: u.opts.Gateway, Traces: make([]uplink.TraceRecord, len(rs))}
+	for i, r := range rs {
+		b.Traces[i] = uplink.TraceRecord{
+			Seq: r.Seq, RequestID: r.RequestID, At: r.At, Via: r.Via, Scene: r.Scene, Source: r.Source,
+			Outcome: r.Outcome, Reason: r.Reason, Message: r.Message, MissionID: r.MissionID,
+		}
+	}
+	payload, err := json.Marshal(b)
+	if err != nil {
+		u.log.Error("encode trigger records", "err", fmt.Errorf("encode: %w", err))
+		return
+	}
+	last := rs[len(rs)-1].Seq
+	if last > u.maxTraceSent.Load() {
+		u.maxTraceSent.Store(last)
+	}
+	if err := u.publishRaw(ctx, s.client, u.topics.Traces(u.opts.Gateway), false, payload); err != nil {
+		u.log.Warn("publish trigger records", "err", err)
+		s.backoff()
+		return
+	}
+	s.tr.sent, s.tr.at = last, now
+	u.update(func(st *Stats) { st.TraceRecords += uint64(len(rs)) })
+}
