@@ -130,7 +130,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	// Flushed last, before the store closes: the trigger service records
 	// the answers it gives while it stops.
 	a.traces = newTracer(a.db, log.With("component", "traces"), o.Traces.FlushInterval)
-	a.onClose(a.traces.flush)
+	a.onClose(func() { _ = a.traces.flush() }) // a failure is logged by flush; nothing more to do at close
 
 	brokerURL, user, password, tlsCfg := o.Broker.URL, o.Broker.Username, o.Broker.Password, o.Broker.TLS
 	if o.Broker.Embedded {

@@ -11,12 +11,13 @@ import (
 // background; the store prunes in small transactions so the loop's
 // commits are never held up for long.
 func (a *Agent) retention(ctx context.Context) error {
-	r := a.opts.Retention
-	if r.Interval <= 0 {
-		<-ctx.Done()
-		return nil
+	// Trigger records are always bounded (TraceOptions has defaults), so
+	// the loop runs without a mission retention too.
+	interval := a.opts.Retention.Interval
+	if interval <= 0 {
+		interval = tracePruneInterval
 	}
-	t := time.NewTicker(r.Interval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		a.pruneOnce(ctx)
@@ -35,7 +36,7 @@ func (a *Agent) pruneOnce(ctx context.Context) {
 	} else if n > 0 {
 		a.log.Info("retention deleted trigger traces", "count", n)
 	}
-	if r := a.opts.Retention; r.MaxAge <= 0 && r.MaxCount <= 0 && r.MaxBytes <= 0 {
+	if r := a.opts.Retention; r.Interval <= 0 || r.MaxAge <= 0 && r.MaxCount <= 0 && r.MaxBytes <= 0 {
 		return
 	}
 	n, err := prune(ctx, a.db, a.opts.Retention, time.Now())
@@ -52,6 +53,10 @@ func (a *Agent) pruneOnce(ctx context.Context) {
 		a.log.Error("retention: giving space back", "err", err)
 	}
 }
+
+// tracePruneInterval is how often trigger records are pruned when the
+// missions' retention does not run.
+const tracePruneInterval = 10 * time.Minute
 
 // reclaimFloor: a file smaller than this is not worth rewriting.
 const reclaimFloor = 1 << 20

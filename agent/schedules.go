@@ -25,9 +25,21 @@ const (
 
 // Schedule timing.
 const (
+	// maxScheduleWait caps each sleep of the scheduler: the wall clock
+	// may be stepped (NTP at boot on a gateway without a clock battery)
+	// while a timer counts elapsed time, so the next firing is worked out
+	// again at least this often.
+	maxScheduleWait = time.Minute
+	// clockAhead is how far a cursor may be ahead of the clock before it
+	// is taken for the mark of a clock that was wrong, and moved back.
+	clockAhead = time.Minute
 	// onTimeGrace is how late a firing may be and still count as on
 	// time rather than missed: the agent was busy, not away.
 	onTimeGrace = time.Minute
+	// maxPassed bounds the missed firings walked past at once (a year of
+	// an every-minute schedule is 525,600); the rest wait for the next
+	// round, a moment later.
+	maxPassed = 1 << 20
 	// scheduleRetryMax caps the back-off of a firing the trigger service
 	// could not take (overloaded, stopping).
 	scheduleRetryMax = time.Minute
@@ -63,6 +75,7 @@ type scheduleEntry struct {
 	when interface {
 		Next(t time.Time, loc *time.Location) time.Time
 	}
+	key     string    // the cursor's key: the ID and a fingerprint of when it fires
 	cursor  time.Time // the last instant handled (fired, or decided against)
 	next    time.Time // the first instant after cursor; zero: never
 	retry   time.Time // a firing the trigger service could not take waits until then
@@ -93,7 +106,7 @@ func newScheduler(o Options, log *slog.Logger, trig *Triggers, traces *tracer, d
 	}
 	var errs []error
 	for _, s := range o.Catalog.Schedules() {
-		e := &scheduleEntry{s: s, loc: def}
+		e := &scheduleEntry{s: s, loc: def, key: cursorKey(s)}
 		if s.Zone != "" {
 			loc, err := time.LoadLocation(s.Zone)
 			if err != nil {
@@ -123,16 +136,26 @@ func newScheduler(o Options, log *slog.Logger, trig *Triggers, traces *tracer, d
 	return sc, errors.Join(errs...)
 }
 
+// cursorKey keys a schedule's cursor by its ID and a fingerprint of
+// when it fires, so that a schedule whose expression, event or zone was
+// edited starts afresh instead of catching up, by its new rule, on
+// instants its old rule handled.
+func cursorKey(s scenes.Schedule) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s.When() + "|" + s.Zone)) // a hash's Write does not fail
+	return fmt.Sprintf("%s#%08x", s.ID(), h.Sum32())
+}
+
 // firingID is the request ID of a schedule's firing at instant: the
 // same for every evaluation of that firing, on any run of the agent.
 func firingID(s scenes.Schedule, instant time.Time) string {
-	id := "sched-" + s.Scene + "-" + s.Name + "-" + instant.UTC().Format("20060102T150405Z")
+	id := scenes.FiringPrefix + s.Scene + "-" + s.Name + "-" + instant.UTC().Format("20060102T150405Z")
 	if len(id) <= driver.MaxIDLen {
 		return id
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s.ID())) // a hash's Write does not fail
-	return fmt.Sprintf("sched-%016x-%s", h.Sum64(), instant.UTC().Format("20060102T150405Z"))
+	return fmt.Sprintf("%s%016x-%s", scenes.FiringPrefix, h.Sum64(), instant.UTC().Format("20060102T150405Z"))
 }
 
 // fireAt is when the firing of instant runs: the instant plus its share
@@ -143,7 +166,14 @@ func (e *scheduleEntry) fireAt(instant time.Time) time.Time {
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(firingID(e.s, instant))) // a hash's Write does not fail
-	return instant.Add(time.Duration(h.Sum64() % uint64(e.s.Jitter)))
+	j := time.Duration(h.Sum64() % uint64(e.s.Jitter))
+	// Within the gap to the next instant, so firings keep their order and
+	// one jittered past the next does not hold that one up until it
+	// counts as missed.
+	if next := e.when.Next(instant, e.loc); !next.IsZero() && j >= next.Sub(instant) {
+		j %= next.Sub(instant)
+	}
+	return instant.Add(j)
 }
 
 // start loads the cursors. A schedule seen for the first time starts now:
@@ -157,21 +187,22 @@ func (sc *scheduler) start(ctx context.Context) error {
 	sc.mu.Lock()
 	added := false
 	for _, e := range sc.entries {
-		c, ok := cursors[e.s.ID()]
+		c, ok := cursors[e.key]
 		if !ok {
 			c = now.Truncate(time.Second)
-			sc.traces.cursor(e.s.ID(), c)
+			sc.traces.cursor(e.key, c, false)
 			added = true
 		}
 		e.cursor = c
 		e.next = e.when.Next(c, e.loc)
 	}
 	sc.mu.Unlock()
+	sc.checkClock(now)
 	if added {
 		// Written at once: a crash before the next batch would make the
 		// next start take its own time as the beginning, and miss what
 		// fell due in between.
-		sc.traces.flush()
+		_ = sc.traces.flush() // logged there; the batch is kept and written later
 	}
 	return nil
 }
@@ -184,6 +215,7 @@ func (sc *scheduler) run(ctx context.Context) error {
 	}
 	for {
 		now := sc.clock.Now()
+		sc.checkClock(now)
 		due := sc.dueAt(now)
 		for _, e := range due {
 			sc.handle(ctx, e, now)
@@ -196,7 +228,7 @@ func (sc *scheduler) run(ctx context.Context) error {
 			continue
 		}
 		timer := make(chan struct{}, 1)
-		stop := sc.clock.AfterFunc(max(wait, 0), func() { timer <- struct{}{} })
+		stop := sc.clock.AfterFunc(min(max(wait, 0), maxScheduleWait), func() { timer <- struct{}{} })
 		select {
 		case <-ctx.Done():
 			stop()
@@ -239,9 +271,44 @@ func (sc *scheduler) untilNext(now time.Time) time.Duration {
 		}
 	}
 	if wait < 0 {
-		return 24 * time.Hour // no schedule fires again; look once a day
+		return maxScheduleWait
 	}
 	return wait
+}
+
+// checkClock deals with a clock that was wrong. A cursor ahead of now
+// was written under a clock set ahead (or the clock was stepped back):
+// it is moved back to now, so the schedule fires again from here; what
+// it handled in between has request IDs that make a second run a
+// duplicate. A schedule with no next firing (a sun event that did not
+// come within a year at that latitude) is looked at again.
+func (sc *scheduler) checkClock(now time.Time) {
+	sc.mu.Lock()
+	var moved []*scheduleEntry
+	for _, e := range sc.entries {
+		if e.cursor.After(now.Add(clockAhead)) {
+			sc.log.Warn("schedule: its cursor is ahead of the clock; the clock was wrong, or is; going on from now",
+				"schedule", e.s.ID(), "cursor", e.cursor, "now", now)
+			e.cursor = now.Truncate(time.Second)
+			e.next = e.when.Next(e.cursor, e.loc)
+			moved = append(moved, e)
+		}
+		if e.next.IsZero() && now.Sub(e.retry) > time.Hour {
+			e.next = e.when.Next(maxTime(e.cursor, now), e.loc)
+			e.retry = now
+		}
+	}
+	sc.mu.Unlock()
+	for _, e := range moved {
+		sc.traces.cursor(e.key, e.cursor, true)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // handle runs or decides against every firing of e due at now, oldest
@@ -249,17 +316,38 @@ func (sc *scheduler) untilNext(now time.Time) time.Duration {
 // clock jumped) go by the schedule's catch-up policy.
 func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time) {
 	sc.mu.Lock()
-	// Firings older than the window are missed whatever the policy:
-	// they are passed over, not walked one by one.
+	// Firings older than the window are missed whatever the policy: they
+	// are passed over, the latest of them recorded as skipped (with how
+	// many it stands for), not each one.
 	windowStart := now.Add(-e.s.CatchUpWindow - e.s.Jitter)
-	tooOld := !e.next.IsZero() && e.next.Before(windowStart)
-	if tooOld {
-		e.next = e.when.Next(windowStart, e.loc)
+	var oldest, latestOld time.Time
+	passedOld := 0
+	for t := e.next; !t.IsZero() && t.Before(windowStart) && passedOld < maxPassed; t = e.when.Next(t, e.loc) {
+		if passedOld == 0 {
+			oldest = t
+		}
+		latestOld = t
+		passedOld++
+	}
+	if passedOld > 0 {
+		e.next = e.when.Next(latestOld, e.loc)
 	}
 	from := e.next
 	sc.mu.Unlock()
-	if tooOld {
-		sc.log.Warn("schedule: firings older than the catch-up window were not run", "schedule", e.s.ID(), "cursor", e.cursor, "window", e.s.CatchUpWindow.String())
+	if passedOld > 0 {
+		late := now.Sub(e.fireAt(latestOld))
+		id := firingID(e.s, latestOld)
+		if !sc.handled(ctx, id) {
+			msg := fmt.Sprintf("the firing of %s (%s) was missed by %s, beyond catch_up_window (%s)",
+				latestOld.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), late.Round(time.Second), e.s.CatchUpWindow)
+			if passedOld > 1 {
+				msg += fmt.Sprintf("; so were the %d before it, from %s", passedOld-1, oldest.In(e.loc).Format(time.DateTime+" MST"))
+			}
+			sc.traces.record(store.Evaluation{RequestID: id, At: sc.clock.Now(), Via: viaSchedule, Scene: e.s.Scene, Source: "schedule",
+				Outcome: outcomeSkipped, Reason: reasonMissed, Message: msg})
+		}
+		sc.log.Warn("schedule: firings missed beyond the catch-up window were not run", "schedule", e.s.ID(), "count", passedOld, "latest", latestOld, "window", e.s.CatchUpWindow.String())
+		sc.advance(e, latestOld, id)
 	}
 	isDue := func(t time.Time) bool { return !t.IsZero() && !e.fireAt(t).After(now) }
 	missed := func(t time.Time) bool { return now.Sub(e.fireAt(t)) > onTimeGrace }
@@ -306,12 +394,12 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 	if passed > 0 {
 		sc.log.Warn("schedule: missed firings passed over without a record of each", "schedule", e.s.ID(), "count", passed, "catch_up", string(e.s.CatchUp))
 	}
-	if len(latest) > 0 {
+	if len(latest) > 0 || passedOld > 0 {
 		// What a catch-up decided is written at once, not with the next
 		// batch: an agent that crashes again within the batch's interval
 		// would otherwise decide it again each time, its missed firings
 		// piling up past what is recorded one by one.
-		sc.traces.flush()
+		_ = sc.traces.flush() // logged there; the batch is kept and written later
 	}
 }
 
@@ -322,18 +410,21 @@ func (sc *scheduler) fire(ctx context.Context, e *scheduleEntry, instant time.Ti
 	id := firingID(e.s, instant)
 	// A firing handled before a crash, whose cursor was not yet written:
 	// its mission or its record says so, and it is not handled again.
-	if sc.handled(ctx, id) {
+	done, tried := sc.firingState(ctx, id)
+	if done {
 		sc.advance(e, instant, id)
 		return true
 	}
+	runIt = runIt || tried
 	tr := scenes.Trigger{Scene: e.s.Scene, RequestID: id, Source: "schedule", Params: e.s.Params}
 	if !runIt {
 		msg := fmt.Sprintf("the firing of %s (%s) was missed by %s while the agent was away; catch_up = %q",
 			instant.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), late.Round(time.Second), e.s.CatchUp)
-		if e.s.CatchUp != scenes.CatchUpSkip && late > e.s.CatchUpWindow {
-			msg += fmt.Sprintf(" runs only what is within catch_up_window (%s)", e.s.CatchUpWindow)
-		} else if e.s.CatchUp == scenes.CatchUpOnce {
+		switch e.s.CatchUp {
+		case scenes.CatchUpOnce:
 			msg += " runs only the latest missed firing"
+		case scenes.CatchUpAll:
+			msg += fmt.Sprintf(" runs only the latest %d missed firings", scenes.MaxCatchUp)
 		}
 		sc.traces.record(store.Evaluation{RequestID: id, At: sc.clock.Now(), Via: viaSchedule, Scene: e.s.Scene, Source: tr.Source,
 			Outcome: outcomeSkipped, Reason: reasonMissed, Message: msg})
@@ -346,7 +437,7 @@ func (sc *scheduler) fire(ctx context.Context, e *scheduleEntry, instant time.Ti
 			late.Round(time.Second), instant.In(e.loc).Format(time.DateTime+" MST"), e.s.CatchUp)
 	}
 	rep, err := sc.trig.callJob(ctx, triggerJob{trigger: &tr, via: viaSchedule, note: note})
-	if err == nil && (rep.Reason == scenes.ReasonOverloaded || rep.Reason == scenes.ReasonShuttingDown || rep.Reason == scenes.ReasonInternal) {
+	if err == nil && rep.Status == scenes.StatusRejected && transient(rep.Reason) {
 		err = errors.New(rep.Message)
 	}
 	if err != nil {
@@ -364,13 +455,33 @@ func (sc *scheduler) fire(ctx context.Context, e *scheduleEntry, instant time.Ti
 	return true
 }
 
-// handled reports whether a firing already has a mission or a record.
+// handled reports whether a firing was decided: it has a mission, or a
+// record of being skipped or rejected for good. A rejection that asks
+// for the trigger again (overloaded, shutting down, internal) is not a
+// decision: the firing is tried again.
 func (sc *scheduler) handled(ctx context.Context, id string) bool {
+	done, _ := sc.firingState(ctx, id)
+	return done
+}
+
+// firingState says whether a firing was decided (handled), and whether
+// it was tried and turned away for now (tried): a firing the agent was
+// too busy or stopping to take runs when it is taken, however late.
+func (sc *scheduler) firingState(ctx context.Context, id string) (done, tried bool) {
 	if _, err := sc.lookup(ctx, id); err == nil {
-		return true
+		return true, true
 	}
 	tr, err := sc.traces.trace(ctx, id)
-	return err == nil && len(tr.Evaluations) > 0
+	if err != nil || len(tr.Evaluations) == 0 {
+		return false, false
+	}
+	last := tr.Evaluations[len(tr.Evaluations)-1]
+	return !transient(last.Reason), true
+}
+
+// transient says whether a rejection asks for the trigger again.
+func transient(reason string) bool {
+	return reason == scenes.ReasonOverloaded || reason == scenes.ReasonShuttingDown || reason == scenes.ReasonInternal
 }
 
 // advance moves e's cursor past instant, durably with the next batch of
@@ -384,7 +495,7 @@ func (sc *scheduler) advance(e *scheduleEntry, instant time.Time, id string) {
 	e.next = e.when.Next(instant, e.loc)
 	e.retry, e.backoff = time.Time{}, 0
 	sc.mu.Unlock()
-	sc.traces.cursor(e.s.ID(), instant)
+	sc.traces.cursor(e.key, instant, false)
 }
 
 // list describes every schedule with its next firings.

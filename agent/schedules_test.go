@@ -2,8 +2,10 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,6 +144,17 @@ delay = "1ms"
 cron = "* * * * *"
 timezone = "UTC"
 catch_up = "skip"
+
+[[scene]]
+name = "tick_window"
+mode = "parallel"
+[[scene.step]]
+delay = "1ms"
+[[scene.schedule]]
+cron = "* * * * *"
+timezone = "UTC"
+catch_up = "all"
+catch_up_window = "3m"
 `
 
 // TestSchedulesCatchUpByTheirPolicyAfterDowntime: a schedule fires on
@@ -163,13 +176,13 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 	}
 	a := startAgent(t, dir, cat, reg, tune)
 	clock.set(t0.Add(30 * time.Second))
-	seen.await(t, id("tick_all", "1", 10, 1), id("tick_once", "every-minute", 10, 1), id("tick_skip", "1", 10, 1))
+	seen.await(t, id("tick_all", "1", 10, 1), id("tick_once", "every-minute", 10, 1), id("tick_skip", "1", 10, 1), id("tick_window", "1", 10, 1))
 	a.stop()
 
 	// Ten minutes later: 10:02 to 10:10 were missed, 10:11 is on time.
 	clock.set(time.Date(2026, 3, 1, 10, 11, 30, 0, time.UTC))
 	a = startAgent(t, dir, cat, reg, tune)
-	seen.await(t, id("tick_all", "1", 10, 11), id("tick_once", "every-minute", 10, 11), id("tick_skip", "1", 10, 11))
+	seen.await(t, id("tick_all", "1", 10, 11), id("tick_once", "every-minute", 10, 11), id("tick_skip", "1", 10, 11), id("tick_window", "1", 10, 11))
 	ctx := context.Background()
 	for _, c := range []struct {
 		scene, name string
@@ -178,9 +191,18 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 		{"tick_all", "1", map[int]string{2: "accepted/caught_up", 3: "accepted/caught_up", 10: "accepted/caught_up", 11: "accepted/"}},
 		{"tick_once", "every-minute", map[int]string{10: "accepted/caught_up", 11: "accepted/"}},
 		{"tick_skip", "1", map[int]string{11: "accepted/"}},
+		// Beyond the 3m window (before 10:08:30): the latest, 10:08, is
+		// recorded for itself and those before it, which have none.
+		{"tick_window", "1", map[int]string{2: "none", 3: "none", 4: "none", 5: "none", 6: "none", 7: "none", 8: "skipped/schedule_missed", 9: "accepted/caught_up", 10: "accepted/caught_up", 11: "accepted/"}},
 	} {
 		for mm := 1; mm <= 11; mm++ {
 			w, err := a.Why(ctx, id(c.scene, c.name, 10, mm))
+			if c.run[mm] == "none" {
+				if !errors.Is(err, driver.ErrNotFound) {
+					t.Errorf("%s 10:%02d: %+v, %v; want no record", c.scene, mm, w, err)
+				}
+				continue
+			}
 			if err != nil {
 				t.Errorf("%s 10:%02d: %v", c.scene, mm, err)
 				continue
@@ -211,8 +233,11 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 		counts[k[:len("sched-tick_xxx")]]++
 	}
 	seen.mu.Unlock()
-	if counts["sched-tick_all"] != 11 || counts["sched-tick_onc"] != 3 || counts["sched-tick_ski"] != 2 {
-		t.Errorf("missions per scene = %v, want all 11, once 3, skip 2", counts)
+	if counts["sched-tick_all"] != 11 || counts["sched-tick_onc"] != 3 || counts["sched-tick_ski"] != 2 || counts["sched-tick_win"] != 4 {
+		t.Errorf("missions per scene = %v, want all 11, once 3, skip 2, window 4", counts)
+	}
+	if w, _ := a.Why(ctx, id("tick_window", "1", 10, 8)); !strings.Contains(w.Explanation, "the 6 before it") {
+		t.Errorf("the record of the firings beyond the window: %q", w.Explanation)
 	}
 
 	var list api.ScheduleList
@@ -220,8 +245,100 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Slice(list.Schedules, func(i, j int) bool { return list.Schedules[i].ID < list.Schedules[j].ID })
-	if len(list.Schedules) != 3 || list.Schedules[1].ID != "tick_once/every-minute" || len(list.Schedules[1].Next) != 2 ||
+	if len(list.Schedules) != 4 || list.Schedules[1].ID != "tick_once/every-minute" || len(list.Schedules[1].Next) != 2 ||
 		!list.Schedules[1].Next[0].At.Equal(time.Date(2026, 3, 1, 10, 12, 0, 0, time.UTC)) || list.Schedules[1].CatchUp != "once" {
 		t.Errorf("schedules = %+v", list.Schedules)
 	}
+}
+
+const overloadScenes = `
+[[scene]]
+name = "hold"
+deadline = "1h"
+[[scene.step]]
+delay = "30m"
+
+[[scene]]
+name = "tick"
+mode = "parallel"
+[[scene.step]]
+delay = "1ms"
+[[scene.schedule]]
+cron = "* * * * *"
+timezone = "UTC"
+catch_up = "skip"
+`
+
+// TestAFiringTurnedAwayRunsOnceTaken: a firing the agent cannot take
+// (max_live reached) is tried again, as the same firing, and runs once
+// there is room, however late; a schedule with catch_up = "skip" does
+// not take it for one missed while the agent was away.
+func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
+	cat, reg := loadTestScenes(t, overloadScenes)
+	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
+	clock := newManualClock(t0)
+	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 100)}
+	a := startAgent(t, t.TempDir(), cat, reg, func(o *agent.Options) {
+		o.Clock = clock
+		o.Observers = []driver.Observer{seen}
+		o.Driver.MaxLive = 1
+	})
+	ctx := context.Background()
+	var rep struct {
+		MissionID string `json:"mission_id"`
+	}
+	if _, err := a.api.Call(ctx, http.MethodPost, "/api/missions", map[string]any{"scene": "hold", "request_id": "h-1"}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	firing := "sched-tick-1-20260301T100100Z"
+	clock.set(t0.Add(30 * time.Second))
+	// Turned away: the record says overloaded, and that it will be tried again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		w, err := a.Why(ctx, firing)
+		if err == nil && w.Reason == "overloaded" {
+			if !strings.Contains(w.Explanation, "tries the firing again") {
+				t.Errorf("explanation %q does not say the schedule tries again", w.Explanation)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the firing was not turned away: %+v %v", w, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the scheduler's first try, which has no event
+	}
+	if _, err := a.api.Call(ctx, http.MethodPost, "/api/missions/"+rep.MissionID+"/cancel", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Three minutes on: late, but tried before, so it runs.
+	for i := range 3 {
+		clock.set(t0.Add(time.Duration(90+60*i) * time.Second))
+	}
+	seen.await(t, firing)
+	// The mission is there (its record of acceptance follows the reply).
+	w, err := a.Why(ctx, firing)
+	if err != nil || w.Mission == nil || w.Mission.Mission.Meta.RequestKey != firing {
+		t.Fatalf("why %s: %+v, %v", firing, w, err)
+	}
+}
+
+// TestACursorAheadOfTheClockIsMovedBack: a gateway whose clock was once
+// ahead (and wrote its cursors then) fires again from the true time
+// rather than waiting for the clock to reach the cursor.
+func TestACursorAheadOfTheClockIsMovedBack(t *testing.T) {
+	cat, reg := loadTestScenes(t, scheduleScenes)
+	dir := t.TempDir()
+	clock := newManualClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
+	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 1000)}
+	tune := func(o *agent.Options) {
+		o.Clock = clock
+		o.Observers = []driver.Observer{seen}
+	}
+	a := startAgent(t, dir, cat, reg, tune)
+	a.stop()
+	t1 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
+	clock.set(t1)
+	startAgent(t, dir, cat, reg, tune)
+	clock.set(t1.Add(30 * time.Second))
+	seen.await(t, "sched-tick_skip-1-20260301T100100Z", "sched-tick_all-1-20260301T100100Z")
 }

@@ -54,7 +54,7 @@ type tracer struct {
 
 	mu      sync.Mutex
 	pending []store.Evaluation
-	cursors map[string]time.Time
+	cursors map[string]store.Cursor
 	kick    chan struct{}
 	// flushMu makes flushes one at a time, so a record is never written
 	// after a later one of its request ID; a read holds it too, so that
@@ -71,7 +71,7 @@ const (
 )
 
 func newTracer(db traceStore, log *slog.Logger, interval time.Duration) *tracer {
-	return &tracer{db: db, log: log, interval: interval, cursors: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+	return &tracer{db: db, log: log, interval: interval, cursors: map[string]store.Cursor{}, kick: make(chan struct{}, 1)}
 }
 
 // record queues one evaluation; it never blocks.
@@ -89,14 +89,27 @@ func (t *tracer) record(e store.Evaluation) {
 	t.wake()
 }
 
-// cursor notes that a schedule was handled up to at.
-func (t *tracer) cursor(schedule string, at time.Time) {
+// cursor notes that a schedule was handled up to at; reset moves it
+// back (a clock that was ahead).
+func (t *tracer) cursor(schedule string, at time.Time, reset bool) {
 	t.mu.Lock()
-	if at.After(t.cursors[schedule]) {
-		t.cursors[schedule] = at
-	}
+	t.noteCursor(store.Cursor{Schedule: schedule, At: at, Reset: reset})
 	t.mu.Unlock()
 	t.wake()
+}
+
+// noteCursor merges c into the pending cursors; t.mu is held. A reset
+// replaces what is pending; a later cursor after a reset keeps the
+// reset, which the stored cursor (ahead) would otherwise refuse.
+func (t *tracer) noteCursor(c store.Cursor) {
+	cur, ok := t.cursors[c.Schedule]
+	switch {
+	case c.Reset || !ok:
+		t.cursors[c.Schedule] = c
+	case c.At.After(cur.At):
+		c.Reset = cur.Reset
+		t.cursors[c.Schedule] = c
+	}
 }
 
 func (t *tracer) wake() {
@@ -109,22 +122,29 @@ func (t *tracer) wake() {
 // run flushes batches until ctx ends, then once more.
 func (t *tracer) run(ctx context.Context) error {
 	var due <-chan time.Time // armed by the first record of a batch
+	var failing time.Duration
 	for {
 		select {
 		case <-ctx.Done():
-			t.flush()
+			_ = t.flush() // logged there; Close tries once more
 			return nil
 		case <-t.kick:
-			if t.interval > 0 && !t.full() {
+			// A full batch goes at once, unless the store has just refused
+			// one: then it waits its back-off like the rest.
+			if t.interval > 0 && (!t.full() || failing > 0) {
 				if due == nil {
-					due = time.After(t.interval)
+					due = time.After(max(t.interval, failing))
 				}
 				continue
 			}
 		case <-due:
 		}
 		due = nil
-		t.flush()
+		if t.flush() != nil {
+			failing = min(max(2*failing, time.Second), time.Minute)
+		} else {
+			failing = 0
+		}
 	}
 }
 
@@ -135,40 +155,46 @@ func (t *tracer) full() bool {
 }
 
 // flush writes what is pending; on failure it is kept for the next.
-func (t *tracer) flush() {
+func (t *tracer) flush() error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	t.mu.Lock()
 	evs := t.pending
 	t.pending = nil
-	var cs []store.Cursor
-	for s, at := range t.cursors {
-		cs = append(cs, store.Cursor{Schedule: s, At: at})
+	cs := make([]store.Cursor, 0, len(t.cursors))
+	for _, c := range t.cursors {
+		cs = append(cs, c)
 	}
 	clear(t.cursors)
 	t.mu.Unlock()
 	if len(evs) == 0 && len(cs) == 0 {
-		return
+		return nil
 	}
 	err := t.db.AddTraces(context.Background(), evs, cs)
 	if err == nil {
 		if t.flushed != nil && len(evs) > 0 {
 			t.flushed()
 		}
-		return
+		return nil
 	}
 	t.log.Error("writing trigger traces", "records", len(evs), "err", err)
 	if errors.Is(err, driver.ErrClosed) {
-		return
+		return err
 	}
 	t.mu.Lock()
 	t.pending = append(evs, t.pending...)
 	for _, c := range cs {
-		if c.At.After(t.cursors[c.Schedule]) {
-			t.cursors[c.Schedule] = c.At
+		if cur, ok := t.cursors[c.Schedule]; ok {
+			// Noted since: it is the newer, and still needs the reset
+			// if the one that failed did.
+			cur.Reset = cur.Reset || c.Reset
+			t.cursors[c.Schedule] = cur
+			continue
 		}
+		t.cursors[c.Schedule] = c
 	}
 	t.mu.Unlock()
+	return err
 }
 
 // trace returns a request ID's record, with the evaluations not yet

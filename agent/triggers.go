@@ -295,6 +295,14 @@ func (t *Triggers) do(ctx context.Context, j triggerJob) {
 // reached the trigger service (by the API's or the hub's decoding).
 func (t *Triggers) declined(via string) func(scenes.Trigger, scenes.Reply) {
 	return func(tr scenes.Trigger, rep scenes.Reply) {
+		// Fields of a trigger that did not decode are kept only when they
+		// are safe to show.
+		if driver.ValidateID("scene", tr.Scene) != nil {
+			tr.Scene, rep.Scene = "", ""
+		}
+		if driver.ValidateID("source", tr.Source) != nil {
+			tr.Source = ""
+		}
 		t.metrics.rejected(rep.Reason)
 		t.traces.record(evaluation(via, tr, rep, t.now()))
 	}

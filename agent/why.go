@@ -56,7 +56,7 @@ func (a *Agent) Why(ctx context.Context, requestID string) (api.Why, error) {
 // ones (rejected or skipped) or the others. Missions are not read: ask
 // Why for one.
 func (a *Agent) RecentWhy(ctx context.Context, failed bool, limit int) ([]api.Why, error) {
-	a.traces.flush()
+	_ = a.traces.flush() // logged there; the list then misses only the batch not yet written
 	trs, err := a.db.RecentTraces(ctx, failed, limit)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,10 @@ func explain(tr store.Trace, m *driver.Mission) string {
 		fmt.Fprintf(&b, "Skipped at %s: %s. Nothing was started.", when, strings.TrimSuffix(last.Message, "."))
 	default:
 		fmt.Fprintf(&b, "Rejected at %s: %s. Nothing was started", when, rejectionWords(last))
-		if hint := rejectionHint(last.Reason); hint != "" {
+		if last.Via == viaSchedule && transient(last.Reason) {
+			b.WriteString("; the schedule tries the firing again while it is within its catch-up window")
+		}
+		if hint := rejectionHint(last.Reason); hint != "" && last.Via != viaSchedule {
 			fmt.Fprintf(&b, "; %s", hint)
 		}
 		b.WriteString(".")

@@ -215,8 +215,8 @@ func (p *parser) schedules(t *table, scene string) []Schedule {
 		}
 		if w, ok := st.str("catch_up_window"); ok {
 			d, err := time.ParseDuration(w)
-			if err != nil || d <= 0 || d > MaxCatchUpWindow {
-				st.fail("catch_up_window", "%q is not a duration from 1s to %s (8784h)", w, MaxCatchUpWindow)
+			if err != nil || d < time.Minute || d > MaxCatchUpWindow {
+				st.fail("catch_up_window", "%q is not a duration from 1m (a firing a minute late is on time) to %s (8784h)", w, MaxCatchUpWindow)
 			}
 			s.CatchUpWindow = d
 		}
@@ -239,15 +239,31 @@ func (p *parser) schedules(t *table, scene string) []Schedule {
 // checkSchedules builds each schedule's trigger once, so a missing or
 // invalid parameter is found when the scenes load rather than at the
 // first firing.
+//
+// It also refuses two schedules whose firings would share request IDs
+// (FiringPrefix + scene + "-" + name + ...): "porch-light" / "on" and
+// "porch" / "light-on" would.
 func (c *Catalog) checkSchedules() []FieldError {
 	var errs []FieldError
+	seen := map[string]string{}
 	for _, name := range c.names {
 		sc := c.scenes[name]
 		for i, s := range sc.schedules {
 			if _, err := c.Build(name, s.Params); err != nil {
 				errs = append(errs, FieldError{File: sc.file, Scene: name, Field: fmt.Sprintf("schedule[%d].params", i+1), Msg: err.Error()})
 			}
+			flat := s.Scene + "-" + s.Name
+			if other, ok := seen[flat]; ok {
+				errs = append(errs, FieldError{File: sc.file, Scene: name, Field: fmt.Sprintf("schedule[%d].name", i+1),
+					Msg: fmt.Sprintf("its firings' request IDs (%s%s-...) would be those of schedule %s; rename one", FiringPrefix, flat, other)})
+			}
+			seen[flat] = s.ID()
 		}
 	}
 	return errs
 }
+
+// FiringPrefix begins the request ID of every schedule's firing; a
+// trigger from outside may not use it, so that no app can pre-empt (or
+// be taken for) a firing.
+const FiringPrefix = "sched-"

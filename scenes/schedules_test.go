@@ -1,6 +1,7 @@
 package scenes
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ func TestBadSchedulesAreReportedByField(t *testing.T) {
 		{`cron = "@daily"` + "\njitter = \"2h\"", "schedule[1].jitter", "1h"},
 		{`cron = "@daily"` + "\ncatch_up = \"some\"", "schedule[1].catch_up", "skip, once, all"},
 		{`cron = "@daily"` + "\ncatch_up_window = \"9000h\"", "schedule[1].catch_up_window", "8784h"},
+		{`cron = "@daily"` + "\ncatch_up_window = \"30s\"", "schedule[1].catch_up_window", "1m"},
 		{`cron = "@daily"` + "\nparams = { level = 3 }", "schedule[1].params", "level"},
 		{`cron = "@daily"` + "\ncolour = 1", "schedule[1].colour", "unknown key"},
 		{`cron = "@daily"` + "\nname = \"a/b\"", "schedule[1].name", "/"},
@@ -78,5 +80,37 @@ func TestBadSchedulesAreReportedByField(t *testing.T) {
 		if !found {
 			t.Errorf("%q: errors %v, want %s mentioning %q", c.src, errs, c.field, c.msg)
 		}
+	}
+}
+
+func TestSchedulesWhoseFiringIDsWouldCollideAreRefused(t *testing.T) {
+	src := `
+[[scene]]
+name = "porch-light"
+[[scene.step]]
+delay = "1s"
+[[scene.schedule]]
+name = "on"
+cron = "0 18 * * *"
+
+[[scene]]
+name = "porch"
+[[scene.step]]
+delay = "1s"
+[[scene.schedule]]
+name = "light-on"
+cron = "0 19 * * *"
+`
+	errs := loadErrors(t, src)
+	if len(errs) != 1 || !strings.Contains(errs[0].Msg, "rename one") {
+		t.Fatalf("errors = %v, want one naming the collision", errs)
+	}
+}
+
+func TestTriggersMayNotUseTheSchedulesPrefix(t *testing.T) {
+	_, err := DecodeTrigger([]byte(`{"scene":"go_home","request_id":"sched-go_home-1-20261202T060000Z"}`))
+	var te *TriggerError
+	if !errors.As(err, &te) || te.Reason != ReasonInvalidField {
+		t.Fatalf("err = %v, want invalid_field", err)
 	}
 }

@@ -72,6 +72,9 @@ func DecodeTrigger(b []byte) (Trigger, error) {
 			return Trigger{}, triggerErr(ReasonInvalidField, "%s", idReason(err))
 		}
 	}
+	if strings.HasPrefix(t.RequestID, FiringPrefix) {
+		return Trigger{}, triggerErr(ReasonInvalidField, "request_id %q: the prefix %q is the schedules' own", t.RequestID, FiringPrefix)
+	}
 	if t.Source != "" {
 		if err := driver.ValidateID("source", t.Source); err != nil {
 			return Trigger{}, triggerErr(ReasonInvalidField, "%s", idReason(err))

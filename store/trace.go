@@ -86,12 +86,15 @@ type Trace struct {
 type Cursor struct {
 	Schedule string
 	At       time.Time
+	// Reset moves the cursor even back: the agent found it ahead of a
+	// clock that had been wrong.
+	Reset bool
 }
 
 // AddTraces merges evaluations into their request IDs' records and
 // stores schedule cursors, in one write transaction: the agent batches
 // them, so that a trigger costs flash once per batch rather than once
-// each. A cursor never moves back.
+// each. A cursor never moves back unless it says Reset.
 func (db *DB) AddTraces(ctx context.Context, evs []Evaluation, cursors []Cursor) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -110,14 +113,19 @@ func (db *DB) AddTraces(ctx context.Context, evs []Evaluation, cursors []Cursor)
 			var t Trace
 			old := tb.Get(key)
 			if old != nil {
-				var err error
-				if t, err = decodeTrace(key, old); err != nil {
-					return err
-				}
-				if err := ab.Delete(traceAgeKey(t)); err != nil {
-					return err
-				}
 				size -= traceCost(key, old)
+				prev, err := decodeTrace(key, old)
+				if err != nil {
+					// One damaged record must not stop every later one (and
+					// the schedules' cursors) from being written: it starts
+					// afresh. Its age key, if any, is left to retention.
+					db.log.Warn("trace record unreadable; starting it afresh", "request", e.RequestID, "err", err)
+				} else {
+					t = prev
+					if err := ab.Delete(traceAgeKey(t)); err != nil {
+						return err
+					}
+				}
 			}
 			t.RequestID = e.RequestID
 			t.add(e)
@@ -141,7 +149,7 @@ func (db *DB) AddTraces(ctx context.Context, evs []Evaluation, cursors []Cursor)
 		sb := tx.Bucket(bSchedules)
 		for _, c := range cursors {
 			k := []byte(c.Schedule)
-			if old := sb.Get(k); len(old) == 8 && int64(binary.BigEndian.Uint64(old)) >= c.At.Unix() {
+			if old := sb.Get(k); !c.Reset && len(old) == 8 && int64(binary.BigEndian.Uint64(old)) >= c.At.Unix() {
 				continue
 			}
 			if err := sb.Put(k, be64(uint64(c.At.Unix()))); err != nil {
@@ -169,7 +177,7 @@ func logTraces(tx *bolt.Tx, evs []Evaluation) error {
 		if err != nil {
 			return err
 		}
-		e.Message = clip(e.Message)
+		e.clip()
 		if err := tl.Put(be64(seq), encodeLogEntry(e)); err != nil {
 			return err
 		}
@@ -264,12 +272,22 @@ func (db *DB) AckTraceLog(ctx context.Context, upto uint64) (int, error) {
 
 // add appends e, keeping the first evaluation and the latest ones.
 func (t *Trace) add(e Evaluation) {
-	e.Message = clip(e.Message)
+	e.clip()
 	t.Evaluations = append(t.Evaluations, e)
 	if n := len(t.Evaluations); n > MaxEvaluations {
 		t.Evaluations = append(t.Evaluations[:1], t.Evaluations[n-MaxEvaluations+1:]...)
 		t.Dropped++
 	}
+}
+
+// clip bounds every text field, so that no sender makes a record big.
+func (e *Evaluation) clip() {
+	for _, f := range [...]*string{&e.Via, &e.Scene, &e.Source, &e.Outcome, &e.Reason, &e.MissionID} {
+		if len(*f) > driver.MaxIDLen {
+			*f = clip((*f)[:driver.MaxIDLen])
+		}
+	}
+	e.Message = clip(e.Message)
 }
 
 func clip(s string) string {
@@ -414,12 +432,14 @@ func (db *DB) PruneTraces(ctx context.Context, l TraceLimits, now time.Time) (in
 		if class == 1 {
 			age = l.FailedMaxAge
 		}
-		if age <= 0 {
+		// A clock before 1970 (a gateway booting without one) would wrap
+		// the cutoff and make every record old.
+		if age <= 0 || now.Add(-age).UnixMilli() <= 0 {
 			continue
 		}
 		cutoff := uint64(now.Add(-age).UnixMilli())
 		for {
-			n, err := db.pruneTraces(ctx, func(k []byte, _ int64) bool {
+			n, err := db.pruneTraces(ctx, []byte{class}, func(k []byte, _ int64) bool {
 				return k[0] == class && binary.BigEndian.Uint64(k[1:9]) < cutoff
 			})
 			deleted += n
@@ -437,7 +457,7 @@ func (db *DB) PruneTraces(ctx context.Context, l TraceLimits, now time.Time) (in
 	for {
 		// Records that did not fail go first: the age keys sort them
 		// before failed ones, so the oldest key is always the next victim.
-		n, err := db.pruneTraces(ctx, func(_ []byte, size int64) bool { return size > l.MaxBytes })
+		n, err := db.pruneTraces(ctx, nil, func(_ []byte, size int64) bool { return size > l.MaxBytes })
 		deleted += n
 		if err != nil || n < pruneBatch {
 			return deleted, err
@@ -445,9 +465,9 @@ func (db *DB) PruneTraces(ctx context.Context, l TraceLimits, now time.Time) (in
 	}
 }
 
-// pruneTraces deletes up to pruneBatch records in age-key order while
-// victim says so, in one transaction.
-func (db *DB) pruneTraces(ctx context.Context, victim func(ageKey []byte, size int64) bool) (int, error) {
+// pruneTraces deletes up to pruneBatch records in age-key order from
+// start while victim says so, in one transaction.
+func (db *DB) pruneTraces(ctx context.Context, start []byte, victim func(ageKey []byte, size int64) bool) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -457,7 +477,7 @@ func (db *DB) pruneTraces(ctx context.Context, victim func(ageKey []byte, size i
 		size := int64(beUint(meta.Get(kTraceSize)))
 		c := ab.Cursor()
 		var keys [][]byte
-		for k, _ := c.First(); k != nil && len(keys) < pruneBatch; k, _ = c.Next() {
+		for k, _ := c.Seek(start); k != nil && len(keys) < pruneBatch; k, _ = c.Next() {
 			if len(k) < 9 || !victim(k, size) {
 				break
 			}

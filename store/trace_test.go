@@ -254,3 +254,38 @@ func TestTraceLogIsNotKeptWithoutAHub(t *testing.T) {
 		t.Fatalf("trace log without a hub = %+v, %v", got, err)
 	}
 }
+
+func TestFailedRecordsArePrunedByAgeBehindOnesThatSucceeded(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	old := eval("old-rejection", "rejected", now.Add(-40*24*time.Hour))
+	recent := eval("recent-success", "accepted", now.Add(-time.Hour))
+	if err := db.AddTraces(ctx, []Evaluation{old, recent}, nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.PruneTraces(ctx, TraceLimits{MaxAge: 7 * 24 * time.Hour, FailedMaxAge: 30 * 24 * time.Hour}, now)
+	if err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want the 40-day-old rejection", n, err)
+	}
+	if _, err := db.Trace(ctx, "old-rejection"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("a rejection past failed_max_age survived: %v", err)
+	}
+	// A clock near 1970 (no battery, before NTP) prunes nothing.
+	if n, err := db.PruneTraces(ctx, TraceLimits{MaxAge: time.Hour, FailedMaxAge: time.Hour}, time.Unix(60, 0)); err != nil || n != 0 {
+		t.Errorf("pruned %d at 1970 (%v), want none", n, err)
+	}
+}
+
+func TestEveryTextFieldOfARecordIsBounded(t *testing.T) {
+	db := openTest(t)
+	e := eval("r", "rejected", time.UnixMilli(1))
+	e.Scene, e.Source, e.Reason = strings.Repeat("s", 60000), strings.Repeat("o", 60000), strings.Repeat("r", 60000)
+	if err := db.AddTraces(context.Background(), []Evaluation{e}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, n, err := db.TraceStats()
+	if err != nil || n > 2000 {
+		t.Fatalf("a record with 180 KB of fields takes %d bytes (%v)", n, err)
+	}
+}
