@@ -198,6 +198,9 @@ func (o Options) withDefaults() (Options, error) {
 			errs = append(errs, errors.New("broker: users are for the embedded broker"))
 		}
 	}
+	if o.Catalog != nil {
+		errs = append(errs, CheckLocation(o.Catalog, o.Location))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return o, fmt.Errorf("agent options: %w", err)
 	}

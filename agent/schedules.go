@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -93,6 +94,22 @@ type LocationOptions struct {
 	// TimeZone is the IANA zone schedules are read in unless they name
 	// their own; "" is the system's.
 	TimeZone string
+}
+
+// CheckLocation reports the sun schedules of cat that loc cannot place
+// (no latitude and longitude), so that a config is refused when it is
+// checked rather than when the agent starts.
+func CheckLocation(cat *scenes.Catalog, loc *LocationOptions) error {
+	if loc != nil && loc.HasPosition {
+		return nil
+	}
+	var errs []error
+	for _, s := range cat.Schedules() {
+		if s.Sun != nil {
+			errs = append(errs, fmt.Errorf("schedule %s: a sun schedule needs the gateway's [location] latitude and longitude", s.ID()))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func newScheduler(o Options, log *slog.Logger, trig *Triggers, traces *tracer, db scheduleCursors, lookup func(context.Context, string) (*driver.Mission, error)) (*scheduler, error) {
@@ -304,6 +321,18 @@ func (sc *scheduler) checkClock(now time.Time) {
 	}
 }
 
+// zoneName names a zone for people: the system's zone is "Local" to Go,
+// so it is shown with its current abbreviation and offset.
+func zoneName(loc *time.Location) string {
+	if loc != time.Local {
+		return loc.String()
+	}
+	if tz := os.Getenv("TZ"); tz != "" {
+		return tz
+	}
+	return "system (" + time.Now().In(loc).Format("MST -07:00") + ")"
+}
+
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -361,18 +390,23 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 	// (no policy runs more than MaxCatchUp of them), and which are
 	// recorded one by one; older ones are passed over with a log line.
 	var latest []time.Time
+	onTime := false
 	for t := from; isDue(t); t = e.when.Next(t, e.loc) {
-		if missed(t) {
-			if len(latest) == scenes.MaxCatchUp {
-				latest = append(latest[:0], latest[1:]...)
-			}
-			latest = append(latest, t)
+		if !missed(t) {
+			onTime = true
+			continue
 		}
+		if len(latest) == scenes.MaxCatchUp {
+			latest = append(latest[:0], latest[1:]...)
+		}
+		latest = append(latest, t)
 	}
 	run := map[time.Time]bool{}
 	switch {
 	case len(latest) == 0:
-	case e.s.CatchUp == scenes.CatchUpOnce:
+	case e.s.CatchUp == scenes.CatchUpOnce && !onTime:
+		// A firing due now stands for the ones missed: run once, and
+		// the current one rather than a stale one.
 		run[latest[len(latest)-1]] = true
 	case e.s.CatchUp == scenes.CatchUpAll:
 		for _, t := range latest {
@@ -418,11 +452,11 @@ func (sc *scheduler) fire(ctx context.Context, e *scheduleEntry, instant time.Ti
 	runIt = runIt || tried
 	tr := scenes.Trigger{Scene: e.s.Scene, RequestID: id, Source: "schedule", Params: e.s.Params}
 	if !runIt {
-		msg := fmt.Sprintf("the firing of %s (%s) was missed by %s while the agent was away; catch_up = %q",
+		msg := fmt.Sprintf("the firing of %s (%s) was missed by %s while the agent was away (or its clock jumped); catch_up = %q",
 			instant.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), late.Round(time.Second), e.s.CatchUp)
 		switch e.s.CatchUp {
 		case scenes.CatchUpOnce:
-			msg += " runs only the latest missed firing"
+			msg += " runs only the latest missed firing, and none when one is due on time"
 		case scenes.CatchUpAll:
 			msg += fmt.Sprintf(" runs only the latest %d missed firings", scenes.MaxCatchUp)
 		}
@@ -433,7 +467,7 @@ func (sc *scheduler) fire(ctx context.Context, e *scheduleEntry, instant time.Ti
 	}
 	note := ""
 	if late > onTimeGrace {
-		note = fmt.Sprintf("caught up %s late: the firing of %s was missed while the agent was away (catch_up = %q)",
+		note = fmt.Sprintf("Caught up %s late: the firing of %s was missed while the agent was away (catch_up = %q)",
 			late.Round(time.Second), instant.In(e.loc).Format(time.DateTime+" MST"), e.s.CatchUp)
 	}
 	rep, err := sc.trig.callJob(ctx, triggerJob{trigger: &tr, via: viaSchedule, note: note})
@@ -505,9 +539,9 @@ func (sc *scheduler) list(n int) []api.ScheduleItem {
 	out := make([]api.ScheduleItem, 0, len(sc.entries))
 	for _, e := range sc.entries {
 		it := api.ScheduleItem{
-			ID: e.s.ID(), Scene: e.s.Scene, Name: e.s.Name, When: e.s.When(), TimeZone: e.loc.String(),
+			ID: e.s.ID(), Scene: e.s.Scene, Name: e.s.Name, When: e.s.When(), TimeZone: zoneName(e.loc),
 			Jitter: e.s.Jitter.String(), CatchUp: string(e.s.CatchUp), CatchUpWindow: e.s.CatchUpWindow.String(),
-			Cursor: e.cursor, LastRequestID: e.last,
+			Cursor: e.cursor.UTC(), LastRequestID: e.last,
 		}
 		for t := e.next; !t.IsZero() && len(it.Next) < n; t = e.when.Next(t, e.loc) {
 			it.Next = append(it.Next, api.Firing{At: e.fireAt(t).In(e.loc), Instant: t.In(e.loc), RequestID: firingID(e.s, t)})

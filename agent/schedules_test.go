@@ -146,6 +146,15 @@ timezone = "UTC"
 catch_up = "skip"
 
 [[scene]]
+name = "tick_five"
+mode = "parallel"
+[[scene.step]]
+delay = "1ms"
+[[scene.schedule]]
+cron = "*/5 * * * *"
+timezone = "UTC"
+
+[[scene]]
 name = "tick_window"
 mode = "parallel"
 [[scene.step]]
@@ -182,14 +191,17 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 	// Ten minutes later: 10:02 to 10:10 were missed, 10:11 is on time.
 	clock.set(time.Date(2026, 3, 1, 10, 11, 30, 0, time.UTC))
 	a = startAgent(t, dir, cat, reg, tune)
-	seen.await(t, id("tick_all", "1", 10, 11), id("tick_once", "every-minute", 10, 11), id("tick_skip", "1", 10, 11), id("tick_window", "1", 10, 11))
+	seen.await(t, id("tick_all", "1", 10, 11), id("tick_once", "every-minute", 10, 11), id("tick_skip", "1", 10, 11), id("tick_window", "1", 10, 11), id("tick_five", "1", 10, 10))
 	ctx := context.Background()
 	for _, c := range []struct {
 		scene, name string
 		run         map[int]string // minute -> outcome/reason
 	}{
 		{"tick_all", "1", map[int]string{2: "accepted/caught_up", 3: "accepted/caught_up", 10: "accepted/caught_up", 11: "accepted/"}},
-		{"tick_once", "every-minute", map[int]string{10: "accepted/caught_up", 11: "accepted/"}},
+		// A firing due on time stands for those missed: none is caught up.
+		{"tick_once", "every-minute", map[int]string{11: "accepted/"}},
+		// Every five minutes: 10:05 and 10:10 missed, the latest run.
+		{"tick_five", "1", map[int]string{1: "none", 2: "none", 3: "none", 4: "none", 5: "skipped/schedule_missed", 6: "none", 7: "none", 8: "none", 9: "none", 10: "accepted/caught_up", 11: "none"}},
 		{"tick_skip", "1", map[int]string{11: "accepted/"}},
 		// Beyond the 3m window (before 10:08:30): the latest, 10:08, is
 		// recorded for itself and those before it, which have none.
@@ -210,7 +222,7 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 			got := w.Outcome + "/" + w.Reason
 			want, ok := c.run[mm]
 			switch {
-			case mm == 1:
+			case mm == 1 && c.scene != "tick_five":
 				want = "accepted/"
 			case !ok && c.scene == "tick_all":
 				want = "accepted/caught_up"
@@ -233,8 +245,8 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 		counts[k[:len("sched-tick_xxx")]]++
 	}
 	seen.mu.Unlock()
-	if counts["sched-tick_all"] != 11 || counts["sched-tick_onc"] != 3 || counts["sched-tick_ski"] != 2 || counts["sched-tick_win"] != 4 {
-		t.Errorf("missions per scene = %v, want all 11, once 3, skip 2, window 4", counts)
+	if counts["sched-tick_all"] != 11 || counts["sched-tick_onc"] != 2 || counts["sched-tick_ski"] != 2 || counts["sched-tick_win"] != 4 || counts["sched-tick_fiv"] != 1 {
+		t.Errorf("missions per scene = %v, want all 11, once 2, skip 2, window 4, five 1", counts)
 	}
 	if w, _ := a.Why(ctx, id("tick_window", "1", 10, 8)); !strings.Contains(w.Explanation, "the 6 before it") {
 		t.Errorf("the record of the firings beyond the window: %q", w.Explanation)
@@ -245,8 +257,8 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Slice(list.Schedules, func(i, j int) bool { return list.Schedules[i].ID < list.Schedules[j].ID })
-	if len(list.Schedules) != 4 || list.Schedules[1].ID != "tick_once/every-minute" || len(list.Schedules[1].Next) != 2 ||
-		!list.Schedules[1].Next[0].At.Equal(time.Date(2026, 3, 1, 10, 12, 0, 0, time.UTC)) || list.Schedules[1].CatchUp != "once" {
+	if len(list.Schedules) != 5 || list.Schedules[2].ID != "tick_once/every-minute" || len(list.Schedules[2].Next) != 2 ||
+		!list.Schedules[2].Next[0].At.Equal(time.Date(2026, 3, 1, 10, 12, 0, 0, time.UTC)) || list.Schedules[2].CatchUp != "once" {
 		t.Errorf("schedules = %+v", list.Schedules)
 	}
 }

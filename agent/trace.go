@@ -210,7 +210,7 @@ func (t *tracer) trace(ctx context.Context, id string) (store.Trace, error) {
 	for _, e := range t.pending {
 		if e.RequestID == id {
 			tr.RequestID = id
-			tr.Evaluations = append(tr.Evaluations, e)
+			tr.Add(e)
 		}
 	}
 	t.mu.Unlock()

@@ -99,7 +99,7 @@ func explain(tr store.Trace, m *driver.Mission) string {
 	case outcomeSkipped:
 		fmt.Fprintf(&b, "Skipped at %s: %s. Nothing was started.", when, strings.TrimSuffix(last.Message, "."))
 	default:
-		fmt.Fprintf(&b, "Rejected at %s: %s. Nothing was started", when, rejectionWords(last))
+		fmt.Fprintf(&b, "Rejected at %s %s. Nothing was started", when, rejectionWords(last))
 		if last.Via == viaSchedule && transient(last.Reason) {
 			b.WriteString("; the schedule tries the firing again while it is within its catch-up window")
 		}
@@ -121,33 +121,35 @@ func explain(tr store.Trace, m *driver.Mission) string {
 	return b.String()
 }
 
-// rejectionWords names a rejection's cause for people.
+// rejectionWords says what a rejection was: its reason in a few plain
+// words, then the message that says exactly what (which the reason's
+// words would only repeat).
 func rejectionWords(e store.Evaluation) string {
 	var what string
 	switch e.Reason {
 	case scenes.ReasonUnknownScene:
-		what = fmt.Sprintf("this gateway has no scene %q", e.Scene)
+		what = "unknown scene"
 	case scenes.ReasonInvalidParam:
-		what = "a parameter was not valid for the scene"
+		what = "invalid parameter"
 	case scenes.ReasonBadJSON, scenes.ReasonTooLarge, scenes.ReasonMissingField, scenes.ReasonInvalidField:
-		what = "the trigger itself was malformed"
+		what = "malformed trigger"
 	case scenes.ReasonAlreadyRunning:
-		what = fmt.Sprintf("scene %s was already running and runs one at a time (mode single)", e.Scene)
+		what = "already running"
 	case scenes.ReasonOverloaded:
 		what = "the agent was at capacity"
 	case scenes.ReasonShuttingDown:
 		what = "the agent was shutting down"
 	case scenes.ReasonDeadlinePassed:
-		what = "it arrived after its not_after time"
+		what = "too late"
 	case scenes.ReasonInternal:
-		what = "the agent failed internally (its log says more)"
+		what = "internal failure; the agent's log says more"
 	default:
 		what = e.Reason
 	}
-	if e.Message != "" {
-		what += " (" + e.Message + ")"
+	if e.Message == "" {
+		return what
 	}
-	return what
+	return "(" + what + ") " + e.Message
 }
 
 func rejectionHint(reason string) string {
@@ -155,7 +157,7 @@ func rejectionHint(reason string) string {
 	case scenes.ReasonOverloaded, scenes.ReasonShuttingDown, scenes.ReasonInternal:
 		return "send it again with the same request_id"
 	case scenes.ReasonInvalidParam, scenes.ReasonBadJSON, scenes.ReasonTooLarge, scenes.ReasonMissingField, scenes.ReasonInvalidField, scenes.ReasonUnknownScene:
-		return "fix the trigger and send it with a new request_id"
+		return "fix the trigger and send it again (a rejection created nothing, so the same request_id may be reused)"
 	}
 	return ""
 }

@@ -71,8 +71,8 @@ type Schedule struct {
 // ID is the schedule's key: scene/name.
 func (s Schedule) ID() string { return s.Scene + "/" + s.Name }
 
-// When says when the schedule fires, for people: the cron expression or
-// the sun event with its offset, and the zone.
+// When says when the schedule fires, for people: the cron expression, or
+// the sun event with its offset (the zone is apart, Zone).
 func (s Schedule) When() string {
 	w := ""
 	switch {
@@ -83,9 +83,6 @@ func (s Schedule) When() string {
 		if s.Sun.Offset != 0 {
 			w += fmt.Sprintf(" %+v", s.Sun.Offset)
 		}
-	}
-	if s.Zone != "" {
-		w += " (" + s.Zone + ")"
 	}
 	return w
 }
@@ -189,7 +186,7 @@ func (p *parser) schedules(t *table, scene string) []Schedule {
 		default:
 			st.fail("cron", "a schedule needs cron = \"...\" or sun = \"sunrise\"|\"sunset\"|\"dawn\"|\"dusk\"")
 		}
-		if hasCron && st.has("offset") {
+		if _, off := st.get("offset"); hasCron && off {
 			st.fail("offset", "offset is for sun schedules; shift the cron expression instead")
 		}
 		if z, ok := st.str("timezone"); ok {
@@ -251,6 +248,10 @@ func (c *Catalog) checkSchedules() []FieldError {
 		for i, s := range sc.schedules {
 			if _, err := c.Build(name, s.Params); err != nil {
 				errs = append(errs, FieldError{File: sc.file, Scene: name, Field: fmt.Sprintf("schedule[%d].params", i+1), Msg: err.Error()})
+			}
+			if s.CatchUp == CatchUpAll && (sc.mode == ModeSingle || sc.mode == ModeRestart) {
+				errs = append(errs, FieldError{File: sc.file, Scene: name, Field: fmt.Sprintf("schedule[%d].catch_up", i+1),
+					Msg: fmt.Sprintf("\"all\" runs the missed firings one after another, which mode %s would %s while the first runs: use mode queued or parallel, or catch_up \"once\"", sc.mode, map[Mode]string{ModeSingle: "reject", ModeRestart: "cancel one by one"}[sc.mode])})
 			}
 			flat := s.Scene + "-" + s.Name
 			if other, ok := seen[flat]; ok {

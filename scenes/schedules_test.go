@@ -10,6 +10,7 @@ import (
 const scheduled = `
 [[scene]]
 name = "warm"
+mode = "queued"
 [[scene.step]]
 device = "living-ac"
 action = "set"
@@ -46,7 +47,7 @@ func TestSchedulesParseWithTheirDefaults(t *testing.T) {
 		s.CatchUpWindow != DefaultCatchUpWindow || s.Zone != "" {
 		t.Errorf("second schedule = %+v", s)
 	}
-	if w.When() != "cron 0 7 * * mon-fri (Europe/Berlin)" || s.When() != "sunset -15m0s" {
+	if w.When() != "cron 0 7 * * mon-fri" || s.When() != "sunset -15m0s" {
 		t.Errorf("When = %q, %q", w.When(), s.When())
 	}
 }
@@ -68,6 +69,7 @@ func TestBadSchedulesAreReportedByField(t *testing.T) {
 		{`cron = "@daily"` + "\nparams = { level = 3 }", "schedule[1].params", "level"},
 		{`cron = "@daily"` + "\ncolour = 1", "schedule[1].colour", "unknown key"},
 		{`cron = "@daily"` + "\nname = \"a/b\"", "schedule[1].name", "/"},
+		{`cron = "@daily"` + "\ncatch_up = \"all\"", "schedule[1].catch_up", "use mode queued or parallel"},
 		{"cron = \"@daily\"\nname = \"n\"\n[[scene.schedule]]\ncron = \"@hourly\"\nname = \"n\"", "schedule[2].name", "two schedules"},
 	} {
 		errs := loadErrors(t, base+c.src)

@@ -91,7 +91,10 @@ func DecodeTrigger(b []byte) (Trigger, error) {
 // jsonError maps a decoding error to a TriggerError.
 func jsonError(err error) *TriggerError {
 	var typeErr *json.UnmarshalTypeError
+	var timeErr *time.ParseError
 	switch {
+	case errors.As(err, &timeErr):
+		return triggerErr(ReasonInvalidField, "not_after: %q is not an RFC 3339 time (such as \"2026-12-02T07:05:00Z\")", timeErr.Value)
 	case errors.As(err, &typeErr):
 		if strings.HasPrefix(typeErr.Field, "params.") {
 			return triggerErr(ReasonInvalidParam, "%s: a %s is not a string, number or bool", typeErr.Field, typeErr.Value)
@@ -100,6 +103,8 @@ func jsonError(err error) *TriggerError {
 			return triggerErr(ReasonBadJSON, "a %s is not a JSON object", typeErr.Value)
 		}
 		return triggerErr(ReasonInvalidField, "%s: a %s is not a %s", typeErr.Field, typeErr.Value, jsonKind(typeErr.Type.Kind().String()))
+	case strings.Contains(err.Error(), "Time.UnmarshalJSON"):
+		return triggerErr(ReasonInvalidField, "not_after: not an RFC 3339 time string (such as \"2026-12-02T07:05:00Z\")")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return triggerErr(ReasonInvalidField, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}

@@ -130,3 +130,13 @@ func TestReplyJSON(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }
+
+func TestABadNotAfterIsAnInvalidField(t *testing.T) {
+	for _, in := range []string{`"yesterday"`, `5`, `"2026-13-01T00:00:00Z"`} {
+		_, err := DecodeTrigger([]byte(`{"scene":"go_home","request_id":"r","not_after":` + in + `}`))
+		var te *TriggerError
+		if !errors.As(err, &te) || te.Reason != ReasonInvalidField || !strings.Contains(te.Msg, "not_after") {
+			t.Errorf("not_after %s: %v, want invalid_field naming not_after", in, err)
+		}
+	}
+}

@@ -270,6 +270,10 @@ func (db *DB) AckTraceLog(ctx context.Context, upto uint64) (int, error) {
 	return n, nil
 }
 
+// Add appends e, keeping the first evaluation and the latest ones, as
+// the store does; the agent merges evaluations not yet written with it.
+func (t *Trace) Add(e Evaluation) { t.add(e) }
+
 // add appends e, keeping the first evaluation and the latest ones.
 func (t *Trace) add(e Evaluation) {
 	e.clip()

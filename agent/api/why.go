@@ -61,7 +61,7 @@ func (s *Handler) why(w http.ResponseWriter, r *http.Request) {
 	}
 	ans, err := s.opts.Why(r.Context(), id)
 	if errors.Is(err, driver.ErrNotFound) {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no trigger with request_id %s is recorded: it never reached this agent, or its record is older than the trace retention", id))
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no trigger with request_id %s is recorded: it never reached this agent, its record is past the trace retention, or the agent stopped abruptly (a crash, a power cut) within moments of answering it, before the record was written", id))
 		return
 	}
 	if err != nil {
@@ -79,7 +79,9 @@ func (s *Handler) whyList(w http.ResponseWriter, r *http.Request) {
 		var err error
 		switch key {
 		case "failed":
-			failed, err = strconv.ParseBool(v)
+			if failed, err = strconv.ParseBool(v); err != nil {
+				err = errors.New("must be true or false")
+			}
 		case "limit":
 			limit, err = strconv.Atoi(v)
 			if err == nil && (limit < 1 || limit > maxWhyList) {

@@ -3,6 +3,7 @@ package view
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
 )
@@ -56,15 +57,24 @@ func WhyList(list api.WhyList, o Options) string {
 func Schedules(list api.ScheduleList) string {
 	var b strings.Builder
 	tw := newTable(&b)
-	tw.row("SCHEDULE\tWHEN\tTIMEZONE\tCATCH-UP\tNEXT\tTHEN\n")
+	tw.row("SCHEDULE\tWHEN\tTIMEZONE\tCATCH-UP\tLAST HANDLED\tNEXT\tTHEN\n")
+	const at = "2006-01-02 15:04:05 MST"
 	for _, s := range list.Schedules {
 		next, then := "never", "-"
 		if len(s.Next) > 0 {
-			next = s.Next[0].At.Format(stampLayout)
+			next = s.Next[0].At.Format(at)
 		}
 		var rest []string
 		for _, f := range s.Next[min(1, len(s.Next)):] {
-			rest = append(rest, f.At.Format("01-02 15:04:05"))
+			rest = append(rest, f.At.Format("2006-01-02 15:04"))
+		}
+		last := "-"
+		if !s.Cursor.IsZero() {
+			loc := time.UTC // the schedule's zone, as its next firing carries it
+			if len(s.Next) > 0 {
+				loc = s.Next[0].At.Location()
+			}
+			last = s.Cursor.In(loc).Format(at)
 		}
 		if len(rest) > 0 {
 			then = strings.Join(rest, ", ")
@@ -77,7 +87,7 @@ func Schedules(list api.ScheduleList) string {
 		if s.Jitter != "" && s.Jitter != "0s" {
 			when += " ±" + s.Jitter
 		}
-		tw.row("%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, when, s.TimeZone, catchUp, next, then)
+		tw.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, when, s.TimeZone, catchUp, last, next, then)
 	}
 	tw.flush()
 	if len(list.Schedules) == 0 {

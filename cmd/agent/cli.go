@@ -319,7 +319,7 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 			return fmt.Errorf("scene %s not run now (%s): %s\nto send it again as the same request: agent trigger %s -request-id %s", pos[0], ce.Code, ce.Message, strings.Join(args, " "), *requestID)
 		}
 		if errors.As(err, &ce) && ce.Status != http.StatusUnauthorized && ce.Status < 500 {
-			return fmt.Errorf("scene %s rejected (%s): %s", pos[0], ce.Code, ce.Message)
+			return fmt.Errorf("scene %s rejected (%s): %s\nrequest %s; ask why later: %s why %s", pos[0], ce.Code, ce.Message, *requestID, self(), *requestID)
 		}
 		return err
 	}

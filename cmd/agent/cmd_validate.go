@@ -62,6 +62,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+	if err := agent.CheckLocation(cat, locationOptions(cfg)); err != nil {
+		return fmt.Errorf("%s: %w", *config, err)
+	}
 	if cfg.Simulator.Home != "" {
 		if _, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home)); err != nil {
 			return err

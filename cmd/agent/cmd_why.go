@@ -25,6 +25,9 @@ func cmdWhy(ctx context.Context, args []string, o cliOut) error {
 	if len(pos) > 1 {
 		return &usageError{Msg: fmt.Sprintf("why takes one REQUEST_ID, got %q", pos)}
 	}
+	if *limit < 1 || *limit > 1000 {
+		return &usageError{Msg: fmt.Sprintf("why: -limit %d is not from 1 to 1000", *limit)}
+	}
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -51,10 +54,13 @@ func cmdWhy(ctx context.Context, args []string, o cliOut) error {
 // cmdSchedules lists the scenes' schedules and their next firings.
 func cmdSchedules(ctx context.Context, args []string, o cliOut) error {
 	fs, cf := newClientFlagSet("schedules", o.stderr)
-	next := fs.Int("next", 3, "firings to show per schedule")
+	next := fs.Int("next", 3, "firings to show per schedule (1 to 100)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if *next < 1 || *next > 100 {
+		return &usageError{Msg: fmt.Sprintf("schedules: -next %d is not from 1 to 100", *next)}
 	}
 	if len(pos) > 0 {
 		return &usageError{Msg: fmt.Sprintf("schedules takes no arguments, got %q", pos)}

@@ -64,8 +64,8 @@ Talking to a running agent (its HTTP API, see docs/api.md):
   agent devices [-json]                  devices, availability, last state
   agent scenes [-json]                   scenes and their parameters
   agent schedules [-next N] [-json]      scenes' schedules and their next firings
-  agent why [REQUEST_ID] [-v] [-json]    what became of a trigger (without an ID:
-                                         the latest that failed; -ok the others)
+  agent why REQUEST_ID [-v] [-json]      what became of a trigger
+  agent why [-ok] [-limit N] [-json]     the latest triggers that failed (-ok: the others)
   agent backup FILE                      copy the mission database, agent running
   Each takes -addr HOST:PORT, -token T (or $SORTIE_TOKEN) and -config FILE
   (to take both from the agent's config); flags may follow arguments.

@@ -12,6 +12,19 @@ import (
 	"github.com/sortie-edge/sortie/simulator"
 )
 
+// locationOptions maps [location]; nil when it sets nothing.
+func locationOptions(cfg Config) *agent.LocationOptions {
+	l := cfg.Location
+	if l.Latitude == nil && l.TimeZone == "" {
+		return nil
+	}
+	o := &agent.LocationOptions{TimeZone: l.TimeZone}
+	if l.Latitude != nil && l.Longitude != nil {
+		o.Latitude, o.Longitude, o.HasPosition = *l.Latitude, *l.Longitude, true
+	}
+	return o
+}
+
 // agentOptions maps a validated config onto the agent's options, loading
 // the files it names (registry, scenes, simulated home, secrets).
 func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
@@ -27,12 +40,7 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 			MaxAge: cfg.Traces.MaxAge.D(), FailedMaxAge: cfg.Traces.FailedMaxAge.D(), MaxBytes: int64(cfg.Traces.MaxBytes),
 		},
 	}
-	if l := cfg.Location; l.Latitude != nil || l.TimeZone != "" {
-		o.Location = &agent.LocationOptions{TimeZone: l.TimeZone}
-		if l.Latitude != nil && l.Longitude != nil {
-			o.Location.Latitude, o.Location.Longitude, o.Location.HasPosition = *l.Latitude, *l.Longitude, true
-		}
-	}
+	o.Location = locationOptions(cfg)
 	if c, err := testClock(); err != nil {
 		return o, err
 	} else if c != nil {
