@@ -68,6 +68,9 @@ type scheduler struct {
 	mu      sync.Mutex
 	entries []*scheduleEntry
 	wake    chan struct{}
+	// warnedClock is set once the clock was found not set (run's
+	// goroutine, and start before it).
+	warnedClock bool
 }
 
 type scheduleEntry struct {
@@ -214,7 +217,9 @@ func (sc *scheduler) start(ctx context.Context) error {
 		e.next = e.when.Next(c, e.loc)
 	}
 	sc.mu.Unlock()
-	sc.checkClock(now)
+	if sc.clockSet(now) {
+		sc.checkClock(now)
+	}
 	if added {
 		// Written at once: a crash before the next batch would make the
 		// next start take its own time as the beginning, and miss what
@@ -232,8 +237,11 @@ func (sc *scheduler) run(ctx context.Context) error {
 	}
 	for {
 		now := sc.clock.Now()
-		sc.checkClock(now)
-		due := sc.dueAt(now)
+		var due []*scheduleEntry
+		if sc.clockSet(now) {
+			sc.checkClock(now)
+			due = sc.dueAt(now)
+		}
 		for _, e := range due {
 			sc.handle(ctx, e, now)
 			if ctx.Err() != nil {
@@ -303,6 +311,11 @@ func (sc *scheduler) checkClock(now time.Time) {
 	sc.mu.Lock()
 	var moved []*scheduleEntry
 	for _, e := range sc.entries {
+		// A back-off longer than its cap was set under a clock since
+		// stepped back.
+		if e.retry.After(now.Add(scheduleRetryMax)) {
+			e.retry, e.backoff = time.Time{}, 0
+		}
 		if e.cursor.After(now.Add(clockAhead)) {
 			sc.log.Warn("schedule: its cursor is ahead of the clock; the clock was wrong, or is; going on from now",
 				"schedule", e.s.ID(), "cursor", e.cursor, "now", now)
@@ -331,6 +344,24 @@ func zoneName(loc *time.Location) string {
 		return tz
 	}
 	return "system (" + time.Now().In(loc).Format("MST -07:00") + ")"
+}
+
+// clockNotSet is a time no gateway runs at with its clock set: one that
+// boots without a clock battery reads 1970 (or its image's build date)
+// until NTP answers. Schedules wait for the clock rather than fire by it
+// or move their cursors back to it.
+var clockNotSet = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// clockSet reports whether now can be trusted, logging once when not.
+func (sc *scheduler) clockSet(now time.Time) bool {
+	if !now.Before(clockNotSet) {
+		return true
+	}
+	if !sc.warnedClock {
+		sc.warnedClock = true
+		sc.log.Warn("schedules wait: the clock is not set", "now", now)
+	}
+	return false
 }
 
 func maxTime(a, b time.Time) time.Time {

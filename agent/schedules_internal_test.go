@@ -1,9 +1,16 @@
 package agent
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store"
 
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/scenes/schedule"
@@ -48,5 +55,84 @@ func TestFiringIDsAreStableAndBounded(t *testing.T) {
 	long := scenes.Schedule{Scene: strings.Repeat("x", 128), Name: "n"}
 	if id := firingID(long, at); len(id) > 128 || id != firingID(long, at) {
 		t.Errorf("long firing ID %q (%d bytes)", id, len(id))
+	}
+}
+
+// TestABackOffFromBeforeTheClockWasSteppedBackIsDropped: a firing's
+// back-off set while the clock read 2030 does not hold the schedule
+// until 2030 once the clock reads 2026.
+func TestABackOffFromBeforeTheClockWasSteppedBackIsDropped(t *testing.T) {
+	c, err := schedule.ParseCron("* * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
+	e := &scheduleEntry{s: scenes.Schedule{Scene: "s", Name: "1", Cron: c}, loc: time.UTC, when: c,
+		cursor: now.Add(-30 * time.Second), retry: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), backoff: time.Minute}
+	e.next = c.Next(e.cursor, time.UTC)
+	sc := &scheduler{log: slog.New(slog.DiscardHandler), entries: []*scheduleEntry{e}}
+	sc.checkClock(now)
+	if !e.retry.IsZero() {
+		t.Fatalf("retry = %v, want none", e.retry)
+	}
+	if due := sc.dueAt(now.Add(30 * time.Second)); len(due) != 1 {
+		t.Fatalf("%d schedules due at 10:01, want 1", len(due))
+	}
+}
+
+// TestSchedulesWaitForAClockThatIsNotSet: at 1970 (a gateway booted
+// without a clock battery, before NTP) nothing is due and no cursor is
+// moved back to it.
+func TestSchedulesWaitForAClockThatIsNotSet(t *testing.T) {
+	sc := &scheduler{log: slog.New(slog.DiscardHandler)}
+	if sc.clockSet(time.Unix(3600, 0)) || !sc.clockSet(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatal("clockSet does not tell 1970 from 2026")
+	}
+}
+
+// failingTraces refuses writes until told otherwise.
+type failingTraces struct {
+	mu     sync.Mutex
+	fail   bool
+	writes chan int
+}
+
+func (f *failingTraces) AddTraces(_ context.Context, evs []store.Evaluation, _ []store.Cursor) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		f.fail = false // the next try succeeds
+		return errors.New("disk full")
+	}
+	f.writes <- len(evs)
+	return nil
+}
+
+func (f *failingTraces) Trace(context.Context, string) (store.Trace, error) {
+	return store.Trace{}, driver.ErrNotFound
+}
+
+// TestARefusedTraceBatchIsWrittenLaterByItself: records the store
+// refused are written on a later try without another record to wake
+// the writer.
+func TestARefusedTraceBatchIsWrittenLaterByItself(t *testing.T) {
+	db := &failingTraces{fail: true, writes: make(chan int, 1)}
+	tr := newTracer(db, slog.New(slog.DiscardHandler), 10*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- tr.run(ctx) }()
+	tr.record(store.Evaluation{RequestID: "r-1", Outcome: outcomeRejected})
+	select {
+	case n := <-db.writes:
+		if n != 1 {
+			t.Fatalf("wrote %d records, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refused record was never written again")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
 	}
 }

@@ -141,7 +141,10 @@ func (t *tracer) run(ctx context.Context) error {
 		}
 		due = nil
 		if t.flush() != nil {
+			// Kept for the next try, which comes by itself: the records
+			// and cursors must not wait for the next trigger.
 			failing = min(max(2*failing, time.Second), time.Minute)
+			due = time.After(failing)
 		} else {
 			failing = 0
 		}

@@ -142,8 +142,11 @@ func (a *applier) apply(m *Inbound) error {
 		// about when the gateway was last heard from.
 		if m.Status.State == StateOnline {
 			g.LastSeen = m.Received
+			// Only that the hub takes records: a cursor from before would
+			// delete records of a gateway whose seqs began again (a store
+			// restored or replaced), in flight and never stored.
 			if _, ok := a.res.TraceAcks[m.Gateway]; !ok {
-				a.res.TraceAcks[m.Gateway] = g.TraceSeq
+				a.res.TraceAcks[m.Gateway] = 0
 			}
 		}
 	case m.Heartbeat != nil:

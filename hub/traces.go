@@ -75,6 +75,9 @@ func (a *applier) traces(m *Inbound) error {
 			return err
 		}
 	}
+	// Records the decoder dropped are acked too: they would never be
+	// taken, and must not hold up the ones after them.
+	upto = max(upto, m.Traces.Upto)
 	g.TraceSeq = max(g.TraceSeq, upto)
 	if upto > 0 {
 		a.res.TraceAcks[m.Gateway] = max(a.res.TraceAcks[m.Gateway], upto)

@@ -233,7 +233,10 @@ func (db *DB) TraceLog(ctx context.Context, after uint64, limit int) ([]TraceLog
 			}
 			e, err := decodeLogEntry(binary.BigEndian.Uint64(k), v)
 			if err != nil {
-				return err
+				// Skipped, not fatal: one damaged entry must not stop the
+				// sync; the hub's ack of a later one deletes it.
+				db.log.Warn("trace log entry unreadable; skipped", "seq", binary.BigEndian.Uint64(k), "err", err)
+				continue
 			}
 			out = append(out, e)
 		}
@@ -287,18 +290,19 @@ func (t *Trace) add(e Evaluation) {
 // clip bounds every text field, so that no sender makes a record big.
 func (e *Evaluation) clip() {
 	for _, f := range [...]*string{&e.Via, &e.Scene, &e.Source, &e.Outcome, &e.Reason, &e.MissionID} {
-		if len(*f) > driver.MaxIDLen {
-			*f = clip((*f)[:driver.MaxIDLen])
-		}
+		*f = clipTo(*f, driver.MaxIDLen)
 	}
 	e.Message = clip(e.Message)
 }
 
-func clip(s string) string {
-	if len(s) <= maxTraceText {
+func clip(s string) string { return clipTo(s, maxTraceText) }
+
+// clipTo cuts s to at most n bytes and a mark, on a rune boundary.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	s = s[:maxTraceText]
+	s = s[:n]
 	for len(s) > 0 && s[len(s)-1]&0xc0 == 0x80 { // do not cut a rune in two
 		s = s[:len(s)-1]
 	}
@@ -371,9 +375,14 @@ func (db *DB) RecentTraces(ctx context.Context, failed bool, limit int) ([]Trace
 		}
 		for ; k != nil && k[0] == class && len(out) < limit; k, _ = c.Prev() {
 			id := k[9:]
-			t, err := decodeTrace(id, tb.Get(id))
+			v := tb.Get(id)
+			if v == nil || !ageKeyOf(id, v, k) {
+				continue // a key left by a record that began afresh
+			}
+			t, err := decodeTrace(id, v)
 			if err != nil {
-				return err
+				db.log.Warn("trace record unreadable", "request", string(id), "err", err)
+				continue
 			}
 			out = append(out, t)
 		}
@@ -485,13 +494,17 @@ func (db *DB) pruneTraces(ctx context.Context, start []byte, victim func(ageKey 
 			if len(k) < 9 || !victim(k, size) {
 				break
 			}
-			id := k[9:]
-			size -= traceCost(id, tb.Get(id))
 			keys = append(keys, bytes.Clone(k))
 		}
 		for _, k := range keys {
-			if err := tb.Delete(k[9:]); err != nil {
-				return err
+			// An age key left by a record that was unreadable and began
+			// afresh is not its successor's: only the key goes.
+			id := k[9:]
+			if v := tb.Get(id); v != nil && ageKeyOf(id, v, k) {
+				size -= traceCost(id, v)
+				if err := tb.Delete(id); err != nil {
+					return err
+				}
 			}
 			if err := ab.Delete(k); err != nil {
 				return err
@@ -504,6 +517,12 @@ func (db *DB) pruneTraces(ctx context.Context, start []byte, victim func(ageKey 
 		return 0, fmt.Errorf("prune traces: %w", err)
 	}
 	return n, nil
+}
+
+// ageKeyOf reports whether k is the age key of the record v of id.
+func ageKeyOf(id, v, k []byte) bool {
+	t, err := decodeTrace(id, v)
+	return err == nil && bytes.Equal(traceAgeKey(t), k)
 }
 
 func beUint(b []byte) uint64 {

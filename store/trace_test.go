@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -287,5 +289,34 @@ func TestEveryTextFieldOfARecordIsBounded(t *testing.T) {
 	_, n, err := db.TraceStats()
 	if err != nil || n > 2000 {
 		t.Fatalf("a record with 180 KB of fields takes %d bytes (%v)", n, err)
+	}
+}
+
+// TestAnUnreadableRecordBeginsAfreshWithoutTakingItsSuccessor: a damaged
+// record does not block later writes, and the age key it leaves behind
+// neither prunes the record that replaced it nor breaks the listing.
+func TestAnUnreadableRecordBeginsAfreshWithoutTakingItsSuccessor(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	if err := db.AddTraces(ctx, []Evaluation{eval("r", "rejected", now.Add(-40*24*time.Hour))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.bolt.Update(func(tx *bolt.Tx) error { return tx.Bucket(bTraces).Put([]byte("r"), []byte{0xff, 1, 2}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AddTraces(ctx, []Evaluation{eval("r", "rejected", now)}, nil); err != nil {
+		t.Fatalf("a damaged record blocks the next write: %v", err)
+	}
+	if _, err := db.PruneTraces(ctx, TraceLimits{MaxAge: time.Hour, FailedMaxAge: 30 * 24 * time.Hour}, now); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.Trace(ctx, "r")
+	if err != nil || len(got.Evaluations) != 1 || !got.Evaluations[0].At.Equal(now) {
+		t.Fatalf("the record that began afresh: %+v, %v", got, err)
+	}
+	recent, err := db.RecentTraces(ctx, true, 10)
+	if err != nil || len(recent) != 1 {
+		t.Fatalf("recent failed records: %+v, %v", recent, err)
 	}
 }

@@ -161,3 +161,10 @@ func FuzzDecodeControlResult(f *testing.F) {
 		}
 	})
 }
+
+func TestATraceRecordTheHubCannotTakeIsDroppedNotTheBatch(t *testing.T) {
+	v, err := DecodeTraceBatch([]byte(`{"gateway":"gw","traces":[{"seq":1,"request_id":"r","outcome":"accepted"},{"seq":2,"request_id":"r","outcome":"from_the_future"},{"seq":3,"request_id":"a b","outcome":"accepted"}]}`))
+	if err != nil || len(v.Traces) != 1 || v.Upto != 3 || v.Dropped != 2 {
+		t.Fatalf("batch = %+v, %v; want one record kept, two dropped, upto 3", v, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
@@ -156,7 +157,16 @@ const (
 type TraceBatch struct {
 	Gateway string        `json:"gateway"`
 	Traces  []TraceRecord `json:"traces"`
+	// Upto, set by DecodeTraceBatch, is the highest seq of the batch,
+	// records it dropped included: the hub acks it, so that a record it
+	// cannot take does not hold up the ones after it.
+	Upto uint64 `json:"-"`
+	// Dropped counts the records DecodeTraceBatch left out.
+	Dropped int `json:"-"`
 }
+
+// maxTraceText bounds each text field of a record the hub keeps.
+const maxTraceText = 1024
 
 // Control actions the hub may send.
 const (
@@ -238,19 +248,32 @@ func DecodeTraceBatch(b []byte) (TraceBatch, error) {
 	if err := driver.ValidateID("gateway", v.Gateway); err != nil {
 		return TraceBatch{}, fmt.Errorf("%w: %w", ErrMessage, err)
 	}
+	kept := v.Traces[:0]
 	for i, r := range v.Traces {
 		if r.Seq == 0 {
 			return TraceBatch{}, fmt.Errorf("%w: trace %d has no sequence number", ErrMessage, i)
 		}
-		if err := driver.ValidateID("request id", r.RequestID); err != nil {
-			return TraceBatch{}, fmt.Errorf("%w: trace %d: %w", ErrMessage, i, err)
+		v.Upto = max(v.Upto, r.Seq)
+		// One record a hub cannot take (an outcome of a later version, an
+		// ID it refuses) is dropped, not the batch with it.
+		if driver.ValidateID("request id", r.RequestID) != nil {
+			v.Dropped++
+			continue
 		}
 		switch r.Outcome {
 		case OutcomeAccepted, OutcomeDuplicate, OutcomeRejected, OutcomeSkipped:
 		default:
-			return TraceBatch{}, fmt.Errorf("%w: trace %d: unknown outcome %q", ErrMessage, i, r.Outcome)
+			v.Dropped++
+			continue
 		}
+		for _, f := range [...]*string{&r.Via, &r.Scene, &r.Source, &r.Reason, &r.Message, &r.MissionID} {
+			if len(*f) > maxTraceText {
+				*f = strings.ToValidUTF8((*f)[:maxTraceText], "")
+			}
+		}
+		kept = append(kept, r)
 	}
+	v.Traces = kept
 	return v, nil
 }
 

@@ -30,7 +30,8 @@ type sender struct {
 	retry  *time.Timer
 	retryN int
 
-	tr traceSender
+	tr       traceSender
+	trResend *time.Timer // the trace batch in flight is overdue
 }
 
 // flight is a published batch waiting for the hub's ack.
@@ -46,6 +47,8 @@ func (s *sender) run(ctx context.Context) {
 	defer hb.Stop()
 	s.resend = stoppedTimer()
 	s.retry = stoppedTimer()
+	s.trResend = stoppedTimer()
+	defer s.trResend.Stop()
 	defer s.resend.Stop()
 	defer s.retry.Stop()
 	for {
@@ -61,6 +64,7 @@ func (s *sender) run(ctx context.Context) {
 			s.heartbeat(ctx)
 		case <-s.resend.C:
 			s.resendWindow()
+		case <-s.trResend.C: // fillTraces below sends it again
 		case <-s.retry.C:
 			s.stalled = false
 			if !s.up {
@@ -107,6 +111,10 @@ func (s *sender) connection(ctx context.Context) {
 		return
 	}
 	s.up, s.retryN = true, 0
+	// Whether the hub takes trigger records is learnt again on each
+	// connection (from the ack of this status): the hub behind it may
+	// have changed.
+	u.tracesOK.Store(false)
 	u.log.Info("connected to hub", "broker", u.opts.Broker, "backlog", u.opts.Source.OutboxLen())
 	u.update(func(st *Stats) { st.Connected = true; st.Connects++ })
 	s.restart()

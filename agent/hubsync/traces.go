@@ -29,6 +29,27 @@ type traceSender struct {
 	at          time.Time // when the batch in flight was published
 }
 
+// encodeTraces encodes as many of rs as fit in MaxMessage (at least
+// one: records are bounded far below it) and says how many that is.
+func (u *Uplink) encodeTraces(rs []store.TraceLogEntry) ([]byte, int, error) {
+	for n := len(rs); ; n /= 2 {
+		b := uplink.TraceBatch{Gateway: u.opts.Gateway, Traces: make([]uplink.TraceRecord, n)}
+		for i, r := range rs[:n] {
+			b.Traces[i] = uplink.TraceRecord{
+				Seq: r.Seq, RequestID: r.RequestID, At: r.At, Via: r.Via, Scene: r.Scene, Source: r.Source,
+				Outcome: r.Outcome, Reason: r.Reason, Message: r.Message, MissionID: r.MissionID,
+			}
+		}
+		p, err := json.Marshal(b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("encode trigger records: %w", err)
+		}
+		if len(p) <= uplink.MaxMessage || n == 1 {
+			return p, n, nil
+		}
+	}
+}
+
 // onTraceAck records the hub's trace ack (capped by what was sent, as
 // for events) and that the hub takes records at all.
 func (u *Uplink) onTraceAck(upto uint64) {
@@ -77,18 +98,12 @@ func (s *sender) fillTraces(ctx context.Context) {
 		}
 		return
 	}
-	b := uplink.TraceBatch{Gateway: u.opts.Gateway, Traces: make([]uplink.TraceRecord, len(rs))}
-	for i, r := range rs {
-		b.Traces[i] = uplink.TraceRecord{
-			Seq: r.Seq, RequestID: r.RequestID, At: r.At, Via: r.Via, Scene: r.Scene, Source: r.Source,
-			Outcome: r.Outcome, Reason: r.Reason, Message: r.Message, MissionID: r.MissionID,
-		}
-	}
-	payload, err := json.Marshal(b)
+	payload, n, err := u.encodeTraces(rs)
 	if err != nil {
-		u.log.Error("encode trigger records", "err", fmt.Errorf("encode: %w", err))
+		u.log.Error("encode trigger records", "err", err)
 		return
 	}
+	rs = rs[:n]
 	last := rs[len(rs)-1].Seq
 	if last > u.maxTraceSent.Load() {
 		u.maxTraceSent.Store(last)
@@ -99,5 +114,7 @@ func (s *sender) fillTraces(ctx context.Context) {
 		return
 	}
 	s.tr.sent, s.tr.at = last, now
+	s.trResend.Stop()
+	s.trResend.Reset(u.opts.ResendTimeout)
 	u.update(func(st *Stats) { st.TraceRecords += uint64(len(rs)) })
 }

@@ -2,6 +2,8 @@ package hubsync
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
@@ -61,5 +63,37 @@ func TestTraceRecordsGoOnlyToAHubThatTakesThem(t *testing.T) {
 	}
 	if rec, err := w.db.Trace(ctx, "r-2"); err != nil || rec.Evaluations[0].Reason != "unknown_scene" {
 		t.Errorf("the gateway's own record after the ack: %+v, %v", rec, err)
+	}
+}
+
+// TestATraceBatchFitsInAMessage: records whose text JSON escapes (each
+// '<' is six bytes) are sent in batches under MaxMessage, which the hub
+// decodes.
+func TestATraceBatchFitsInAMessage(t *testing.T) {
+	b := brokertest.Start(t)
+	h := newHub(t, b.URL())
+	w := newWorld(t)
+	ctx := context.Background()
+	var evs []store.Evaluation
+	for i := range 256 {
+		evs = append(evs, store.Evaluation{RequestID: fmt.Sprintf("r-%03d<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<", i),
+			At: t0, Via: "mqtt", Scene: strings.Repeat("<", 128), Source: strings.Repeat("&", 128), Outcome: "rejected",
+			Reason: strings.Repeat(">", 128), Message: strings.Repeat("<", 512), MissionID: strings.Repeat(">", 128)})
+	}
+	if err := w.db.AddTraces(ctx, evs, nil); err != nil {
+		t.Fatal(err)
+	}
+	w.steps(1, 1)
+	opts := testOptions(b.URL(), w)
+	opts.Traces = w.db
+	start(t, opts)
+	h.waitFor("the event", h.has(1))
+	zero := uint64(0)
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 1, Traces: &zero})
+	h.waitFor("a batch of records", func() bool { return len(h.traces) > 0 })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.malformed != 0 {
+		t.Errorf("%d malformed messages: a batch over MaxMessage", h.malformed)
 	}
 }
