@@ -110,8 +110,20 @@ func (d *Device) nextClientID() string {
 // client has subscribed before it runs this): "online", and its current
 // state.
 func (d *Device) onConnect(s *session) {
+	// The session takes outputs before "online" goes out: the agent may
+	// send a command the moment it sees "online", and its ack must not
+	// find the device without a connection to send it on (it would be
+	// lost, and the command would wait out its ack timeout).
+	d.mu.Lock()
+	if s.ended {
+		d.mu.Unlock()
+		return
+	}
+	d.conn = s
+	d.mu.Unlock()
 	if err := s.client.Publish(d.topics.Availability(d.id), []byte(wire.Online), true, 1); err != nil {
 		d.log.Warn("cannot announce; dropping connection", "err", err)
+		d.detach(s)
 		s.abort()
 		return
 	}
@@ -122,11 +134,11 @@ func (d *Device) onConnect(s *session) {
 		d.log.Warn("cannot report state", "err", err)
 	}
 	d.mu.Lock()
-	if s.ended {
+	if s.ended || d.conn != s {
 		d.mu.Unlock()
 		return
 	}
-	d.conn = s
+	d.announced = true
 	close(d.onlineWait)
 	d.mu.Unlock()
 	d.log.Info("online")
@@ -138,8 +150,10 @@ func (d *Device) detach(s *session) {
 	defer d.mu.Unlock()
 	s.ended = true
 	if d.conn == s {
-		d.conn = nil
-		d.onlineWait = make(chan struct{})
+		if d.announced {
+			d.onlineWait = make(chan struct{})
+		}
+		d.conn, d.announced = nil, false
 	}
 }
 
@@ -148,7 +162,7 @@ func (d *Device) detach(s *session) {
 func (d *Device) Online() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.conn != nil
+	return d.conn != nil && d.announced
 }
 
 // WaitOnline waits until the device is online or ctx ends.

@@ -81,7 +81,10 @@ type Device struct {
 	conn         *session // current connection, nil while offline
 	sessions     int      // sessions opened, for unique client IDs
 	onlineWait   chan struct{}
-	connectErr   error // the last failed connection's, for WaitOnline
+	// announced is set once conn's "online" is out (Online, onlineWait);
+	// conn takes outputs from just before.
+	announced  bool
+	connectErr error // the last failed connection's, for WaitOnline
 	// bridge is the bridge its commands come through, if any.
 	bridge *bridge
 }

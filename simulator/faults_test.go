@@ -279,3 +279,19 @@ func TestFaultsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestACommandSentTheMomentADeviceIsOnlineIsAcked: an agent may command
+// a device as soon as it reads "online"; the ack must go out, not be
+// dropped because the device had not yet taken its new connection as
+// its own (it was, once: a healthy light timed out under load).
+func TestACommandSentTheMomentADeviceIsOnlineIsAcked(t *testing.T) {
+	h, a := rig(t, DeviceConfig{ID: "light", Type: TypeLight})
+	d := h.Device("light")
+	for i := range 30 {
+		d.SetOnline(false)
+		a.awaitAvail("light", wire.Offline)
+		d.SetOnline(true)
+		a.awaitAvail("light", wire.Online)
+		wantOK(t, a.call("light", fmt.Sprintf("at-once-%d", i), "turn_on", ""))
+	}
+}
