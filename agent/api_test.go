@@ -131,6 +131,8 @@ type apiFixture struct {
 	watch *watcher
 	devs  *fakeDevices
 	token string
+	// writeErr is what the store's WriteError says.
+	writeErr atomic.Pointer[error]
 }
 
 func newAPIFixture(t testing.TB, token string, tune ...func(*driver.Options)) *apiFixture {
@@ -182,7 +184,13 @@ func newAPIFixture(t testing.TB, token string, tune ...func(*driver.Options)) *a
 	}
 	trigDone := make(chan struct{})
 	go func() { defer close(trigDone); _ = trig.Run(ctx) }()
-	f.api = api.New(api.Options{Log: log, Token: token, Driver: drv, Devices: f.devs, Registry: reg, Catalog: cat, Trigger: trig.Call})
+	f.api = api.New(api.Options{Log: log, Token: token, Driver: drv, Devices: f.devs, Registry: reg, Catalog: cat, Trigger: trig.Call,
+		WriteError: func() error {
+			if p := f.writeErr.Load(); p != nil {
+				return *p
+			}
+			return nil
+		}})
 	mux := http.NewServeMux()
 	f.api.Register(mux)
 	f.srv = httptest.NewServer(mux)
@@ -534,6 +542,12 @@ func TestAPIReadinessAndShutdown(t *testing.T) {
 		t.Errorf("readyz without broker: %d %+v", code, r)
 	}
 	f.devs.connected.Store(true)
+	full := errors.New("append to the log: no space left on device")
+	f.writeErr.Store(&full)
+	if code := f.do(t, "GET", "/readyz", "", &r); code != 503 || len(r.Reasons) != 1 || !strings.Contains(r.Reasons[0], "no space left") {
+		t.Errorf("readyz while every write fails: %d %+v", code, r)
+	}
+	f.writeErr.Store(nil)
 	f.api.Shutdown()
 	if code := f.do(t, "GET", "/readyz", "", &r); code != 503 || !strings.Contains(strings.Join(r.Reasons, ";"), "shutting down") {
 		t.Errorf("readyz while stopping: %d %+v", code, r)

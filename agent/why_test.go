@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -196,6 +197,28 @@ func TestWhyIsAnsweredAtOnceAfterTheReply(t *testing.T) {
 		w, err := a.Why(ctx, fmt.Sprintf("n-%d", i))
 		if err != nil || w.Reason != scenes.ReasonUnknownScene {
 			t.Fatalf("why n-%d: %+v, %v", i, w, err)
+		}
+	}
+}
+
+// TestAPathThatIsNotCanonicalIsAJSONNotFound: "..", "." and "//" are not
+// redirected in plain text, as the mux would, but refused in JSON, as
+// every error of the API is.
+func TestAPathThatIsNotCanonicalIsAJSONNotFound(t *testing.T) {
+	cat, reg := loadTestScenes(t, traceScenes)
+	a := startAgent(t, t.TempDir(), cat, reg, nil)
+	for _, p := range []string{"/api/missions/../../etc/passwd", "/api//missions", "/api/./why/x"} {
+		resp, err := http.Get(a.Addrs().API + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		_ = resp.Body.Close() // read
+		if resp.StatusCode != http.StatusNotFound || err != nil || body.Error.Code != "not_found" {
+			t.Errorf("GET %s: %d, %v, %+v; want a JSON 404", p, resp.StatusCode, err, body)
 		}
 	}
 }

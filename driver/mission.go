@@ -302,7 +302,10 @@ func CheckID(what, id string) error {
 		return fmt.Errorf("%s is %d bytes long (max %d)", what, len(id), MaxIDLen)
 	}
 	if i := strings.IndexFunc(id, func(r rune) bool {
-		return r == '/' || r == '+' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar
+		// Format characters (direction overrides, zero-width joiners and
+		// spaces) make an ID that reads as another in a log or a topic.
+		return r == '/' || r == '+' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar ||
+			unicode.Is(unicode.Cf, r)
 	}); i >= 0 {
 		return fmt.Errorf("%s %q contains %q", what, id, []rune(id[i:])[0])
 	}

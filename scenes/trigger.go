@@ -55,6 +55,12 @@ func DecodeTrigger(b []byte) (Trigger, error) {
 	if len(b) > MaxTriggerSize {
 		return t, triggerErr(ReasonTooLarge, "payload is %d bytes (max %d)", len(b), MaxTriggerSize)
 	}
+	// encoding/json keeps the last of two equal keys; a trigger whose
+	// "scene" says one thing to a proxy that reads the first and another
+	// to the agent is refused instead.
+	if k, dup := duplicateKey(b); dup {
+		return t, triggerErr(ReasonInvalidField, "key %.70q appears twice in one object", k)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	dec.DisallowUnknownFields()
@@ -86,6 +92,55 @@ func DecodeTrigger(b []byte) (Trigger, error) {
 	}
 	t.Params = params
 	return t, nil
+}
+
+// duplicateKey finds a key given twice in one object of b. It reads b
+// as a token stream, keeping the keys of each open object; b is bounded
+// by MaxTriggerSize. Malformed JSON is left to the decoder to report.
+func duplicateKey(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		keys      map[string]bool // nil in an array
+		expectKey bool
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		top := len(stack) - 1
+		if d, ok := tok.(json.Delim); ok {
+			switch d {
+			case '{':
+				if top >= 0 && stack[top].keys != nil {
+					stack[top].expectKey = true // this object was the value
+				}
+				stack = append(stack, frame{keys: map[string]bool{}, expectKey: true})
+			case '[':
+				if top >= 0 && stack[top].keys != nil {
+					stack[top].expectKey = true
+				}
+				stack = append(stack, frame{})
+			default:
+				stack = stack[:top]
+			}
+			continue
+		}
+		if top < 0 || stack[top].keys == nil {
+			continue
+		}
+		if stack[top].expectKey {
+			k, _ := tok.(string)
+			if stack[top].keys[k] {
+				return k, true
+			}
+			stack[top].keys[k] = true
+			stack[top].expectKey = false
+			continue
+		}
+		stack[top].expectKey = true // a scalar value
+	}
 }
 
 // jsonError maps a decoding error to a TriggerError.

@@ -140,3 +140,33 @@ func TestABadNotAfterIsAnInvalidField(t *testing.T) {
 		}
 	}
 }
+
+func TestATriggerWithAKeyGivenTwiceIsRefused(t *testing.T) {
+	for _, in := range []string{
+		`{"scene":"go_home","scene":"all_off","request_id":"r"}`,
+		`{"scene":"go_home","request_id":"r","params":{"temperature":20,"temperature":30}}`,
+	} {
+		_, err := DecodeTrigger([]byte(in))
+		var te *TriggerError
+		if !errors.As(err, &te) || te.Reason != ReasonInvalidField || !strings.Contains(te.Msg, "twice") {
+			t.Errorf("%s: %v, want invalid_field naming the key", in, err)
+		}
+	}
+	// The same key in two objects is fine.
+	if _, err := DecodeTrigger([]byte(`{"scene":"go_home","request_id":"r","params":{"scene":"x"}}`)); err != nil {
+		var te *TriggerError
+		if !errors.As(err, &te) || strings.Contains(te.Msg, "twice") {
+			t.Errorf("a key in two objects taken for a duplicate: %v", err)
+		}
+	}
+}
+
+func TestIDsWithFormatCharactersAreRefused(t *testing.T) {
+	for _, id := range []string{"r\u202e1", "r\u200b1", "r\ufeff"} {
+		_, err := DecodeTrigger([]byte(`{"scene":"go_home","request_id":"` + id + `"}`))
+		var te *TriggerError
+		if !errors.As(err, &te) || te.Reason != ReasonInvalidField {
+			t.Errorf("request_id %s: %v, want invalid_field", id, err)
+		}
+	}
+}

@@ -208,7 +208,9 @@ func (db *DB) checkpointer() {
 			return
 		}
 		var err error
-		if waiting, err = db.checkpointLeft(); err != nil {
+		waiting, err = db.checkpointLeft()
+		noteWrite(&db.checkpointErr, err)
+		if err != nil {
 			db.log.Warn("checkpoint failed; the writes are safe in the log and will be applied later", "err", err)
 			if !db.sleep(checkpointRetry, nil) {
 				return

@@ -281,6 +281,7 @@ func (db *DB) commitBatch(batch []*write) {
 		db.commits.Add(1)
 		db.writes.Add(uint64(len(batch)))
 	}
+	noteWrite(&db.commitErr, err)
 	for _, w := range batch {
 		if err != nil && w.err == nil {
 			// Nothing was logged, and every check ran against a state that

@@ -378,3 +378,26 @@ func TestFailedBatchDuplicateCreateReportsNoUnsavedVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteErrorReportsFailingCommitsUntilOneSucceeds: a store whose
+// appends fail (a full disk) says so, for /readyz, and stops saying so
+// once a commit succeeds again.
+func TestWriteErrorReportsFailingCommitsUntilOneSucceeds(t *testing.T) {
+	db := openTest(t)
+	if err := db.WriteError(); err != nil {
+		t.Fatalf("a fresh store: %v", err)
+	}
+	m := newMission(mid(1))
+	w, err := newWrite(true, m, []driver.Event{event(m, 1, m.State)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitFailing(t, db, w)
+	if err := db.WriteError(); err == nil {
+		t.Fatal("no write error after a failed append")
+	}
+	mustCreate(t, db, newMission(mid(2)))
+	if err := db.WriteError(); err != nil {
+		t.Fatalf("after a commit that succeeded: %v", err)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -186,6 +188,32 @@ func deleteMission(b *txBuckets, c *counts, fkey []byte) error {
 		c.events -= int64(len(evs))
 	}
 	return b.finished.Delete(fkey)
+}
+
+// WriteError returns why the store's last write failed (a commit to the
+// log, or a checkpoint into the file: a full disk, an I/O error), or nil
+// once a write has succeeded since. A store that answers reads but fails
+// every write is not ready (the agent's /readyz).
+func (db *DB) WriteError() error {
+	for _, slot := range []*atomic.Pointer[error]{&db.commitErr, &db.checkpointErr} {
+		if p := slot.Load(); p != nil {
+			return *p
+		}
+	}
+	return nil
+}
+
+// noteWrite records the outcome of a commit or a checkpoint in its slot
+// for WriteError. A closed store is not a failing one.
+func noteWrite(slot *atomic.Pointer[error], err error) {
+	switch {
+	case err == nil:
+		if slot.Load() != nil {
+			slot.Store(nil)
+		}
+	case !errors.Is(err, driver.ErrClosed):
+		slot.Store(&err)
+	}
 }
 
 // Stats is a snapshot of the store's size.

@@ -133,6 +133,11 @@ type DB struct {
 	closed   bool
 	inflight sync.WaitGroup // calls that Close must wait for
 
+	// commitErr and checkpointErr are the failures of the last commit and
+	// the last checkpoint, each nil once one of its kind succeeds again
+	// (WriteError).
+	commitErr, checkpointErr atomic.Pointer[error]
+
 	commits     atomic.Uint64 // log appends of commitBatch
 	writes      atomic.Uint64 // Create and Save calls they carried
 	checkpoints atomic.Uint64 // bbolt transactions applying them

@@ -89,6 +89,10 @@ type Options struct {
 	Declined  func(tr scenes.Trigger, rep scenes.Reply)
 	// Schedules lists the scenes' schedules with their next n firings.
 	Schedules func(n int) []ScheduleItem
+	// WriteError, when set, says why the store's writes are failing (nil
+	// when they are not): /readyz is then not ready, since a store that
+	// reads but cannot write takes no trigger.
+	WriteError func() error
 }
 
 // Handler is the management API, an http.Handler: JSON under /api/ and
@@ -206,6 +210,11 @@ func (s *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	var reasons []string
 	if _, err := s.opts.Driver.Get(r.Context(), "readyz-probe"); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		reasons = append(reasons, "store: "+err.Error())
+	}
+	if s.opts.WriteError != nil {
+		if err := s.opts.WriteError(); err != nil {
+			reasons = append(reasons, "store: writes failing: "+err.Error())
+		}
 	}
 	if !s.opts.Devices.Connected() {
 		reasons = append(reasons, "devices: not connected to the broker")
