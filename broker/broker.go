@@ -252,12 +252,21 @@ func (b *Broker) Close() error {
 	return err
 }
 
-// disconnectClients disconnects the clients of one listener.
+// disconnectClients disconnects the clients of one listener. An MQTT 5
+// client is told why (a DISCONNECT with "server shutting down"); an MQTT
+// 3.1.1 client's connection is just closed, since 3.1.1 has no DISCONNECT
+// from a server, and mosquitto_sub, for one, reports one as a protocol
+// error.
 func (b *Broker) disconnectClients(listener string) {
 	for _, cl := range b.srv.Clients.GetAll() {
-		if cl.Net.Listener == listener && !cl.Closed() {
-			_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		if cl.Net.Listener != listener || cl.Closed() {
+			continue
 		}
+		if cl.Properties.ProtocolVersion < 5 {
+			cl.Stop(packets.ErrServerShuttingDown)
+			continue
+		}
+		_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -219,4 +220,55 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestCloseSendsNoDisconnectToAnMQTT311Client: MQTT 3.1.1 has no
+// DISCONNECT from a server, so at Close a 3.1.1 client's connection is
+// closed without one (mosquitto_sub reported "A network protocol error
+// occurred"); an MQTT 5 client gets one, with its reason.
+func TestCloseSendsNoDisconnectToAnMQTT311Client(t *testing.T) {
+	for _, c := range []struct {
+		version byte
+		want    bool // a DISCONNECT before the end
+	}{{4, false}, {5, true}} {
+		b, err := Start(Options{Addr: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// CONNECT: protocol name "MQTT", level, clean session, keep-alive 60,
+		// client ID "c" (and, in 5, an empty property list).
+		body := []byte{0, 4, 'M', 'Q', 'T', 'T', c.version, 2, 0, 60}
+		if c.version == 5 {
+			body = append(body, 0)
+		}
+		body = append(body, 0, 1, 'c')
+		if _, err := conn.Write(append([]byte{0x10, byte(len(body))}, body...)); err != nil {
+			t.Fatal(err)
+		}
+		ack := make([]byte, 2)
+		if _, err := io.ReadFull(conn, ack); err != nil || ack[0] != 0x20 {
+			t.Fatalf("v%d: CONNACK %x, %v", c.version, ack, err)
+		}
+		rest := make([]byte, ack[1])
+		if _, err := io.ReadFull(conn, rest); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		after, err := io.ReadAll(conn)
+		_ = conn.Close() // read to its end
+		if err != nil {
+			t.Fatalf("v%d: reading to the end: %v", c.version, err)
+		}
+		got := len(after) > 0 && after[0] == 0xE0
+		if got != c.want {
+			t.Errorf("MQTT v%d client: DISCONNECT sent = %v, want %v (bytes %x)", c.version, got, c.want, after)
+		}
+	}
 }
