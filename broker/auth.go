@@ -18,6 +18,7 @@ import (
 // AuthOptions.Refused and logged.
 const (
 	RefusedLogin     = "bad_login" // unknown user or wrong password
+	RefusedThrottled = "throttled" // a login from a host that failed too often just before, not checked
 	RefusedWill      = "will"      // a last will outside what the user may publish
 	RefusedClientID  = "client_id" // a client ID held by or reserved to another user
 	RefusedPublish   = "publish"   // a publish outside the user's topics
@@ -63,6 +64,7 @@ type Auth struct {
 	opts         AuthOptions
 	internalPass []byte
 	ids          *owners
+	throttle     *throttle
 	lastLog      atomic.Int64 // unix ns of the last refusal logged
 	quiet        atomic.Int64 // refusals not logged since
 }
@@ -80,7 +82,7 @@ func NewAuth(opts AuthOptions) (*Auth, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &Auth{opts: opts, internalPass: []byte(opts.InternalPassword)}
+	a := &Auth{opts: opts, internalPass: []byte(opts.InternalPassword), throttle: newThrottle()}
 	named := namedOwner(func(name string) bool {
 		return name == opts.Internal && name != "" || opts.Users.Has(name)
 	})
@@ -114,9 +116,21 @@ func (a *Auth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	internal := a.opts.Internal != "" && user == a.opts.Internal
 	var ok bool
 	if internal {
+		// A constant-time compare, not a key derivation: not throttled,
+		// so that a guesser on the gateway's own host cannot lock the
+		// agent's own clients out.
 		ok = subtle.ConstantTimeCompare(pass, a.internalPass) == 1
 	} else {
+		if a.throttle.wait(cl.Net.Remote) > 0 {
+			a.refuse(RefusedThrottled, user, id, cl.Net.Remote)
+			return false
+		}
 		ok = user != "" && len(pass) > 0 && a.opts.Users.Check(user, pass)
+		if ok {
+			a.throttle.succeeded(cl.Net.Remote)
+		} else {
+			a.throttle.failed(cl.Net.Remote)
+		}
 	}
 	switch {
 	case !ok:
