@@ -341,10 +341,16 @@ var (
 	descDupAcks   = metrics.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", metrics.TypeCounter)
 	descTimeouts  = metrics.NewDesc(namespace+"_device_ack_timeouts_total", "Commands that got no ack in time.", metrics.TypeCounter)
 	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the database, finished ones included.", metrics.TypeGauge)
+
+	// descUnmatched's reason label has two values, both emitted from the
+	// first scrape.
+	descUnmatched = metrics.NewDesc(namespace+"_device_unmatched_acks_total",
+		"Acks that matched no command, by reason: malformed (not JSON, over 64 KiB, no id, negative without an error code) or unknown_command (an ID the agent did not send, sent before a restart, or long forgotten).",
+		metrics.TypeCounter, "reason")
 )
 
 func (c *scrapeCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descStored}
+	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descUnmatched, descStored}
 }
 
 func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
@@ -382,6 +388,8 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		sc.Emit(descLateAcks, float64(st.LateAcks))
 		sc.Emit(descDupAcks, float64(st.Duplicates))
 		sc.Emit(descTimeouts, float64(st.Timeouts))
+		sc.Emit(descUnmatched, float64(st.MalformedAcks), "malformed")
+		sc.Emit(descUnmatched, float64(st.UnknownAcks), "unknown_command")
 	}
 	if c.stored != nil {
 		if n, err := c.stored(); err == nil {

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/metrics"
 	"github.com/sortie-edge/sortie/store"
@@ -149,3 +154,59 @@ func TestStepFailureClassLabelIsBounded(t *testing.T) {
 		t.Errorf("class label is not bounded: %d series for one class and one code", series)
 	}
 }
+
+// TestUnmatchedAcksMetric: acks a device sends that match no command,
+// malformed or for an ID never sent, show in
+// sortie_device_unmatched_acks_total by reason, read from a real client
+// on a real broker; both reasons are there from the first scrape.
+func TestUnmatchedAcksMetric(t *testing.T) {
+	b := brokertest.Start(t)
+	stray := make(chan struct{}, 1)
+	c, err := devices.Dial(t.Context(), devices.Options{
+		Broker: b.URL(), ClientID: "metrics-acks", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnStrayAck: func(string, wire.Ack, bool) { stray <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	// The broker closes first, with the client idle: mochi v2.7.9 can
+	// deadlock in Close when a client leaves at the same moment (see
+	// devices' closeBrokerFirst).
+	t.Cleanup(func() { _ = b.Close() })
+	m := newInstruments()
+	m.watch(stubQueue{}, c, nil)
+	check := func(malformed, unknown int) {
+		t.Helper()
+		want := fmt.Sprintf(`# HELP sortie_device_unmatched_acks_total Acks that matched no command, by reason: malformed (not JSON, over 64 KiB, no id, negative without an error code) or unknown_command (an ID the agent did not send, sent before a restart, or long forgotten).
+# TYPE sortie_device_unmatched_acks_total counter
+sortie_device_unmatched_acks_total{reason="malformed"} %d
+sortie_device_unmatched_acks_total{reason="unknown_command"} %d
+`, malformed, unknown)
+		if got := family(t, m.reg, "sortie_device_unmatched_acks_total"); got != want {
+			t.Errorf("got:\n%s\nwant:\n%s", got, want)
+		}
+	}
+	check(0, 0)
+	topic := c.Topics().Ack("lamp")
+	for _, p := range []string{`{"ok":true`, `{"ok":true}`, `{"id":"x","ok":false}`} {
+		if err := b.Publish(topic, []byte(p), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// In order after the malformed ones, from the same publisher.
+	if err := b.Publish(topic, []byte(`{"id":"never-sent","ok":true}`), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stray:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the unknown ack never arrived")
+	}
+	check(3, 1)
+}
+
+// stubQueue is a driver with nothing queued.
+type stubQueue struct{}
+
+func (stubQueue) Queue() driver.QueueStats { return driver.QueueStats{} }

@@ -142,10 +142,10 @@ type Options struct {
 	// receive path, so it must not block (nor call Close, which waits for
 	// it); the agent points it at the driver's Wake.
 	OnChange func(key string)
-	// OnStrayAck, if set, is called for every ack that completes no
-	// waiting Send: a late ack (its Send gave up) or a duplicate. It must
-	// not block. The agent uses it to count late acks per mission, since
-	// command IDs are step idempotency keys.
+	// OnStrayAck, if set, is called for every well-formed ack that
+	// completes no waiting command: a late ack (its command was given up
+	// on), one for a command ID this client does not know (see
+	// Stats.UnknownAcks), or a duplicate. It must not block.
 	OnStrayAck func(deviceID string, ack wire.Ack, duplicate bool)
 }
 
@@ -181,13 +181,23 @@ type Stats struct {
 	Cached     uint64 // Sends completed from a remembered ack without publishing
 	Timeouts   uint64 // Sends that gave up waiting for an ack
 	Duplicates uint64 // acks for a command already completed
-	LateAcks   uint64 // acks that arrived after their Send gave up
-	Malformed  uint64 // device messages that failed to decode
-	Reconnects uint64 // connections after the first
+	LateAcks   uint64 // acks that arrived after their command was given up on
+	// UnknownAcks are well-formed acks for a command ID this client is
+	// not waiting for, did not give up on and does not remember
+	// (AckCache): never sent by this process (one sent before an agent
+	// restart, an ID the device got wrong), or settled so long ago that
+	// it was forgotten. They are kept like late acks: the retry of a
+	// command sent before a restart completes from one.
+	UnknownAcks uint64
+	Malformed   uint64 // device messages that failed to decode, acks included
+	// MalformedAcks are the acks among Malformed: not JSON, over
+	// wire.MaxPayload, without an id, or negative without an error code.
+	MalformedAcks uint64
+	Reconnects    uint64 // connections after the first
 }
 
 type stats struct {
-	sent, acked, rejected, cached, timeouts, duplicates, late, malformed, reconnects atomic.Uint64
+	sent, acked, rejected, cached, timeouts, duplicates, late, unknown, malformed, malformedAcks, reconnects atomic.Uint64
 }
 
 // deviceEntry is what the client knows of one device.
@@ -250,6 +260,10 @@ type Client struct {
 	recent  map[ackKey]recentAck
 	recentQ []ackKey // FIFO eviction order of recent (ring)
 	recentN int      // next ring slot
+	// gaveUp holds the commands published and then given up on, as many
+	// as recent: an ack for one of them is late, one for an ID in
+	// neither is unknown.
+	gaveUp  keyRing
 	devices map[string]*deviceEntry
 
 	stats stats
@@ -274,6 +288,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		collect: make(map[ackKey]wire.Ack),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
 		recentQ: make([]ackKey, opts.AckCache),
+		gaveUp:  newKeyRing(opts.AckCache),
 		devices: make(map[string]*deviceEntry),
 	}
 	if opts.Local != nil {
@@ -420,7 +435,8 @@ func (c *Client) Stats() Stats {
 	return Stats{
 		Sent: s.sent.Load(), Acked: s.acked.Load(), Rejected: s.rejected.Load(),
 		Cached: s.cached.Load(), Timeouts: s.timeouts.Load(), Duplicates: s.duplicates.Load(),
-		LateAcks: s.late.Load(), Malformed: s.malformed.Load(), Reconnects: s.reconnects.Load(),
+		LateAcks: s.late.Load(), UnknownAcks: s.unknown.Load(), Malformed: s.malformed.Load(),
+		MalformedAcks: s.malformedAcks.Load(), Reconnects: s.reconnects.Load(),
 	}
 }
 
@@ -490,6 +506,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 		return wire.Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
 	}
 	c.pending[key] = ch
+	c.gaveUp.take(key) // its ack is this attempt's now
 	ready := c.ready
 	c.mu.Unlock()
 
@@ -504,10 +521,10 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 	case <-c.done:
 		return wire.Ack{}, ErrClosed
 	case <-ctx.Done():
-		c.abandon(key, ch)
+		c.abandon(key, ch, false)
 		return wire.Ack{}, fmt.Errorf("send %s to %s: %w: %w", cmd.ID, deviceID, ErrNotConnected, ctx.Err())
 	case <-timer.C:
-		c.abandon(key, ch)
+		c.abandon(key, ch, false)
 		return wire.Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
 	}
 
@@ -515,7 +532,7 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 	var pubDone <-chan struct{} // stays nil in process: nothing to wait for
 	if c.local != nil {
 		if err := c.local.Publish(c.topics.Command(deviceID), payload, false, 1); err != nil {
-			c.abandon(key, ch)
+			c.abandon(key, ch, false)
 			return wire.Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
 		}
 	} else {
@@ -534,7 +551,8 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 		case <-pubDone:
 			pubDone = nil // an ack may still come; keep waiting for it
 			if err := tok.Error(); err != nil {
-				if ack, ok := c.abandon(key, ch); ok {
+				// The publish may still have reached the device.
+				if ack, ok := c.abandon(key, ch, true); ok {
 					c.stats.acked.Add(1)
 					return c.finish(deviceID, ack)
 				}
@@ -549,11 +567,15 @@ func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Comm
 }
 
 // abandon removes a waiter. If the ack raced in just before, it is
-// returned so it is not lost.
-func (c *Client) abandon(key ackKey, ch chan wire.Ack) (wire.Ack, bool) {
+// returned so it is not lost; otherwise, if published is set, the
+// command is recorded as given up on, so that its ack counts as late.
+func (c *Client) abandon(key ackKey, ch chan wire.Ack, published bool) (wire.Ack, bool) {
 	c.mu.Lock()
 	if c.pending[key] == ch {
 		delete(c.pending, key)
+		if published {
+			c.gaveUp.add(key)
+		}
 	}
 	c.mu.Unlock()
 	select {
@@ -565,7 +587,7 @@ func (c *Client) abandon(key ackKey, ch chan wire.Ack) (wire.Ack, bool) {
 }
 
 func (c *Client) timeout(key ackKey, ch chan wire.Ack, device, id string, cause error) (wire.Ack, error) {
-	if ack, ok := c.abandon(key, ch); ok {
+	if ack, ok := c.abandon(key, ch, true); ok {
 		c.stats.acked.Add(1)
 		return c.finish(device, ack)
 	}
@@ -650,8 +672,10 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDon
 	}
 	c.posted[key] = onDone
 	// A retryable failure remembered for the ID was not applied: this
-	// attempt's ack is the one to wait for.
+	// attempt's ack is the one to wait for, even if an earlier one was
+	// given up on.
 	delete(c.recent, key)
+	c.gaveUp.take(key)
 	c.mu.Unlock()
 	var perr error
 	if c.local != nil {
@@ -703,7 +727,10 @@ func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error)
 		return wire.Ack{}, false, nil
 	}
 	done, waiting := c.posted[key]
-	delete(c.posted, key)
+	if waiting {
+		delete(c.posted, key)
+		c.gaveUp.add(key)
+	}
 	c.mu.Unlock()
 	if waiting && done != nil {
 		done()
@@ -741,18 +768,19 @@ func (c *Client) onMessage(topic string, payload []byte) {
 	}
 	switch kind {
 	case "ack":
-		c.handleAck(id, payload)
+		c.handleAck(topic, id, payload)
 	case "state":
-		c.handleState(id, payload)
+		c.handleState(topic, id, payload)
 	case "availability":
-		c.handleAvailability(id, payload)
+		c.handleAvailability(topic, id, payload)
 	}
 }
 
-func (c *Client) handleAck(device string, payload []byte) {
+func (c *Client) handleAck(topic, device string, payload []byte) {
 	ack, err := wire.DecodeAck(payload)
 	if err != nil {
-		c.malformed("ack", device, err)
+		c.stats.malformedAcks.Add(1)
+		c.malformed("ack", topic, device, payload, err)
 		return
 	}
 	// The decoded maps are this function's own: normalized in place.
@@ -791,22 +819,34 @@ func (c *Client) handleAck(device string, payload []byte) {
 		return
 	}
 	_, dup := c.recent[key]
+	late := false
 	if !dup {
+		late = c.gaveUp.take(key)
 		c.remember(key, ack, reusable)
 	}
 	c.mu.Unlock()
-	if dup {
+	switch {
+	case dup:
 		c.stats.duplicates.Add(1)
 		c.log.Debug("duplicate ack", "device", device, "id", ack.ID)
-	} else {
+	case late:
 		c.stats.late.Add(1)
 		c.log.Debug("late ack recorded", "device", device, "id", ack.ID, "ok", ack.OK)
-		// A step that gave up on it waits for its retry: the retry may
-		// go now, and finds the ack remembered. Not for an ack a retry
-		// cannot use (busy, expired): it would only skip the backoff.
-		if reusable && c.opts.OnChange != nil {
-			c.opts.OnChange(AckKey(device, ack.ID))
+	default:
+		// Kept all the same: after an agent restart, the retry of a
+		// command the previous process sent completes from it.
+		c.stats.unknown.Add(1)
+		if c.log.Enabled(context.Background(), slog.LevelDebug) {
+			c.log.LogAttrs(context.Background(), slog.LevelDebug, "ack for an unknown command",
+				slog.String("device", device), slog.String("topic", topic),
+				slog.String("id", clip(ack.ID)), slog.Bool("ok", ack.OK))
 		}
+	}
+	// A step that gave up on it waits for its retry: the retry may go
+	// now, and finds the ack remembered. Not for an ack a retry cannot
+	// use (busy, expired): it would only skip the backoff.
+	if !dup && reusable && c.opts.OnChange != nil {
+		c.opts.OnChange(AckKey(device, ack.ID))
 	}
 	if c.opts.OnStrayAck != nil {
 		c.opts.OnStrayAck(device, ack, dup)
@@ -823,6 +863,44 @@ func (c *Client) remember(key ackKey, ack wire.Ack, reusable bool) {
 		c.recentN = (c.recentN + 1) % len(c.recentQ)
 	}
 	c.recent[key] = recentAck{ack: ack, reusable: reusable}
+}
+
+// keyRing is a set of ack keys that forgets its oldest beyond its size.
+// It is not safe for concurrent use (the Client holds mu).
+type keyRing struct {
+	slot map[ackKey]int // where each key is in ring
+	ring []ackKey
+	next int
+}
+
+func newKeyRing(size int) keyRing {
+	return keyRing{slot: make(map[ackKey]int), ring: make([]ackKey, size)}
+}
+
+// add puts k in the set, forgetting the oldest key if it is full.
+func (r *keyRing) add(k ackKey) {
+	if _, ok := r.slot[k]; ok {
+		return
+	}
+	// The slot's key may have been taken out since, and even added
+	// again elsewhere: forget it only if it still lives here.
+	if old := r.ring[r.next]; old != (ackKey{}) {
+		if i, ok := r.slot[old]; ok && i == r.next {
+			delete(r.slot, old)
+		}
+	}
+	r.ring[r.next] = k
+	r.slot[k] = r.next
+	r.next = (r.next + 1) % len(r.ring)
+}
+
+// take takes k out of the set and reports whether it was there.
+func (r *keyRing) take(k ackKey) bool {
+	if _, ok := r.slot[k]; !ok {
+		return false
+	}
+	delete(r.slot, k)
+	return true
 }
 
 // entry returns the device's entry, creating it if the bound allows.
@@ -845,13 +923,13 @@ func (e *deviceEntry) changedLocked() {
 	e.changed = make(chan struct{})
 }
 
-func (c *Client) handleState(device string, payload []byte) {
+func (c *Client) handleState(topic, device string, payload []byte) {
 	if len(payload) == 0 {
 		return // a cleared retained message: nothing reported
 	}
 	rep, err := wire.DecodeState(payload)
 	if err != nil {
-		c.malformed("state", device, err)
+		c.malformed("state", topic, device, payload, err)
 		return
 	}
 	st := rep.State
@@ -862,13 +940,13 @@ func (c *Client) handleState(device string, payload []byte) {
 	})
 }
 
-func (c *Client) handleAvailability(device string, payload []byte) {
+func (c *Client) handleAvailability(topic, device string, payload []byte) {
 	if len(payload) == 0 {
 		return
 	}
 	online, err := wire.DecodeAvailability(payload)
 	if err != nil {
-		c.malformed("availability", device, err)
+		c.malformed("availability", topic, device, payload, err)
 		return
 	}
 	if c.update(device, "availability", func(e *deviceEntry) bool {
@@ -880,9 +958,28 @@ func (c *Client) handleAvailability(device string, payload []byte) {
 	}
 }
 
-func (c *Client) malformed(kind, device string, err error) {
+// malformed counts a device message that does not decode and logs it at
+// debug level, with at most logClip bytes of its payload.
+func (c *Client) malformed(kind, topic, device string, payload []byte, err error) {
 	c.stats.malformed.Add(1)
-	c.log.Debug("bad "+kind, "device", device, "err", err)
+	if !c.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	c.log.LogAttrs(context.Background(), slog.LevelDebug, "malformed "+kind+" ignored",
+		slog.String("device", device), slog.String("topic", topic), slog.Any("err", err),
+		slog.Int("bytes", len(payload)), slog.String("payload", clip(payload)))
+}
+
+// logClip bounds what a log line quotes of a device's payload or ID: a
+// device may send up to wire.MaxPayload.
+const logClip = 200
+
+// clip cuts s to logClip bytes, marking the cut; it copies no more.
+func clip[T ~string | ~[]byte](s T) string {
+	if len(s) <= logClip {
+		return string(s)
+	}
+	return string(s[:logClip]) + "…"
 }
 
 // update applies f to the device's entry under the mutex and, if f

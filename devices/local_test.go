@@ -29,6 +29,9 @@ func TestInProcess(t *testing.T) {
 		{"SameIDInFlight", TestSameIDInFlight},
 		{"InvalidRejectedBeforePublish", TestInvalidRejectedBeforePublish},
 		{"AvailabilityAndState", TestAvailabilityAndState},
+		{"MalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight", TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight},
+		{"AckOfAForgottenCommandIsUnknownNotLate", TestAckOfAForgottenCommandIsUnknownNotLate},
+		{"AckOfAPostGivenUpOnIsLate", TestAckOfAPostGivenUpOnIsLate},
 	} {
 		t.Run(tc.name, tc.f)
 	}

@@ -107,8 +107,8 @@ func (d *Device) nextClientID() string {
 }
 
 // onConnect announces the device once it listens for commands (the
-// client has subscribed before it runs this): "online", and its current
-// state.
+// client has subscribed before it runs this): its current state, then
+// "online".
 func (d *Device) onConnect(s *session) {
 	// The session takes outputs before "online" goes out: the agent may
 	// send a command the moment it sees "online", and its ack must not
@@ -121,17 +121,19 @@ func (d *Device) onConnect(s *session) {
 	}
 	d.conn = s
 	d.mu.Unlock()
-	if err := s.client.Publish(d.topics.Availability(d.id), []byte(wire.Online), true, 1); err != nil {
-		d.log.Warn("cannot announce; dropping connection", "err", err)
-		d.detach(s)
-		s.abort()
-		return
-	}
+	// State first, then "online" (docs/protocol.md): an agent that reads
+	// "online" then finds the state it reports, not a stale one.
 	d.mu.Lock()
 	st := d.stateOutput(time.Now())
 	d.mu.Unlock()
 	if err := s.client.Publish(st.topic, st.payload, true, 1); err != nil {
 		d.log.Warn("cannot report state", "err", err)
+	}
+	if err := s.client.Publish(d.topics.Availability(d.id), []byte(wire.Online), true, 1); err != nil {
+		d.log.Warn("cannot announce; dropping connection", "err", err)
+		d.detach(s)
+		s.abort()
+		return
 	}
 	d.mu.Lock()
 	if s.ended || d.conn != s {

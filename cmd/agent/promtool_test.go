@@ -45,6 +45,8 @@ func TestMetricsChangeAndPassPromtool(t *testing.T) {
 		`sortie_link_queued{link="none"} 0`,
 		`sortie_link_wait_seconds_count{link="none"} 3`,
 		`sortie_trigger_rejections_total{reason="bad_json"} 0`,
+		`sortie_device_unmatched_acks_total{reason="malformed"} 0`,
+		`sortie_device_unmatched_acks_total{reason="unknown_command"} 0`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {
 		if !strings.Contains(string(body), want) {
