@@ -20,6 +20,13 @@ func TestAPIShortIDs(t *testing.T) {
 	if code := f.do(t, "GET", "/api/missions/"+id[len(id)-8:], "", &got); code != http.StatusOK || got.Mission.ID != id {
 		t.Fatalf("GET by short ID: %d %+v, want %s", code, got, id)
 	}
+	// Its start, as copied from a list, when it is the only match (a
+	// second mission shares the leading time digits, so take enough).
+	f.submit(t, "many", "short-2")
+	if code := f.do(t, "GET", "/api/missions/"+id[:16], "", &got); code != http.StatusOK || got.Mission.ID != id {
+		t.Fatalf("GET by ID prefix: %d %+v, want %s", code, got, id)
+	}
+	f.wantError(t, "GET", "/api/missions/"+id[:6], "", http.StatusBadRequest, api.CodeBadRequest)
 	f.wantError(t, "GET", "/api/missions/"+id[len(id)-3:], "", http.StatusNotFound, api.CodeNotFound)
 	f.wantError(t, "GET", "/api/missions/zzzzzzzz", "", http.StatusNotFound, api.CodeNotFound)
 }

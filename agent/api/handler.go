@@ -360,12 +360,14 @@ func (s *Handler) listMissions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// shortIDMin is the shortest ID suffix the API resolves: the progress
-// view shows the last 8 characters of mission IDs.
+// shortIDMin is the shortest ID prefix or suffix the API resolves: the
+// progress view shows the last 8 characters of mission IDs, and people
+// copy the first ones from a list.
 const shortIDMin = 6
 
-// resolve turns a unique suffix of a recent mission's ID (as the progress
-// view prints) into the full ID; a full or unknown ID comes back as is.
+// resolve turns a unique suffix (as the progress view prints) or prefix
+// of a recent mission's ID into the full ID; a full or unknown ID comes
+// back as is.
 func (s *Handler) resolve(ctx context.Context, id string) (string, error) {
 	if len(id) < shortIDMin || len(id) >= 24 {
 		return id, nil
@@ -381,7 +383,7 @@ func (s *Handler) resolve(ctx context.Context, id string) (string, error) {
 			return "", err
 		}
 		for _, m := range ms {
-			if strings.HasSuffix(m.ID, id) {
+			if strings.HasSuffix(m.ID, id) || strings.HasPrefix(m.ID, id) {
 				found = append(found, m.ID)
 			}
 		}

@@ -177,10 +177,19 @@ const missionsUsage = `usage:
   agent missions priority ID N [-json]
 (and -addr, -token, -config on each)`
 
+// isHelp says whether arg asks for a command's usage.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
 // cmdMissions lists, shows and controls missions.
 func cmdMissions(ctx context.Context, args []string, o cliOut) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		_, err := fmt.Fprintln(o.stdout, missionsUsage)
+		return err
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return &usageError{Msg: "missions needs an action\n" + missionsUsage}
+		return &usageError{Msg: "missions needs an action", Usage: missionsUsage + "\n"}
 	}
 	action, args := args[0], args[1:]
 	fs, cf := newClientFlagSet("missions "+action, o.stderr)
@@ -200,7 +209,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		fs.BoolVar(&verbose, "v", false, "also list every event")
 	case "pause", "resume", "cancel", "retry", "priority":
 	default:
-		return &usageError{Msg: fmt.Sprintf("unknown missions action %q\n%s", action, missionsUsage)}
+		return &usageError{Msg: fmt.Sprintf("unknown missions action %q", action), Usage: missionsUsage + "\n"}
 	}
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -214,7 +223,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		want = 2
 	}
 	if len(pos) != want {
-		return &usageError{Msg: fmt.Sprintf("missions %s takes %d argument(s), got %d\n%s", action, want, len(pos), missionsUsage)}
+		return &usageError{Msg: fmt.Sprintf("missions %s takes %d argument(s), got %d", action, want, len(pos)), Usage: missionsUsage + "\n"}
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -279,12 +288,16 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 	fs, cf := newClientFlagSet("trigger", o.stderr)
 	requestID := fs.String("request-id", "", "request ID; repeating it returns the same mission (default: a new one)")
 	source := fs.String("source", "cli", "who asks, recorded on the mission")
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(fs.Output(), "%s\n\nflags:\n", triggerUsage) // usage text to the terminal; nothing to do if it fails
+		fs.PrintDefaults()
+	}
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return &usageError{Msg: "trigger needs a scene\n" + triggerUsage}
+		return &usageError{Msg: "trigger needs a scene", Usage: triggerUsage + "\n"}
 	}
 	params := map[string]any{}
 	for _, kv := range pos[1:] {

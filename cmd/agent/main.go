@@ -5,7 +5,7 @@
 //	agent validate [-config FILE]           check config, devices and scenes
 //	agent compact  [-config FILE]           shrink the database (agent stopped)
 //	agent passwd   [-role R] [-generate] NAME  a user of the embedded broker
-//	agent version                           print the version
+//	agent version [-json]                    print the version
 //	agent missions list|show|pause|resume|cancel|retry|priority ...
 //	agent trigger  SCENE [key=value ...]    run a scene
 //	agent devices | agent scenes            list devices or scenes
@@ -53,7 +53,7 @@ Usage:
   agent restore  [-config FILE] [-data DIR] BACKUP  put a backup in place (agent stopped)
   agent passwd   [-role app|device|admin] [-generate] NAME
                                          a [[broker.users]] entry for the embedded broker
-  agent version                          print the version
+  agent version [-json]                  print the version
 
 Talking to a running agent (its HTTP API, see docs/api.md):
   agent missions list [-state S] [-scene X] [-since T] [-limit N] [-json]
@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "passwd":
 		err = cmdPasswd(args, os.Stdin, stdout, stderr)
 	case "version":
-		_, err = fmt.Fprintln(stdout, "sortie agent", Version)
+		err = cmdVersion(args, stdout, stderr)
 	case "help", "-h", "--help":
 		_, err = fmt.Fprint(stdout, usage)
 	default:

@@ -53,7 +53,10 @@ Run "hub run -h" for the flags of run.
 // run dispatches a subcommand and maps its error to an exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := "run"
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		cmd = "help"
+	case len(args) > 0 && args[0] != "" && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
 	}
 	var err error
