@@ -375,14 +375,24 @@ func maxTime(a, b time.Time) time.Time {
 // first: on time ones run; missed ones (the agent was away, or the
 // clock jumped) go by the schedule's catch-up policy.
 func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time) {
+	isDue := func(t time.Time) bool { return !t.IsZero() && !e.fireAt(t).After(now) }
+	missed := func(t time.Time) bool { return now.Sub(e.fireAt(t)) > onTimeGrace }
 	sc.mu.Lock()
+	from := e.next
+	sc.mu.Unlock()
+	// Firings are handled in order, so those handled before a crash whose
+	// cursor was not yet written come first: they are passed by their
+	// request IDs before anything is taken for missed.
+	for ; isDue(from) && sc.handled(ctx, firingID(e.s, from)); from = e.when.Next(from, e.loc) {
+		sc.advance(e, from, firingID(e.s, from))
+	}
 	// Firings older than the window are missed whatever the policy: they
 	// are passed over, the latest of them recorded as skipped (with how
 	// many it stands for), not each one.
 	windowStart := now.Add(-e.s.CatchUpWindow - e.s.Jitter)
 	var oldest, latestOld time.Time
 	passedOld := 0
-	for t := e.next; !t.IsZero() && t.Before(windowStart) && passedOld < maxPassed; t = e.when.Next(t, e.loc) {
+	for t := from; !t.IsZero() && t.Before(windowStart) && passedOld < maxPassed; t = e.when.Next(t, e.loc) {
 		if passedOld == 0 {
 			oldest = t
 		}
@@ -390,11 +400,7 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 		passedOld++
 	}
 	if passedOld > 0 {
-		e.next = e.when.Next(latestOld, e.loc)
-	}
-	from := e.next
-	sc.mu.Unlock()
-	if passedOld > 0 {
+		from = e.when.Next(latestOld, e.loc)
 		late := now.Sub(e.fireAt(latestOld))
 		id := firingID(e.s, latestOld)
 		if !sc.handled(ctx, id) {
@@ -408,14 +414,6 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 		}
 		sc.log.Warn("schedule: firings missed beyond the catch-up window were not run", "schedule", e.s.ID(), "count", passedOld, "latest", latestOld, "window", e.s.CatchUpWindow.String())
 		sc.advance(e, latestOld, id)
-	}
-	isDue := func(t time.Time) bool { return !t.IsZero() && !e.fireAt(t).After(now) }
-	missed := func(t time.Time) bool { return now.Sub(e.fireAt(t)) > onTimeGrace }
-	// Firings are handled in order, so those handled before a crash whose
-	// cursor was not yet written come first: they are passed by their
-	// request IDs before the policy looks at what was missed.
-	for ; isDue(from) && sc.handled(ctx, firingID(e.s, from)); from = e.when.Next(from, e.loc) {
-		sc.advance(e, from, firingID(e.s, from))
 	}
 	// First pass: the latest missed firings, which the policy picks from
 	// (no policy runs more than MaxCatchUp of them), and which are
