@@ -62,6 +62,9 @@ func NewAPI(svc *Service, opts APIOptions) *API {
 	}
 	a := &API{svc: svc, st: svc.Store(), opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{})}
 	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.healthz))
+	// Open, as the agent's is: aggregates only, nothing a gateway or a
+	// mission could be read from.
+	a.mux.Handle("/metrics", a.method(http.MethodGet, svc.Metrics().ServeHTTP))
 	a.mux.HandleFunc("/api/gateways", a.auth(a.method(http.MethodGet, a.gateways)))
 	a.mux.HandleFunc("/api/missions", a.auth(a.method(http.MethodGet, a.missions)))
 	a.mux.HandleFunc("/api/gateways/{gw}/missions/{id}", a.auth(a.method(http.MethodGet, a.mission)))
@@ -278,12 +281,6 @@ func (a *API) control(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	// A control sent to an offline gateway would be lost (sessions are
-	// clean) and the caller would wait out the timeout for nothing.
-	if g.State != uplink.StateOnline {
-		writeError(w, http.StatusServiceUnavailable, "gateway_offline", fmt.Sprintf("gateway %s is %s; try again when it is online", gw, g.State))
-		return
-	}
 	var req ControlRequest
 	if status, code, err := decodeBody(w, r, &req); err != nil {
 		writeError(w, status, code, err.Error())
@@ -293,6 +290,13 @@ func (a *API) control(w http.ResponseWriter, r *http.Request) {
 	case uplink.ActionTrigger, uplink.ActionPause, uplink.ActionResume, uplink.ActionCancel, uplink.ActionRetry:
 	default:
 		writeError(w, http.StatusBadRequest, "invalid_action", fmt.Sprintf("action %q: want trigger, pause, resume, cancel or retry", req.Action))
+		return
+	}
+	// A control sent to an offline gateway would be lost (sessions are
+	// clean) and the caller would wait out the timeout for nothing.
+	if g.State != uplink.StateOnline {
+		a.svc.metrics.control(req.Action, false, ErrOffline)
+		writeError(w, http.StatusServiceUnavailable, "gateway_offline", fmt.Sprintf("gateway %s is %s; try again when it is online", gw, g.State))
 		return
 	}
 	res, err := a.svc.Control(r.Context(), gw, uplink.Control{

@@ -51,6 +51,8 @@ type Result struct {
 	// highest trace seq stored, and each gateway that came online to
 	// its stored one (the ack that tells it the hub takes records).
 	TraceAcks map[string]uint64
+	// TraceRecords counts the trigger records stored.
+	TraceRecords int
 	// Gateways and Missions are the records changed, after the change.
 	Gateways []Gateway
 	Missions []Mission

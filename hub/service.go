@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -54,11 +55,12 @@ type ServiceOptions struct {
 // with Run; Control and Watch may be called at any time from any
 // goroutine.
 type Service struct {
-	st     *Store
-	opts   ServiceOptions
-	log    *slog.Logger
-	topics uplink.Topics
-	queue  chan inboundRaw
+	metrics *hubMetrics
+	st      *Store
+	opts    ServiceOptions
+	log     *slog.Logger
+	topics  uplink.Topics
+	queue   chan inboundRaw
 
 	client    atomic.Pointer[mqttc.Client]
 	readyOnce sync.Once
@@ -105,7 +107,7 @@ func NewService(st *Store, opts ServiceOptions) *Service {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Service{
+	s := &Service{
 		st: st, opts: opts, log: log,
 		topics:   uplink.Topics{Prefix: opts.Prefix},
 		queue:    make(chan inboundRaw, opts.Queue),
@@ -115,6 +117,8 @@ func NewService(st *Store, opts ServiceOptions) *Service {
 		waiters:  map[string]chan uplink.ControlResult{},
 		watchers: map[*watcher]struct{}{},
 	}
+	s.metrics = newHubMetrics(s)
+	return s
 }
 
 // Store returns the service's store.
@@ -320,6 +324,7 @@ func (s *Service) ingestLoop(ctx context.Context, groups <-chan []Inbound) error
 
 // report acknowledges, logs and broadcasts what a commit changed.
 func (s *Service) report(res Result) {
+	s.metrics.observe(res, s.opts.Now())
 	if len(res.Acks) > 0 || len(res.TraceAcks) > 0 {
 		s.ackMu.Lock()
 		for gw, upto := range res.Acks {
@@ -386,6 +391,7 @@ func (s *Service) ackLoop(ctx context.Context) error {
 			}
 			b, _ := json.Marshal(a)
 			toks[gw] = c.PublishAsync(s.topics.Ack(gw), b, false, 1)
+			s.metrics.acks.Inc()
 		}
 		for gw, tok := range toks {
 			// A lost ack only costs a re-delivery, which is idempotent.
@@ -420,6 +426,16 @@ func (s *Service) pruneLoop(ctx context.Context) error {
 // trigger without one, c.RequestID, so a re-delivered request runs the
 // scene once).
 func (s *Service) Control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error) {
+	r, err := s.control(ctx, gw, c)
+	s.metrics.control(c.Action, r.OK, err)
+	return r, err
+}
+
+// Metrics is the hub's /metrics (Prometheus text format): fleet
+// aggregates, no label per gateway.
+func (s *Service) Metrics() http.Handler { return s.metrics.reg }
+
+func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error) {
 	g, err := s.st.Gateway(gw)
 	if err != nil {
 		return uplink.ControlResult{}, err

@@ -74,6 +74,7 @@ func (a *applier) traces(m *Inbound) error {
 		if err := putJSON(b, k, &t); err != nil {
 			return err
 		}
+		a.res.TraceRecords++
 	}
 	// Records the decoder dropped are acked too: they would never be
 	// taken, and must not hold up the ones after them.

@@ -1,0 +1,125 @@
+package hub
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/sortie-edge/sortie/internal/metrics"
+)
+
+// hubMetrics are the hub's /metrics: fleet aggregates only. A label per
+// gateway would grow the series with the fleet; the API has each
+// gateway's detail.
+type hubMetrics struct {
+	reg *metrics.Registry
+
+	stored, duplicates, gaps, rejected, traces, acks *metrics.Counter
+	lag                                              *metrics.Histogram
+	controls                                         *metrics.CounterVec
+	gateways                                         *metrics.Desc
+}
+
+// Control results, the values of sortie_hub_controls_total's result.
+const (
+	controlOK      = "ok"      // the gateway carried it out
+	controlFailed  = "failed"  // the gateway answered ok=false
+	controlOffline = "offline" // not sent: the gateway is not online
+	controlTimeout = "timeout" // no result in time (the gateway may still act)
+	controlError   = "error"   // not sent: invalid, or the hub is disconnected
+)
+
+func newHubMetrics(s *Service) *hubMetrics {
+	const ns = "sortie_hub"
+	m := &hubMetrics{
+		reg:        metrics.NewRegistry(),
+		stored:     metrics.NewCounter(ns+"_events_stored_total", "Mission events stored (first copies)."),
+		duplicates: metrics.NewCounter(ns+"_events_duplicate_total", "Mission events received again and not stored (resends)."),
+		gaps:       metrics.NewCounter(ns+"_gaps_total", "Gaps found in a mission's events (compacted ones included)."),
+		rejected:   metrics.NewCounter(ns+"_messages_rejected_total", "Gateway messages refused whole (bad IDs, a body naming another gateway)."),
+		traces:     metrics.NewCounter(ns+"_trace_records_total", "Gateways' trigger records stored (first copies)."),
+		acks:       metrics.NewCounter(ns+"_acks_total", "Acks published to gateways."),
+		lag: metrics.NewHistogram(ns+"_ingest_lag_seconds", "From a mission's last change on its gateway (gateway clock) to the hub storing it (hub clock).",
+			[]float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600}),
+		controls: metrics.NewCounterVec(ns+"_controls_total", "Control requests, by action and result (ok, failed, offline, timeout, error).", "action", "result"),
+		gateways: metrics.NewDesc(ns+"_gateways", "Gateways known, by state (online, offline, unknown).", metrics.TypeGauge, "state"),
+	}
+	m.reg.MustRegister(m.stored, m.duplicates, m.gaps, m.rejected, m.traces, m.acks, m.lag, m.controls,
+		gatewayStates{desc: m.gateways, st: s.st},
+		metrics.NewGaugeFunc(ns+"_store_bytes", "Size of the hub's database file.", func() float64 { return float64(s.st.size()) }),
+		metrics.NewGaugeFunc(ns+"_queue_depth", "Gateway messages received and waiting to be stored.", func() float64 { return float64(len(s.queue)) }),
+		metrics.NewGaugeFunc(ns+"_broker_connected", "1 while the hub's MQTT connection is up.", func() float64 {
+			if c := s.client.Load(); c != nil && c.Connected() {
+				return 1
+			}
+			return 0
+		}),
+		metrics.NewGoCollector(), metrics.NewProcessCollector())
+	return m
+}
+
+// gatewayStates counts the gateways by state at each scrape.
+type gatewayStates struct {
+	desc *metrics.Desc
+	st   *Store
+}
+
+func (g gatewayStates) Describe() []*metrics.Desc { return []*metrics.Desc{g.desc} }
+
+func (g gatewayStates) Collect(s *metrics.Scrape) {
+	n := map[string]float64{StateOnline: 0, StateOffline: 0, StateUnknown: 0}
+	gws, err := g.st.Gateways()
+	if err != nil {
+		return
+	}
+	for _, gw := range gws {
+		n[gw.State]++
+	}
+	for _, state := range []string{StateOnline, StateOffline, StateUnknown} {
+		s.Emit(g.desc, n[state], state)
+	}
+}
+
+// observe counts what one commit stored.
+func (m *hubMetrics) observe(res Result, now time.Time) {
+	m.stored.Add(float64(res.Stored))
+	m.duplicates.Add(float64(res.Duplicates))
+	m.gaps.Add(float64(len(res.Gaps)))
+	m.rejected.Add(float64(len(res.Rejected)))
+	m.traces.Add(float64(res.TraceRecords))
+	for _, ms := range res.Missions {
+		if !ms.Summary.Updated.IsZero() {
+			m.lag.Observe(max(now.Sub(ms.Summary.Updated).Seconds(), 0))
+		}
+	}
+}
+
+// control counts a control request by its result.
+func (m *hubMetrics) control(action string, r bool, err error) {
+	result := controlOK
+	switch {
+	case errors.Is(err, ErrOffline):
+		result = controlOffline
+	case errors.Is(err, ErrTimeout):
+		result = controlTimeout
+	case err != nil:
+		result = controlError
+	case !r:
+		result = controlFailed
+	}
+	switch action {
+	case "trigger", "pause", "resume", "cancel", "retry":
+	default:
+		action = "other" // bounded: actions are refused before this, but a label must not grow
+	}
+	m.controls.With(action, result).Inc()
+}
+
+// size is the database file's size, 0 when it cannot be read.
+func (s *Store) size() int64 {
+	fi, err := os.Stat(s.db.Path())
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
