@@ -21,6 +21,7 @@ import (
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/agent/view"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/cli"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -175,6 +176,8 @@ const missionsUsage = `usage:
   agent missions show ID [-v] [-json]
   agent missions pause|resume|cancel|retry ID [-json]
   agent missions priority ID N [-json]
+  agent missions watch [ID]          follow a mission (default: the newest) until it ends;
+                                     exit 0 if it succeeded, 1 otherwise
 (and -addr, -token, -config on each)`
 
 // isHelp says whether arg asks for a command's usage.
@@ -208,6 +211,8 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 	case "show":
 		fs.BoolVar(&verbose, "v", false, "also list every event")
 	case "pause", "resume", "cancel", "retry", "priority":
+	case "watch":
+		return cmdWatch(ctx, args, o)
 	default:
 		return &usageError{Msg: fmt.Sprintf("unknown missions action %q", action), Usage: missionsUsage + "\n"}
 	}
@@ -280,7 +285,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 	return o.answer(raw, cf.json, func() string { return view.ControlLine(action, it) + "\n" })
 }
 
-const triggerUsage = `usage: agent trigger SCENE [key=value ...] [-request-id R] [-source S] [-json]
+const triggerUsage = `usage: agent trigger SCENE [key=value ...] [-request-id R] [-source S] [-wait] [-json]
 (values that look like numbers or true/false are sent as such; quote them, key='"42"', to send a string)`
 
 // cmdTrigger runs a scene through the API, as an MQTT trigger would.
@@ -288,6 +293,7 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 	fs, cf := newClientFlagSet("trigger", o.stderr)
 	requestID := fs.String("request-id", "", "request ID; repeating it returns the same mission (default: a new one)")
 	source := fs.String("source", "cli", "who asks, recorded on the mission")
+	wait := fs.Bool("wait", false, "follow the mission until it ends: exit 0 if it succeeded, 1 if it failed or was cancelled, 2 if the trigger was rejected")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(fs.Output(), "%s\n\nflags:\n", triggerUsage) // usage text to the terminal; nothing to do if it fails
 		fs.PrintDefaults()
@@ -332,13 +338,27 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 			return fmt.Errorf("scene %s not run now (%s): %s\nto send it again as the same request: agent trigger %s -request-id %s", pos[0], ce.Code, ce.Message, strings.Join(args, " "), *requestID)
 		}
 		if errors.As(err, &ce) && ce.Status != http.StatusUnauthorized && ce.Status < 500 {
-			return fmt.Errorf("scene %s rejected (%s): %s\nrequest %s; ask why later: %s why %s", pos[0], ce.Code, ce.Message, *requestID, self(), *requestID)
+			err := fmt.Errorf("scene %s rejected (%s): %s\nrequest %s; ask why later: %s why %s", pos[0], ce.Code, ce.Message, *requestID, self(), *requestID)
+			if *wait {
+				return &cli.ExitError{Code: 2, Err: err}
+			}
+			return err
 		}
 		return err
 	}
-	if cf.json {
+	if cf.json && !*wait {
 		_, err = o.stdout.Write(raw)
 		return err
+	}
+	if *wait {
+		if _, err := fmt.Fprintf(o.stdout, "mission %s accepted (%s, request %s)\n", rep.MissionID, rep.Scene, rep.RequestID); err != nil {
+			return err
+		}
+		state, err := watch(ctx, c, rep.MissionID, o)
+		if err != nil {
+			return err
+		}
+		return endState(state)
 	}
 	if rep.Duplicate {
 		_, err = fmt.Fprintf(o.stdout, "request %s was already accepted as mission %s (%s, %s)\n", rep.RequestID, rep.MissionID, rep.Scene, rep.State)

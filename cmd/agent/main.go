@@ -60,7 +60,8 @@ Talking to a running agent (its HTTP API, see docs/api.md):
   agent missions show ID [-v] [-json]    a mission and its timeline
   agent missions pause|resume|cancel|retry ID
   agent missions priority ID N
-  agent trigger SCENE [key=value ...] [-request-id R]
+  agent missions watch [ID]              follow a mission until it ends (exit 0: SUCCEEDED)
+  agent trigger SCENE [key=value ...] [-request-id R] [-wait]
   agent devices [-json]                  devices, availability, last state
   agent scenes [-json]                   scenes and their parameters
   agent schedules [-next N] [-json]      scenes' schedules and their next firings

@@ -26,14 +26,29 @@ type UsageError struct {
 
 func (e *UsageError) Error() string { return e.Msg }
 
+// ExitError ends the program with Code (a script's answer, such as a
+// mission that failed), after printing Err.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
 // Exit prints err for prog and returns the exit code: 0 for nil and for
 // a help request, ExitUsage for a *UsageError (followed by the usage),
 // 1 for anything else.
 func Exit(stderr io.Writer, prog string, err error, usage string) int {
 	var ue *UsageError
+	var xe *ExitError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &xe):
+		_, _ = fmt.Fprintf(stderr, "%s: %v\n", prog, err) // as below
+		return xe.Code
 	case errors.As(err, &ue):
 		if ue.Usage != "" {
 			usage = ue.Usage
