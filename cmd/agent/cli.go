@@ -55,6 +55,12 @@ func newAPIFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) 
 	cf := &clientFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	// A synopsis rather than Go's "Usage of NAME"; a command with
+	// arguments of its own sets its own.
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(fs.Output(), "usage: agent %s [flags]\n(see \"agent help\" for its arguments)\n\nflags:\n", name) // usage text to the terminal; nothing to do if it fails
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&cf.addr, "addr", "", "agent API address host:port or URL (default: http.listen of -config, else "+defaultAPIAddr+")")
 	fs.StringVar(&cf.token, "token", "", "API token (default: $"+tokenEnv+", else the token of -config)")
 	fs.StringVar(&cf.config, "config", "", "agent config file to take the address and token from")

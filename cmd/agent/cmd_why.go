@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -18,6 +19,7 @@ func cmdWhy(ctx context.Context, args []string, o cliOut) error {
 	limit := fs.Int("limit", 20, "with no REQUEST_ID: how many of the latest to list")
 	ok := fs.Bool("ok", false, "with no REQUEST_ID: list the latest that did not fail")
 	verbose := fs.Bool("v", false, "also print every event of the mission")
+	synopsis(fs, "agent why REQUEST_ID [-v] [-json]\n       agent why [-ok] [-limit N] [-json]")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -51,10 +53,19 @@ func cmdWhy(ctx context.Context, args []string, o cliOut) error {
 	})
 }
 
+// synopsis makes fs's -h print usage, then the flags.
+func synopsis(fs *flag.FlagSet, usage string) {
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", usage) // usage text to the terminal; nothing to do if it fails
+		fs.PrintDefaults()
+	}
+}
+
 // cmdSchedules lists the scenes' schedules and their next firings.
 func cmdSchedules(ctx context.Context, args []string, o cliOut) error {
 	fs, cf := newClientFlagSet("schedules", o.stderr)
 	next := fs.Int("next", 3, "firings to show per schedule (1 to 100)")
+	synopsis(fs, "agent schedules [-next N] [-json]")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

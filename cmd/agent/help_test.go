@@ -23,6 +23,9 @@ func TestHelpIsUsageAndExitsZero(t *testing.T) {
 		{[]string{"missions", "bogus"}, 2, "agent missions show ID", "Talking to a running agent"},
 		{[]string{"trigger"}, 2, "SCENE [key=value ...]", "Talking to a running agent"},
 		{[]string{"version", "-json"}, 0, `"version":`, ""},
+		{[]string{"why", "-h"}, 0, "usage: agent why", "Usage of"},
+		{[]string{"schedules", "--help"}, 0, "usage: agent schedules", "Usage of"},
+		{[]string{"devices", "-h"}, 0, "usage: agent devices", "Usage of"},
 		{[]string{"why", "-limit", "0"}, 2, "-limit 0", ""},
 	} {
 		var out, errb strings.Builder
