@@ -57,10 +57,7 @@ func newAPIFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) 
 	fs.SetOutput(stderr)
 	// A synopsis rather than Go's "Usage of NAME"; a command with
 	// arguments of its own sets its own.
-	fs.Usage = func() {
-		_, _ = fmt.Fprintf(fs.Output(), "usage: agent %s [flags]\n(see \"agent help\" for its arguments)\n\nflags:\n", name) // usage text to the terminal; nothing to do if it fails
-		fs.PrintDefaults()
-	}
+	cli.Synopsis(fs, "usage: agent "+name+" [flags]\n(see \"agent help\" for its arguments)")
 	fs.StringVar(&cf.addr, "addr", "", "agent API address host:port or URL (default: http.listen of -config, else "+defaultAPIAddr+")")
 	fs.StringVar(&cf.token, "token", "", "API token (default: $"+tokenEnv+", else the token of -config)")
 	fs.StringVar(&cf.config, "config", "", "agent config file to take the address and token from")
@@ -300,10 +297,7 @@ func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
 	requestID := fs.String("request-id", "", "request ID; repeating it returns the same mission (default: a new one)")
 	source := fs.String("source", "cli", "who asks, recorded on the mission")
 	wait := fs.Bool("wait", false, "follow the mission until it ends: exit 0 if it succeeded, 1 if it failed or was cancelled, 2 if the trigger was rejected")
-	fs.Usage = func() {
-		_, _ = fmt.Fprintf(fs.Output(), "%s\n\nflags:\n", triggerUsage) // usage text to the terminal; nothing to do if it fails
-		fs.PrintDefaults()
-	}
+	cli.Synopsis(fs, triggerUsage)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

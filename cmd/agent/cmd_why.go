@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/agent/view"
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // cmdWhy answers what happened to a trigger, or lists the latest ones
@@ -19,7 +19,7 @@ func cmdWhy(ctx context.Context, args []string, o cliOut) error {
 	limit := fs.Int("limit", 20, "with no REQUEST_ID: how many of the latest to list")
 	ok := fs.Bool("ok", false, "with no REQUEST_ID: list the latest that did not fail")
 	verbose := fs.Bool("v", false, "also print every event of the mission")
-	synopsis(fs, "agent why REQUEST_ID [-v] [-json]\n       agent why [-ok] [-limit N] [-json]")
+	cli.Synopsis(fs, "usage: agent why REQUEST_ID [-v] [-json]\n       agent why [-ok] [-limit N] [-json]")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -53,19 +53,11 @@ func cmdWhy(ctx context.Context, args []string, o cliOut) error {
 	})
 }
 
-// synopsis makes fs's -h print usage, then the flags.
-func synopsis(fs *flag.FlagSet, usage string) {
-	fs.Usage = func() {
-		_, _ = fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", usage) // usage text to the terminal; nothing to do if it fails
-		fs.PrintDefaults()
-	}
-}
-
 // cmdSchedules lists the scenes' schedules and their next firings.
 func cmdSchedules(ctx context.Context, args []string, o cliOut) error {
 	fs, cf := newClientFlagSet("schedules", o.stderr)
 	next := fs.Int("next", 3, "firings to show per schedule (1 to 100)")
-	synopsis(fs, "agent schedules [-next N] [-json]")
+	cli.Synopsis(fs, "usage: agent schedules [-next N] [-json]")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // onListening, when set (by tests), learns the bound addresses.
@@ -29,10 +30,7 @@ var onListening func(httpAddr, brokerAddr string)
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		_, _ = fmt.Fprint(fs.Output(), "usage: hub run [-config FILE] [flags]\n\nflags:\n") // usage text to the terminal; nothing to do if it fails
-		fs.PrintDefaults()
-	}
+	cli.Synopsis(fs, "usage: hub run [-config FILE] [flags]")
 	path := fs.String("config", "configs/hub.toml", "configuration file")
 	dataDir := fs.String("data-dir", "", "override data_dir")
 	httpAddr := fs.String("http", "", "override http.listen")

@@ -26,6 +26,15 @@ type UsageError struct {
 
 func (e *UsageError) Error() string { return e.Msg }
 
+// Synopsis makes fs's -h print usage (its "usage: ..." lines), then the
+// flags, instead of Go's "Usage of NAME".
+func Synopsis(fs *flag.FlagSet, usage string) {
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(fs.Output(), "%s\n\nflags:\n", usage) // usage text to the terminal; nothing to do if it fails
+		fs.PrintDefaults()
+	}
+}
+
 // ExitError ends the program with Code (a script's answer, such as a
 // mission that failed), after printing Err.
 type ExitError struct {
