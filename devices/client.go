@@ -47,17 +47,26 @@ type RejectedError struct {
 	ID      string
 	Code    string
 	Message string
+	// Label names the device for people ("Front door lock (hall)"); the
+	// step handlers set it from the registry, and without it the error
+	// names the device by its ID.
+	Label string
 }
 
-// Error gives the device's message, or its code when it sent none. The
-// code is Code, and the step error that carries this one leads with it
-// ("jammed: device front-door rejected command X: lock mechanism
-// jammed"), so the message does not repeat it.
+// Error names the device, then gives its message (or its code when it
+// sent none), then the command ID, last because an operator reads the
+// first two and a developer greps for the third:
+// "Front door lock (hall): lock mechanism jammed (command 01a2…-0-5)".
 func (e *RejectedError) Error() string {
-	if e.Message != "" {
-		return fmt.Sprintf("device %s rejected command %s: %s", e.Device, e.ID, e.Message)
+	who := e.Label
+	if who == "" {
+		who = "device " + e.Device
 	}
-	return fmt.Sprintf("device %s rejected command %s: %s", e.Device, e.ID, e.Code)
+	msg := e.Message
+	if msg == "" {
+		msg = e.Code
+	}
+	return fmt.Sprintf("%s: %s (command %s)", who, msg, e.ID)
 }
 
 // Retryable reports whether the device's error code may succeed on a

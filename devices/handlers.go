@@ -383,7 +383,7 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 	case errors.Is(err, ErrNotConnected):
 		return nil, driver.Pending(ConnectedKey, giveUp, noteConnect, nil)
 	case !done && err != nil:
-		return nil, classifySend(err)
+		return nil, h.classifySend(err)
 	case !done:
 		return nil, driver.InFlight(AckKey(p.Device, cmd.ID), giveUp, noteAck, nil)
 	}
@@ -411,7 +411,7 @@ func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, 
 		return nil, &driver.StepError{Class: driver.Retryable, Code: CodeAckTimeout, WaitFor: AckKey(p.Device, req.IdempotencyKey), Err: err}
 	}
 	if err != nil {
-		return nil, classifySend(err)
+		return nil, h.classifySend(err)
 	}
 	prior := ack.Prior
 	if prior == nil {
@@ -471,11 +471,15 @@ func (h *Handlers) verified(req driver.StepRequest, p CommandParams, r *driver.P
 	return nil, driver.InFlight(p.Device, until, r.Note, out)
 }
 
-// classifySend maps a Client.Send error to the driver's classes.
-func classifySend(err error) error {
+// classifySend maps a Client.Send error to the driver's classes; a
+// device's refusal names the device as people know it.
+func (h *Handlers) classifySend(err error) error {
 	var rej *RejectedError
 	switch {
 	case errors.As(err, &rej):
+		if rej.Label == "" {
+			rej.Label = h.reg.Label(rej.Device)
+		}
 		if rej.Retryable() {
 			return driver.RetryableError(rej.Code, err)
 		}

@@ -205,6 +205,11 @@ func TestCommandDeviceErrors(t *testing.T) {
 
 	_, err := r.run(t, devices.KindCommand, stepReq(t, "m1.s1", 1, map[string]any{"device": "front-door", "action": "lock"}))
 	wantClass(t, err, driver.Permanent, wire.CodeJammed)
+	// People read the device's name and room first; the command ID is
+	// there for whoever greps the device's log.
+	if want := "Front door lock (hall): scripted (command m1.s1)"; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
 	if got := jammed.receivedCount("m1.s1"); got != 1 {
 		t.Errorf("published %d times, want 1", got)
 	}

@@ -379,6 +379,23 @@ func (r *Registry) Device(id string) (Device, bool) {
 	return r.Devices[i], true
 }
 
+// Label names a device for people: its name, else its ID, with its room
+// in parentheses when it has one ("Front door lock (hall)").
+func (r *Registry) Label(id string) string {
+	d, ok := r.Device(id)
+	if !ok {
+		return "device " + id
+	}
+	who := d.Name
+	if who == "" {
+		who = d.ID
+	}
+	if d.Room != "" {
+		who += " (" + d.Room + ")"
+	}
+	return who
+}
+
 func (r *Registry) action(deviceID, action string) (*Action, error) {
 	if err := wire.ValidateDeviceID(deviceID); err != nil {
 		return nil, &CheckError{Device: deviceID, Action: action, Field: "device", Reason: err.Error()}

@@ -100,9 +100,12 @@ type StepError struct {
 	Err     error
 }
 
+// Error is the wrapped error's message alone: the code travels beside
+// it (Event.Code, StepResult.Code), so repeating it here would read
+// "jammed: Front door lock (hall): lock mechanism jammed".
 func (e *StepError) Error() string {
-	if e.Code != "" {
-		return fmt.Sprintf("%s: %v", e.Code, e.Err)
+	if e.Err == nil {
+		return e.Code
 	}
 	return e.Err.Error()
 }

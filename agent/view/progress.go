@@ -130,7 +130,7 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 	case ev.Input == driver.InNote:
 		msg = ev.Detail
 	case ev.Input == driver.InStepError:
-		msg = step(ev.Step) + " failed: " + ev.Error
+		msg = step(ev.Step) + " failed: " + ev.Error + codeSuffix(ev.Code)
 		if ev.Backoff > 0 {
 			msg += " - retry in " + ev.Backoff.D().Round(time.Millisecond).String()
 		}
