@@ -13,7 +13,8 @@ import (
 )
 
 // Heartbeat implements hubsync.HeartbeatSource: the device inventory with
-// availability and last reported state, and the number of live missions.
+// availability and last reported state, the number of live missions, and
+// the scenes with their parameters (the hub's scene picker).
 func (a *Agent) Heartbeat(context.Context) uplink.Heartbeat {
 	q := a.drv.Queue()
 	active := 0
@@ -27,6 +28,14 @@ func (a *Agent) Heartbeat(context.Context) uplink.Heartbeat {
 			ds.State = st
 		}
 		hb.Devices = append(hb.Devices, ds)
+	}
+	for _, name := range a.cat.Names() {
+		info, _ := a.cat.Scene(name)
+		si := uplink.SceneInfo{Name: info.Name, Description: info.Description}
+		for _, p := range info.Params {
+			si.Params = append(si.Params, uplink.SceneParam{Name: p.Name, Required: p.Required, Default: p.Default})
+		}
+		hb.Scenes = append(hb.Scenes, si)
 	}
 	return hb
 }

@@ -407,6 +407,36 @@ type Summary struct {
 	Source   string    `json:"source,omitempty"`
 	// StepIDs names the steps, so a timeline can be labelled.
 	StepIDs []string `json:"step_ids,omitempty"`
+	// Done counts the steps carried out (see Mission.StepsDone), so a
+	// mission that failed on its last step reads 5/6, not 6/6; Undone
+	// counts those compensation reversed since. Done is nil in summaries
+	// from older agents, which did not count.
+	Done   *int `json:"done,omitempty"`
+	Undone int  `json:"undone,omitempty"`
+}
+
+// StepsDone counts the steps that were carried out: those that
+// succeeded, undone since or not. A step that failed, gave way or was
+// skipped is not done, so a run with a failed branch reads 4/5.
+func (m *Mission) StepsDone() int {
+	n := 0
+	for _, r := range m.Results {
+		if r.Status == StepSucceeded || r.Status == StepCompensated {
+			n++
+		}
+	}
+	return n
+}
+
+// StepsUndone counts the steps whose effects compensation has reversed.
+func (m *Mission) StepsUndone() int {
+	n := 0
+	for _, r := range m.Results {
+		if r.Status == StepCompensated {
+			n++
+		}
+	}
+	return n
 }
 
 // Summarize returns m's summary.
@@ -415,7 +445,10 @@ func (m *Mission) Summarize() Summary {
 		Scene: m.Type, State: m.State, Priority: m.Priority, Step: m.Progress.Step, Steps: len(m.Steps),
 		Error: m.Error, Reason: m.Reason, Created: m.Meta.Created, Updated: m.Meta.Updated,
 		Finished: m.Meta.Finished, TraceID: m.Meta.TraceID, Source: m.Meta.Source,
+		Undone: m.StepsUndone(),
 	}
+	done := m.StepsDone()
+	s.Done = &done
 	for _, st := range m.Steps {
 		s.StepIDs = append(s.StepIDs, st.ID)
 	}

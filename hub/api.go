@@ -166,16 +166,30 @@ func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, code, map[string]any{"status": status, "broker": a.svc.Connected()})
 }
 
+// GatewayView is a gateway in GET /api/gateways: what the store knows,
+// with the missions that failed in the last 24 hours (by when they
+// finished), which the dashboard shows on the gateway's card.
+type GatewayView struct {
+	Gateway
+	Failed24h int `json:"failed_24h"`
+}
+
 func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
 	gws, err := a.st.Gateways()
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	if gws == nil {
-		gws = []Gateway{}
+	failed, err := a.st.FailedSince(a.svc.opts.Now().Add(-24 * time.Hour))
+	if err != nil {
+		a.fail(w, r, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"gateways": gws})
+	out := make([]GatewayView, 0, len(gws))
+	for _, g := range gws {
+		out = append(out, GatewayView{Gateway: g, Failed24h: failed[g.ID]})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"gateways": out})
 }
 
 // parseQuery reads the filters of GET /api/missions.

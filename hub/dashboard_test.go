@@ -29,13 +29,7 @@ import (
 // scene buttons reach the gateway as control requests. It also checks
 // that the page loads nothing from anywhere but the hub.
 func TestDashboard(t *testing.T) {
-	bin := findChromium()
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium not found and CI=true: install it (apt-get install -y chromium)")
-		}
-		t.Skip("chromium not found; install it with apt-get install -y chromium (required when CI=true)")
-	}
+	bin := needChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -46,21 +40,7 @@ func TestDashboard(t *testing.T) {
 	g.send(t, running(1, "m-old", 1))
 	g.waitAck(t, 1)
 
-	page := startChromium(t, ctx, bin)
-	for _, m := range []string{"Network.enable", "Page.enable"} {
-		if err := page.call(ctx, m, nil, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := page.call(ctx, "Page.navigate", map[string]string{"url": e.http.URL + "/?token=" + testToken}, nil); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-page.loaded:
-	case <-ctx.Done():
-		t.Fatal("the dashboard did not load")
-	}
-	page.waitFor(t, ctx, `document.querySelector("#live") && document.querySelector("#live").textContent === "live"`)
+	page := openDashboard(t, ctx, bin, e.http.URL+"/?token="+testToken)
 	page.waitFor(t, ctx, `document.querySelector('#missions tr[data-mission="m-old"]') !== null`)
 	page.waitFor(t, ctx, `!location.search.includes("token") && localStorage.getItem("sortie-hub-token") === "`+testToken+`"`)
 	page.waitFor(t, ctx, `document.querySelector('.gw[data-gateway="home"] .badge.online') !== null`)
@@ -98,13 +78,48 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("control = %+v, want trigger of go_home with a request id", c)
 	}
 	g.publish(t, g.topics.ControlResult("home"), false, uplink.ControlResult{ID: c.ID, OK: true, MissionID: "m-new", State: driver.StatePending})
-	page.waitFor(t, ctx, `document.querySelector("#control-result").textContent.includes("trigger ok")`)
+	page.waitFor(t, ctx, `document.querySelector("#control-result").textContent.includes("trigger go_home ok")`)
 
 	for _, u := range page.requests() {
 		if !strings.HasPrefix(u, e.http.URL+"/") && !strings.HasPrefix(u, "data:") {
 			t.Errorf("the dashboard loaded %s, which is not served by the hub", u)
 		}
 	}
+}
+
+// needChromium returns the browser's path, or skips (fails in CI).
+func needChromium(t *testing.T) string {
+	t.Helper()
+	bin := findChromium()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium not found and CI=true: install it (apt-get install -y chromium)")
+		}
+		t.Skip("chromium not found; install it with apt-get install -y chromium (required when CI=true)")
+	}
+	return bin
+}
+
+// openDashboard starts Chromium on url and waits for the page to be
+// loaded and live.
+func openDashboard(t *testing.T, ctx context.Context, bin, url string) *cdpPage {
+	t.Helper()
+	page := startChromium(t, ctx, bin)
+	for _, m := range []string{"Network.enable", "Page.enable"} {
+		if err := page.call(ctx, m, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := page.call(ctx, "Page.navigate", map[string]string{"url": url}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-page.loaded:
+	case <-ctx.Done():
+		t.Fatal("the dashboard did not load")
+	}
+	page.waitFor(t, ctx, `document.querySelector("#live") && document.querySelector("#live").textContent === "live"`)
+	return page
 }
 
 func findChromium() string {

@@ -91,22 +91,18 @@ func (s *Store) Missions(q Query) ([]Mission, string, error) {
 			if !q.Until.IsZero() && bytes.Compare(k, timeKey(q.Until, nil)) >= 0 {
 				continue
 			}
-			v := missions.Get(k[8:])
-			if v == nil {
-				continue
+			m, err := indexed(missions, k)
+			if err != nil {
+				return err
 			}
-			var m Mission
-			if err := json.Unmarshal(v, &m); err != nil {
-				return fmt.Errorf("decode mission %q: %w", k[8:], err)
-			}
-			if !q.match(&m) {
+			if m == nil || !q.match(m) {
 				continue
 			}
 			if len(out) == q.Limit {
 				next = base64.RawURLEncoding.EncodeToString(timeKey(out[len(out)-1].Created, missionKey(out[len(out)-1].Gateway, out[len(out)-1].ID)))
 				return nil
 			}
-			out = append(out, m)
+			out = append(out, *m)
 		}
 		return nil
 	})
@@ -131,8 +127,10 @@ type StepTiming struct {
 	Attempts int               `json:"attempts"`
 	Started  time.Time         `json:"started,omitzero"`
 	Finished time.Time         `json:"finished,omitzero"`
-	// Duration is Finished - Started, in milliseconds.
+	// Duration is Finished - Started, in milliseconds (rounded down)
+	// and in microseconds, for steps that take less than a millisecond.
 	DurationMS int64  `json:"duration_ms"`
+	DurationUS int64  `json:"duration_us"`
 	Error      string `json:"error,omitempty"`
 	Code       string `json:"code,omitempty"`
 }
@@ -228,13 +226,50 @@ func Timings(sum driver.Summary, events []driver.Event) []StepTiming {
 	for i := range steps {
 		st := &steps[i]
 		if !st.Started.IsZero() && !st.Finished.IsZero() && st.Finished.After(st.Started) {
-			st.DurationMS = st.Finished.Sub(st.Started).Milliseconds()
+			d := st.Finished.Sub(st.Started)
+			st.DurationMS, st.DurationUS = d.Milliseconds(), d.Microseconds()
 		}
 		if (st.Status == driver.StepPending || st.Status == driver.StepWaiting) && sum.State.Terminal() && !st.Started.IsZero() {
 			st.Status = driver.StepSkipped
 		}
 	}
 	return steps
+}
+
+// indexed reads the mission a time-index key (timeKey) points to; nil
+// when it is gone.
+func indexed(missions *bolt.Bucket, k []byte) (*Mission, error) {
+	v := missions.Get(k[8:])
+	if v == nil {
+		return nil, nil
+	}
+	var m Mission
+	if err := json.Unmarshal(v, &m); err != nil {
+		return nil, fmt.Errorf("decode mission %q: %w", k[8:], err)
+	}
+	return &m, nil
+}
+
+// FailedSince counts, per gateway, the missions that finished FAILED at
+// or after since. It reads the finished index from since on, so its cost
+// is the number of missions finished in that window.
+func (s *Store) FailedSince(since time.Time) (map[string]int, error) {
+	out := map[string]int{}
+	err := s.view(func(tx *bolt.Tx) error {
+		missions := tx.Bucket(bucketMissions)
+		c := tx.Bucket(bucketFinished).Cursor()
+		for k, _ := c.Seek(timeKey(since, nil)); k != nil; k, _ = c.Next() {
+			m, err := indexed(missions, k)
+			if err != nil {
+				return err
+			}
+			if m != nil && m.Summary.State == driver.StateFailed {
+				out[m.Gateway]++
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Retention says which finished missions Prune removes: those finished

@@ -351,8 +351,8 @@ func TestTimings(t *testing.T) {
 	}
 	got := Timings(sum, evs)
 	want := []StepTiming{
-		{Index: 0, ID: "a", Status: driver.StepSucceeded, Attempts: 1, Started: at(1), Finished: at(3), DurationMS: 2000},
-		{Index: 1, ID: "b", Status: driver.StepFailed, Attempts: 2, Started: at(4), Finished: at(8), DurationMS: 4000, Error: "jammed", Code: "jam"},
+		{Index: 0, ID: "a", Status: driver.StepSucceeded, Attempts: 1, Started: at(1), Finished: at(3), DurationMS: 2000, DurationUS: 2e6},
+		{Index: 1, ID: "b", Status: driver.StepFailed, Attempts: 2, Started: at(4), Finished: at(8), DurationMS: 4000, DurationUS: 4e6, Error: "jammed", Code: "jam"},
 		{Index: 2, ID: "c", Status: driver.StepPending},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -373,5 +373,34 @@ func TestOpenTwiceTimesOut(t *testing.T) {
 	}()
 	if _, err := Open(path, Options{Timeout: 50 * time.Millisecond}); err == nil {
 		t.Fatal("second open of a locked file succeeded")
+	}
+}
+
+// TestFailedSinceCountsRecentFailuresPerGateway pins the dashboard's
+// "failed in the last 24 h": failures finished in the window, per
+// gateway; not older ones, not other outcomes.
+func TestFailedSinceCountsRecentFailuresPerGateway(t *testing.T) {
+	st := testStore(t)
+	finished := func(oseq uint64, id string, state driver.State, at time.Time) uplink.Entry {
+		e := entry(oseq, id, 1, state)
+		e.Mission.Updated, e.Mission.Finished, e.Event.Time = at, at, at
+		return e
+	}
+	now := t0.Add(48 * time.Hour)
+	for gw, es := range map[string][]uplink.Entry{
+		"a": {finished(1, "old", driver.StateFailed, now.Add(-25*time.Hour)), finished(2, "f1", driver.StateFailed, now.Add(-time.Hour)),
+			finished(3, "f2", driver.StateFailed, now.Add(-23*time.Hour)), finished(4, "ok", driver.StateSucceeded, now.Add(-time.Minute))},
+		"b": {finished(1, "c", driver.StateCancelled, now.Add(-time.Minute))},
+	} {
+		if _, err := st.Ingest(now, gw, batch(gw, es...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.FailedSince(now.Add(-24 * time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got["a"] != 2 {
+		t.Fatalf("FailedSince = %v, want a: 2 only", got)
 	}
 }

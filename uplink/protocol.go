@@ -86,7 +86,27 @@ type Heartbeat struct {
 	Backlog int           `json:"backlog"` // outbox entries not yet acknowledged
 	Active  int           `json:"active_missions"`
 	Devices []DeviceState `json:"devices"`
-	Time    time.Time     `json:"time"`
+	// Scenes are the scenes the gateway runs, for the hub's scene
+	// picker; older gateways send none.
+	Scenes []SceneInfo `json:"scenes,omitempty"`
+	Time   time.Time   `json:"time"`
+}
+
+// SceneInfo is a scene in a heartbeat: its name and the trigger
+// parameters it reads, sorted by name.
+type SceneInfo struct {
+	Name        string       `json:"name"`
+	Description string       `json:"description,omitempty"`
+	Params      []SceneParam `json:"params,omitempty"`
+}
+
+// SceneParam is a trigger parameter of a scene. A parameter that is not
+// Required has a Default, whose JSON type (number, string, boolean) is
+// the one the scene expects.
+type SceneParam struct {
+	Name     string `json:"name"`
+	Required bool   `json:"required,omitempty"`
+	Default  any    `json:"default,omitempty"`
 }
 
 // DeviceState is one device in a heartbeat's inventory.

@@ -264,8 +264,8 @@ func ItemOf(m *driver.Mission) MissionItem {
 		Source: m.Meta.Source, RequestID: m.Meta.RequestKey, TraceID: m.Meta.TraceID, Error: m.Error, Reason: m.Reason,
 		Created: m.Meta.Created, Started: m.Meta.Started, Updated: m.Meta.Updated, Finished: m.Meta.Finished,
 		Control: driver.Control{Pause: m.Control.Pause, Cancel: m.Control.Cancel},
-		Undone:  Undone(m),
-		Done:    Done(m),
+		Undone:  m.StepsUndone(),
+		Done:    m.StepsDone(),
 	}
 }
 
@@ -773,27 +773,3 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v, true) }
-
-// Undone counts the steps whose effects compensation has reversed.
-func Undone(m *driver.Mission) int {
-	n := 0
-	for _, r := range m.Results {
-		if r.Status == driver.StepCompensated {
-			n++
-		}
-	}
-	return n
-}
-
-// Done counts the steps that were carried out: those that succeeded,
-// undone since or not. A step that failed, gave way or was skipped is
-// not done, so a run with a failed branch reads 4/5.
-func Done(m *driver.Mission) int {
-	n := 0
-	for _, r := range m.Results {
-		if r.Status == driver.StepSucceeded || r.Status == driver.StepCompensated {
-			n++
-		}
-	}
-	return n
-}

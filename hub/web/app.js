@@ -3,7 +3,33 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { token: "", gateways: new Map(), missions: new Map(), cursor: "", selected: null, es: null };
+const state = {
+  token: "",
+  gateways: new Map(),
+  failed: new Map(), // gateway -> missions failed in the last 24 h
+  seen: new Map(), // mission key -> last state seen live, to count new failures once
+  missions: new Map(),
+  cursor: "",
+  selected: null, // { gw, id }
+  es: null,
+};
+
+const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+
+// Which controls a mission's state allows; the gateway's driver refuses
+// the others, so offering them would only produce refusals.
+const ALLOWED = {
+  pause: (s) => !TERMINAL.has(s) && s !== "PAUSED" && s !== "COMPENSATING",
+  resume: (s) => s === "PAUSED",
+  cancel: (s) => !TERMINAL.has(s) && s !== "COMPENSATING",
+  retry: (s) => s === "FAILED",
+};
+const WHY_NOT = {
+  pause: "only a mission that is running or waiting to run can be paused",
+  resume: "only a paused mission can be resumed",
+  cancel: "a finished mission, or one being undone, cannot be cancelled",
+  retry: "only a failed mission can be retried",
+};
 
 // The token comes from ?token= on first load (then leaves the URL) or
 // from the login form, and is kept in localStorage.
@@ -29,9 +55,9 @@ function showLogin(msg) {
 function notice(msg) { $("#notice").textContent = msg || ""; }
 
 function setLive(on, text) {
-  const el = $("#live");
-  el.textContent = text;
-  el.className = "badge " + (on ? "online" : "offline");
+  const e = $("#live");
+  e.textContent = text;
+  e.className = "badge " + (on ? "online" : "offline");
 }
 
 async function api(path, opts = {}) {
@@ -56,29 +82,101 @@ function el(tag, text, cls) {
 
 function badge(s) { return el("span", s, "badge " + s); }
 
-function fmtTime(t) {
-  if (!t || t.startsWith("0001-")) return "";
-  const d = new Date(t);
-  return isNaN(d) ? "" : d.toLocaleString();
+const plural = (n, what) => n + " " + what + (n === 1 ? "" : "s");
+
+// ---- times and durations ----
+
+const isTime = (t) => t && !t.startsWith("0001-") && !isNaN(new Date(t));
+
+// Absolute times are in the reader's locale and zone, to the millisecond.
+const absFmt = new Intl.DateTimeFormat(undefined, {
+  year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3,
+});
+const relFmt = new Intl.RelativeTimeFormat(undefined, { numeric: "auto", style: "short" });
+
+function absTime(t) { return isTime(t) ? absFmt.format(new Date(t)) : ""; }
+
+function relTime(t) {
+  if (!isTime(t)) return "never";
+  const s = (new Date(t) - Date.now()) / 1000;
+  const a = Math.abs(s);
+  if (a < 60) return relFmt.format(Math.round(s), "second");
+  if (a < 3600) return relFmt.format(Math.round(s / 60), "minute");
+  if (a < 86400) return relFmt.format(Math.round(s / 3600), "hour");
+  return relFmt.format(Math.round(s / 86400), "day");
 }
 
-function ago(t) {
-  if (!t || t.startsWith("0001-")) return "never";
-  const s = Math.max(0, Math.round((Date.now() - new Date(t)) / 1000));
-  if (s < 60) return s + "s ago";
-  if (s < 3600) return Math.round(s / 60) + "m ago";
-  if (s < 86400) return Math.round(s / 3600) + "h ago";
-  return Math.round(s / 86400) + "d ago";
+// timeEl shows a time relative to now, kept fresh by refreshTimes, with
+// the absolute time as its tooltip.
+function timeEl(tag, t) {
+  const e = el(tag, relTime(t), "time");
+  if (isTime(t)) { e.dataset.time = t; e.title = absTime(t); }
+  return e;
+}
+
+function refreshTimes() {
+  for (const e of document.querySelectorAll("[data-time]")) e.textContent = relTime(e.dataset.time);
+}
+
+// fmtDur formats microseconds: sub-millisecond steps are common with
+// local devices and must not show as blank or "0 ms".
+function fmtDur(us) {
+  if (us === undefined || us === null || us < 0) return "";
+  if (us === 0) return "0 ms";
+  if (us < 1) return "<1 µs";
+  if (us < 1000) return (us / 1000).toFixed(us < 10 ? 3 : 2) + " ms";
+  if (us < 10000) return (us / 1000).toFixed(1) + " ms";
+  if (us < 1e6) return Math.round(us / 1000) + " ms";
+  if (us < 60e6) return (us / 1e6).toFixed(2) + " s";
+  const s = Math.round(us / 1e6);
+  return Math.floor(s / 60) + " min " + (s % 60) + " s";
+}
+
+// ---- mission wording ----
+
+const key = (gw, id) => gw + "/" + id;
+const mkey = (m) => key(m.gateway, m.id);
+
+// progress is the steps carried out out of all; "undone" says how many
+// of them compensation reversed. Summaries from older agents do not
+// count done steps: they say which step the mission reached instead.
+function progress(s) {
+  if (s.done === undefined || s.done === null) return "at step " + Math.min(s.step + 1, s.steps) + " of " + s.steps;
+  return s.done + "/" + s.steps + (s.undone ? ", " + s.undone + " undone" : "");
+}
+
+// reason is an error as an operator reads it: the command IDs the agent
+// appends ("(command 01a2…-0-5)") are for the detail view.
+function reason(err) {
+  return (err || "").replace(/ \(command [^()\s]+\)/g, "");
+}
+
+function errorCell(err, cls) {
+  const td = el("td", reason(err), cls);
+  if (err && err !== reason(err)) td.title = err;
+  return td;
+}
+
+// ---- deep links: #/gateways/{gw}/missions/{id} ----
+
+function missionHash(gw, id) { return "#/gateways/" + encodeURIComponent(gw) + "/missions/" + encodeURIComponent(id); }
+
+function parseHash() {
+  const m = /^#\/gateways\/([^/]+)\/missions\/([^/]+)$/.exec(location.hash);
+  if (!m) return null;
+  try { return { gw: decodeURIComponent(m[1]), id: decodeURIComponent(m[2]) }; } catch (_) { return null; }
+}
+
+function followHash() {
+  const want = parseHash();
+  if (!want) { if (state.selected) closeMission(false); return; }
+  if (!state.selected || key(state.selected.gw, state.selected.id) !== key(want.gw, want.id)) openMission(want.gw, want.id, false);
 }
 
 // ---- gateways ----
 
 function renderGateways() {
   const box = $("#gateways");
-  // Keep what the user is typing across re-renders.
-  const typed = new Map([...box.querySelectorAll(".gw")].map((c) => [c.dataset.gateway, c.querySelector("input").value]));
-  const focused = document.activeElement && document.activeElement.closest(".gw");
-  box.replaceChildren();
   const gws = [...state.gateways.values()].sort((a, b) => a.id.localeCompare(b.id));
   const online = gws.filter((g) => g.state === "online").length;
   $("#gw-count").textContent = online + " / " + gws.length + " online";
@@ -86,49 +184,156 @@ function renderGateways() {
   const cur = sel.value;
   sel.replaceChildren(el("option", "all"));
   sel.firstChild.value = "";
+  const keep = new Set();
   for (const g of gws) {
     const o = el("option", g.id);
     o.value = g.id;
     sel.append(o);
-    const card = el("div", null, "gw");
-    card.dataset.gateway = g.id;
-    const head = el("div");
-    head.append(el("strong", g.id), " ", badge(g.state));
-    card.append(head);
-    const hb = g.heartbeat || {};
-    card.append(el("div", "version " + (g.version || "?") + " · heartbeat " + ago(g.last_heartbeat) +
-      " · backlog " + (hb.backlog ?? "?") + " · active " + (hb.active_missions ?? "?"), "meta"));
-    card.append(el("div", "events " + g.events + " · duplicates " + g.duplicates + " · gaps " + g.gaps, "meta"));
-    const devs = hb.devices || [];
-    if (devs.length) {
-      const det = el("details");
-      det.append(el("summary", devs.length + " devices (" + devs.filter((d) => d.online).length + " online)"));
-      const ul = el("ul");
-      for (const d of devs) ul.append(el("li", d.id + " (" + d.type + (d.room ? ", " + d.room : "") + ") " + (d.online ? "online" : "offline")));
-      det.append(ul);
-      card.append(det);
+    keep.add(g.id);
+    // Cards are updated in place, so a scene being picked or a parameter
+    // being typed survives the next heartbeat.
+    let card = box.querySelector(`.gw[data-gateway="${CSS.escape(g.id)}"]`);
+    if (!card) {
+      card = el("div", null, "gw");
+      card.dataset.gateway = g.id;
+      card.append(el("div", null, "info"), el("div", null, "run"));
     }
-    const form = el("form");
-    form.className = "run-scene";
+    box.append(card); // keeps the sorted order
+    card.dataset.state = g.state;
+    card.querySelector(".info").replaceChildren(...gatewayInfo(g));
+    renderRun(card.querySelector(".run"), g);
+  }
+  for (const c of box.querySelectorAll(".gw")) if (!keep.has(c.dataset.gateway)) c.remove();
+  sel.value = cur;
+}
+
+function gatewayInfo(g) {
+  const out = [];
+  const on = g.state === "online";
+  const head = el("div");
+  head.append(el("strong", g.id), " ", badge(g.state));
+  if (!on && isTime(g.since)) head.append(" ", timeEl("span", g.since));
+  out.push(head);
+  const hb = g.heartbeat || {};
+  const meta = el("div", "version " + (g.version || "?") + " · heartbeat ", "meta");
+  meta.append(timeEl("span", g.last_heartbeat), " · backlog " + (hb.backlog ?? "?") + " · active " + (hb.active_missions ?? "?"));
+  out.push(meta);
+  out.push(el("div", "events " + g.events + " · duplicates " + g.duplicates + " · gaps " + g.gaps, "meta"));
+  const failed = state.failed.get(g.id) || 0;
+  const f = el("a", failed + " failed in the last 24 h", "failed" + (failed ? " bad" : ""));
+  f.href = "#";
+  f.title = "Show this gateway's failed missions";
+  f.addEventListener("click", (ev) => {
+    ev.preventDefault();
+    $("#f-gateway").value = g.id;
+    $("#f-state").value = "FAILED";
+    loadMissions(false).catch((e) => notice(e.message));
+  });
+  out.push(f);
+  const devs = hb.devices || [];
+  if (devs.length) {
+    const det = el("details");
+    // Availability is the gateway's to report: while it is offline the
+    // last heartbeat says nothing about now.
+    det.append(el("summary", on
+      ? plural(devs.length, "device") + " (" + devs.filter((d) => d.online).length + " online)"
+      : plural(devs.length, "device") + " (availability unknown while the gateway is " + g.state + ")"));
+    const ul = el("ul");
+    for (const d of devs) {
+      const what = d.name ? d.name + " [" + d.id + "]" : d.id;
+      ul.append(el("li", what + " (" + d.type + (d.room ? ", " + d.room : "") + ") " + (on ? (d.online ? "online" : "offline") : "unknown")));
+    }
+    det.append(ul);
+    out.push(det);
+  }
+  return out;
+}
+
+// renderRun draws the gateway's "Run scene" form: a picker with the
+// scene's parameters when the gateway reports its scenes, a free-text
+// box for older gateways, and nothing but a note while it is offline.
+function renderRun(box, g) {
+  const scenes = (g.heartbeat && g.heartbeat.scenes) || null;
+  const sig = g.state + "|" + JSON.stringify(scenes);
+  if (box.dataset.sig === sig) return;
+  box.dataset.sig = sig;
+  if (g.state !== "online") {
+    box.replaceChildren(el("p", "Scenes cannot run while the gateway is " + g.state + ".", "meta"));
+    return;
+  }
+  const form = el("form", null, "run-scene");
+  const btn = el("button", "Run scene");
+  btn.type = "submit";
+  btn.dataset.action = "trigger";
+  let read;
+  if (scenes) {
+    const pick = el("select");
+    pick.name = "scene";
+    pick.required = true;
+    const none = el("option", "choose a scene…");
+    none.value = "";
+    pick.append(none);
+    for (const sc of scenes) {
+      const o = el("option", sc.name);
+      o.value = sc.name;
+      if (sc.description) o.title = sc.description;
+      pick.append(o);
+    }
+    const params = el("div", null, "params");
+    pick.addEventListener("change", () => {
+      const sc = scenes.find((x) => x.name === pick.value);
+      params.replaceChildren(...((sc && sc.params) || []).map(paramField));
+    });
+    form.append(pick, params);
+    read = () => {
+      const out = { action: "trigger", scene: pick.value };
+      const sc = scenes.find((x) => x.name === pick.value);
+      const ps = {};
+      for (const p of (sc && sc.params) || []) {
+        const inp = params.querySelector(`[name="${CSS.escape(p.name)}"]`);
+        const v = inp ? inp.value.trim() : "";
+        if (v === "") continue; // the scene's default applies
+        ps[p.name] = paramValue(v, p.default);
+      }
+      if (Object.keys(ps).length) out.params = ps;
+      return out;
+    };
+  } else {
     const input = el("input");
     input.placeholder = "scene";
     input.name = "scene";
     input.required = true;
     input.size = 10;
-    input.value = typed.get(g.id) || "";
-    const btn = el("button", "Run scene");
-    btn.type = "submit";
-    btn.dataset.action = "trigger";
-    form.append(input, btn);
-    form.addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      control(g.id, { action: "trigger", scene: input.value.trim() });
-    });
-    card.append(form);
-    box.append(card);
-    if (focused && focused.dataset.gateway === g.id) input.focus();
+    form.append(input);
+    read = () => ({ action: "trigger", scene: input.value.trim() });
   }
-  sel.value = cur;
+  form.append(btn);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    control(g.id, read());
+  });
+  box.replaceChildren(form);
+}
+
+function paramField(p) {
+  const lab = el("label", p.name + (p.required ? " *" : ""));
+  const inp = el("input");
+  inp.name = p.name;
+  inp.size = 8;
+  inp.required = !!p.required;
+  if (p.default !== undefined && p.default !== null) inp.placeholder = String(p.default);
+  if (typeof p.default === "number") inp.inputMode = "decimal";
+  lab.append(" ", inp);
+  return lab;
+}
+
+// paramValue types a typed value as the scene's default is typed, and
+// otherwise as the agent's CLI does (true/false, numbers, else text).
+function paramValue(v, def) {
+  if (typeof def === "string") return v;
+  if (v === "true" || v === "false") return v === "true";
+  if (/^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$/.test(v)) return Number(v);
+  return v;
 }
 
 // ---- missions ----
@@ -145,27 +350,33 @@ function matches(m) {
   return true;
 }
 
-const key = (m) => m.gateway + "/" + m.id;
-
 function missionRow(m) {
   const tr = el("tr");
   tr.dataset.gateway = m.gateway;
   tr.dataset.mission = m.id;
   tr.dataset.state = m.summary.state;
   const s = m.summary;
-  tr.append(el("td", m.gateway), el("td", m.id), el("td", s.scene));
+  const idc = el("td");
+  const a = el("a", m.id);
+  a.href = missionHash(m.gateway, m.id);
+  idc.append(a);
+  tr.append(el("td", m.gateway), idc, el("td", s.scene));
   const st = el("td");
   st.append(badge(s.state));
-  tr.append(st, el("td", Math.min(s.step + 1, s.steps) + "/" + s.steps), el("td", fmtTime(s.updated)), el("td", s.error || "", "err"));
-  if (state.selected === key(m)) tr.classList.add("sel");
-  tr.addEventListener("click", () => openMission(m.gateway, m.id));
+  if (s.undone && TERMINAL.has(s.state)) st.append(" ", el("span", "undone", "badge undone"));
+  tr.append(st, el("td", progress(s), "progress"), timeEl("td", s.updated || m.updated), errorCell(s.error, "err"));
+  if (state.selected && key(state.selected.gw, state.selected.id) === mkey(m)) tr.classList.add("sel");
+  tr.addEventListener("click", (ev) => {
+    if (ev.target.closest("a")) return; // the link changes the hash
+    location.hash = missionHash(m.gateway, m.id);
+  });
   return tr;
 }
 
 function renderMissions() {
   const body = $("#missions tbody");
   const list = [...state.missions.values()].filter(matches)
-    .sort((a, b) => (a.created < b.created ? 1 : a.created > b.created ? -1 : key(b).localeCompare(key(a))));
+    .sort((a, b) => (a.created < b.created ? 1 : a.created > b.created ? -1 : mkey(b).localeCompare(mkey(a))));
   body.replaceChildren(...list.map(missionRow));
 }
 
@@ -176,19 +387,25 @@ async function loadMissions(more) {
   if (more && state.cursor) q.set("cursor", state.cursor);
   const body = await api("/api/missions?" + q);
   if (!more) state.missions.clear();
-  for (const m of body.missions) state.missions.set(key(m), m);
+  for (const m of body.missions) state.missions.set(mkey(m), m);
   state.cursor = body.next_cursor;
   $("#more").hidden = !state.cursor;
   renderMissions();
 }
 
+async function loadGateways() {
+  const g = await api("/api/gateways");
+  state.gateways = new Map(g.gateways.map((x) => [x.id, x]));
+  state.failed = new Map(g.gateways.map((x) => [x.id, x.failed_24h || 0]));
+  renderGateways();
+}
+
 async function loadAll() {
   try {
-    const g = await api("/api/gateways");
-    state.gateways = new Map(g.gateways.map((x) => [x.id, x]));
-    renderGateways();
+    await loadGateways();
     await loadMissions(false);
     if (state.selected) await refreshDetail();
+    else followHash();
     notice("");
   } catch (e) {
     if (e.message !== "unauthorized") notice("Loading failed: " + e.message);
@@ -213,11 +430,18 @@ function connect() {
   });
   es.addEventListener("mission", (ev) => {
     const m = JSON.parse(ev.data);
-    state.missions.set(key(m), m);
+    const k = mkey(m);
+    const before = state.seen.get(k) || (state.missions.get(k) || { summary: {} }).summary.state;
+    state.seen.set(k, m.summary.state);
+    if (m.summary.state === "FAILED" && before !== "FAILED") {
+      state.failed.set(m.gateway, (state.failed.get(m.gateway) || 0) + 1);
+      renderGateways();
+    }
+    state.missions.set(k, m);
     renderMissions();
     const row = document.querySelector(`#missions tr[data-gateway="${CSS.escape(m.gateway)}"][data-mission="${CSS.escape(m.id)}"]`);
     if (row) row.classList.add("flash");
-    if (state.selected === key(m)) refreshDetail();
+    if (state.selected && key(state.selected.gw, state.selected.id) === k) refreshDetail();
   });
   es.onerror = () => {
     setLive(false, "reconnecting…");
@@ -228,46 +452,88 @@ function connect() {
 
 // ---- detail and control ----
 
-async function openMission(gw, id) {
-  state.selected = gw + "/" + id;
+// openMission shows a mission; from a click it goes through the hash
+// (followHash opens it), so every open mission has a link to share.
+async function openMission(gw, id, push = true) {
+  if (push && location.hash !== missionHash(gw, id)) { location.hash = missionHash(gw, id); return; }
+  state.selected = { gw, id };
   $("#detail-panel").hidden = false;
   $("#control-result").textContent = "";
   renderMissions();
   await refreshDetail();
+  $("#detail-panel").scrollIntoView({ block: "nearest" });
+}
+
+function closeMission(clearHash = true) {
+  state.selected = null;
+  $("#detail-panel").hidden = true;
+  if (clearHash && location.hash) history.pushState(null, "", location.pathname + location.search);
+  renderMissions();
+}
+
+function setControls(s) {
+  for (const b of document.querySelectorAll(".controls button[data-action]")) {
+    const ok = ALLOWED[b.dataset.action](s);
+    b.disabled = !ok;
+    b.title = ok ? "" : WHY_NOT[b.dataset.action] + " (this one is " + s + ")";
+  }
 }
 
 async function refreshDetail() {
   if (!state.selected) return;
-  const [gw, ...rest] = state.selected.split("/");
-  const id = rest.join("/");
+  const { gw, id } = state.selected;
+  $("#d-title").textContent = gw + " / " + id;
+  $("#d-link").href = missionHash(gw, id);
   let d;
   try {
     d = await api("/api/gateways/" + encodeURIComponent(gw) + "/missions/" + encodeURIComponent(id));
   } catch (e) {
     $("#d-summary").textContent = "Cannot load: " + e.message;
+    for (const b of document.querySelectorAll(".controls button[data-action]")) b.disabled = true;
+    $("#d-steps tbody").replaceChildren();
+    $("#d-timeline tbody").replaceChildren();
     return;
   }
   const s = d.summary;
-  $("#d-title").textContent = gw + " / " + id;
+  setControls(s.state);
   const sum = $("#d-summary");
-  sum.replaceChildren(badge(s.state), " scene " + s.scene + " · step " + Math.min(s.step + 1, s.steps) + "/" + s.steps +
-    " · created " + fmtTime(s.created) + (s.finished && !s.finished.startsWith("0001-") ? " · finished " + fmtTime(s.finished) : "") +
-    (s.error ? " · error: " + s.error : "") + (s.trace_id ? " · trace " + s.trace_id : ""));
-  const steps = $("#d-steps tbody");
-  steps.replaceChildren(...d.steps.map((st) => {
+  const created = isTime(s.created) ? s.created : d.created;
+  sum.replaceChildren(badge(s.state), " scene " + s.scene + " · steps " + progress(s) + " · created ", timeEl("span", created));
+  if (isTime(s.finished)) {
+    sum.append(" · finished ", timeEl("span", s.finished), " after " + fmtDur((new Date(s.finished) - new Date(created)) * 1000));
+  }
+  if (s.source) sum.append(" · source " + s.source);
+  if (s.trace_id) sum.append(" · trace " + s.trace_id);
+  if (s.error) {
+    const p = el("p", null, "err");
+    p.append(el("strong", "Error: "), reason(s.error));
+    if (s.error !== reason(s.error)) p.append(el("div", s.error, "meta detail"));
+    sum.append(p);
+  }
+  const t0 = new Date(created);
+  $("#d-steps tbody").replaceChildren(...d.steps.map((st) => {
     const tr = el("tr");
+    tr.dataset.status = st.status;
     const b = el("td");
     b.append(badge(st.status));
-    tr.append(el("td", st.index), el("td", st.id), b, el("td", st.attempts), el("td", fmtTime(st.started)),
-      el("td", st.duration_ms ? st.duration_ms + " ms" : ""), el("td", st.error ? st.error + (st.code ? " (" + st.code + ")" : "") : "", "err"));
+    const us = st.duration_us ?? (st.duration_ms || 0) * 1000;
+    const started = el("td", isTime(st.started) ? "+" + fmtDur((new Date(st.started) - t0) * 1000) : "");
+    if (isTime(st.started)) started.title = absTime(st.started);
+    const err = st.error ? st.error + (st.code ? " [" + st.code + "]" : "") : "";
+    tr.append(el("td", st.index + 1), el("td", st.id), b, el("td", st.attempts), started,
+      el("td", isTime(st.finished) ? fmtDur(us) : "", "dur"), el("td", err, st.status === "failed" ? "err" : "note"));
     return tr;
   }));
-  const tl = $("#d-timeline tbody");
-  tl.replaceChildren(...(d.timeline || []).map((ev) => {
+  $("#d-timeline tbody").replaceChildren(...(d.timeline || []).map((ev) => {
     const tr = el("tr");
-    tr.append(el("td", ev.seq), el("td", fmtTime(ev.time)), el("td", ev.input), el("td", (ev.from || "·") + " → " + ev.to),
-      el("td", ev.step >= 0 ? ev.step + (ev.step_id ? " " + ev.step_id : "") : ""), el("td", ev.attempt || ""),
-      el("td", [ev.error, ev.code, ev.detail].filter(Boolean).join(" · "), ev.error ? "err" : ""));
+    tr.dataset.input = ev.input;
+    const when = el("td", isTime(ev.time) ? "+" + fmtDur((new Date(ev.time) - t0) * 1000) : "");
+    if (isTime(ev.time)) when.title = absTime(ev.time);
+    // A wait (an offline device, a delay step) is not an error.
+    const bad = ev.error && ev.input !== "step_wait" && ev.detail !== "gave_way";
+    tr.append(el("td", ev.seq), when, el("td", ev.input), el("td", (ev.from || "·") + " → " + ev.to),
+      el("td", ev.step >= 0 ? ev.step + 1 + (ev.step_id ? " " + ev.step_id : "") : ""), el("td", ev.attempt || ""),
+      el("td", [ev.error, ev.code && "[" + ev.code + "]", ev.detail].filter(Boolean).join(" · "), bad ? "err" : "note"));
     return tr;
   }));
   const gaps = $("#d-gaps");
@@ -279,20 +545,31 @@ async function refreshDetail() {
 
 async function control(gw, body) {
   const out = $("#control-result");
-  out.className = "";
-  out.textContent = body.action + " sent to " + gw + "…";
+  const show = (cls, text, link) => {
+    out.className = cls;
+    out.replaceChildren(text);
+    if (link) {
+      const a = el("a", "open mission " + link);
+      a.href = missionHash(gw, link);
+      out.append(" ", a);
+    }
+    if (!state.selected || $("#detail-panel").hidden) {
+      $("#notice").className = cls;
+      $("#notice").replaceChildren(...out.cloneNode(true).childNodes);
+    }
+  };
+  $("#notice").className = "";
   notice("");
+  show("", body.action + " sent to " + gw + "…");
   try {
     const r = await api("/api/gateways/" + encodeURIComponent(gw) + "/control", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
     });
-    out.className = r.ok ? "ok" : "bad";
-    out.textContent = body.action + (r.ok ? " ok" : " refused: " + (r.error || r.code)) + (r.mission_id ? " (mission " + r.mission_id + (r.state ? ", " + r.state : "") + ")" : "");
-    if (!state.selected || $("#detail-panel").hidden) notice(out.textContent);
+    const text = body.action + (body.scene ? " " + body.scene : "") + (r.ok ? " ok" : " refused: " + (r.error || r.code)) +
+      (r.mission_id && r.state ? " (" + r.state + ")" : "");
+    show(r.ok ? "ok" : "bad", text, body.action === "trigger" ? r.mission_id : null);
   } catch (e) {
-    out.className = "bad";
-    out.textContent = body.action + " failed: " + e.message;
-    notice(out.textContent);
+    show("bad", body.action + " failed: " + e.message);
   }
 }
 
@@ -315,15 +592,15 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("#filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadMissions(false).catch((e) => notice(e.message)); });
   $("#more").addEventListener("click", () => loadMissions(true).catch((e) => notice(e.message)));
-  $("#d-close").addEventListener("click", () => { state.selected = null; $("#detail-panel").hidden = true; renderMissions(); });
+  $("#d-close").addEventListener("click", () => closeMission());
   for (const b of document.querySelectorAll(".controls button[data-action]")) {
     b.addEventListener("click", () => {
       if (!state.selected) return;
-      const [gw, ...rest] = state.selected.split("/");
-      control(gw, { action: b.dataset.action, mission_id: rest.join("/") });
+      control(state.selected.gw, { action: b.dataset.action, mission_id: state.selected.id });
     });
   }
-  setInterval(renderGateways, 30000); // keep "heartbeat Ns ago" fresh
+  window.addEventListener("hashchange", followHash);
+  setInterval(refreshTimes, 5000); // keep "12 sec. ago" true
   if (!state.token) { showLogin(); return; }
   $("#logout").hidden = false;
   connect();
