@@ -76,6 +76,12 @@ type env struct {
 
 func newEnv(tb testing.TB, gateways ...string) *env {
 	tb.Helper()
+	return newEnvWith(tb, nil, gateways...)
+}
+
+// newEnvWith is newEnv with the service's options changed by tune.
+func newEnvWith(tb testing.TB, tune func(*ServiceOptions), gateways ...string) *env {
+	tb.Helper()
 	e := &env{broker: testBroker(tb, gateways...)}
 	st, err := Open(filepath.Join(tb.TempDir(), "hub.db"), Options{NoSync: true})
 	if err != nil {
@@ -86,10 +92,14 @@ func newEnv(tb testing.TB, gateways ...string) *env {
 		tb.Fatal(err)
 	}
 	e.st = st
-	e.svc = NewService(st, ServiceOptions{
+	o := ServiceOptions{
 		Broker: e.broker.URL(), ClientID: hubClientID, Username: hubUser, Password: hubPassword,
 		ControlTimeout: 5 * time.Second,
-	})
+	}
+	if tune != nil {
+		tune(&o)
+	}
+	e.svc = NewService(st, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.svc.Run(ctx) }()

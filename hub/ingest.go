@@ -137,6 +137,7 @@ func (a *applier) apply(m *Inbound) error {
 		if m.Status.Version != "" {
 			g.Version = m.Status.Version
 		}
+		g.Protocol = m.Status.Protocol
 		if !m.Status.Started.IsZero() {
 			g.Started = m.Status.Started
 		}
@@ -242,9 +243,23 @@ func (a *applier) batch(m *Inbound) error {
 			a.res.Late++
 		}
 	}
-	if upto > 0 {
-		a.res.Acks[m.Gateway] = max(a.res.Acks[m.Gateway], upto)
+	switch {
+	case upto == 0:
+	case m.Batch.After == nil:
+		// Before protocol 2: cumulative, trusting that nothing before the
+		// batch was lost.
 		g.Acked = max(g.Acked, upto)
+		a.res.Acks[m.Gateway] = max(a.res.Acks[m.Gateway], upto)
+	default:
+		// Entries the gateway has deleted were stored once, or are gone
+		// for good: the chain may start from there.
+		if m.Batch.Acked > g.Acked {
+			g.advance(g.Acked, m.Batch.Acked)
+		}
+		g.advance(*m.Batch.After, upto)
+		// Acked even when it did not move: the gateway needs an answer,
+		// and takes no harm from one below what it has.
+		a.res.Acks[m.Gateway] = g.Acked
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ type hubMetrics struct {
 	reg *metrics.Registry
 
 	stored, duplicates, gaps, rejected, traces, acks *metrics.Counter
+	controlResends                                   *metrics.Counter
 	lag                                              *metrics.Histogram
 	controls                                         *metrics.CounterVec
 	gateways                                         *metrics.Desc
@@ -39,12 +40,14 @@ func newHubMetrics(s *Service) *hubMetrics {
 		rejected:   metrics.NewCounter(ns+"_messages_rejected_total", "Gateway messages refused whole (bad IDs, a body naming another gateway)."),
 		traces:     metrics.NewCounter(ns+"_trace_records_total", "Gateways' trigger records stored (first copies)."),
 		acks:       metrics.NewCounter(ns+"_acks_total", "Acks published to gateways."),
+		controlResends: metrics.NewCounter(ns+"_control_resends_total",
+			"Control requests sent again while waiting for their result (gateways of protocol 2 take them at QoS 0)."),
 		lag: metrics.NewHistogram(ns+"_ingest_lag_seconds", "From a mission's last change on its gateway (gateway clock) to the hub storing it (hub clock).",
 			[]float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600}),
 		controls: metrics.NewCounterVec(ns+"_controls_total", "Control requests, by action and result (ok, failed, offline, timeout, error).", "action", "result"),
 		gateways: metrics.NewDesc(ns+"_gateways", "Gateways known, by state (online, offline, unknown).", metrics.TypeGauge, "state"),
 	}
-	m.reg.MustRegister(m.stored, m.duplicates, m.gaps, m.rejected, m.traces, m.acks, m.lag, m.controls,
+	m.reg.MustRegister(m.stored, m.duplicates, m.gaps, m.rejected, m.traces, m.acks, m.controlResends, m.lag, m.controls,
 		gatewayStates{desc: m.gateways, st: s.st},
 		metrics.NewGaugeFunc(ns+"_store_bytes", "Size of the hub's database file.", func() float64 { return float64(s.st.size()) }),
 		metrics.NewGaugeFunc(ns+"_queue_depth", "Gateway messages received and waiting to be stored.", func() float64 { return float64(len(s.queue)) }),

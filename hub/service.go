@@ -35,6 +35,10 @@ type ServiceOptions struct {
 	Prefix string
 	// ControlTimeout bounds the wait for a control result; default 10s.
 	ControlTimeout time.Duration
+	// ControlResend is how often a control request is sent again until
+	// its result arrives, to gateways of protocol 2 (which take it at
+	// QoS 0 and answer a repeat from memory); default 2s.
+	ControlResend time.Duration
 	// Queue is how many inbound messages may wait for the store; when it
 	// is full the MQTT client stops reading, pushing back on gateways.
 	// Default 4096.
@@ -87,6 +91,9 @@ type inboundRaw struct {
 func NewService(st *Store, opts ServiceOptions) *Service {
 	if opts.ClientID == "" {
 		opts.ClientID = "sortie-hub"
+	}
+	if opts.ControlResend <= 0 {
+		opts.ControlResend = 2 * time.Second
 	}
 	if opts.ControlTimeout <= 0 {
 		opts.ControlTimeout = 10 * time.Second
@@ -361,9 +368,6 @@ func (s *Service) report(res Result) {
 	}
 }
 
-// ackLoop publishes acks apart from the ingest loop: the client delivers
-// the broker's PUBACKs on the goroutine that a full queue may hold up, so
-// waiting for them while ingesting could stall both.
 // pendingAck is what the next ack to a gateway says: events stored up
 // to upto and, when hasTraces, trigger records up to traces.
 type pendingAck struct {
@@ -371,6 +375,9 @@ type pendingAck struct {
 	hasTraces    bool
 }
 
+// ackLoop publishes acks apart from the ingest loop: the client delivers
+// the broker's PUBACKs on the goroutine that a full queue may hold up, so
+// waiting for them while ingesting could stall both.
 func (s *Service) ackLoop(ctx context.Context) error {
 	for {
 		select {
@@ -475,11 +482,26 @@ func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (upl
 		}
 		return uplink.ControlResult{}, fmt.Errorf("publish control: %w", err)
 	}
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-ctx.Done():
-		return uplink.ControlResult{}, fmt.Errorf("%w: %s %s (id %s)", ErrTimeout, gw, c.Action, c.ID)
+	// An older gateway would carry out a repeat: it gets the request once.
+	var resend <-chan time.Time
+	if g.Protocol >= 2 {
+		t := time.NewTicker(s.opts.ControlResend)
+		defer t.Stop()
+		resend = t.C
+	}
+	for {
+		select {
+		case r := <-ch:
+			return r, nil
+		case <-resend:
+			if cp := s.client.Load(); cp != nil && cp.Connected() {
+				// Not waited for: the next tick or the result decides.
+				cp.PublishAsync(s.topics.Control(gw), payload, false, 1)
+				s.metrics.controlResends.Inc()
+			}
+		case <-ctx.Done():
+			return uplink.ControlResult{}, fmt.Errorf("%w: %s %s (id %s)", ErrTimeout, gw, c.Action, c.ID)
+		}
 	}
 }
 

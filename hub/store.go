@@ -51,9 +51,14 @@ type Gateway struct {
 	// Heartbeat is the last one received: backlog, active missions,
 	// uptime and the device inventory.
 	Heartbeat *uplink.Heartbeat `json:"heartbeat,omitempty"`
-	// Acked is the highest outbox seq the hub has acknowledged;
-	// TraceSeq the highest trigger record seq it has stored.
+	// Acked is the highest outbox seq the hub has acknowledged: for a
+	// gateway of protocol 2, the end of the chain of batches stored
+	// (uplink.Batch.After); Pending are batches stored beyond a batch not
+	// (yet) received, which join the chain once it arrives.
+	// TraceSeq is the highest trigger record seq stored.
 	Acked    uint64 `json:"acked"`
+	Pending  []Link `json:"pending,omitempty"`
+	Protocol int    `json:"protocol,omitempty"`
 	TraceSeq uint64 `json:"trace_seq,omitempty"`
 	// Counters since the gateway was first seen.
 	Events     uint64 `json:"events"`
@@ -77,6 +82,53 @@ type Mission struct {
 	Created   time.Time `json:"created"`
 	FirstSeen time.Time `json:"first_seen"`
 	Updated   time.Time `json:"updated"` // hub clock of the last change
+}
+
+// Link is a stored batch of outbox entries, After to Last.
+type Link struct {
+	After uint64 `json:"after"`
+	Last  uint64 `json:"last"`
+}
+
+// maxPending bounds Gateway.Pending: past it the oldest link is
+// forgotten, which costs only a resend (the gateway sends again what was
+// not acknowledged, and the hub stores nothing twice).
+const maxPending = 64
+
+// advance moves the gateway's cursor along a batch from after to last:
+// only when the batch continues what is stored does the cursor move, and
+// then across every pending batch that now joins on.
+func (g *Gateway) advance(after, last uint64) {
+	if after > g.Acked {
+		for _, l := range g.Pending {
+			if l.After == after && l.Last >= last {
+				return
+			}
+		}
+		if len(g.Pending) == maxPending {
+			g.Pending = g.Pending[1:]
+		}
+		g.Pending = append(g.Pending, Link{After: after, Last: last})
+		return
+	}
+	g.Acked = max(g.Acked, last)
+	for moved := true; moved; {
+		moved = false
+		kept := g.Pending[:0]
+		for _, l := range g.Pending {
+			switch {
+			case l.Last <= g.Acked:
+			case l.After <= g.Acked:
+				g.Acked, moved = l.Last, true
+			default:
+				kept = append(kept, l)
+			}
+		}
+		g.Pending = kept
+	}
+	if len(g.Pending) == 0 {
+		g.Pending = nil
+	}
 }
 
 // Gap is a run of missing event seqs, From to To inclusive.

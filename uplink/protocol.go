@@ -11,6 +11,14 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 )
 
+// Protocol is the version of the hub protocol this package speaks:
+//
+//	1  cumulative acks; ack and control subscribed at QoS 1
+//	2  batches chained by After; ack and control subscribed at QoS 0, the
+//	   hub re-sends a control until its result, and the gateway answers a
+//	   repeated control ID from memory instead of acting twice
+const Protocol = 2
+
 // DefaultPrefix is the root of the hub topics.
 const DefaultPrefix = "sortie"
 
@@ -71,11 +79,15 @@ const (
 // Status is a gateway's presence, published retained; its last will is
 // the same message with State "offline".
 type Status struct {
-	Gateway string    `json:"gateway"`
-	State   string    `json:"state"`
-	Version string    `json:"version,omitempty"`
-	Started time.Time `json:"started,omitzero"`
-	Time    time.Time `json:"time,omitzero"`
+	Gateway string `json:"gateway"`
+	State   string `json:"state"`
+	// Protocol is the gateway's version of this protocol (Protocol);
+	// absent (0) from gateways before version 2, which take a control
+	// request once, at QoS 1, and are not sent it again.
+	Protocol int       `json:"protocol,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Started  time.Time `json:"started,omitzero"`
+	Time     time.Time `json:"time,omitzero"`
 }
 
 // Heartbeat is a gateway's periodic health report.
@@ -136,6 +148,17 @@ type Entry struct {
 type Batch struct {
 	Gateway string  `json:"gateway"`
 	Entries []Entry `json:"entries"`
+	// After is the outbox seq the batch continues from: the gateway read
+	// its entries as those after it. The hub advances its cursor only
+	// along this chain, so an ack never covers a batch it did not store
+	// (one lost between two it did, or still on its way to another
+	// replica). Nil from gateways before protocol 2, whose batches the
+	// hub acks cumulatively.
+	After *uint64 `json:"after,omitempty"`
+	// Acked is the highest seq the gateway holds acknowledged (and has
+	// deleted): a hub whose cursor is behind it (its store restored, or
+	// a gateway moved to it) starts from there.
+	Acked uint64 `json:"acked,omitempty"`
 }
 
 // Ack tells a gateway that every outbox entry up to and including Upto

@@ -116,6 +116,8 @@ type hub struct {
 	results   []uplink.ControlResult
 	traces    []uplink.TraceRecord
 	malformed int
+	// links are the batches' After (-1 when absent), Acked and last seq.
+	links [][3]int64
 }
 
 func newHub(tb testing.TB, url string) *hub {
@@ -165,6 +167,13 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 			if err != nil {
 				h.malformed++
 				return
+			}
+			after := int64(-1)
+			if b.After != nil {
+				after = int64(*b.After)
+			}
+			if n := len(b.Entries); n > 0 {
+				h.links = append(h.links, [3]int64{after, int64(b.Acked), int64(b.Entries[n-1].Seq)})
 			}
 			for _, e := range b.Entries {
 				h.received++

@@ -177,6 +177,7 @@ type Stats struct {
 	Controls       uint64 // control requests answered
 	ControlErrors  uint64 // answered with ok=false
 	ControlDropped uint64 // dropped: queue full, or not this gateway's topic
+	ControlRepeats uint64 // requests the hub sent again, answered from memory
 	TraceRecords   uint64 // trigger records published, resends included
 	TraceAcked     uint64 // trigger records deleted after the hub's acks
 }
@@ -288,7 +289,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 	if !u.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
-	offline, err := json.Marshal(uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Version: u.opts.Version, Started: u.started})
+	offline, err := json.Marshal(uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started})
 	if err != nil {
 		return fmt.Errorf("uplink: encode will: %w", err)
 	}
@@ -309,8 +310,11 @@ func (u *Uplink) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("uplink: %w", err)
 	}
+	// QoS 0: an ack lost is made up by the resend, a control request
+	// lost by the hub sending it again, and a QoS 1 subscription costs a
+	// clustered broker a consumer per gateway (see uplink.Protocol).
 	for filter, handle := range map[string]func(string, []byte){u.topics.Ack(o.Gateway): u.onAck, u.topics.Control(o.Gateway): u.onControl} {
-		if _, err := client.Subscribe(filter, handle); err != nil {
+		if _, err := client.SubscribeQoS(filter, 0, handle); err != nil {
 			return fmt.Errorf("uplink: %w", err)
 		}
 	}
@@ -333,7 +337,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 // suppresses the will, and disconnects.
 func (u *Uplink) goodbye(client *mqttc.Client) {
 	if client.Connected() {
-		st := uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+		st := uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
 		if err := u.publish(context.Background(), client, u.topics.Status(u.opts.Gateway), true, st); err != nil {
 			u.log.Warn("publish offline status", "err", err)
 		}
@@ -398,18 +402,31 @@ func (u *Uplink) onControl(topic string, payload []byte) {
 	}
 }
 
-// serveControls answers queued control requests one at a time.
+// serveControls answers queued control requests one at a time. A
+// request whose ID was answered before (the hub sends it again until it
+// hears back) gets the same answer again without being carried out.
 func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
+	done := newAnswered(recentControls)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case b := <-u.controls:
-			res := u.control(ctx, b)
+			res, again := done.get(controlID(b))
+			if !again {
+				res = u.control(ctx, b)
+				if res.Code != CodeInvalid {
+					done.put(res)
+				}
+			}
 			if err := u.publish(ctx, client, u.topics.ControlResult(u.opts.Gateway), false, res); err != nil {
 				u.log.Warn("control result not delivered", "id", res.ID, "err", err)
 			}
 			u.update(func(s *Stats) {
+				if again {
+					s.ControlRepeats++
+					return
+				}
 				s.Controls++
 				if !res.OK {
 					s.ControlErrors++
@@ -419,19 +436,64 @@ func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
 	}
 }
 
+// recentControls is how many answers serveControls remembers: far more
+// than the hub can have waiting on one gateway.
+const recentControls = 256
+
+// answered remembers the latest control results by request ID, the
+// oldest forgotten first.
+type answered struct {
+	order []string
+	res   map[string]uplink.ControlResult
+	max   int
+}
+
+func newAnswered(n int) *answered {
+	return &answered{res: make(map[string]uplink.ControlResult, n), max: n}
+}
+
+func (a *answered) get(id string) (uplink.ControlResult, bool) {
+	if id == "" {
+		return uplink.ControlResult{}, false
+	}
+	r, ok := a.res[id]
+	return r, ok
+}
+
+func (a *answered) put(r uplink.ControlResult) {
+	if _, ok := a.res[r.ID]; ok || r.ID == "" {
+		return
+	}
+	if len(a.order) == a.max {
+		delete(a.res, a.order[0])
+		a.order = a.order[1:]
+	}
+	a.order = append(a.order, r.ID)
+	a.res[r.ID] = r
+}
+
+// controlID reads a request's ID without judging the rest of it; "" when
+// it has no valid one.
+func controlID(b []byte) string {
+	var loose struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(b, &loose) != nil || driver.ValidateID("control id", loose.ID) != nil {
+		return ""
+	}
+	return loose.ID
+}
+
 // control decodes and performs one request. A request that does not
 // decode is answered with its id when one can be read.
 func (u *Uplink) control(ctx context.Context, b []byte) (res uplink.ControlResult) {
 	c, err := uplink.DecodeControl(b)
 	if err != nil {
-		var loose struct {
-			ID string `json:"id"`
+		id := controlID(b)
+		if id == "" {
+			id = "invalid"
 		}
-		_ = json.Unmarshal(b, &loose)
-		if driver.ValidateID("control id", loose.ID) != nil {
-			loose.ID = "invalid"
-		}
-		return uplink.ControlResult{ID: loose.ID, Error: err.Error(), Code: CodeInvalid}
+		return uplink.ControlResult{ID: id, Error: err.Error(), Code: CodeInvalid}
 	}
 	if u.opts.Control == nil {
 		return uplink.ControlResult{ID: c.ID, Error: "this gateway takes no control requests", Code: CodeUnsupported}

@@ -249,15 +249,22 @@ func (r *recordingControl) Control(_ context.Context, c uplink.Control) uplink.C
 	}
 }
 
-func TestControl(t *testing.T) {
+// startControlled starts a connected uplink whose control requests a
+// recordingControl handles.
+func startControlled(t *testing.T) (*hub, *recordingControl, *Uplink) {
+	t.Helper()
 	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
-	w := newWorld(t)
 	rc := &recordingControl{}
-	opts := testOptions(b.URL(), w)
+	opts := testOptions(b.URL(), newWorld(t))
 	opts.Control = rc
 	u, _ := start(t, opts)
 	waitStats(t, u, "connected", func(s Stats) bool { return s.Connected })
+	return h, rc, u
+}
+
+func TestControl(t *testing.T) {
+	h, rc, u := startControlled(t)
 
 	for i, tc := range []struct {
 		name    string

@@ -104,7 +104,7 @@ func (s *sender) connection(ctx context.Context) {
 	s.up = false
 	s.gen = gen
 	gw := u.opts.Gateway
-	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
 	if err := u.publish(ctx, s.client, u.topics.Status(gw), true, st); err != nil {
 		u.log.Warn("hub connection setup failed; retrying", "err", err)
 		s.backoff()
@@ -200,7 +200,7 @@ func (s *sender) fill(ctx context.Context) {
 		if len(es) == 0 {
 			return
 		}
-		payload, n, err := u.encodeBatch(es)
+		payload, n, err := u.encodeBatch(es, s.sent, s.acked)
 		if err != nil {
 			// Nothing but a pathological mission makes an entry this big;
 			// stop here rather than skip it, and say so.
@@ -233,10 +233,11 @@ func (s *sender) fill(ctx context.Context) {
 }
 
 // encodeBatch encodes as many of es as fit in MaxMessage (at least one)
-// and says how many that is.
-func (u *Uplink) encodeBatch(es []store.OutboxEntry) ([]byte, int, error) {
+// and says how many that is. es are the entries after seq after; acked
+// is what the hub has acknowledged so far.
+func (u *Uplink) encodeBatch(es []store.OutboxEntry, after, acked uint64) ([]byte, int, error) {
 	for n := len(es); ; n /= 2 {
-		b := uplink.Batch{Gateway: u.opts.Gateway, Entries: make([]uplink.Entry, n)}
+		b := uplink.Batch{Gateway: u.opts.Gateway, Entries: make([]uplink.Entry, n), After: &after, Acked: acked}
 		for i, e := range es[:n] {
 			b.Entries[i] = uplink.Entry(e)
 		}

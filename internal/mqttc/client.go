@@ -174,6 +174,7 @@ type Client struct {
 // sub is one subscription: a filter and its handler.
 type sub struct {
 	filter    string
+	qos       byte
 	handle    func(topic string, payload []byte)
 	cancelled atomic.Bool
 }
@@ -246,10 +247,18 @@ func (c *Client) Connected() bool { return c.cur.Load() != nil && !c.closed.Load
 // subscribing it again replaces the first. handle must not block; a call
 // already running may finish after cancel returns.
 func (c *Client) Subscribe(filter string, handle func(topic string, payload []byte)) (cancel func(), err error) {
+	return c.SubscribeQoS(filter, 1, handle)
+}
+
+// SubscribeQoS is Subscribe at QoS qos (0 or 1). A QoS 0 subscription
+// costs a broker nothing per message (NATS makes every QoS 1 MQTT
+// subscription a JetStream consumer), for messages the sender repeats
+// until it hears back anyway.
+func (c *Client) SubscribeQoS(filter string, qos byte, handle func(topic string, payload []byte)) (cancel func(), err error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	s := &sub{filter: filter, handle: handle}
+	s := &sub{filter: filter, qos: min(qos, 1), handle: handle}
 	c.mu.Lock()
 	if old := c.subs[filter]; old != nil {
 		old.cancelled.Store(true)
@@ -315,7 +324,7 @@ func (c *Client) unsubscribe(s *sub) {
 func (c *Client) subscribe(cn *conn, subs []*sub) error {
 	filters := make(map[string]byte, len(subs))
 	for _, s := range subs {
-		filters[s.filter] = 1
+		filters[s.filter] = s.qos
 		cn.pc.AddRoute(s.filter, c.route(s))
 	}
 	tok := cn.pc.SubscribeMultiple(filters, nil)

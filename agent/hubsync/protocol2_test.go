@@ -1,0 +1,92 @@
+package hubsync
+
+import (
+	"testing"
+
+	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// TestBatchesChainFromWhatWasSent pins the gateway's side of protocol 2:
+// each batch says the seq it continues from (the last of the batch
+// before, or the acknowledged point after a resend) and what the hub
+// has acknowledged, and the status announces the protocol.
+func TestBatchesChainFromWhatWasSent(t *testing.T) {
+	b := brokertest.Start(t)
+	h := newHub(t, b.URL())
+	w := newWorld(t)
+	w.steps(2, 9)
+	opts := testOptions(b.URL(), w)
+	opts.BatchSize, opts.Window = 3, 2
+	u, _ := start(t, opts)
+	h.waitFor("two batches", func() bool { return len(h.links) >= 2 })
+	h.ack(3)
+	waitStats(t, u, "3 acked", func(s Stats) bool { return s.Acked == 3 })
+	h.waitFor("three batches", func() bool { return len(h.links) >= 3 })
+	h.mu.Lock()
+	got := append([][3]int64(nil), h.links[:3]...)
+	proto := h.statuses[0].Protocol
+	h.mu.Unlock()
+	want := [][3]int64{{0, 0, 3}, {3, 0, 6}, {6, 3, 9}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("batch %d: after, acked, last = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if proto != uplink.Protocol {
+		t.Errorf("status protocol = %d, want %d", proto, uplink.Protocol)
+	}
+}
+
+// TestRepeatedControlCarriedOutOnce: the hub sends a request again until
+// it hears back; the gateway answers a repeat with the first result and
+// does not act again (a retry or a trigger twice would be a second
+// action).
+func TestRepeatedControlCarriedOutOnce(t *testing.T) {
+	h, rc, u := startControlled(t)
+	c := uplink.Control{ID: "c-7", Action: uplink.ActionTrigger, Scene: "go_home", RequestID: "r7"}
+	for range 3 {
+		h.publish(h.topics.Control(gw), c)
+	}
+	h.waitFor("three answers", func() bool { return len(h.results) >= 3 })
+	h.mu.Lock()
+	for i, r := range h.results {
+		if r.ID != "c-7" || !r.OK || r.MissionID != "m-r7" || r.State != driver.StatePending {
+			t.Errorf("answer %d = %+v, want the first result again", i, r)
+		}
+	}
+	h.mu.Unlock()
+	rc.mu.Lock()
+	n := len(rc.got)
+	rc.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the handler ran %d times, want once", n)
+	}
+	s := waitStats(t, u, "counted", func(s Stats) bool { return s.Controls+s.ControlRepeats == 3 })
+	if s.Controls != 1 || s.ControlRepeats != 2 {
+		t.Errorf("stats: %d controls, %d repeats; want 1 and 2", s.Controls, s.ControlRepeats)
+	}
+}
+
+// TestAckAndControlTakenAtQoS0: a QoS 1 subscription is a JetStream
+// consumer per gateway on a NATS cluster; acks and controls are repeated
+// by their sender instead.
+func TestAckAndControlTakenAtQoS0(t *testing.T) {
+	b := brokertest.Start(t)
+	w := newWorld(t)
+	u, _ := start(t, testOptions(b.URL(), w))
+	waitStats(t, u, "connected", func(s Stats) bool { return s.Connected })
+	topics := uplink.Topics{}
+	for _, topic := range []string{topics.Ack(gw), topics.Control(gw)} {
+		subs := b.Server().Topics.Subscribers(topic)
+		if len(subs.Subscriptions) != 1 {
+			t.Fatalf("%s: %d subscribers, want the gateway", topic, len(subs.Subscriptions))
+		}
+		for id, s := range subs.Subscriptions {
+			if s.Qos != 0 {
+				t.Errorf("%s: %s subscribed at QoS %d, want 0", topic, id, s.Qos)
+			}
+		}
+	}
+}

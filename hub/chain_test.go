@@ -1,0 +1,186 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// chained is a protocol-2 batch of entries seq from+1..to (one mission
+// per entry, so each is stored once by its own key), continuing from
+// after, sent while the gateway held acked acknowledged.
+func chained(gw string, after, to, acked uint64) uplink.Batch {
+	b := uplink.Batch{Gateway: gw, After: &after, Acked: acked}
+	for seq := after + 1; seq <= to; seq++ {
+		b.Entries = append(b.Entries, entry(seq, fmt.Sprintf("m%d", seq), 1, driver.StateRunning))
+	}
+	return b
+}
+
+// TestChainAcksOnlyWhatIsStored pins the protocol-2 ack: the hub acks the
+// end of the chain of batches it stored, never a batch it did not
+// receive, and joins batches that arrived early once the missing one
+// comes.
+func TestChainAcksOnlyWhatIsStored(t *testing.T) {
+	cases := []struct {
+		name    string
+		batches []uplink.Batch
+		acks    []uint64
+	}{
+		{"in order", []uplink.Batch{chained("gw", 0, 3, 0), chained("gw", 3, 5, 0)}, []uint64{3, 5}},
+		{"a batch lost in between", []uplink.Batch{chained("gw", 0, 3, 0), chained("gw", 5, 8, 0)}, []uint64{3, 3}},
+		{"the lost batch resent joins the early one", []uplink.Batch{chained("gw", 0, 3, 0), chained("gw", 5, 8, 0), chained("gw", 3, 5, 0)}, []uint64{3, 3, 8}},
+		{"out of order", []uplink.Batch{chained("gw", 2, 4, 0), chained("gw", 4, 6, 0), chained("gw", 0, 2, 0)}, []uint64{0, 0, 6}},
+		{"a resend overlapping the cursor", []uplink.Batch{chained("gw", 0, 4, 0), chained("gw", 2, 6, 0)}, []uint64{4, 6}},
+		{"a gateway acked beyond the hub's cursor starts there", []uplink.Batch{chained("gw", 100, 103, 100)}, []uint64{103}},
+		{"a stale batch changes nothing", []uplink.Batch{chained("gw", 0, 6, 0), chained("gw", 2, 3, 0)}, []uint64{6, 6}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := testStore(t)
+			for i, b := range tc.batches {
+				res, err := st.Ingest(t0, "gw", b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := res.Acks["gw"]; got != tc.acks[i] {
+					t.Errorf("batch %d (after %d): ack %d, want %d", i, *b.After, got, tc.acks[i])
+				}
+			}
+		})
+	}
+}
+
+// TestChainNeverAcksBeyondStoredUnderLossAndReorder sends a gateway's
+// batches through a channel that loses, repeats and reorders them, with
+// the gateway resending from its acknowledged point as it does, and
+// checks after every delivery that every entry up to the hub's ack is
+// stored; in the end everything is stored and acknowledged.
+func TestChainNeverAcksBeyondStoredUnderLossAndReorder(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			st := testStore(t)
+			const total = 120
+			var acked uint64 // the gateway's
+			stored := map[uint64]bool{}
+			for round := 0; acked < total; round++ {
+				if round > 200 {
+					t.Fatalf("not done after %d rounds: acked %d", round, acked)
+				}
+				// The gateway sends its window from its acknowledged point.
+				var flight []uplink.Batch
+				for after := acked; after < total && len(flight) < 4; {
+					to := min(after+uint64(1+rng.IntN(6)), total)
+					flight = append(flight, chained("gw", after, to, acked))
+					after = to
+				}
+				// The channel loses some, repeats some, and shuffles.
+				var out []uplink.Batch
+				for _, b := range flight {
+					if rng.IntN(4) == 0 {
+						continue
+					}
+					out = append(out, b)
+					if rng.IntN(5) == 0 {
+						out = append(out, b)
+					}
+				}
+				rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+				for _, b := range out {
+					res, err := st.Ingest(t0, "gw", b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range b.Entries {
+						stored[e.Seq] = true
+					}
+					ack := res.Acks["gw"]
+					for seq := uint64(1); seq <= ack; seq++ {
+						if !stored[seq] {
+							t.Fatalf("ack %d covers entry %d, which the hub never received", ack, seq)
+						}
+					}
+					if rng.IntN(3) > 0 { // acks are lost too (QoS 0)
+						acked = max(acked, ack)
+					}
+				}
+			}
+			g, err := st.Gateway("gw")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Acked != total || len(g.Pending) != 0 {
+				t.Fatalf("cursor %d with %d pending, want %d and none", g.Acked, len(g.Pending), total)
+			}
+		})
+	}
+}
+
+// TestControlRepeatedUntilAnsweredToProtocol2 pins the hub's side of
+// protocol 2: a gateway that takes control requests at QoS 0 gets the
+// same request (same ID) again until its result arrives.
+func TestControlRepeatedUntilAnsweredToProtocol2(t *testing.T) {
+	e := newEnvWith(t, func(o *ServiceOptions) { o.ControlResend = 20 * time.Millisecond }, "home")
+	g := newGateway(t, e.broker.URL(), "home")
+	g.publish(t, g.topics.Status("home"), true, uplink.Status{Gateway: "home", State: uplink.StateOnline, Protocol: uplink.Protocol})
+	e.waitOnline(t, "home")
+	type answer struct {
+		r   uplink.ControlResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := e.svc.Control(context.Background(), "home", uplink.Control{Action: uplink.ActionCancel, MissionID: "m1"})
+		done <- answer{r, err}
+	}()
+	first, again := g.waitControl(t), g.waitControl(t)
+	if first.ID != again.ID || again.Action != uplink.ActionCancel {
+		t.Fatalf("repeat %+v of %+v, want the same request", again, first)
+	}
+	g.publish(t, g.topics.ControlResult("home"), false, uplink.ControlResult{ID: first.ID, OK: true, MissionID: "m1", State: driver.StateCancelled})
+	if a := <-done; a.err != nil || !a.r.OK {
+		t.Fatalf("control = %+v, %v; want ok", a.r, a.err)
+	}
+}
+
+// TestControlSentOnceToOlderGateway: a gateway before protocol 2 would
+// carry out a repeat, so it gets the request once however long the hub
+// waits.
+func TestControlSentOnceToOlderGateway(t *testing.T) {
+	e := newEnvWith(t, func(o *ServiceOptions) {
+		o.ControlResend, o.ControlTimeout = 10*time.Millisecond, 300*time.Millisecond
+	}, "home")
+	g := newGateway(t, e.broker.URL(), "home")
+	g.online(t) // no protocol: an older gateway
+	e.waitOnline(t, "home")
+	_, err := e.svc.Control(context.Background(), "home", uplink.Control{Action: uplink.ActionRetry, MissionID: "m1"})
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("control without an answer: %v, want a timeout", err)
+	}
+	g.waitControl(t)
+	if n := e.svc.metrics.controlResends.Value(); n != 0 {
+		t.Fatalf("the hub sent an older gateway the request %v more times", n)
+	}
+}
+
+// TestBatchFromOlderGatewayAckedCumulatively: a batch without After (a
+// gateway before protocol 2) is acked up to its highest seq, as before.
+func TestBatchFromOlderGatewayAckedCumulatively(t *testing.T) {
+	st := testStore(t)
+	b := chained("gw", 5, 8, 0)
+	b.After = nil
+	res, err := st.Ingest(t0, "gw", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Acks["gw"]; got != 8 {
+		t.Fatalf("ack = %d, want 8", got)
+	}
+}
