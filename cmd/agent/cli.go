@@ -44,46 +44,20 @@ type clientFlags struct {
 	json                bool
 }
 
-func newClientFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
-	fs, cf := newAPIFlagSet(name, stderr)
+func newClientFlagSet(e *cli.Env) (*flag.FlagSet, *clientFlags) {
+	fs, cf := newAPIFlagSet(e)
 	fs.BoolVar(&cf.json, "json", false, "print the API's JSON instead of a table")
 	return fs, cf
 }
 
 // newAPIFlagSet has the flags that say how to reach the API.
-func newAPIFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
+func newAPIFlagSet(e *cli.Env) (*flag.FlagSet, *clientFlags) {
 	cf := &clientFlags{}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	// A synopsis rather than Go's "Usage of NAME"; a command with
-	// arguments of its own sets its own.
-	cli.Synopsis(fs, "usage: agent "+name+" [flags]\n(see \"agent help\" for its arguments)")
+	fs := e.FlagSet()
 	fs.StringVar(&cf.addr, "addr", "", "agent API address host:port or URL (default: http.listen of -config, else "+defaultAPIAddr+")")
 	fs.StringVar(&cf.token, "token", "", "API token (default: $"+tokenEnv+", else the token of -config)")
 	fs.StringVar(&cf.config, "config", "", "agent config file to take the address and token from")
 	return fs, cf
-}
-
-// parseArgs parses flags wherever they appear among the arguments
-// ("missions show ID --json"), returning the positional ones.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, &usageError{Msg: fmt.Sprintf("%s: %v", fs.Name(), err)}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if len(args) > 0 && args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos, args = append(pos, args[0]), args[1:]
-	}
 }
 
 // client resolves the address and token: flags, then the environment,
@@ -170,35 +144,22 @@ type cliOut struct {
 	now            func() time.Time
 }
 
-func newCLIOut(stdout, stderr io.Writer) cliOut {
-	return cliOut{stdout: stdout, stderr: stderr, loc: time.Local, now: time.Now}
+func newCLIOut(e *cli.Env) cliOut {
+	return cliOut{stdout: e.Stdout, stderr: e.Stderr, loc: time.Local, now: time.Now}
 }
 
-const missionsUsage = `usage:
-  agent missions list [-state S[,S]] [-scene X] [-since T] [-limit N] [-cursor C] [-json]
-  agent missions show ID [-v] [-json]
-  agent missions pause|resume|cancel|retry ID [-json]
-  agent missions priority ID N [-json]
-  agent missions watch [ID]          follow a mission (default: the newest) until it ends;
-                                     exit 0 if it succeeded, 1 otherwise
-(and -addr, -token, -config on each)`
-
-// isHelp says whether arg asks for a command's usage.
-func isHelp(arg string) bool {
-	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+// missionsAction is the command "missions ACTION": it lists, shows and
+// controls missions.
+func missionsAction(action string) func(context.Context, *cli.Env, []string) error {
+	return func(ctx context.Context, e *cli.Env, args []string) error {
+		return cmdMissions(ctx, e, action, args)
+	}
 }
 
-// cmdMissions lists, shows and controls missions.
-func cmdMissions(ctx context.Context, args []string, o cliOut) error {
-	if len(args) > 0 && isHelp(args[0]) {
-		_, err := fmt.Fprintln(o.stdout, missionsUsage)
-		return err
-	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return &usageError{Msg: "missions needs an action", Usage: missionsUsage + "\n"}
-	}
-	action, args := args[0], args[1:]
-	fs, cf := newClientFlagSet("missions "+action, o.stderr)
+// cmdMissions runs "missions ACTION".
+func cmdMissions(ctx context.Context, e *cli.Env, action string, args []string) error {
+	o := newCLIOut(e)
+	fs, cf := newClientFlagSet(e)
 	var (
 		state, scene, since, cursor string
 		limit                       int
@@ -213,13 +174,8 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		fs.IntVar(&limit, "limit", 50, "at most this many missions")
 	case "show":
 		fs.BoolVar(&verbose, "v", false, "also list every event")
-	case "pause", "resume", "cancel", "retry", "priority":
-	case "watch":
-		return cmdWatch(ctx, args, o)
-	default:
-		return &usageError{Msg: fmt.Sprintf("unknown missions action %q", action), Usage: missionsUsage + "\n"}
 	}
-	pos, err := parseArgs(fs, args)
+	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -231,7 +187,7 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 		want = 2
 	}
 	if len(pos) != want {
-		return &usageError{Msg: fmt.Sprintf("missions %s takes %d argument(s), got %d", action, want, len(pos)), Usage: missionsUsage + "\n"}
+		return &usageError{Msg: fmt.Sprintf("missions %s takes %d argument(s), got %d", action, want, len(pos))}
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -288,28 +244,25 @@ func cmdMissions(ctx context.Context, args []string, o cliOut) error {
 	return o.answer(raw, cf.json, func() string { return view.ControlLine(action, it) + "\n" })
 }
 
-const triggerUsage = `usage: agent trigger SCENE [key=value ...] [-request-id R] [-source S] [-wait] [-json]
-(values that look like numbers or true/false are sent as such; quote them, key='"42"', to send a string)`
-
 // cmdTrigger runs a scene through the API, as an MQTT trigger would.
-func cmdTrigger(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newClientFlagSet("trigger", o.stderr)
+func cmdTrigger(ctx context.Context, e *cli.Env, args []string) error {
+	o := newCLIOut(e)
+	fs, cf := newClientFlagSet(e)
 	requestID := fs.String("request-id", "", "request ID; repeating it returns the same mission (default: a new one)")
 	source := fs.String("source", "cli", "who asks, recorded on the mission")
 	wait := fs.Bool("wait", false, "follow the mission until it ends: exit 0 if it succeeded, 1 if it failed or was cancelled, 2 if the trigger was rejected")
-	cli.Synopsis(fs, triggerUsage)
-	pos, err := parseArgs(fs, args)
+	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return &usageError{Msg: "trigger needs a scene", Usage: triggerUsage + "\n"}
+		return &usageError{Msg: "trigger needs a scene"}
 	}
 	params := map[string]any{}
 	for _, kv := range pos[1:] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return &usageError{Msg: fmt.Sprintf("parameter %q is not key=value\n%s", kv, triggerUsage)}
+			return &usageError{Msg: fmt.Sprintf("parameter %q is not key=value", kv)}
 		}
 		params[k] = paramValue(v)
 	}
@@ -399,10 +352,11 @@ func paramValue(v string) any {
 }
 
 // cmdDevices lists the registry's devices with their last known state.
-func cmdDevices(ctx context.Context, args []string, o cliOut) error {
+func cmdDevices(ctx context.Context, e *cli.Env, args []string) error {
+	o := newCLIOut(e)
 	var list api.DeviceList
 	var warned error
-	err := o.list(ctx, "devices", args, "/api/devices", &list, func() string {
+	err := o.list(ctx, e, args, "/api/devices", &list, func() string {
 		if !list.Connected {
 			_, warned = fmt.Fprintln(o.stderr, "warning: the agent is not connected to the broker; availability and state may be stale")
 		}
@@ -412,19 +366,20 @@ func cmdDevices(ctx context.Context, args []string, o cliOut) error {
 }
 
 // cmdScenes lists the scenes the agent can run.
-func cmdScenes(ctx context.Context, args []string, o cliOut) error {
+func cmdScenes(ctx context.Context, e *cli.Env, args []string) error {
 	var list api.SceneList
-	return o.list(ctx, "scenes", args, "/api/scenes", &list, func() string { return view.Scenes(list) })
+	o := newCLIOut(e)
+	return o.list(ctx, e, args, "/api/scenes", &list, func() string { return view.Scenes(list) })
 }
 
 // list runs a client subcommand that takes no arguments: it gets path
 // into out and prints it (answer).
-func (o cliOut) list(ctx context.Context, name string, args []string, path string, out any, text func() string) error {
-	fs, cf := newClientFlagSet(name, o.stderr)
-	if pos, err := parseArgs(fs, args); err != nil {
+func (o cliOut) list(ctx context.Context, e *cli.Env, args []string, path string, out any, text func() string) error {
+	fs, cf := newClientFlagSet(e)
+	if pos, err := cli.Parse(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("%s takes no arguments, got %q", name, pos)}
+		return &usageError{Msg: fmt.Sprintf("%s takes no arguments, got %q", e.Path(), pos)}
 	}
 	c, err := cf.client()
 	if err != nil {

@@ -134,8 +134,8 @@ func TestCLIAgainstAPI(t *testing.T) {
 		{"scenes", []string{"scenes", "-config", cfg}, 0, []string{"cool", "temperature=24", "solo", "parallel"}, ""},
 		{"wrong token", []string{"scenes", "-config", cfg, "-token", "nope"}, 1, nil, "wrong bearer token (set $SORTIE_TOKEN"},
 		{"no agent", []string{"scenes", "-addr", "127.0.0.1:1"}, 1, nil, "cannot reach the agent at http://127.0.0.1:1"},
-		{"missing action", []string{"missions"}, 2, nil, "missions needs an action"},
-		{"unknown action", []string{"missions", "explode", "x"}, 2, nil, `unknown missions action "explode"`},
+		{"missing action", []string{"missions"}, 2, nil, "missions needs one of: list, show, pause"},
+		{"unknown action", []string{"missions", "explode", "x"}, 2, nil, `missions: unknown "explode" (one of: list,`},
 		{"missing ID", []string{"missions", "show", "-config", cfg}, 2, nil, "takes 1 argument(s), got 0"},
 		{"unknown flag", []string{"devices", "-bogus"}, 2, nil, "flag provided but not defined"},
 	}

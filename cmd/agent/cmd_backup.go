@@ -9,14 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sortie-edge/sortie/internal/cli"
 	"github.com/sortie-edge/sortie/store"
 )
 
 // cmdBackup copies a running agent's database into FILE, replacing it
 // if it exists, never leaving FILE a partial copy (store.WriteBackup).
-func cmdBackup(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newAPIFlagSet("backup", o.stderr)
-	pos, err := parseArgs(fs, args)
+func cmdBackup(ctx context.Context, e *cli.Env, args []string) error {
+	o := newCLIOut(e)
+	fs, cf := newAPIFlagSet(e)
+	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -54,8 +56,8 @@ func cmdBackup(ctx context.Context, args []string, o cliOut) error {
 
 // cmdRestore puts a backup in place of the stopped agent's database,
 // keeping the database it replaces beside it.
-func cmdRestore(args []string, stdout, stderr io.Writer) error {
-	path, pos, err := offlineDB("restore", args, stderr, 1)
+func cmdRestore(_ context.Context, e *cli.Env, args []string) error {
+	path, pos, err := offlineDB(e, args, 1)
 	if err != nil {
 		return err
 	}
@@ -68,6 +70,6 @@ func cmdRestore(args []string, stdout, stderr io.Writer) error {
 	for _, k := range kept {
 		fmt.Fprintf(&b, "kept what it replaced as %s\n", k)
 	}
-	_, err = io.WriteString(stdout, b.String())
+	_, err = io.WriteString(e.Stdout, b.String())
 	return err
 }

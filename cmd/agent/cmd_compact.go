@@ -1,20 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"path/filepath"
 
+	"github.com/sortie-edge/sortie/internal/cli"
 	"github.com/sortie-edge/sortie/store"
 )
 
 // cmdCompact rewrites the mission database without its free pages. bbolt
 // never shrinks its file by itself; after retention has deleted many
 // missions this gives the space back. The agent must be stopped.
-func cmdCompact(args []string, stdout, stderr io.Writer) error {
-	path, _, err := offlineDB("compact", args, stderr, 0)
+func cmdCompact(_ context.Context, e *cli.Env, args []string) error {
+	path, _, err := offlineDB(e, args, 0)
 	if err != nil {
 		return err
 	}
@@ -22,7 +22,7 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return stopFirst(err)
 	}
-	_, err = fmt.Fprintf(stdout, "compacted %s: %s -> %s\n", path, humanBytes(before), humanBytes(after))
+	_, err = fmt.Fprintf(e.Stdout, "compacted %s: %s -> %s\n", path, humanBytes(before), humanBytes(after))
 	return err
 }
 
@@ -30,16 +30,15 @@ func cmdCompact(args []string, stdout, stderr io.Writer) error {
 // restore), which takes nargs arguments, and returns the mission
 // database it works on: the one in the config's data_dir, or in the
 // -data directory.
-func offlineDB(name string, args []string, stderr io.Writer, nargs int) (path string, pos []string, err error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func offlineDB(e *cli.Env, args []string, nargs int) (path string, pos []string, err error) {
+	fs := e.FlagSet()
 	config := fs.String("config", "", "config file (TOML) of the agent; its data_dir holds missions.db")
 	data := fs.String("data", "", "data directory (overrides the config's data_dir)")
-	if pos, err = parseArgs(fs, args); err != nil {
+	if pos, err = cli.Parse(fs, args); err != nil {
 		return "", nil, err
 	}
 	if len(pos) != nargs {
-		return "", nil, &usageError{Msg: fmt.Sprintf("%s takes %d argument(s), got %q", name, nargs, pos)}
+		return "", nil, &usageError{Msg: fmt.Sprintf("%s takes %d argument(s), got %q", e.Path(), nargs, pos)}
 	}
 	cfg, err := LoadConfig(*config)
 	if err != nil {

@@ -1,8 +1,7 @@
 package main
 
 import (
-	"errors"
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -12,31 +11,26 @@ import (
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
-const passwdUsage = `Usage: agent passwd [-role app|device|admin] [-generate] NAME
-
-Prints a [[broker.users]] entry for the embedded broker's config. The
+// passwdHelp is passwd's -h.
+const passwdHelp = `Prints a [[broker.users]] entry for the embedded broker's config. The
 password is typed twice at a terminal (or read from the first line of
 stdin), or made up with -generate and shown once. A device's NAME is its
-device ID. See the README, "Who may use the embedded broker".
-`
+device ID. See the README, "Who may use the embedded broker".`
 
 // cmdPasswd prints a [[broker.users]] entry for the embedded broker. The
 // password comes from the first line of stdin, or is generated with
 // -generate and printed once, as a comment, for the client's own
 // settings. Only the hash goes into the agent's config.
-func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("passwd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdPasswd(_ context.Context, e *cli.Env, args []string) error {
+	fs := e.FlagSet()
 	role := fs.String("role", agent.RoleApp, "the user's role: "+strings.Join(agent.Roles, ", "))
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
-	bad := func(msg string) error { return &usageError{Msg: msg, Usage: passwdUsage} }
-	pos, err := parseArgs(fs, args)
-	var ue *usageError
+	bad := func(msg string) error { return &usageError{Msg: msg} }
+	pos, err := cli.Parse(fs, args)
 	switch {
-	case errors.As(err, &ue):
-		return bad(ue.Msg)
 	case err != nil:
 		return err
 	case len(pos) != 1:
@@ -55,7 +49,7 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return bad(err.Error())
 		}
 	}
-	password, err := passwd.Read(stdin, stderr, name, *generate)
+	password, err := passwd.Read(e.Stdin, e.Stderr, name, *generate)
 	if err != nil {
 		return err
 	}
@@ -68,6 +62,6 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(&b, "# password for %s (give it to the client; it is not shown again): %s\n", name, password)
 	}
 	fmt.Fprintf(&b, "[[broker.users]]\nname = %q\nrole = %q\npassword_hash = %q\n", name, *role, h)
-	_, err = io.WriteString(stdout, b.String())
+	_, err = io.WriteString(e.Stdout, b.String())
 	return err
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"strings"
 	"testing"
 
@@ -9,21 +9,27 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/broker/passwd"
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // agent passwd prints an entry the config accepts, its flags may follow
 // the name, and a bad command line shows passwd's own usage.
 func TestPasswdCommand(t *testing.T) {
-	var out, errb strings.Builder
-	if err := cmdPasswd([]string{"voice", "-role", "admin"}, strings.NewReader("a-long-password\n"), &out, &errb); err != nil {
-		t.Fatal(err)
+	runPasswd := func(password string, args ...string) (code int, stdout, stderr string) {
+		var out, errb strings.Builder
+		code = program.Main(context.Background(), append([]string{"passwd"}, args...), cli.IO{Stdin: strings.NewReader(password), Stdout: &out, Stderr: &errb})
+		return code, out.String(), errb.String()
 	}
-	if strings.Contains(out.String()+errb.String(), "a-long-password") {
+	code, out, errb := runPasswd("a-long-password\n", "voice", "-role", "admin")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb)
+	}
+	if strings.Contains(out+errb, "a-long-password") {
 		t.Fatal("passwd printed the password")
 	}
 	cfg := DefaultConfig()
-	if _, err := toml.Decode(out.String(), &cfg); err != nil {
-		t.Fatalf("entry %q: %v", out.String(), err)
+	if _, err := toml.Decode(out, &cfg); err != nil {
+		t.Fatalf("entry %q: %v", out, err)
 	}
 	if len(cfg.Broker.Users) != 1 || cfg.Broker.Users[0].Name != "voice" || cfg.Broker.Users[0].Role != agent.RoleAdmin {
 		t.Fatalf("entry decodes to %+v", cfg.Broker.Users)
@@ -37,13 +43,12 @@ func TestPasswdCommand(t *testing.T) {
 	}
 
 	for _, args := range [][]string{{}, {"a", "b"}, {"-role", "guest", "voice"}, {"-role", "device", "a/b"}, {"-nope", "x"}} {
-		err := cmdPasswd(args, strings.NewReader("a-long-password\n"), &out, &errb)
-		var ue *usageError
-		if !errors.As(err, &ue) || ue.Usage != passwdUsage {
-			t.Errorf("passwd %q: %v, want a usage error with passwd's usage", args, err)
+		code, _, errb := runPasswd("a-long-password\n", args...)
+		if code != cli.ExitUsage || !strings.Contains(errb, "usage: agent passwd [-role app|device|admin] [-generate] NAME") {
+			t.Errorf("passwd %q: exit %d, want %d and passwd's usage; stderr:\n%s", args, code, cli.ExitUsage, errb)
 		}
 	}
-	if err := cmdPasswd([]string{"voice"}, strings.NewReader("short\n"), &out, &errb); err == nil {
+	if code, _, _ := runPasswd("short\n", "voice"); code != 1 {
 		t.Error("a 5-character password was taken")
 	}
 }

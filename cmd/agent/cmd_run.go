@@ -14,6 +14,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/view"
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // runFlags are the command-line overrides of run; set flags win over the
@@ -26,10 +27,8 @@ type runFlags struct {
 	values   map[string]string
 }
 
-func newRunFlagSet(stderr io.Writer) (*flag.FlagSet, *runFlags) {
+func newRunFlagSet(fs *flag.FlagSet) *runFlags {
 	rf := &runFlags{values: map[string]string{}}
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&rf.config, "config", "", "config file (TOML); default: built-in defaults")
 	fs.StringVar(&rf.trigger, "trigger", "", "trigger this scene once the agent is up (demo)")
 	fs.BoolVar(&rf.progress, "progress", false, "print mission progress to stdout, one line per step, instead of the missions' log lines")
@@ -62,7 +61,7 @@ func newRunFlagSet(stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	for name := range rf.set {
 		fs.Func(name, help[name], func(v string) error { rf.values[name] = v; return nil })
 	}
-	return fs, rf
+	return rf
 }
 
 // loadRunConfig reads the file, applies flags and validates. Paths given
@@ -123,16 +122,14 @@ func tuneGC() {
 	}
 }
 
-func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, rf := newRunFlagSet(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{Msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return &usageError{Msg: fmt.Sprintf("run takes no arguments, got %q", fs.Args())}
+func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
+	stdout, stderr := e.Stdout, e.Stderr
+	fs := e.FlagSet()
+	rf := newRunFlagSet(fs)
+	if pos, err := cli.Parse(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return &usageError{Msg: fmt.Sprintf("run takes no arguments, got %q", pos)}
 	}
 	cfg, err := rf.load()
 	if err != nil {

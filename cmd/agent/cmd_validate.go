@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,21 +10,21 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/internal/cli"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
 // cmdValidate checks the config, the device registry, the scenes and the
 // simulated home, printing every problem it finds, one per line.
-func cmdValidate(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
+	stdout, stderr := e.Stdout, e.Stderr
+	fs := e.FlagSet()
 	config := fs.String("config", "", "config file (TOML)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{Msg: err.Error()}
+	if pos, err := cli.Parse(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return &usageError{Msg: fmt.Sprintf("validate takes no arguments, got %q", pos)}
 	}
 	cfg, err := LoadConfig(*config)
 	if err == nil {

@@ -1,24 +1,25 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"io"
 	"runtime"
+
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // cmdVersion prints the version, as text or (-json) as an object.
-func cmdVersion(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdVersion(_ context.Context, e *cli.Env, args []string) error {
+	stdout := e.Stdout
+	fs := e.FlagSet()
 	asJSON := fs.Bool("json", false, "print {\"version\", \"go\", \"os\", \"arch\"} as JSON")
-	pos, err := parseArgs(fs, args)
+	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("version takes no arguments, got %q", pos), Usage: "usage: agent version [-json]\n"}
+		return &usageError{Msg: fmt.Sprintf("version takes no arguments, got %q", pos)}
 	}
 	if !*asJSON {
 		_, err := fmt.Fprintln(stdout, "sortie agent", Version)

@@ -69,14 +69,15 @@ func eventLine(ev driver.Event, o cliOut) string {
 
 // cmdWatch follows a mission (by default the newest) until it ends:
 // exit 0 if it succeeded, 1 otherwise.
-func cmdWatch(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newAPIFlagSet("missions watch", o.stderr)
-	pos, err := parseArgs(fs, args)
+func cmdWatch(ctx context.Context, e *cli.Env, args []string) error {
+	o := newCLIOut(e)
+	fs, cf := newAPIFlagSet(e)
+	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 1 {
-		return &usageError{Msg: fmt.Sprintf("missions watch takes at most one ID, got %q", pos), Usage: missionsUsage + "\n"}
+		return &usageError{Msg: fmt.Sprintf("missions watch takes at most one ID, got %q", pos)}
 	}
 	c, err := cf.client()
 	if err != nil {

@@ -14,13 +14,13 @@ import (
 
 // cmdWhy answers what happened to a trigger, or lists the latest ones
 // that failed.
-func cmdWhy(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newClientFlagSet("why", o.stderr)
+func cmdWhy(ctx context.Context, e *cli.Env, args []string) error {
+	o := newCLIOut(e)
+	fs, cf := newClientFlagSet(e)
 	limit := fs.Int("limit", 20, "with no REQUEST_ID: how many of the latest to list")
 	ok := fs.Bool("ok", false, "with no REQUEST_ID: list the latest that did not fail")
 	verbose := fs.Bool("v", false, "also print every event of the mission")
-	cli.Synopsis(fs, "usage: agent why REQUEST_ID [-v] [-json]\n       agent why [-ok] [-limit N] [-json]")
-	pos, err := parseArgs(fs, args)
+	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -54,11 +54,11 @@ func cmdWhy(ctx context.Context, args []string, o cliOut) error {
 }
 
 // cmdSchedules lists the scenes' schedules and their next firings.
-func cmdSchedules(ctx context.Context, args []string, o cliOut) error {
-	fs, cf := newClientFlagSet("schedules", o.stderr)
+func cmdSchedules(ctx context.Context, e *cli.Env, args []string) error {
+	o := newCLIOut(e)
+	fs, cf := newClientFlagSet(e)
 	next := fs.Int("next", 3, "firings to show per schedule (1 to 100)")
-	cli.Synopsis(fs, "usage: agent schedules [-next N] [-json]")
-	pos, err := parseArgs(fs, args)
+	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // TestHelpIsUsageAndExitsZero: asking a command for help prints its own
@@ -35,6 +38,69 @@ func TestHelpIsUsageAndExitsZero(t *testing.T) {
 			t.Errorf("agent %s: exit %d, want %d; output:\n%s", strings.Join(c.args, " "), code, c.code, all)
 		}
 	}
+}
+
+// TestEveryCommandsHelpIsItsOwnUsage: -h and --help on every command
+// and subcommand print that command's usage line (its arguments), what
+// it does and its flags on stdout, and exit 0.
+func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
+	usages := map[string]string{ // command: its usage line, or a line of it
+		"run":               "usage: agent run [-config FILE] [flags]",
+		"validate":          "usage: agent validate [-config FILE]",
+		"compact":           "usage: agent compact [-config FILE] [-data DIR]",
+		"restore":           "usage: agent restore [-config FILE] [-data DIR] BACKUP",
+		"passwd":            "usage: agent passwd [-role app|device|admin] [-generate] NAME",
+		"version":           "usage: agent version [-json]",
+		"missions":          "agent missions priority ID N [-json]",
+		"missions list":     "usage: agent missions list [-state S[,S]] [-scene X] [-since T] [-limit N] [-cursor C] [-json]",
+		"missions show":     "usage: agent missions show ID [-v] [-json]",
+		"missions pause":    "usage: agent missions pause ID [-json]",
+		"missions resume":   "usage: agent missions resume ID [-json]",
+		"missions cancel":   "usage: agent missions cancel ID [-json]",
+		"missions retry":    "usage: agent missions retry ID [-json]",
+		"missions priority": "usage: agent missions priority ID N [-json]",
+		"missions watch":    "usage: agent missions watch [ID]",
+		"trigger":           "usage: agent trigger SCENE [key=value ...] [-request-id R] [-wait]",
+		"devices":           "usage: agent devices [-json]",
+		"scenes":            "usage: agent scenes [-json]",
+		"schedules":         "usage: agent schedules [-next N] [-json]",
+		"why":               "usage: agent why [REQUEST_ID] [-v] [-ok] [-limit N] [-json]",
+		"backup":            "usage: agent backup FILE",
+		"completion":        "usage: agent completion bash|zsh",
+		"help":              "usage: agent help [COMMAND]",
+	}
+	for _, c := range program.Commands {
+		for _, path := range append([]string{c.Name}, subPaths(c)...) {
+			if _, ok := usages[path]; !ok && !c.Hidden {
+				t.Errorf("agent %s: no case here; add its usage line", path)
+			}
+		}
+	}
+	for path, want := range usages {
+		for _, help := range []string{"-h", "--help"} {
+			t.Run(path+" "+help, func(t *testing.T) {
+				code, out, errb := runCLI(append(strings.Fields(path), help)...)
+				lines := strings.Split(out, "\n")
+				if code != 0 || errb != "" || !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), want) }) {
+					t.Errorf("exit %d, want 0 and %q on stdout\nstdout:\n%s\nstderr:\n%s", code, want, out, errb)
+				}
+				// The client commands' flags say how to reach the agent.
+				client := strings.HasPrefix(path, "missions ") || slices.Contains([]string{"trigger", "devices", "scenes", "schedules", "why", "backup"}, path)
+				if client && !strings.Contains(out, "\n  -addr string\n") {
+					t.Errorf("no -addr among the flags:\n%s", out)
+				}
+			})
+		}
+	}
+}
+
+// subPaths are the paths of c's subcommands ("missions list").
+func subPaths(c *cli.Command) []string {
+	var paths []string
+	for _, s := range c.Subs {
+		paths = append(paths, c.Name+" "+s.Name)
+	}
+	return paths
 }
 
 // TestTriggerWaitExitsByHowTheMissionEnds: -wait follows the mission and

@@ -9,8 +9,11 @@
 //	agent missions list|show|pause|resume|cancel|retry|priority ...
 //	agent trigger  SCENE [key=value ...]    run a scene
 //	agent devices | agent scenes            list devices or scenes
+//	agent completion bash|zsh               a shell completion script
 //
-// The last four talk to a running agent's management API (docs/api.md).
+// "agent help" lists every command; missions, trigger, devices, scenes,
+// schedules, why and backup talk to a running agent's management API
+// (docs/api.md).
 package main
 
 import (
@@ -20,6 +23,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/cli"
 )
 
@@ -41,83 +46,100 @@ func main() {
 }
 
 // usageError is a bad command line: the command's own usage when it
-// gives one, else the whole list.
+// gives one, else the command's usage line.
 type usageError = cli.UsageError
 
-const usage = `Sortie agent - mission-driven automations for your gateway.
+// program is the agent's command line: its usage, each command's -h,
+// the dispatch and the shell completion are all read from this table.
+var program = &cli.Program{
+	Name:    "agent",
+	Intro:   "Sortie agent - mission-driven automations for your gateway.",
+	Outro:   `Run "agent COMMAND -h" for a command's arguments and flags.`,
+	Default: "run",
+	Pass:    []string{"addr", "token", "config"},
+	FlagValues: map[string]cli.Values{
+		"config":     cli.Files,
+		"data":       cli.Dirs,
+		"devices":    cli.Files,
+		"scenes":     cli.Dirs,
+		"sim":        cli.Files,
+		"log-level":  cli.Words("debug", "info", "warn", "error"),
+		"log-format": cli.Words("text", "json"),
+		"role":       cli.Words(agent.Roles...),
+		"scene":      cli.Dynamic("scenes"),
+		"state":      cli.Words(stateNames()...),
+	},
+	Commands: []*cli.Command{
+		{Name: "run", Args: "[-config FILE] [flags]", Summary: "run the agent (also: agent -config FILE ...)",
+			Help: "Runs the agent: the config file first, then the flags over it.", Run: cmdRun},
+		{Name: "validate", Args: "[-config FILE]", Summary: "check the config, device registry and scenes", Run: cmdValidate},
+		{Name: "compact", Args: "[-config FILE] [-data DIR]", Summary: "shrink the mission database (agent stopped)", Run: cmdCompact},
+		{Name: "restore", Args: "[-config FILE] [-data DIR] BACKUP", Summary: "put a backup in place (agent stopped)",
+			Help:      "Puts BACKUP (a file \"agent backup\" wrote) in place of the stopped agent's\nmission database, keeping the database it replaces beside it.",
+			ArgValues: []cli.Values{cli.Files}, Run: cmdRestore},
+		{Name: "passwd", Args: "[-role app|device|admin] [-generate] NAME", Summary: "a [[broker.users]] entry for the embedded broker",
+			Help: passwdHelp, Run: cmdPasswd},
+		{Name: "version", Args: "[-json]", Summary: "print the version", Run: cmdVersion},
 
-Usage:
-  agent run      [-config FILE] [flags]  run the agent (also: agent -config FILE ...)
-  agent validate [-config FILE]          check the config, device registry and scenes
-  agent compact  [-config FILE]          shrink the mission database (agent stopped)
-  agent restore  [-config FILE] [-data DIR] BACKUP  put a backup in place (agent stopped)
-  agent passwd   [-role app|device|admin] [-generate] NAME
-                                         a [[broker.users]] entry for the embedded broker
-  agent version [-json]                  print the version
+		{Name: "missions", Summary: "list, show and control missions", Group: clientGroup,
+			Help: `Run "agent missions ACTION -h" for an action's flags.`,
+			Subs: []*cli.Command{
+				{Name: "list", Args: "[-state S[,S]] [-scene X] [-since T] [-limit N] [-cursor C] [-json]",
+					Summary: "the latest missions, newest first", Run: missionsAction("list")},
+				{Name: "show", Args: "ID [-v] [-json]", Summary: "a mission and its timeline",
+					ArgValues: missionArg, Run: missionsAction("show")},
+				missionControl("pause", "pause a mission before its next step"),
+				missionControl("resume", "resume a paused mission"),
+				missionControl("cancel", "cancel a mission (what it did is undone)"),
+				missionControl("retry", "run a failed mission again"),
+				{Name: "priority", Args: "ID N [-json]", Summary: "set a mission's priority",
+					ArgValues: missionArg, Run: missionsAction("priority")},
+				{Name: "watch", Args: "[ID]", Summary: "follow a mission until it ends (exit 0: SUCCEEDED)",
+					Help:      "Follows a mission (default: the newest) until it ends:\nexit 0 if it succeeded, 1 otherwise.",
+					ArgValues: missionArg, Run: cmdWatch},
+			}},
+		{Name: "trigger", Args: "SCENE [key=value ...] [-request-id R] [-wait]", Summary: "run a scene",
+			Help: "Runs SCENE with its parameters, as an MQTT trigger would. Values that look\n" +
+				"like numbers or true/false are sent as such; quote them, key='\"42\"', to\nsend a string.",
+			ArgValues: []cli.Values{cli.Dynamic("scenes")}, Run: cmdTrigger},
+		{Name: "devices", Args: "[-json]", Summary: "devices, availability, last state",
+			Help: "Lists the registry's devices: whether each is online, and its last\nreported state.", Run: cmdDevices},
+		{Name: "scenes", Args: "[-json]", Summary: "scenes and their parameters",
+			Help: "Lists the scenes the agent can run: mode, priority, deadline, steps and\nparameters.", Run: cmdScenes},
+		{Name: "schedules", Args: "[-next N] [-json]", Summary: "scenes' schedules and their next firings", Run: cmdSchedules},
+		{Name: "why", Args: "[REQUEST_ID] [-v] [-ok] [-limit N] [-json]", Summary: "what became of a trigger",
+			Help:      "With REQUEST_ID: what became of that trigger. Without: the latest\ntriggers that failed (-ok: the others).",
+			ArgValues: []cli.Values{cli.Dynamic("requests")}, Run: cmdWhy},
+		{Name: "backup", Args: "FILE", Summary: "copy the mission database, agent running",
+			Help:      "Copies the running agent's mission database into FILE (replacing it).\nRestore it with \"agent restore\", agent stopped.",
+			ArgValues: []cli.Values{cli.Files}, Run: cmdBackup},
+		{Name: cli.CompleteCommand, Hidden: true, Run: cmdComplete},
+	},
+}
 
-Talking to a running agent (its HTTP API, see docs/api.md):
-  agent missions list [-state S] [-scene X] [-since T] [-limit N] [-json]
-  agent missions show ID [-v] [-json]    a mission and its timeline
-  agent missions pause|resume|cancel|retry ID
-  agent missions priority ID N
-  agent missions watch [ID]              follow a mission until it ends (exit 0: SUCCEEDED)
-  agent trigger SCENE [key=value ...] [-request-id R] [-wait]
-  agent devices [-json]                  devices, availability, last state
-  agent scenes [-json]                   scenes and their parameters
-  agent schedules [-next N] [-json]      scenes' schedules and their next firings
-  agent why REQUEST_ID [-v] [-json]      what became of a trigger
-  agent why [-ok] [-limit N] [-json]     the latest triggers that failed (-ok: the others)
-  agent backup FILE                      copy the mission database, agent running
-  Each takes -addr HOST:PORT, -token T (or $SORTIE_TOKEN) and -config FILE
-  (to take both from the agent's config); flags may follow arguments.
+// clientGroup heads the commands that talk to a running agent.
+const clientGroup = `Talking to a running agent (its HTTP API, see docs/api.md). Each takes
+-addr HOST:PORT, -token T (or $SORTIE_TOKEN) and -config FILE (to take
+both from the agent's config); flags may follow arguments.`
 
-Run "agent run -h" for the flags of run.
-`
+// missionControl is "missions ACTION ID", which controls a mission.
+func missionControl(action, summary string) *cli.Command {
+	return &cli.Command{Name: action, Args: "ID [-json]", Summary: summary, ArgValues: missionArg, Run: missionsAction(action)}
+}
 
-// run dispatches a subcommand and maps its error to an exit code.
+// missionArg completes a mission ID.
+var missionArg = []cli.Values{cli.Dynamic("missions")}
+
+// stateNames are the mission states, for -state.
+func stateNames() []string {
+	s := make([]string, len(driver.States))
+	for i, st := range driver.States {
+		s[i] = string(st)
+	}
+	return s
+}
+
+// run runs a command line and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd := "run"
-	switch {
-	case len(args) == 0:
-		_, _ = fmt.Fprint(stderr, usage) // the exit code says it already; nowhere else to report it
-		return cli.ExitUsage
-	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
-		cmd = "help"
-	case len(args[0]) > 0 && args[0][0] != '-':
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(ctx, args, stdout, stderr)
-	case "validate":
-		err = cmdValidate(args, stdout, stderr)
-	case "missions":
-		err = cmdMissions(ctx, args, newCLIOut(stdout, stderr))
-	case "trigger":
-		err = cmdTrigger(ctx, args, newCLIOut(stdout, stderr))
-	case "devices":
-		err = cmdDevices(ctx, args, newCLIOut(stdout, stderr))
-	case "scenes":
-		err = cmdScenes(ctx, args, newCLIOut(stdout, stderr))
-	case "why":
-		err = cmdWhy(ctx, args, newCLIOut(stdout, stderr))
-	case "schedules":
-		err = cmdSchedules(ctx, args, newCLIOut(stdout, stderr))
-	case "compact":
-		err = cmdCompact(args, stdout, stderr)
-	case "backup":
-		err = cmdBackup(ctx, args, newCLIOut(stdout, stderr))
-	case "restore":
-		err = cmdRestore(args, stdout, stderr)
-	case "passwd":
-		err = cmdPasswd(args, os.Stdin, stdout, stderr)
-	case "version":
-		err = cmdVersion(args, stdout, stderr)
-	case "help", "-h", "--help":
-		_, err = fmt.Fprint(stdout, usage)
-	default:
-		err = &usageError{Msg: fmt.Sprintf("unknown command %q", cmd)}
-	}
-	return cli.Exit(stderr, "agent", err, usage)
+	return program.Main(ctx, args, cli.IO{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 }

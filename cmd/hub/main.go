@@ -6,6 +6,7 @@
 //	hub validate [-config FILE]           check the configuration
 //	hub passwd   [-generate] GATEWAY      print a credential line for [gateways]
 //	hub version                           print the version
+//	hub completion bash|zsh               a shell completion script
 package main
 
 import (
@@ -38,41 +39,44 @@ func main() {
 // usageError marks errors that print usage and exit 2.
 type usageError = cli.UsageError
 
-const usage = `Sortie hub - every gateway and mission in one place.
+// program is the hub's command line: its usage, each command's -h, the
+// dispatch and the shell completion are all read from this table.
+var program = &cli.Program{
+	Name:    "hub",
+	Intro:   "Sortie hub - every gateway and mission in one place.",
+	Outro:   `Run "hub COMMAND -h" for a command's arguments and flags.`,
+	Default: "run",
+	NoArgs:  "run",
+	FlagValues: map[string]cli.Values{
+		"config":     cli.Files,
+		"data-dir":   cli.Dirs,
+		"log-level":  cli.Words("debug", "info", "warn", "error"),
+		"log-format": cli.Words("text", "json"),
+	},
+	Commands: []*cli.Command{
+		{Name: "run", Args: "[-config FILE] [flags]", Summary: "run the hub (default)",
+			Help: "Runs the hub: the config file first, then the flags over it.", Run: cmdRun},
+		{Name: "validate", Args: "[-config FILE]", Summary: "check the configuration",
+			Help: "Checks the configuration, its secrets and TLS files, opening nothing.", Run: cmdValidate},
+		{Name: "passwd", Args: "[-generate] GATEWAY", Summary: "a gateway's line for [gateways]",
+			Help: "Reads a password (or makes one up with -generate, shown once) and prints\n" +
+				"the line to add under [gateways] for GATEWAY: its ID and the password's hash.", Run: cmdPasswd},
+		{Name: "version", Summary: "print the version", Run: cmdVersion},
+	},
+}
 
-Usage:
-  hub run      [-config FILE] [flags]  run the hub (default)
-  hub validate [-config FILE]          check the configuration
-  hub passwd   [-generate] GATEWAY     read a password (or make one) and print
-                                       the line to add under [gateways]
-  hub version                          print the version
-
-Run "hub run -h" for the flags of run.
-`
-
-// run dispatches a subcommand and maps its error to an exit code.
+// run runs a command line and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cmd := "run"
-	switch {
-	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
-		cmd = "help"
-	case len(args) > 0 && args[0] != "" && args[0][0] != '-':
-		cmd, args = args[0], args[1:]
+	return program.Main(ctx, args, cli.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// cmdVersion prints the version.
+func cmdVersion(_ context.Context, e *cli.Env, args []string) error {
+	if pos, err := cli.Parse(e.FlagSet(), args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return &usageError{Msg: fmt.Sprintf("version takes no arguments, got %q", pos)}
 	}
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(ctx, args, stderr)
-	case "validate":
-		err = cmdValidate(args, stdout, stderr)
-	case "passwd":
-		err = cmdPasswd(args, stdin, stdout, stderr)
-	case "version":
-		_, err = fmt.Fprintln(stdout, "sortie hub", Version)
-	case "help", "-h", "--help":
-		_, err = fmt.Fprint(stdout, usage)
-	default:
-		err = &usageError{Msg: fmt.Sprintf("unknown command %q", cmd)}
-	}
-	return cli.Exit(stderr, "hub", err, usage)
+	_, err := fmt.Fprintln(e.Stdout, "sortie hub", Version)
+	return err
 }

@@ -14,3 +14,27 @@ func TestHelpPrintsTheUsageAndExitsZero(t *testing.T) {
 		t.Errorf("hub --help: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 }
+
+// TestEveryCommandsHelpIsItsOwnUsage: -h and --help on every command
+// print its usage line, what it does and its flags on stdout, and exit 0.
+func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
+	for _, c := range []struct{ cmd, usage, flag string }{
+		{"run", "usage: hub run [-config FILE] [flags]", "-broker-url"},
+		{"validate", "usage: hub validate [-config FILE]", "-config"},
+		{"passwd", "usage: hub passwd [-generate] GATEWAY", "-generate"},
+		{"version", "usage: hub version", ""},
+		{"completion", "usage: hub completion bash|zsh", ""},
+		{"help", "usage: hub help [COMMAND]", ""},
+	} {
+		for _, help := range []string{"-h", "--help"} {
+			var out, errb strings.Builder
+			code := run(context.Background(), []string{c.cmd, help}, nil, &out, &errb)
+			if code != 0 || !strings.HasPrefix(out.String(), c.usage+"\n") || (c.flag != "" && !strings.Contains(out.String(), "\n  "+c.flag)) || errb.Len() > 0 {
+				t.Errorf("hub %s %s: exit %d, want 0 and %q with %s\nstdout:\n%s\nstderr:\n%s", c.cmd, help, code, c.usage, c.flag, out.String(), errb.String())
+			}
+		}
+	}
+	if n := len(program.Commands) + 2; n != 6 {
+		t.Errorf("the hub has %d commands, the test 6: add the new ones", n)
+	}
+}

@@ -1,30 +1,31 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
-	"io"
 
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // cmdPasswd prints a [gateways] line for a gateway. The password comes
 // from the first line of stdin, or is generated with -generate and
 // printed once, as a comment above the line, for the gateway's config.
 // Only the hash goes into the hub's file.
-func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("passwd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdPasswd(_ context.Context, e *cli.Env, args []string) error {
+	stdin, stdout, stderr := e.Stdin, e.Stdout, e.Stderr
+	fs := e.FlagSet()
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
-	if err := fs.Parse(args); err != nil {
+	pos, err := cli.Parse(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return &usageError{Msg: "passwd needs exactly one gateway ID"}
 	}
-	id := fs.Arg(0)
+	id := pos[0]
 	if err := driver.CheckID("gateway", id); err != nil {
 		return &usageError{Msg: err.Error()}
 	}

@@ -27,10 +27,9 @@ import (
 var onListening func(httpAddr, brokerAddr string)
 
 // cmdRun runs the hub until ctx is cancelled.
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cli.Synopsis(fs, "usage: hub run [-config FILE] [flags]")
+func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
+	stderr := e.Stderr
+	fs := e.FlagSet()
 	path := fs.String("config", "configs/hub.toml", "configuration file")
 	dataDir := fs.String("data-dir", "", "override data_dir")
 	httpAddr := fs.String("http", "", "override http.listen")
@@ -38,11 +37,10 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	brokerURL := fs.String("broker-url", "", "use this external broker instead of the embedded one")
 	logLevel := fs.String("log-level", "", "override log.level")
 	logFormat := fs.String("log-format", "", "override log.format")
-	if err := fs.Parse(args); err != nil {
+	if pos, err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return &usageError{Msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	} else if len(pos) > 0 {
+		return &usageError{Msg: fmt.Sprintf("run takes no arguments, got %q", pos)}
 	}
 	cfg, err := LoadConfig(*path)
 	if err != nil {

@@ -1,19 +1,22 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
-	"io"
+
+	"github.com/sortie-edge/sortie/internal/cli"
 )
 
 // cmdValidate loads and checks the configuration, its secrets and TLS
 // files, without opening anything.
-func cmdValidate(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
+	stdout := e.Stdout
+	fs := e.FlagSet()
 	path := fs.String("config", "configs/hub.toml", "configuration file")
-	if err := fs.Parse(args); err != nil {
+	if pos, err := cli.Parse(fs, args); err != nil {
 		return err
+	} else if len(pos) > 0 {
+		return &usageError{Msg: fmt.Sprintf("validate takes no arguments, got %q", pos)}
 	}
 	cfg, err := LoadConfig(*path)
 	if err != nil {
