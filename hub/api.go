@@ -2,6 +2,7 @@ package hub
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
@@ -38,11 +39,39 @@ type APIOptions struct {
 	Logger *slog.Logger
 }
 
+// Reader is what the API reads: the single hub's bbolt Store, or the
+// cluster mode's PostgreSQL store.
+type Reader interface {
+	Gateways() ([]Gateway, error)
+	// Gateway returns one gateway, or an error wrapping ErrNotFound.
+	Gateway(id string) (Gateway, error)
+	Missions(q Query) ([]Mission, string, error)
+	Mission(gw, id string) (Detail, error)
+	FailedSince(since time.Time) (map[string]int, error)
+	Trace(gw, requestID string) (Trace, error)
+}
+
+// Backend is the messaging side the API drives: the single hub's
+// Service, or a cluster replica.
+type Backend interface {
+	// Connected reports whether the hub's link to its gateways is up.
+	Connected() bool
+	// Control sends a request to a gateway and waits for its result.
+	Control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error)
+	// Watch streams updates after each commit (see Service.Watch).
+	Watch(buf int) (<-chan Update, func())
+	// Refused counts a control request turned away before it was sent.
+	Refused(action string, err error)
+	// Metrics is the replica's /metrics.
+	Metrics() http.Handler
+	Now() time.Time
+}
+
 // API is the hub's HTTP handler: the JSON API under /api/, /healthz and
 // the dashboard at /.
 type API struct {
-	svc  *Service
-	st   *Store
+	svc  Backend
+	st   Reader
 	opts APIOptions
 	log  *slog.Logger
 	mux  *http.ServeMux
@@ -52,7 +81,10 @@ type API struct {
 }
 
 // NewAPI returns the handler for svc.
-func NewAPI(svc *Service, opts APIOptions) *API {
+func NewAPI(svc *Service, opts APIOptions) *API { return NewAPIOn(svc, svc.Store(), opts) }
+
+// NewAPIOn returns the handler for any backend and store (cluster mode).
+func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = 15 * time.Second
 	}
@@ -60,7 +92,7 @@ func NewAPI(svc *Service, opts APIOptions) *API {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &API{svc: svc, st: svc.Store(), opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{})}
+	a := &API{svc: svc, st: st, opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{})}
 	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.healthz))
 	// Open, as the agent's is: aggregates only, nothing a gateway or a
 	// mission could be read from.
@@ -180,7 +212,7 @@ func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	failed, err := a.st.FailedSince(a.svc.opts.Now().Add(-24 * time.Hour))
+	failed, err := a.st.FailedSince(a.svc.Now().Add(-24 * time.Hour))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -309,7 +341,7 @@ func (a *API) control(w http.ResponseWriter, r *http.Request) {
 	// A control sent to an offline gateway would be lost (sessions are
 	// clean) and the caller would wait out the timeout for nothing.
 	if g.State != uplink.StateOnline {
-		a.svc.metrics.control(req.Action, false, ErrOffline)
+		a.svc.Refused(req.Action, ErrOffline)
 		writeError(w, http.StatusServiceUnavailable, "gateway_offline", fmt.Sprintf("gateway %s is %s; try again when it is online", gw, g.State))
 		return
 	}

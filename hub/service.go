@@ -438,6 +438,13 @@ func (s *Service) Control(ctx context.Context, gw string, c uplink.Control) (upl
 	return r, err
 }
 
+// Refused counts a control request the API turned away (the gateway is
+// offline) as Control counts the others.
+func (s *Service) Refused(action string, err error) { s.metrics.control(action, false, err) }
+
+// Now is the service's clock.
+func (s *Service) Now() time.Time { return s.opts.Now() }
+
 // Metrics is the hub's /metrics (Prometheus text format): fleet
 // aggregates, no label per gateway.
 func (s *Service) Metrics() http.Handler { return s.metrics.reg }
