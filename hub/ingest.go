@@ -74,13 +74,13 @@ func (s *Store) Ingest(now time.Time, gw string, b uplink.Batch) (Result, error)
 func (s *Store) Apply(in []Inbound) (Result, error) {
 	var res Result
 	err := s.update(func(tx *bolt.Tx) error {
-		a := applier{tx: tx, gws: map[string]*Gateway{}, missions: map[string]*Mission{}, finishedOld: map[string][]byte{}, dirty: map[string]bool{}, res: Result{Acks: map[string]uint64{}, TraceAcks: map[string]uint64{}}}
+		a := newApplier(boltReader{tx})
 		for i := range in {
 			if err := a.apply(&in[i]); err != nil {
 				return err
 			}
 		}
-		if err := a.flush(); err != nil {
+		if err := boltFlush(tx, a); err != nil {
 			return err
 		}
 		res = a.res
@@ -92,18 +92,63 @@ func (s *Store) Apply(in []Inbound) (Result, error) {
 	return res, nil
 }
 
-// applier holds the records touched by one transaction so that each is
-// read and written once however many messages concern it.
+// txReader is what an applier reads in its transaction; each store
+// reads its own way (bbolt by key, PostgreSQL in bulk up front). A
+// record that does not exist is nil, not an error.
+type txReader interface {
+	gateway(id string) (*Gateway, error)
+	mission(gw, id string) (*Mission, error)
+	hasEvent(gw, mission string, seq uint64) (bool, error)
+	trace(gw, requestID string) (*Trace, error)
+}
+
+// applier folds messages into records in memory; the store then writes
+// what it changed (Changes) in the same transaction. It holds the
+// records touched so that each is read and written once however many
+// messages concern it; the rules (duplicates, gaps, the ack chain) are
+// the same for every store.
 type applier struct {
-	tx       *bolt.Tx
+	r        txReader
 	gws      map[string]*Gateway
 	missions map[string]*Mission // by missionKey
-	// finishedOld remembers the finished-index key a mission had when the
-	// transaction first read it.
-	finishedOld map[string][]byte
+	// created marks missions first seen in this transaction;
+	// finishedOld remembers when each mission had finished (zero: not)
+	// when the transaction first read it.
+	created     map[string]bool
+	finishedOld map[string]time.Time
 	// dirty marks missions with a new event; others are not rewritten.
 	dirty map[string]bool
-	res   Result
+	// events are the new events in order; stored marks them by key.
+	events []NewEvent
+	stored map[string]bool
+	// changedTraces are the trigger records changed, by traceKey.
+	changedTraces map[string]*Trace
+	res           Result
+}
+
+// NewEvent is an event to store: raw is its JSON as received, or nil to
+// encode Event.
+type NewEvent struct {
+	Gateway string
+	Event   *driver.Event
+	raw     json.RawMessage
+}
+
+// JSON is the event as stored.
+func (e NewEvent) JSON() ([]byte, error) {
+	if e.raw != nil {
+		return e.raw, nil
+	}
+	return json.Marshal(e.Event)
+}
+
+func newApplier(r txReader) *applier {
+	return &applier{
+		r: r, gws: map[string]*Gateway{}, missions: map[string]*Mission{}, created: map[string]bool{},
+		finishedOld: map[string]time.Time{}, dirty: map[string]bool{}, stored: map[string]bool{},
+		changedTraces: map[string]*Trace{},
+		res:           Result{Acks: map[string]uint64{}, TraceAcks: map[string]uint64{}},
+	}
 }
 
 func (a *applier) reject(m *Inbound, format string, args ...any) {
@@ -197,7 +242,6 @@ func (a *applier) batch(m *Inbound) error {
 			return nil
 		}
 	}
-	timeline := a.tx.Bucket(bucketTimeline)
 	var upto uint64
 	for i := range m.Batch.Entries {
 		e := &m.Batch.Entries[i]
@@ -207,19 +251,24 @@ func (a *applier) batch(m *Inbound) error {
 			return err
 		}
 		mk := missionKey(m.Gateway, e.Event.MissionID)
-		ek := eventKey(mk, e.Event.Seq)
-		if timeline.Get(ek) != nil {
+		ek := string(eventKey(mk, e.Event.Seq))
+		dup := a.stored[ek]
+		if !dup {
+			if dup, err = a.r.hasEvent(m.Gateway, e.Event.MissionID, e.Event.Seq); err != nil {
+				return err
+			}
+		}
+		if dup {
 			a.res.Duplicates++
 			g.Duplicates++
 			continue
 		}
+		ne := NewEvent{Gateway: m.Gateway, Event: &e.Event}
 		if m.rawEvents != nil {
-			if err := timeline.Put(ek, m.rawEvents[i]); err != nil {
-				return err
-			}
-		} else if err := putJSON(timeline, ek, &e.Event); err != nil {
-			return err
+			ne.raw = m.rawEvents[i]
 		}
+		a.stored[ek] = true
+		a.events = append(a.events, ne)
 		a.res.Stored++
 		a.dirty[string(mk)] = true
 		g.Events++
@@ -290,92 +339,153 @@ func (a *applier) gateway(id string, now time.Time) (*Gateway, error) {
 	if g, ok := a.gws[id]; ok {
 		return g, nil
 	}
-	g := &Gateway{ID: id, State: StateUnknown, Since: now}
-	if v := a.tx.Bucket(bucketGateways).Get([]byte(id)); v != nil {
-		if err := json.Unmarshal(v, g); err != nil {
-			return nil, fmt.Errorf("decode gateway %q: %w", id, err)
-		}
+	g, err := a.r.gateway(id)
+	if err != nil {
+		return nil, fmt.Errorf("gateway %q: %w", id, err)
+	}
+	if g == nil {
+		g = &Gateway{ID: id, State: StateUnknown, Since: now}
 	}
 	a.gws[id] = g
 	return g, nil
 }
 
 func (a *applier) mission(gw, id string, sum driver.Summary, now time.Time) (*Mission, error) {
-	mk := missionKey(gw, id)
-	if m, ok := a.missions[string(mk)]; ok {
+	mk := string(missionKey(gw, id))
+	if m, ok := a.missions[mk]; ok {
 		return m, nil
 	}
-	m := &Mission{Gateway: gw, ID: id}
-	if v := a.tx.Bucket(bucketMissions).Get(mk); v != nil {
-		if err := json.Unmarshal(v, m); err != nil {
-			return nil, fmt.Errorf("decode mission %s/%s: %w", gw, id, err)
-		}
-	} else {
-		m.Created, m.FirstSeen = sum.Created, now
+	m, err := a.r.mission(gw, id)
+	if err != nil {
+		return nil, fmt.Errorf("mission %s/%s: %w", gw, id, err)
+	}
+	if m == nil {
+		m = &Mission{Gateway: gw, ID: id, Created: sum.Created, FirstSeen: now}
 		if m.Created.IsZero() {
 			m.Created = now
 		}
-		if err := a.tx.Bucket(bucketOrder).Put(timeKey(m.Created, mk), nil); err != nil {
-			return nil, err
-		}
+		a.created[mk] = true
 	}
-	a.finishedOld[string(mk)] = finishedKey(m, mk)
-	a.missions[string(mk)] = m
+	a.finishedOld[mk] = finishedAt(m)
+	a.missions[mk] = m
 	return m, nil
 }
 
-// finishedKey is the mission's key in the finished index, or nil while
-// it is not terminal.
-func finishedKey(m *Mission, mk []byte) []byte {
+// finishedAt is when the mission finished, or zero while it is not
+// terminal: the key of the finished index.
+func finishedAt(m *Mission) time.Time {
 	if !m.Summary.State.Terminal() {
-		return nil
+		return time.Time{}
 	}
-	t := m.Summary.Finished
-	if t.IsZero() {
-		t = m.Updated
+	if t := m.Summary.Finished; !t.IsZero() {
+		return t
 	}
-	return timeKey(t, mk)
+	return m.Updated
 }
 
-// flush writes every touched record and fills in the result.
-func (a *applier) flush() error {
-	gws := a.tx.Bucket(bucketGateways)
+// changes lists what the transaction changed, in key order (so every
+// store writes in the same order and reports the same Result), and
+// fills in Result.Gateways and Result.Missions.
+func (a *applier) changes() (gws []*Gateway, missions []*Mission) {
 	ids := make([]string, 0, len(a.gws))
 	for id := range a.gws {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		if err := putJSON(gws, []byte(id), a.gws[id]); err != nil {
-			return err
-		}
+		gws = append(gws, a.gws[id])
 		a.res.Gateways = append(a.res.Gateways, *a.gws[id])
 	}
-	missions, finished := a.tx.Bucket(bucketMissions), a.tx.Bucket(bucketFinished)
-	keys := make([]string, 0, len(a.missions))
+	keys := make([]string, 0, len(a.dirty))
 	for k := range a.dirty {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		m := a.missions[k]
-		mk := []byte(k)
-		if err := putJSON(missions, mk, m); err != nil {
+		missions = append(missions, a.missions[k])
+		a.res.Missions = append(a.res.Missions, *a.missions[k])
+	}
+	return gws, missions
+}
+
+// boltReader reads an applier's records from a bbolt transaction.
+type boltReader struct{ tx *bolt.Tx }
+
+func getJSON[T any](b *bolt.Bucket, k []byte) (*T, error) {
+	v := b.Get(k)
+	if v == nil {
+		return nil, nil
+	}
+	var out T
+	if err := json.Unmarshal(v, &out); err != nil {
+		return nil, fmt.Errorf("decode %q: %w", k, err)
+	}
+	return &out, nil
+}
+
+func (r boltReader) gateway(id string) (*Gateway, error) {
+	return getJSON[Gateway](r.tx.Bucket(bucketGateways), []byte(id))
+}
+
+func (r boltReader) mission(gw, id string) (*Mission, error) {
+	return getJSON[Mission](r.tx.Bucket(bucketMissions), missionKey(gw, id))
+}
+
+func (r boltReader) hasEvent(gw, mission string, seq uint64) (bool, error) {
+	return r.tx.Bucket(bucketTimeline).Get(eventKey(missionKey(gw, mission), seq)) != nil, nil
+}
+
+func (r boltReader) trace(gw, requestID string) (*Trace, error) {
+	return getJSON[Trace](r.tx.Bucket(bucketTraces), traceKey(gw, requestID))
+}
+
+// boltFlush writes what a did to the bbolt transaction.
+func boltFlush(tx *bolt.Tx, a *applier) error {
+	timeline := tx.Bucket(bucketTimeline)
+	for _, e := range a.events {
+		v, err := e.JSON()
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		if err := timeline.Put(eventKey(missionKey(e.Gateway, e.Event.MissionID), e.Event.Seq), v); err != nil {
 			return err
 		}
-		if old, cur := a.finishedOld[k], finishedKey(m, mk); string(old) != string(cur) {
-			if old != nil {
-				if err := finished.Delete(old); err != nil {
+	}
+	traces := tx.Bucket(bucketTraces)
+	for k, t := range a.changedTraces {
+		if err := putJSON(traces, []byte(k), t); err != nil {
+			return err
+		}
+	}
+	gws, missions := a.changes()
+	for _, g := range gws {
+		if err := putJSON(tx.Bucket(bucketGateways), []byte(g.ID), g); err != nil {
+			return err
+		}
+	}
+	order, finished := tx.Bucket(bucketOrder), tx.Bucket(bucketFinished)
+	for _, m := range missions {
+		mk := missionKey(m.Gateway, m.ID)
+		if err := putJSON(tx.Bucket(bucketMissions), mk, m); err != nil {
+			return err
+		}
+		if a.created[string(mk)] {
+			if err := order.Put(timeKey(m.Created, mk), nil); err != nil {
+				return err
+			}
+		}
+		if old, cur := a.finishedOld[string(mk)], finishedAt(m); !old.Equal(cur) {
+			if !old.IsZero() {
+				if err := finished.Delete(timeKey(old, mk)); err != nil {
 					return err
 				}
 			}
-			if cur != nil {
-				if err := finished.Put(cur, nil); err != nil {
+			if !cur.IsZero() {
+				if err := finished.Put(timeKey(cur, mk), nil); err != nil {
 					return err
 				}
 			}
 		}
-		a.res.Missions = append(a.res.Missions, *m)
 	}
 	return nil
 }

@@ -45,7 +45,6 @@ func (a *applier) traces(m *Inbound) error {
 		return err
 	}
 	g.LastSeen = m.Received
-	b := a.tx.Bucket(bucketTraces)
 	var upto uint64
 	for _, r := range m.Traces.Traces {
 		if r.Seq == 0 || driver.ValidateID("request id", r.RequestID) != nil {
@@ -55,11 +54,14 @@ func (a *applier) traces(m *Inbound) error {
 	}
 	for _, r := range m.Traces.Traces {
 		upto = max(upto, r.Seq)
-		k := traceKey(m.Gateway, r.RequestID)
-		var t Trace
-		if v := b.Get(k); v != nil {
-			if err := json.Unmarshal(v, &t); err != nil {
+		k := string(traceKey(m.Gateway, r.RequestID))
+		t := a.changedTraces[k]
+		if t == nil {
+			if t, err = a.r.trace(m.Gateway, r.RequestID); err != nil {
 				return fmt.Errorf("trace %q of %s: %w", r.RequestID, m.Gateway, err)
+			}
+			if t == nil {
+				t = &Trace{}
 			}
 		}
 		if hasSeq(t.Records, r.Seq) {
@@ -71,9 +73,7 @@ func (a *applier) traces(m *Inbound) error {
 		if n := len(t.Records); n > maxTraceRecords {
 			t.Records = append(t.Records[:1], t.Records[n-maxTraceRecords+1:]...)
 		}
-		if err := putJSON(b, k, &t); err != nil {
-			return err
-		}
+		a.changedTraces[k] = t
 		a.res.TraceRecords++
 	}
 	// Records the decoder dropped are acked too: they would never be
