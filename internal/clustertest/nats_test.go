@@ -1,0 +1,399 @@
+package clustertest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sortie-edge/sortie/internal/clustertest"
+)
+
+// Three nodes form one cluster: every node sees a JetStream meta group
+// of three with one leader, and a message published on n1 reaches a
+// subscriber on n3.
+func TestNATSClusterForms(t *testing.T) {
+	t.Parallel()
+	c := clustertest.StartNATS(t, 3, clustertest.NATSOptions{})
+
+	for _, n := range c.Nodes {
+		var jsz struct {
+			Meta struct {
+				Leader      string `json:"leader"`
+				ClusterSize int    `json:"cluster_size"`
+			} `json:"meta_cluster"`
+		}
+		getJSON(t, n.MonitorURL()+"/jsz", &jsz)
+		if jsz.Meta.ClusterSize != 3 || c.Node(jsz.Meta.Leader) == nil {
+			t.Errorf("%s: meta cluster size %d, leader %q; want 3 and one of the nodes",
+				n.Name, jsz.Meta.ClusterSize, jsz.Meta.Leader)
+		}
+		if n.PID() == 0 {
+			t.Errorf("%s: PID 0 while running", n.Name)
+		}
+	}
+
+	ch := subscribe(t, c, c.Nodes[2], "hello", c.Nodes[0])
+	pub := natsConnect(t, c, c.Nodes[0])
+	if err := pub.Publish("hello", []byte("from n1")); err != nil {
+		t.Fatal(err)
+	}
+	if m := receive(t, ch); string(m.Data) != "from n1" {
+		t.Errorf("got %q, want %q", m.Data, "from n1")
+	}
+}
+
+// A replicated (R3) stream keeps every acknowledged message across a
+// SIGKILL of its leader: publishing goes on with the two others, and the
+// restarted node catches up and, made leader again, serves all of them.
+func TestStreamSurvivesLeaderKill(t *testing.T) {
+	t.Parallel()
+	c := clustertest.StartNATS(t, 3, clustertest.NATSOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	nc := natsConnect(t, c, nil)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "EVENTS", Subjects: []string{"events.>"}, Replicas: 3, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const half = 100
+	publish := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			publishRetry(ctx, t, js, "events.gw1", strconv.Itoa(i))
+		}
+	}
+	publish(1, half)
+
+	leader := streamLeader(ctx, t, stream)
+	victim := c.Node(leader)
+	pid := victim.PID()
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed leader %s (pid %d)", leader, pid)
+	publish(half+1, 2*half)
+	if now := streamLeader(ctx, t, stream); now == leader {
+		t.Fatalf("leader still %s after its kill", now)
+	}
+
+	if err := victim.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if victim.PID() == pid || victim.PID() == 0 {
+		t.Fatalf("PID after Restart = %d (before %d)", victim.PID(), pid)
+	}
+	// The restarted node is healthy (its replica current); make it the
+	// leader, so the messages read below are its copy.
+	makeLeader(ctx, t, nc, stream, victim.Name)
+
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2*half {
+		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, 2*half)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]bool)
+	for len(seen) < 2*half {
+		batch, err := cons.Fetch(2*half, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if seen[string(m.Data())] {
+				t.Errorf("message %s twice", m.Data())
+			}
+			seen[string(m.Data())] = true
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	for i := 1; i <= 2*half; i++ {
+		if !seen[strconv.Itoa(i)] {
+			t.Errorf("message %d lost", i)
+		}
+	}
+}
+
+// MQTT on every node: a QoS 1 PUBLISH on n1's MQTT listener reaches a
+// NATS subscriber on n3 (topic a/b is subject a.b), a user's
+// permissions hold for MQTT as for NATS, and a QoS 1 subscription is a
+// JetStream consumer.
+func TestMQTTAcrossTheCluster(t *testing.T) {
+	t.Parallel()
+	gw := clustertest.User{
+		Name: "gw1", Password: "gw1-secret",
+		Publish:         []string{"sortie.gw1.>"},
+		Subscribe:       []string{"sortie.gw1.>"},
+		ConnectionTypes: []string{"MQTT"},
+	}
+	c := clustertest.StartNATS(t, 3, clustertest.NATSOptions{Users: []clustertest.User{gw}})
+	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+
+	t.Run("QoS1PublishReachesNATSOnAnotherNode", func(t *testing.T) {
+		ch := subscribe(t, c, n3, "a.b", n1)
+		mc := mqttConnect(t, n1, "pub-a", c.User, c.Password)
+		mqttPublish(t, mc, "a/b", 1, "over MQTT")
+		if m := receive(t, ch); string(m.Data) != "over MQTT" {
+			t.Errorf("got %q on %s, want %q", m.Data, m.Subject, "over MQTT")
+		}
+	})
+
+	t.Run("PermissionsHoldForMQTT", func(t *testing.T) {
+		ch := subscribe(t, c, n3, "sortie.>", n1)
+		mc := mqttConnect(t, n1, "gw1", gw.Name, gw.Password)
+		// Denied, yet acknowledged: a PUBACK is no proof of delivery.
+		mqttPublish(t, mc, "sortie/gw2/events", 1, "not mine")
+		mqttPublish(t, mc, "sortie/gw1/events", 1, "mine")
+		if m := receive(t, ch); m.Subject != "sortie.gw1.events" || string(m.Data) != "mine" {
+			t.Errorf("got %q on %s, want only gw1's own message", m.Data, m.Subject)
+		}
+		if _, err := nats.Connect(n1.ClientURL(), nats.UserInfo(gw.Name, gw.Password)); err == nil {
+			t.Error("an MQTT-only user connected over NATS")
+		}
+	})
+
+	t.Run("QoS1SubscriptionIsAConsumer", func(t *testing.T) {
+		before := mqttConsumers(t, c)
+		mc := mqttConnect(t, n2, "gw1", gw.Name, gw.Password)
+		got := make(chan paho.Message, 2)
+		tok := mc.Subscribe("sortie/gw1/control", 1, func(_ paho.Client, m paho.Message) { got <- m })
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+		if n := mqttConsumers(t, c); n != before+1 {
+			t.Errorf("$MQTT_msgs consumers = %d after one QoS 1 subscription, want %d", n, before+1)
+		}
+		waitInterest(t, n3, "sortie.gw1.control")
+
+		// From NATS, a message has no QoS: it arrives at QoS 0.
+		nc := natsConnect(t, c, n3)
+		if err := nc.Publish("sortie.gw1.control", []byte("from NATS")); err != nil {
+			t.Fatal(err)
+		}
+		// From MQTT at QoS 1, it goes through the consumer at QoS 1.
+		hub := mqttConnect(t, n3, "hub", c.User, c.Password)
+		mqttPublish(t, hub, "sortie/gw1/control", 1, "from MQTT")
+		want := map[string]byte{"from NATS": 0, "from MQTT": 1}
+		for range want {
+			select {
+			case m := <-got:
+				if q, ok := want[string(m.Payload())]; !ok || m.Qos() != q {
+					t.Errorf("got %q at QoS %d; want %v", m.Payload(), m.Qos(), want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the MQTT subscriber on n2 got too little")
+			}
+		}
+	})
+}
+
+// natsConnect connects the admin to node n (nil: any node), reconnecting
+// to the others.
+func natsConnect(t *testing.T, c *clustertest.NATS, n *clustertest.Node) *nats.Conn {
+	t.Helper()
+	url := c.ClientURLs()
+	if n != nil {
+		url = n.ClientURL()
+	}
+	nc, err := nats.Connect(url, nats.UserInfo(c.User, c.Password),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// subscribe subscribes the admin to subj on node on, and waits until
+// node heardBy knows of it.
+func subscribe(t *testing.T, c *clustertest.NATS, on *clustertest.Node, subj string, heardBy *clustertest.Node) <-chan *nats.Msg {
+	t.Helper()
+	nc := natsConnect(t, c, on)
+	ch := make(chan *nats.Msg, 16)
+	if _, err := nc.ChanSubscribe(subj, ch); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitInterest(t, heardBy, subj)
+	return ch
+}
+
+// receive returns the next message on ch, failing after 5 s.
+func receive(t *testing.T, ch <-chan *nats.Msg) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message within 5 s")
+		return nil
+	}
+}
+
+// publishRetry publishes data with its own message ID until the stream
+// acknowledges it: across a leader election a publish may time out or
+// find no responders, and the retry must not store it twice.
+func publishRetry(ctx context.Context, t *testing.T, js jetstream.JetStream, subj, data string) {
+	t.Helper()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Publish(pctx, subj, []byte(data), jetstream.WithMsgID(data))
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("publish %s: %v", data, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// streamLeader waits for the stream to have a leader and returns its
+// server name.
+func streamLeader(ctx context.Context, t *testing.T, s jetstream.Stream) string {
+	t.Helper()
+	for {
+		info, err := s.Info(ctx)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+			return info.Cluster.Leader
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no stream leader: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// makeLeader asks the stream's leader to step down in favour of node.
+func makeLeader(ctx context.Context, t *testing.T, nc *nats.Conn, s jetstream.Stream, node string) {
+	t.Helper()
+	req, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": node}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for streamLeader(ctx, t, s) != node {
+		subj := "$JS.API.STREAM.LEADER.STEPDOWN." + s.CachedInfo().Config.Name
+		if _, err := nc.RequestWithContext(ctx, subj, req); err != nil && ctx.Err() != nil {
+			t.Fatalf("step down for %s: %v", node, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitInterest waits until node n has heard over its routes of a
+// subscription to sub made on another node.
+func waitInterest(t *testing.T, n *clustertest.Node, sub string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var routez struct {
+			Routes []struct {
+				Subs []string `json:"subscriptions_list"`
+			} `json:"routes"`
+		}
+		getJSON(t, n.MonitorURL()+"/routez?subs=1", &routez)
+		for _, r := range routez.Routes {
+			if slices.Contains(r.Subs, sub) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no remote interest in %s", n.Name, sub)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mqttConsumers is the number of consumers of the MQTT delivery stream.
+func mqttConsumers(t *testing.T, c *clustertest.NATS) int {
+	t.Helper()
+	nc := natsConnect(t, c, nil)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "$MQTT_msgs")
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+// mqttConnect connects a paho client with a clean session to node n.
+func mqttConnect(t *testing.T, n *clustertest.Node, id, user, password string) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker(n.MQTTURL()).SetClientID(id).
+		SetUsername(user).SetPassword(password).SetCleanSession(true).
+		SetAutoReconnect(false).SetOrderMatters(false).SetConnectTimeout(10 * time.Second)
+	mc := paho.NewClient(o)
+	tok := mc.Connect()
+	if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
+		t.Fatalf("MQTT connect to %s as %s: %v", n.Name, user, tok.Error())
+	}
+	t.Cleanup(func() { mc.Disconnect(100) })
+	return mc
+}
+
+func mqttPublish(t *testing.T, mc paho.Client, topic string, qos byte, payload string) {
+	t.Helper()
+	tok := mc.Publish(topic, qos, false, payload)
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish %s: %v", topic, tok.Error())
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(fmt.Errorf("GET %s: %w", url, err))
+	}
+}
