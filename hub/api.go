@@ -51,6 +51,20 @@ type Reader interface {
 	Trace(gw, requestID string) (Trace, error)
 }
 
+// Backing is a hub store: the single hub's bbolt Store, or the cluster
+// mode's PGStore. Both keep the same rules (one applier); the tests run
+// the same cases on both.
+type Backing interface {
+	Reader
+	// Apply folds messages into the store in one transaction.
+	Apply(in []Inbound) (Result, error)
+	// Register makes configured gateways known before they report.
+	Register(now time.Time, ids ...string) error
+	// Prune removes finished missions and old trigger records.
+	Prune(now time.Time, r Retention) (int, error)
+	Close() error
+}
+
 // Backend is the messaging side the API drives: the single hub's
 // Service, or a cluster replica.
 type Backend interface {

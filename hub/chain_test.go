@@ -45,7 +45,7 @@ func TestChainAcksOnlyWhatIsStored(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := testStore(t)
 			for i, b := range tc.batches {
-				res, err := st.Ingest(t0, "gw", b)
+				res, err := ingest(st, t0, "gw", b)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -94,7 +94,7 @@ func TestChainNeverAcksBeyondStoredUnderLossAndReorder(t *testing.T) {
 				}
 				rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 				for _, b := range out {
-					res, err := st.Ingest(t0, "gw", b)
+					res, err := ingest(st, t0, "gw", b)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -176,7 +176,7 @@ func TestBatchFromOlderGatewayAckedCumulatively(t *testing.T) {
 	st := testStore(t)
 	b := chained("gw", 5, 8, 0)
 	b.After = nil
-	res, err := st.Ingest(t0, "gw", b)
+	res, err := ingest(st, t0, "gw", b)
 	if err != nil {
 		t.Fatal(err)
 	}

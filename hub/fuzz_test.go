@@ -32,10 +32,10 @@ func FuzzIngest(f *testing.F) {
 			return
 		}
 		now := time.Unix(0, 0)
-		if _, err := st.Ingest(now, "gw", b); err != nil {
+		if _, err := ingest(st, now, "gw", b); err != nil {
 			t.Fatalf("ingest: %v", err)
 		}
-		again, err := st.Ingest(now, "gw", b)
+		again, err := ingest(st, now, "gw", b)
 		if err != nil {
 			t.Fatalf("ingest again: %v", err)
 		}

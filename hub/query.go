@@ -150,11 +150,9 @@ func (s *Store) Mission(gw, id string) (Detail, error) {
 		prefix := append(mk, 0)
 		c := tx.Bucket(bucketTimeline).Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			var ev driver.Event
-			if err := json.Unmarshal(v, &ev); err != nil {
-				return fmt.Errorf("decode event: %w", err)
+			if err := d.add(v); err != nil {
+				return err
 			}
-			d.Timeline = append(d.Timeline, ev)
 		}
 		return nil
 	})
@@ -163,6 +161,16 @@ func (s *Store) Mission(gw, id string) (Detail, error) {
 	}
 	d.Steps = Timings(d.Summary, d.Timeline)
 	return d, nil
+}
+
+// add appends a stored event to the timeline.
+func (d *Detail) add(v []byte) error {
+	var ev driver.Event
+	if err := json.Unmarshal(v, &ev); err != nil {
+		return fmt.Errorf("decode event: %w", err)
+	}
+	d.Timeline = append(d.Timeline, ev)
+	return nil
 }
 
 // Timings derives per-step status and timing from a timeline: a step

@@ -14,14 +14,27 @@ import (
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
-func testStore(tb testing.TB) *Store {
+// testStore opens an empty store: a bbolt file, or the PostgreSQL
+// database of TestPGStoreKeepsTheSameRules while it runs.
+func testStore(tb testing.TB) Backing {
 	tb.Helper()
+	if openPG != nil {
+		return openPG(tb)
+	}
 	st, err := Open(filepath.Join(tb.TempDir(), "hub.db"), Options{NoSync: true})
 	if err != nil {
 		tb.Fatalf("open: %v", err)
 	}
 	tb.Cleanup(func() { _ = st.Close() })
 	return st
+}
+
+// openPG, when set, makes testStore open PostgreSQL.
+var openPG func(testing.TB) Backing
+
+// ingest stores one batch from gateway gw.
+func ingest(st Backing, now time.Time, gw string, b uplink.Batch) (Result, error) {
+	return st.Apply([]Inbound{{Gateway: gw, Batch: &b, Received: now}})
 }
 
 // entry builds an outbox entry: outbox seq oseq carrying event seq of
@@ -120,7 +133,7 @@ func TestIngest(t *testing.T) {
 			st := testStore(t)
 			var got want
 			for i, b := range tc.batches {
-				res, err := st.Ingest(t0.Add(time.Duration(i)*time.Second), "gw", b)
+				res, err := ingest(st, t0.Add(time.Duration(i)*time.Second), "gw", b)
 				if err != nil {
 					t.Fatalf("ingest %d: %v", i, err)
 				}
@@ -392,7 +405,7 @@ func TestFailedSinceCountsRecentFailuresPerGateway(t *testing.T) {
 			finished(3, "f2", driver.StateFailed, now.Add(-23*time.Hour)), finished(4, "ok", driver.StateSucceeded, now.Add(-time.Minute))},
 		"b": {finished(1, "c", driver.StateCancelled, now.Add(-time.Minute))},
 	} {
-		if _, err := st.Ingest(now, gw, batch(gw, es...)); err != nil {
+		if _, err := ingest(st, now, gw, batch(gw, es...)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,654 @@
+package hub
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sortie-edge/sortie/driver"
+)
+
+// PGStore keeps gateways and their missions in PostgreSQL, for the
+// cluster mode: several hub replicas share one database, and each
+// applies what it fetched in one transaction. Its rules are the bbolt
+// Store's (one applier for both); the tests run the same cases on both.
+//
+// Replicas applying messages of the same gateway at once are kept apart
+// by a row lock on the gateway, which every Apply takes first (in ID
+// order, so two never wait on each other); the ack chain and the
+// counters live in that row.
+type PGStore struct {
+	pool *pgxpool.Pool
+	// timeout bounds each call.
+	timeout time.Duration
+}
+
+// pgSchema creates the tables; every statement is idempotent, so each
+// replica runs it at start.
+var pgSchema = []string{
+	`CREATE TABLE IF NOT EXISTS sortie_gateways (
+		id   text PRIMARY KEY,
+		doc  bytea NOT NULL)`,
+	// mkey is missionKey (gateway 0x00 id), created_ns and finished_ns the
+	// time keys of the bbolt store's order and finished indexes, so both
+	// stores page and prune in the same order.
+	`CREATE TABLE IF NOT EXISTS sortie_missions (
+		gateway     text NOT NULL,
+		id          text NOT NULL,
+		mkey        bytea NOT NULL,
+		created_ns  bigint NOT NULL,
+		finished_ns bigint,
+		state       text NOT NULL,
+		scene       text NOT NULL,
+		doc         bytea NOT NULL,
+		PRIMARY KEY (gateway, id))`,
+	`CREATE INDEX IF NOT EXISTS sortie_missions_order ON sortie_missions (created_ns DESC, mkey DESC)`,
+	`CREATE INDEX IF NOT EXISTS sortie_missions_finished ON sortie_missions (finished_ns, mkey) WHERE finished_ns IS NOT NULL`,
+	`CREATE TABLE IF NOT EXISTS sortie_events (
+		gateway text NOT NULL,
+		mission text NOT NULL,
+		seq     bigint NOT NULL,
+		doc     bytea NOT NULL,
+		PRIMARY KEY (gateway, mission, seq))`,
+	`CREATE TABLE IF NOT EXISTS sortie_traces (
+		gateway    text NOT NULL,
+		request_id text NOT NULL,
+		updated    timestamptz NOT NULL,
+		doc        bytea NOT NULL,
+		PRIMARY KEY (gateway, request_id))`,
+	`CREATE INDEX IF NOT EXISTS sortie_traces_updated ON sortie_traces (updated)`,
+}
+
+// OpenPG connects to the database at dsn (a pgx connection string) and
+// creates the tables if they are missing.
+func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: postgres dsn: %w", ErrInvalid, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	s := &PGStore{pool: pool, timeout: 30 * time.Second}
+	for _, q := range pgSchema {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("create hub tables: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Close closes the connections.
+func (s *PGStore) Close() error { s.pool.Close(); return nil }
+
+// Ping checks the database answers.
+func (s *PGStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+func (s *PGStore) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
+
+// Register inserts the configured gateways that the database does not
+// know yet. Unlike the bbolt Store it leaves known gateways' presence
+// alone: a replica starting says nothing about gateways connected to
+// the other replicas' broker.
+func (s *PGStore) Register(now time.Time, ids ...string) error {
+	for _, id := range ids {
+		if err := driver.ValidateID("gateway", id); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	for _, id := range ids {
+		doc, err := json.Marshal(&Gateway{ID: id, State: StateUnknown, Since: now})
+		if err != nil {
+			return err
+		}
+		if _, err := s.pool.Exec(ctx, `INSERT INTO sortie_gateways (id, doc) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, doc); err != nil {
+			return fmt.Errorf("register gateway %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// Apply folds messages into the database in one transaction, as
+// Store.Apply does. A transaction that loses a deadlock or a
+// serialization race is run again.
+func (s *PGStore) Apply(in []Inbound) (Result, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		res, err := s.apply(ctx, in)
+		var pe *pgconn.PgError
+		if err != nil && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return Result{}, fmt.Errorf("ingest: %w", err)
+		}
+		return res, nil
+	}
+}
+
+func (s *PGStore) apply(ctx context.Context, in []Inbound) (Result, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after Commit, a no-op
+	r, err := preload(ctx, tx, in)
+	if err != nil {
+		return Result{}, err
+	}
+	a := newApplier(r)
+	for i := range in {
+		if err := a.apply(&in[i]); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := pgFlush(ctx, tx, a); err != nil {
+		return Result{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Result{}, err
+	}
+	return a.res, nil
+}
+
+// pgReader holds, read in bulk at the start of a transaction, every
+// record its messages can touch.
+type pgReader struct {
+	gws      map[string]*Gateway
+	missions map[string]*Mission // by missionKey
+	events   map[string]bool     // by eventKey
+	traces   map[string]*Trace   // by traceKey
+}
+
+func (r *pgReader) gateway(id string) (*Gateway, error) { return clonePtr(r.gws[id]), nil }
+func (r *pgReader) mission(gw, id string) (*Mission, error) {
+	return clonePtr(r.missions[string(missionKey(gw, id))]), nil
+}
+func (r *pgReader) hasEvent(gw, mission string, seq uint64) (bool, error) {
+	return r.events[string(eventKey(missionKey(gw, mission), seq))], nil
+}
+func (r *pgReader) trace(gw, requestID string) (*Trace, error) {
+	return clonePtr(r.traces[string(traceKey(gw, requestID))]), nil
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
+
+// preload locks the messages' gateways (inserting the unknown ones
+// first, so there is a row to lock) and reads their missions, events
+// and trigger records.
+func preload(ctx context.Context, tx pgx.Tx, in []Inbound) (*pgReader, error) {
+	r := &pgReader{gws: map[string]*Gateway{}, missions: map[string]*Mission{}, events: map[string]bool{}, traces: map[string]*Trace{}}
+	gwSet := map[string]bool{}
+	var mg, mi, eg, em, tg, tr []string
+	var es []int64
+	for _, m := range in {
+		if driver.ValidateID("gateway", m.Gateway) != nil {
+			continue // the applier rejects it
+		}
+		gwSet[m.Gateway] = true
+		if m.Batch != nil {
+			for _, e := range m.Batch.Entries {
+				mg, mi = append(mg, m.Gateway), append(mi, e.Event.MissionID)
+				eg, em, es = append(eg, m.Gateway), append(em, e.Event.MissionID), append(es, int64(e.Event.Seq))
+			}
+		}
+		if m.Traces != nil {
+			for _, t := range m.Traces.Traces {
+				tg, tr = append(tg, m.Gateway), append(tr, t.RequestID)
+			}
+		}
+	}
+	ids := make([]string, 0, len(gwSet))
+	for id := range gwSet {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if len(ids) > 0 {
+		// A placeholder row to lock; the applier writes the real record.
+		if _, err := tx.Exec(ctx, `INSERT INTO sortie_gateways (id, doc) SELECT unnest($1::text[]), '\x'::bytea ON CONFLICT (id) DO NOTHING`, ids); err != nil {
+			return nil, fmt.Errorf("insert gateways: %w", err)
+		}
+		rows, err := tx.Query(ctx, `SELECT id, doc FROM sortie_gateways WHERE id = ANY($1::text[]) ORDER BY id COLLATE "C" FOR UPDATE`, ids)
+		if err != nil {
+			return nil, fmt.Errorf("lock gateways: %w", err)
+		}
+		err = forRows(rows, func() error {
+			var id string
+			var doc []byte
+			if err := rows.Scan(&id, &doc); err != nil {
+				return err
+			}
+			if len(doc) == 0 {
+				return nil // inserted just now: unknown to the applier
+			}
+			var g Gateway
+			if err := json.Unmarshal(doc, &g); err != nil {
+				return fmt.Errorf("decode gateway %q: %w", id, err)
+			}
+			r.gws[id] = &g
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(mg) > 0 {
+		rows, err := tx.Query(ctx, `SELECT m.gateway, m.id, m.doc FROM sortie_missions m
+			JOIN (SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) AS k(g, i)) k ON m.gateway = k.g AND m.id = k.i`, mg, mi)
+		if err != nil {
+			return nil, fmt.Errorf("read missions: %w", err)
+		}
+		err = forRows(rows, func() error {
+			var gw, id string
+			var doc []byte
+			if err := rows.Scan(&gw, &id, &doc); err != nil {
+				return err
+			}
+			var m Mission
+			if err := json.Unmarshal(doc, &m); err != nil {
+				return fmt.Errorf("decode mission %s/%s: %w", gw, id, err)
+			}
+			r.missions[string(missionKey(gw, id))] = &m
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		rows, err = tx.Query(ctx, `SELECT e.gateway, e.mission, e.seq FROM sortie_events e
+			JOIN (SELECT DISTINCT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(g, m, s)) k
+			ON e.gateway = k.g AND e.mission = k.m AND e.seq = k.s`, eg, em, es)
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		err = forRows(rows, func() error {
+			var gw, mission string
+			var seq int64
+			if err := rows.Scan(&gw, &mission, &seq); err != nil {
+				return err
+			}
+			r.events[string(eventKey(missionKey(gw, mission), uint64(seq)))] = true
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(tg) > 0 {
+		rows, err := tx.Query(ctx, `SELECT t.gateway, t.request_id, t.doc FROM sortie_traces t
+			JOIN (SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) AS k(g, r)) k ON t.gateway = k.g AND t.request_id = k.r`, tg, tr)
+		if err != nil {
+			return nil, fmt.Errorf("read trigger records: %w", err)
+		}
+		err = forRows(rows, func() error {
+			var gw, rid string
+			var doc []byte
+			if err := rows.Scan(&gw, &rid, &doc); err != nil {
+				return err
+			}
+			var t Trace
+			if err := json.Unmarshal(doc, &t); err != nil {
+				return fmt.Errorf("decode trace %s/%s: %w", gw, rid, err)
+			}
+			r.traces[string(traceKey(gw, rid))] = &t
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// forRows calls each for every row and closes rows.
+func forRows(rows pgx.Rows, each func() error) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// nsKey is timeKey's timestamp: nanoseconds, before 1970 as 0.
+func nsKey(t time.Time) int64 {
+	ns := t.UnixNano()
+	if ns < 0 || t.IsZero() {
+		return 0
+	}
+	return ns
+}
+
+// pgFlush writes what a did, one statement per table.
+func pgFlush(ctx context.Context, tx pgx.Tx, a *applier) error {
+	if n := len(a.events); n > 0 {
+		gws, ms, seqs, docs := make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+		for i, e := range a.events {
+			v, err := e.JSON()
+			if err != nil {
+				return fmt.Errorf("encode event: %w", err)
+			}
+			gws[i], ms[i], seqs[i], docs[i] = e.Gateway, e.Event.MissionID, int64(e.Event.Seq), v
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sortie_events (gateway, mission, seq, doc)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) ON CONFLICT DO NOTHING`, gws, ms, seqs, docs); err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+	}
+	if len(a.changedTraces) > 0 {
+		var gws, rids []string
+		var upd []time.Time
+		var docs [][]byte
+		for _, t := range a.changedTraces {
+			v, err := json.Marshal(t)
+			if err != nil {
+				return err
+			}
+			gws, rids, upd, docs = append(gws, t.Gateway), append(rids, t.RequestID), append(upd, t.Updated), append(docs, v)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sortie_traces (gateway, request_id, updated, doc)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bytea[])
+			ON CONFLICT (gateway, request_id) DO UPDATE SET updated = excluded.updated, doc = excluded.doc`, gws, rids, upd, docs); err != nil {
+			return fmt.Errorf("write trigger records: %w", err)
+		}
+	}
+	gws, missions := a.changes()
+	if len(gws) > 0 {
+		ids, docs := make([]string, len(gws)), make([][]byte, len(gws))
+		for i, g := range gws {
+			v, err := json.Marshal(g)
+			if err != nil {
+				return err
+			}
+			ids[i], docs[i] = g.ID, v
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sortie_gateways (id, doc) SELECT * FROM unnest($1::text[], $2::bytea[])
+			ON CONFLICT (id) DO UPDATE SET doc = excluded.doc`, ids, docs); err != nil {
+			return fmt.Errorf("write gateways: %w", err)
+		}
+	}
+	if n := len(missions); n > 0 {
+		gw, id, states, scenes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		mkeys, docs := make([][]byte, n), make([][]byte, n)
+		created, finished := make([]int64, n), make([]*int64, n)
+		for i, m := range missions {
+			v, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			gw[i], id[i], states[i], scenes[i] = m.Gateway, m.ID, string(m.Summary.State), m.Summary.Scene
+			mkeys[i], docs[i], created[i] = missionKey(m.Gateway, m.ID), v, nsKey(m.Created)
+			if f := finishedAt(m); !f.IsZero() {
+				ns := nsKey(f)
+				finished[i] = &ns
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sortie_missions (gateway, id, mkey, created_ns, finished_ns, state, scene, doc)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::bytea[])
+			ON CONFLICT (gateway, id) DO UPDATE SET finished_ns = excluded.finished_ns, state = excluded.state,
+				scene = excluded.scene, doc = excluded.doc`,
+			gw, id, mkeys, created, finished, states, scenes, docs); err != nil {
+			return fmt.Errorf("write missions: %w", err)
+		}
+	}
+	return nil
+}
+
+// Gateways returns every gateway, by ID.
+func (s *PGStore) Gateways() ([]Gateway, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT doc FROM sortie_gateways WHERE length(doc) > 0 ORDER BY id COLLATE "C"`)
+	if err != nil {
+		return nil, err
+	}
+	var out []Gateway
+	err = forRows(rows, func() error {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return err
+		}
+		var g Gateway
+		if err := json.Unmarshal(doc, &g); err != nil {
+			return fmt.Errorf("decode gateway: %w", err)
+		}
+		out = append(out, g)
+		return nil
+	})
+	return out, err
+}
+
+// Gateway returns one gateway or ErrUnknownGateway.
+func (s *PGStore) Gateway(id string) (Gateway, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	var doc []byte
+	err := s.pool.QueryRow(ctx, `SELECT doc FROM sortie_gateways WHERE id = $1`, id).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && len(doc) == 0 {
+		return Gateway{}, fmt.Errorf("%w: %q", ErrUnknownGateway, id)
+	}
+	if err != nil {
+		return Gateway{}, err
+	}
+	var g Gateway
+	if err := json.Unmarshal(doc, &g); err != nil {
+		return Gateway{}, fmt.Errorf("decode gateway %q: %w", id, err)
+	}
+	return g, nil
+}
+
+// Missions returns missions matching q, newest first, as Store.Missions
+// does (the same cursors).
+func (s *PGStore) Missions(q Query) ([]Mission, string, error) {
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	q.Limit = min(q.Limit, MaxLimit)
+	var curNS int64
+	var curKey []byte
+	if q.Cursor != "" {
+		c, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		if err != nil || len(c) < 9 {
+			return nil, "", fmt.Errorf("%w: bad cursor", ErrInvalid)
+		}
+		curNS, curKey = int64(binary.BigEndian.Uint64(c[:8])), c[8:]
+	}
+	states := make([]string, len(q.States))
+	for i, st := range q.States {
+		states[i] = string(st)
+	}
+	var since, until *int64
+	if !q.Since.IsZero() {
+		v := nsKey(q.Since)
+		since = &v
+	}
+	if !q.Until.IsZero() {
+		v := nsKey(q.Until)
+		until = &v
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT doc FROM sortie_missions
+		WHERE ($1 = '' OR gateway = $1) AND ($2 = '' OR scene = $2) AND (cardinality($3::text[]) = 0 OR state = ANY($3::text[]))
+		  AND ($4::bigint IS NULL OR created_ns >= $4) AND ($5::bigint IS NULL OR created_ns < $5)
+		  AND ($6::bytea IS NULL OR (created_ns, mkey) < ($7, $6::bytea))
+		ORDER BY created_ns DESC, mkey DESC LIMIT $8`,
+		q.Gateway, q.Scene, states, since, until, curKey, curNS, q.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []Mission
+	err = forRows(rows, func() error {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return err
+		}
+		var m Mission
+		if err := json.Unmarshal(doc, &m); err != nil {
+			return fmt.Errorf("decode mission: %w", err)
+		}
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > q.Limit {
+		out = out[:q.Limit]
+		last := out[len(out)-1]
+		next = base64.RawURLEncoding.EncodeToString(timeKey(last.Created, missionKey(last.Gateway, last.ID)))
+	}
+	return out, next, nil
+}
+
+// Mission returns one mission with its timeline, or ErrNotFound.
+func (s *PGStore) Mission(gw, id string) (Detail, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	var d Detail
+	var doc []byte
+	err := s.pool.QueryRow(ctx, `SELECT doc FROM sortie_missions WHERE gateway = $1 AND id = $2`, gw, id).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Detail{}, fmt.Errorf("%w: mission %s/%s", ErrNotFound, gw, id)
+	}
+	if err != nil {
+		return Detail{}, err
+	}
+	if err := json.Unmarshal(doc, &d.Mission); err != nil {
+		return Detail{}, fmt.Errorf("decode mission: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT doc FROM sortie_events WHERE gateway = $1 AND mission = $2 ORDER BY seq`, gw, id)
+	if err != nil {
+		return Detail{}, err
+	}
+	err = forRows(rows, func() error {
+		var v []byte
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		return d.add(v)
+	})
+	if err != nil {
+		return Detail{}, err
+	}
+	d.Steps = Timings(d.Summary, d.Timeline)
+	return d, nil
+}
+
+// FailedSince counts, per gateway, the missions that finished FAILED at
+// or after since.
+func (s *PGStore) FailedSince(since time.Time) (map[string]int, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT gateway, count(*) FROM sortie_missions
+		WHERE finished_ns >= $1 AND state = $2 GROUP BY gateway`, nsKey(since), string(driver.StateFailed))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	err = forRows(rows, func() error {
+		var gw string
+		var n int
+		if err := rows.Scan(&gw, &n); err != nil {
+			return err
+		}
+		out[gw] = n
+		return nil
+	})
+	return out, err
+}
+
+// Trace returns the trigger records of one request ID of gateway gw, or
+// ErrNotFound.
+func (s *PGStore) Trace(gw, requestID string) (Trace, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	var doc []byte
+	err := s.pool.QueryRow(ctx, `SELECT doc FROM sortie_traces WHERE gateway = $1 AND request_id = $2`, gw, requestID).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Trace{}, ErrNotFound
+	}
+	if err != nil {
+		return Trace{}, err
+	}
+	var t Trace
+	return t, json.Unmarshal(doc, &t)
+}
+
+// Prune removes finished missions and their events per r, as
+// Store.Prune does, and trigger records by age.
+func (s *PGStore) Prune(now time.Time, r Retention) (int, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	cutoff := int64(-1)
+	if r.MaxAge > 0 {
+		cutoff = nsKey(now.Add(-r.MaxAge))
+	}
+	keep := int64(-1)
+	if r.MaxCount > 0 {
+		keep = int64(r.MaxCount)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, `WITH ranked AS (
+			SELECT gateway, id, finished_ns, row_number() OVER (ORDER BY finished_ns DESC, mkey DESC) AS newer
+			FROM sortie_missions WHERE finished_ns IS NOT NULL)
+		DELETE FROM sortie_missions m USING ranked d
+		WHERE m.gateway = d.gateway AND m.id = d.id AND (d.finished_ns < $1 OR ($2 >= 0 AND d.newer > $2))
+		RETURNING m.gateway, m.id`, cutoff, keep)
+	if err != nil {
+		return 0, fmt.Errorf("prune missions: %w", err)
+	}
+	var gws, ids []string
+	err = forRows(rows, func() error {
+		var gw, id string
+		if err := rows.Scan(&gw, &id); err != nil {
+			return err
+		}
+		gws, ids = append(gws, gw), append(ids, id)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune missions: %w", err)
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM sortie_events e USING unnest($1::text[], $2::text[]) AS d(g, i)
+			WHERE e.gateway = d.g AND e.mission = d.i`, gws, ids); err != nil {
+			return 0, fmt.Errorf("prune events: %w", err)
+		}
+	}
+	age := r.MaxAge
+	if age <= 0 {
+		age = traceMaxAge
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM sortie_traces WHERE updated < $1`, now.Add(-age)); err != nil {
+		return 0, fmt.Errorf("prune trigger records: %w", err)
+	}
+	return len(ids), tx.Commit(ctx)
+}

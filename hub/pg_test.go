@@ -1,0 +1,118 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/sortie-edge/sortie/internal/clustertest"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// TestPGStoreKeepsTheSameRules runs the store's cases on PostgreSQL:
+// the cluster mode must store, deduplicate, chain acks, page, prune and
+// count exactly as the single hub does.
+func TestPGStoreKeepsTheSameRules(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	st, err := OpenPG(context.Background(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	openPG = func(tb testing.TB) Backing {
+		tb.Helper()
+		if _, err := st.pool.Exec(context.Background(), `TRUNCATE sortie_gateways, sortie_missions, sortie_events, sortie_traces`); err != nil {
+			tb.Fatal(err)
+		}
+		return st
+	}
+	t.Cleanup(func() { openPG = nil })
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"Ingest", TestIngest},
+		{"IngestRejects", TestIngestRejects},
+		{"Presence", TestPresence},
+		{"MissionsPaging", TestMissionsPaging},
+		{"Prune", TestPrune},
+		{"FailedSince", TestFailedSinceCountsRecentFailuresPerGateway},
+		{"ChainAcksOnlyWhatIsStored", TestChainAcksOnlyWhatIsStored},
+		{"ChainUnderLossAndReorder", TestChainNeverAcksBeyondStoredUnderLossAndReorder},
+		{"OlderGatewayCumulative", TestBatchFromOlderGatewayAckedCumulatively},
+		{"TraceRecords", TestTraceRecordsAreKeptOncePerSeqAndAcked},
+	} {
+		t.Run(tc.name, tc.run)
+	}
+}
+
+// TestPGStoreReplicasShareAGateway: two replicas applying one gateway's
+// batches at the same moment (as two consumers of one stream do) store
+// each event once and ack only what the chain has stored; the gateway's
+// row lock keeps their read-modify-write of the cursor apart.
+func TestPGStoreReplicasShareAGateway(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	var replicas [2]*PGStore
+	for i := range replicas {
+		st, err := OpenPG(context.Background(), pg.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		replicas[i] = st
+	}
+	const batches, size = 200, 3
+	work := make(chan uplink.Batch)
+	go func() {
+		for i := range uint64(batches) {
+			work <- chained("gw", i*size, (i+1)*size, 0)
+		}
+		close(work)
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bad []string
+	for _, st := range replicas {
+		wg.Go(func() {
+			for b := range work {
+				res, err := ingest(st, t0, "gw", b)
+				if err != nil {
+					mu.Lock()
+					bad = append(bad, err.Error())
+					mu.Unlock()
+					continue
+				}
+				// Every entry up to the ack is in the database.
+				var n int64
+				ack := res.Acks["gw"]
+				if err := st.pool.QueryRow(context.Background(), `SELECT count(*) FROM sortie_events WHERE gateway = 'gw' AND mission = ANY($1)`, missionsUpTo(ack)).Scan(&n); err != nil || uint64(n) != ack {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("ack %d with %d of its events stored (%v)", ack, n, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d problems, first: %s", len(bad), bad[0])
+	}
+	g, err := replicas[0].Gateway("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Acked != batches*size || g.Events != batches*size || g.Duplicates != 0 || len(g.Pending) != 0 {
+		t.Fatalf("gateway after both replicas: acked %d, events %d, duplicates %d, pending %d; want %d, %d, 0, 0",
+			g.Acked, g.Events, g.Duplicates, len(g.Pending), batches*size, batches*size)
+	}
+}
+
+// missionsUpTo names the missions of chained's entries 1..n.
+func missionsUpTo(n uint64) []string {
+	out := make([]string, n)
+	for i := range n {
+		out[i] = fmt.Sprintf("m%d", i+1)
+	}
+	return out
+}
