@@ -253,16 +253,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	a.metrics.setDeviceTypes(deviceTypes(a.reg))
-	// The counts the store keeps, not Stats: a scrape need not walk the
-	// request keys' pages.
-	a.metrics.watch(drv, a.dev, func() (int, error) {
-		counts, err := a.db.StateCounts(context.Background())
-		n := 0
-		for _, c := range counts {
-			n += c
-		}
-		return n, err
-	})
+	a.metrics.watch(drv, a.dev)
+	a.metrics.resumed(active)
 	if counts, err := terminalCounts(ctx, a.db); err == nil {
 		a.metrics.setTerminal(counts)
 	}

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +47,33 @@ type instruments struct {
 	terminal map[driver.State]int  // finished missions kept in the store
 }
 
+// stateLabels are the states as label values: lower case, as every label
+// value the agent exports.
+var stateLabels = func() map[driver.State]string {
+	l := make(map[driver.State]string, len(driver.States))
+	for _, s := range driver.States {
+		l[s] = strings.ToLower(string(s))
+	}
+	return l
+}()
+
+// stateLabel returns a state's label value.
+func stateLabel(s driver.State) string {
+	if l, ok := stateLabels[s]; ok {
+		return l
+	}
+	return strings.ToLower(string(s))
+}
+
+// restStates are the states a mission is stored in between two commits,
+// the series of sortie_missions: STEP_SUCCEEDED is always followed by
+// the next transition in the same commit. Another state is exported only
+// while a mission is in it.
+var restStates = []driver.State{
+	driver.StatePending, driver.StateRunning, driver.StatePaused, driver.StateStepRunning,
+	driver.StateStepFailed, driver.StateCompensating, driver.StateSucceeded, driver.StateFailed, driver.StateCancelled,
+}
+
 // syncSource feeds the hub sync gauges; nil when no hub is configured.
 type syncSource interface {
 	Stats() hubsync.Stats
@@ -69,8 +98,10 @@ func newInstruments() *instruments {
 		kinds:    map[string]string{},
 		terminal: map[driver.State]int{},
 	}
-	m.started = metrics.NewCounterVec(namespace+"_missions_started_total", "Missions accepted, by scene.", "scene")
-	m.finished = metrics.NewCounterVec(namespace+"_missions_finished_total", "Missions that reached a terminal state, by scene and outcome.", "scene", "outcome")
+	m.started = metrics.NewCounterVec(namespace+"_missions_started_total",
+		"Missions this process set running, by scene: accepted, resumed from the store at start, or restarted by an operator's retry. Each run that ends counts in sortie_missions_finished_total, so started >= finished for every scene.", "scene")
+	m.finished = metrics.NewCounterVec(namespace+"_missions_finished_total",
+		"Mission runs that ended, by scene and outcome (succeeded, failed, cancelled); a retried mission counts once per run.", "scene", "outcome")
 	m.stepDuration = metrics.NewHistogramVec(namespace+"_step_duration_seconds", "Duration of step attempts, by device type and action.",
 		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "device_type", "action", "result")
 	m.ackLatency = metrics.NewHistogramVec(namespace+"_device_ack_latency_seconds", "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
@@ -100,8 +131,16 @@ func (m *instruments) rejected(reason string) {
 }
 
 // watch registers the gauges read at scrape time.
-func (m *instruments) watch(q queueSource, b brokerSource, stored func() (int, error)) {
-	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b, stored: stored})
+func (m *instruments) watch(q queueSource, b brokerSource) {
+	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b})
+}
+
+// resumed counts the missions loaded from the store at start as started:
+// they end in this process, and count in finished then.
+func (m *instruments) resumed(active []*driver.Mission) {
+	for _, ms := range active {
+		m.started.With(ms.Type).Inc()
+	}
 }
 
 // turn records a command's wait for its turn (devices.HandlerOptions.OnTurn).
@@ -254,7 +293,7 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 		m.compensation.With(result).Inc()
 	}
 	if ev.To.Terminal() && ev.Input != driver.InSubmit {
-		m.finished.With(ms.Type, string(ev.To)).Inc()
+		m.finished.With(ms.Type, stateLabel(ev.To)).Inc()
 		m.mu.Lock()
 		m.terminal[ev.To]++
 		for i := range ms.Steps {
@@ -263,6 +302,8 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 		m.mu.Unlock()
 	}
 	if ev.Input == driver.InRetry {
+		// A run again: started, and out of the stored FAILED missions.
+		m.started.With(ms.Type).Inc()
 		m.mu.Lock()
 		m.terminal[driver.StateFailed]--
 		m.mu.Unlock()
@@ -322,14 +363,15 @@ func (m *instruments) instrument(h driver.Handler) driver.Handler {
 
 // scrapeCollector computes gauges from live state at scrape time.
 type scrapeCollector struct {
-	m      *instruments
-	q      queueSource
-	b      brokerSource
-	stored func() (int, error)
+	m *instruments
+	q queueSource
+	b brokerSource
 }
 
 var (
-	descMissions  = metrics.NewDesc(namespace+"_missions", "Missions by state (active ones from the loop, finished ones stored).", metrics.TypeGauge, "state")
+	descMissions = metrics.NewDesc(namespace+"_missions",
+		"Missions in the store, by the state they rest in: live ones (pending, running, paused, step_running: a step attempt executing or waiting for its ack, step_failed: waiting for a retry, compensating) as the loop holds them now, finished ones (succeeded, failed, cancelled) until retention deletes them.",
+		metrics.TypeGauge, "state")
 	descRunnable  = metrics.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", metrics.TypeGauge)
 	descRunning   = metrics.NewDesc(namespace+"_running_steps", "Steps executing now (holding a worker).", metrics.TypeGauge)
 	descParked    = metrics.NewDesc(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", metrics.TypeGauge)
@@ -340,7 +382,7 @@ var (
 	descLateAcks  = metrics.NewDesc(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", metrics.TypeCounter)
 	descDupAcks   = metrics.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", metrics.TypeCounter)
 	descTimeouts  = metrics.NewDesc(namespace+"_device_ack_timeouts_total", "Commands that got no ack in time.", metrics.TypeCounter)
-	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the database, finished ones included.", metrics.TypeGauge)
+	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the store, live and finished: the sum of sortie_missions.", metrics.TypeGauge)
 
 	// descUnmatched's reason label has two values, both emitted from the
 	// first scrape.
@@ -361,13 +403,18 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		terminal[s] = n
 	}
 	c.m.mu.Unlock()
+	total := 0
 	for _, s := range driver.States {
 		n := q.ByState[s]
 		if s.Terminal() {
 			n = terminal[s]
 		}
-		sc.Emit(descMissions, float64(n), string(s))
+		total += n
+		if n != 0 || slices.Contains(restStates, s) {
+			sc.Emit(descMissions, float64(n), stateLabel(s))
+		}
 	}
+	sc.Emit(descStored, float64(total))
 	sc.Emit(descRunnable, float64(q.Due))
 	sc.Emit(descRunning, float64(q.Running))
 	sc.Emit(descParked, float64(q.Parked))
@@ -390,10 +437,5 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		sc.Emit(descTimeouts, float64(st.Timeouts))
 		sc.Emit(descUnmatched, float64(st.MalformedAcks), "malformed")
 		sc.Emit(descUnmatched, float64(st.UnknownAcks), "unknown_command")
-	}
-	if c.stored != nil {
-		if n, err := c.stored(); err == nil {
-			sc.Emit(descStored, float64(n))
-		}
 	}
 }

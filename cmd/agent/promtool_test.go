@@ -34,8 +34,8 @@ func TestMetricsChangeAndPassPromtool(t *testing.T) {
 	}
 	for _, want := range []string{
 		`sortie_missions_started_total{scene="go_home"} 1`,
-		`sortie_missions_finished_total{outcome="SUCCEEDED",scene="go_home"} 1`,
-		`sortie_missions{state="SUCCEEDED"} 1`,
+		`sortie_missions_finished_total{outcome="succeeded",scene="go_home"} 1`,
+		`sortie_missions{state="succeeded"} 1`,
 		`sortie_step_duration_seconds_count{action="turn_on",device_type="light",result="ok"} 1`,
 		`sortie_device_ack_latency_seconds_count{device_type="ac"} 1`,
 		`sortie_broker_connected 1`,

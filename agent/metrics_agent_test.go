@@ -1,0 +1,280 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// metricsScenes are the scenes of the metrics tests: one device step
+// that gives up at its first failure, and a delay before a device step.
+const metricsScenes = `
+[[scene]]
+name = "lamp"
+mode = "parallel"
+[[scene.step]]
+device = "living-light"
+action = "turn_on"
+ack_timeout = "150ms"
+retry = { max_attempts = 1 }
+
+[[scene]]
+name = "later"
+mode = "parallel"
+[[scene.step]]
+delay = "20ms"
+[[scene.step]]
+device = "kitchen-light"
+action = "turn_on"
+`
+
+// metricsRig is a whole agent for the metrics tests: its embedded
+// broker, a real bbolt store in a temporary directory, and a simulated
+// home of two lights and the AC.
+type metricsRig struct {
+	t     *testing.T
+	a     *Agent
+	watch *watcher
+	stop  func() // stops and closes the agent; also run by the cleanup
+}
+
+func startMetricsRig(t *testing.T, dir string, tune func(*Options)) *metricsRig {
+	t.Helper()
+	reg, cat := parseScenes(t, metricsScenes, "metrics.toml")
+	r := &metricsRig{t: t, watch: &watcher{states: map[string]driver.State{}, ch: make(chan struct{})}}
+	o := Options{
+		Gateway: "home", DataDir: dir, Registry: reg, Catalog: cat, QuietMissions: true, Version: "test-1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Broker: BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
+		Driver: DriverOptions{StopGrace: time.Second},
+		Home: &simulator.HomeConfig{Devices: []simulator.DeviceConfig{
+			{ID: "living-light", Type: simulator.TypeLight},
+			{ID: "kitchen-light", Type: simulator.TypeLight},
+			{ID: "living-ac", Type: simulator.TypeAC},
+		}},
+		Observers: []driver.Observer{r.watch},
+	}
+	if tune != nil {
+		tune(&o)
+	}
+	a, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx); err != nil {
+		cancel()
+		a.Close()
+		t.Fatal(err)
+	}
+	r.a = a
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent run: %v", err)
+			}
+			a.Close()
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// trigger starts a mission of scene and returns its ID.
+func (r *metricsRig) trigger(scene, requestID string) string {
+	r.t.Helper()
+	rep, err := r.a.trig.Call(context.Background(), scenes.Trigger{Scene: scene, RequestID: requestID})
+	if err != nil || rep.Status != scenes.StatusAccepted {
+		r.t.Fatalf("trigger %s: %+v, %v", scene, rep, err)
+	}
+	return rep.MissionID
+}
+
+// wait waits until mission id is in state want.
+func (r *metricsRig) wait(id string, want driver.State) {
+	r.t.Helper()
+	r.watch.wait(r.t, id, want)
+}
+
+// eventually polls cond, bounded: nothing signals these to the test.
+func (r *metricsRig) eventually(what string, cond func() bool) {
+	r.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("never: %s", what)
+		}
+	}
+}
+
+// device returns a simulated device of the rig's home.
+func (r *metricsRig) device(id string) *simulator.Device {
+	r.t.Helper()
+	d := r.a.home.Device(id)
+	if d == nil {
+		r.t.Fatalf("no simulated device %s", id)
+	}
+	return d
+}
+
+// value returns the value of one series as /metrics writes it (its name
+// and labels, exactly), and whether it is there.
+func (r *metricsRig) value(series string) (float64, bool) {
+	r.t.Helper()
+	return seriesValue(r.t, r.a.metrics.reg.WriteTo, series)
+}
+
+// seriesValue finds one series in what write writes.
+func seriesValue(t testing.TB, write func(io.Writer) (int64, error), series string) (float64, bool) {
+	t.Helper()
+	var b strings.Builder
+	if _, err := write(&b); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(b.String()) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// want checks series' values.
+func (r *metricsRig) want(values map[string]float64) {
+	r.t.Helper()
+	for series, want := range values {
+		got, ok := r.value(series)
+		switch {
+		case !ok:
+			r.t.Errorf("/metrics lacks %s", series)
+		case got != want:
+			r.t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
+
+// absent checks that /metrics has no series of family name whose labels
+// contain label.
+func (r *metricsRig) absent(name, label string) {
+	r.t.Helper()
+	for line := range strings.Lines(family(r.t, r.a.metrics.reg, name)) {
+		if !strings.HasPrefix(line, "#") && strings.Contains(line, label) {
+			r.t.Errorf("unexpected series %s", strings.TrimSpace(line))
+		}
+	}
+}
+
+// TestRetriedMissionCountsAsStartedAgain: a mission that fails and is
+// retried by an operator counts two starts and two ends, started is
+// never behind finished for its scene at any event, and the gauge of
+// stored missions moves it from failed to succeeded. Reported in issue
+// 18: after a retry, started was 1 and finished 2.
+func TestRetriedMissionCountsAsStartedAgain(t *testing.T) {
+	var instr atomic.Pointer[instruments]
+	var behind []string
+	var mu sync.Mutex
+	r := startMetricsRig(t, t.TempDir(), func(o *Options) {
+		o.Observers = append(o.Observers, driver.ObserverFunc(func(ev driver.Event, ms *driver.Mission) {
+			m := instr.Load()
+			if m == nil || ms.Type != "lamp" {
+				return
+			}
+			started := m.started.With("lamp").Value()
+			finished := 0.0
+			for _, s := range []driver.State{driver.StateSucceeded, driver.StateFailed, driver.StateCancelled} {
+				finished += m.finished.With("lamp", stateLabel(s)).Value()
+			}
+			if started < finished {
+				mu.Lock()
+				behind = append(behind, fmt.Sprintf("after %s: started %v, finished %v", ev.Input, started, finished))
+				mu.Unlock()
+			}
+		}))
+	})
+	instr.Store(r.a.metrics)
+	light := r.device("living-light")
+	if err := light.SetFaults(simulator.Faults{Reject: "unsupported"}); err != nil {
+		t.Fatal(err)
+	}
+	id := r.trigger("lamp", "retry-1")
+	r.wait(id, driver.StateFailed)
+	r.want(map[string]float64{
+		`sortie_missions_started_total{scene="lamp"}`:                   1,
+		`sortie_missions_finished_total{outcome="failed",scene="lamp"}`: 1,
+		`sortie_missions{state="failed"}`:                               1,
+		`sortie_missions{state="succeeded"}`:                            0,
+		`sortie_store_missions`:                                         1,
+	})
+	if err := light.SetFaults(simulator.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.a.drv.Retry(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(id, driver.StateSucceeded)
+	r.want(map[string]float64{
+		`sortie_missions_started_total{scene="lamp"}`:                      2,
+		`sortie_missions_finished_total{outcome="failed",scene="lamp"}`:    1,
+		`sortie_missions_finished_total{outcome="succeeded",scene="lamp"}`: 1,
+		`sortie_missions{state="failed"}`:                                  0,
+		`sortie_missions{state="succeeded"}`:                               1,
+		`sortie_missions{state="step_failed"}`:                             0,
+		`sortie_store_missions`:                                            1,
+	})
+	// Only the states a mission rests in between commits, in lower case.
+	r.absent("sortie_missions", `state="step_succeeded"`)
+	r.absent("sortie_missions", `state="SUCCEEDED"`)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range behind {
+		t.Error(b)
+	}
+}
+
+// TestResumedMissionsCountAsStarted: a mission the previous run left
+// live counts as started in the process that finishes it, so that
+// started is not behind finished after a restart.
+func TestResumedMissionsCountAsStarted(t *testing.T) {
+	dir := t.TempDir()
+	r := startMetricsRig(t, dir, nil)
+	// The mission waits for the light, live, across the restart.
+	r.device("kitchen-light").SetOnline(false)
+	r.eventually("the agent sees kitchen-light offline", func() bool { return !r.a.dev.Available("kitchen-light") })
+	id := r.trigger("later", "resume-1")
+	r.eventually("the mission waits for its device", func() bool {
+		n, _ := r.value(`sortie_step_waits_total{code="device_offline"}`)
+		return n > 0
+	})
+	r.stop()
+
+	r = startMetricsRig(t, dir, nil)
+	r.want(map[string]float64{
+		`sortie_missions_started_total{scene="later"}`: 1,
+		`sortie_missions{state="running"}`:             1,
+	})
+	r.wait(id, driver.StateSucceeded)
+	r.want(map[string]float64{
+		`sortie_missions_started_total{scene="later"}`:                      1,
+		`sortie_missions_finished_total{outcome="succeeded",scene="later"}`: 1,
+		`sortie_missions{state="running"}`:                                  0,
+		`sortie_missions{state="succeeded"}`:                                1,
+	})
+}
