@@ -199,7 +199,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		Logger: log,
 		// A device coming online or reporting state may unblock the steps
 		// waiting on that device (and only those).
-		OnChange: drv.Wake,
+		OnChange:     drv.Wake,
+		OnAckTimeout: a.metrics.ackTimeout,
 	})
 	if err != nil {
 		return err

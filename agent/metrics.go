@@ -40,6 +40,7 @@ type instruments struct {
 	compensation *metrics.CounterVec
 	inFlight     *metrics.Gauge
 	rejections   *metrics.CounterVec
+	ackTimeouts  *metrics.CounterVec
 
 	mu       sync.Mutex
 	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
@@ -102,7 +103,8 @@ func newInstruments() *instruments {
 		"Missions this process set running, by scene: accepted, resumed from the store at start, or restarted by an operator's retry. Each run that ends counts in sortie_missions_finished_total, so started >= finished for every scene.", "scene")
 	m.finished = metrics.NewCounterVec(namespace+"_missions_finished_total",
 		"Mission runs that ended, by scene and outcome (succeeded, failed, cancelled); a retried mission counts once per run.", "scene", "outcome")
-	m.stepDuration = metrics.NewHistogramVec(namespace+"_step_duration_seconds", "Duration of step attempts, by device type and action.",
+	m.stepDuration = metrics.NewHistogramVec(namespace+"_step_duration_seconds",
+		"Duration of step attempts, by device type (the step kind for steps not on a device; delays are left out), action and result (ok, error, superseded, skipped).",
 		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "device_type", "action", "result")
 	m.ackLatency = metrics.NewHistogramVec(namespace+"_device_ack_latency_seconds", "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
 		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "device_type")
@@ -114,8 +116,9 @@ func newInstruments() *instruments {
 	m.compensation = metrics.NewCounterVec(namespace+"_compensations_total", "Compensation attempts that finished, by result (succeeded, failed, retry).", "result")
 	m.inFlight = metrics.NewGauge(namespace+"_commands_in_flight", "Device commands published and waiting for an ack.")
 	m.rejections = metrics.NewCounterVec(namespace+"_trigger_rejections_total", "Triggers rejected, by reason.", "reason")
+	m.ackTimeouts = metrics.NewCounterVec(namespace+"_device_ack_timeouts_total", "Device commands that got no ack in time, by device type.", "device_type")
 	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.turnWait, m.stepFailures, m.retries, m.waits,
-		m.compensation, m.inFlight, m.rejections, metrics.NewGoCollector(), metrics.NewProcessCollector())
+		m.compensation, m.inFlight, m.rejections, m.ackTimeouts, metrics.NewGoCollector(), metrics.NewProcessCollector())
 	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", scenes.ReasonAlreadyRunning, scenes.ReasonOverloaded} {
 		m.rejections.With(r)
 	}
@@ -222,12 +225,20 @@ func (c *syncCollector) Collect(sc *metrics.Scrape) {
 }
 
 // setDeviceTypes gives the metrics the device-type label of each device.
+// The per-type counters start at 0 for every type in use.
 func (m *instruments) setDeviceTypes(types map[string]string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, v := range types {
 		m.kinds[k] = v
+		m.ackTimeouts.With(v)
 	}
+}
+
+// ackTimeout counts a command to device that got no ack in time
+// (devices.Options.OnAckTimeout).
+func (m *instruments) ackTimeout(device string) {
+	m.ackTimeouts.With(m.deviceType(device, "unknown")).Inc()
 }
 
 // stepKey names one step of one mission.
@@ -250,9 +261,13 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 	case driver.InSubmit:
 		m.started.With(ms.Type).Inc()
 	case driver.InBeginStep:
-		m.mu.Lock()
-		m.begins[stepKey{ms.ID, ev.Step}] = ev.Time
-		m.mu.Unlock()
+		// A delay does no work and waits its time out: it is not timed as a
+		// step (sortie_step_waits_total{code="delay"} counts its waits).
+		if ev.Step < 0 || ev.Step >= len(ms.Steps) || ms.Steps[ev.Step].Kind != scenes.DelayKind {
+			m.mu.Lock()
+			m.begins[stepKey{ms.ID, ev.Step}] = ev.Time
+			m.mu.Unlock()
+		}
 		if ev.Attempt > 1 {
 			m.retries.With(ms.Type).Inc()
 		}
@@ -381,7 +396,6 @@ var (
 	descReconnect = metrics.NewDesc(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", metrics.TypeCounter)
 	descLateAcks  = metrics.NewDesc(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", metrics.TypeCounter)
 	descDupAcks   = metrics.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", metrics.TypeCounter)
-	descTimeouts  = metrics.NewDesc(namespace+"_device_ack_timeouts_total", "Commands that got no ack in time.", metrics.TypeCounter)
 	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the store, live and finished: the sum of sortie_missions.", metrics.TypeGauge)
 
 	// descUnmatched's reason label has two values, both emitted from the
@@ -392,7 +406,7 @@ var (
 )
 
 func (c *scrapeCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descUnmatched, descStored}
+	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descStored}
 }
 
 func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
@@ -434,7 +448,6 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		sc.Emit(descReconnect, float64(st.Reconnects))
 		sc.Emit(descLateAcks, float64(st.LateAcks))
 		sc.Emit(descDupAcks, float64(st.Duplicates))
-		sc.Emit(descTimeouts, float64(st.Timeouts))
 		sc.Emit(descUnmatched, float64(st.MalformedAcks), "malformed")
 		sc.Emit(descUnmatched, float64(st.UnknownAcks), "unknown_command")
 	}

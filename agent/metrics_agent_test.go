@@ -278,3 +278,41 @@ func TestResumedMissionsCountAsStarted(t *testing.T) {
 		`sortie_missions{state="succeeded"}`:                                1,
 	})
 }
+
+// TestAckTimeoutsCountedByDeviceType: a command whose ack never comes
+// counts in sortie_device_ack_timeouts_total under its device's type;
+// every type of the registry's devices is there from the first scrape.
+func TestAckTimeoutsCountedByDeviceType(t *testing.T) {
+	r := startMetricsRig(t, t.TempDir(), nil)
+	r.want(map[string]float64{
+		`sortie_device_ack_timeouts_total{device_type="light"}`: 0,
+		`sortie_device_ack_timeouts_total{device_type="lock"}`:  0,
+	})
+	if err := r.device("living-light").SetFaults(simulator.Faults{AckLoss: 1}); err != nil {
+		t.Fatal(err)
+	}
+	id := r.trigger("lamp", "timeout-1")
+	r.wait(id, driver.StateFailed)
+	r.want(map[string]float64{
+		`sortie_device_ack_timeouts_total{device_type="light"}`:            1,
+		`sortie_device_ack_timeouts_total{device_type="ac"}`:               0,
+		`sortie_step_failures_total{class="retryable",code="ack_timeout"}`: 1,
+	})
+}
+
+// TestDelaysAreNotTimedAsSteps: a scene's delay waits its time without
+// a series in sortie_step_duration_seconds (it was device_type="delay");
+// its device step is there.
+func TestDelaysAreNotTimedAsSteps(t *testing.T) {
+	r := startMetricsRig(t, t.TempDir(), nil)
+	id := r.trigger("later", "delay-1")
+	r.wait(id, driver.StateSucceeded)
+	r.want(map[string]float64{
+		`sortie_step_duration_seconds_count{action="turn_on",device_type="light",result="ok"}`: 1,
+		`sortie_step_waits_total{code="delay"}`:                                                1,
+	})
+	r.absent("sortie_step_duration_seconds", `device_type="delay"`)
+	if n := seriesCount(t, r.a.metrics.reg, "sortie_step_duration_seconds"); n != 1 {
+		t.Errorf("step duration series: %d, want 1", n)
+	}
+}

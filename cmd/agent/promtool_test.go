@@ -38,6 +38,7 @@ func TestMetricsChangeAndPassPromtool(t *testing.T) {
 		`sortie_missions{state="succeeded"} 1`,
 		`sortie_step_duration_seconds_count{action="turn_on",device_type="light",result="ok"} 1`,
 		`sortie_device_ack_latency_seconds_count{device_type="ac"} 1`,
+		`sortie_device_ack_timeouts_total{device_type="light"} 0`,
 		`sortie_broker_connected 1`,
 		`sortie_abandoned_handlers 0`,
 		`sortie_parked_steps 0`,
