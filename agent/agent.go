@@ -173,6 +173,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 
 	a.metrics = newInstruments()
+	a.metrics.setBuild(o.Version)
 	if a.auth != nil {
 		a.metrics.reg.MustRegister(a.auth.refusals)
 	}

@@ -3,6 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"maps"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -90,6 +93,9 @@ type queueSource interface{ Queue() driver.QueueStats }
 type brokerSource interface {
 	Stats() devices.Stats
 	Connected() bool
+	// Available reports whether a device is online, as its last
+	// availability message said (true before it sent any).
+	Available(deviceID string) bool
 }
 
 func newInstruments() *instruments {
@@ -123,6 +129,29 @@ func newInstruments() *instruments {
 		m.rejections.With(r)
 	}
 	return m
+}
+
+// setBuild exports the build's identity as sortie_build_info.
+func (m *instruments) setBuild(version string) {
+	info, _ := debug.ReadBuildInfo()
+	g := metrics.NewGaugeVec(namespace+"_build_info",
+		"Always 1; its labels say what runs: the agent's version, the VCS revision it was built from (unknown when the build did not record one) and the Go version.",
+		"version", "revision", "goversion")
+	g.With(version, buildRevision(info), runtime.Version()).Set(1)
+	m.reg.MustRegister(g)
+}
+
+// buildRevision returns the VCS revision the go command stamped into the
+// binary, or "unknown".
+func buildRevision(info *debug.BuildInfo) string {
+	if info != nil {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
 }
 
 // rejected counts a trigger rejection. A nil *instruments is allowed so
@@ -398,6 +427,10 @@ var (
 	descDupAcks   = metrics.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", metrics.TypeCounter)
 	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the store, live and finished: the sum of sortie_missions.", metrics.TypeGauge)
 
+	descOnline = metrics.NewDesc(namespace+"_device_online",
+		"1 when the device is online as its last availability message said (also before it sent any: such a device is tried), 0 when offline; one series per device of the registry, so bounded by the configuration.",
+		metrics.TypeGauge, "device", "device_type")
+
 	// descUnmatched's reason label has two values, both emitted from the
 	// first scrape.
 	descUnmatched = metrics.NewDesc(namespace+"_device_unmatched_acks_total",
@@ -406,7 +439,7 @@ var (
 )
 
 func (c *scrapeCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descStored}
+	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descOnline, descStored}
 }
 
 func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
@@ -450,5 +483,15 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		sc.Emit(descDupAcks, float64(st.Duplicates))
 		sc.Emit(descUnmatched, float64(st.MalformedAcks), "malformed")
 		sc.Emit(descUnmatched, float64(st.UnknownAcks), "unknown_command")
+		c.m.mu.Lock()
+		kinds := maps.Clone(c.m.kinds)
+		c.m.mu.Unlock()
+		for dev, typ := range kinds {
+			online := 0.0
+			if c.b.Available(dev) {
+				online = 1
+			}
+			sc.Emit(descOnline, online, dev, typ)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,4 +317,64 @@ func TestDelaysAreNotTimedAsSteps(t *testing.T) {
 	if n := seriesCount(t, r.a.metrics.reg, "sortie_step_duration_seconds"); n != 1 {
 		t.Errorf("step duration series: %d, want 1", n)
 	}
+}
+
+// TestBuildInfoNamesTheBuild: sortie_build_info is one series, 1, with
+// the agent's version, the revision and the Go version.
+func TestBuildInfoNamesTheBuild(t *testing.T) {
+	r := startMetricsRig(t, t.TempDir(), nil)
+	info, _ := debug.ReadBuildInfo()
+	r.want(map[string]float64{
+		fmt.Sprintf(`sortie_build_info{goversion=%q,revision=%q,version="test-1"}`, runtime.Version(), buildRevision(info)): 1,
+	})
+	if n := seriesCount(t, r.a.metrics.reg, "sortie_build_info"); n != 1 {
+		t.Errorf("sortie_build_info has %d series, want 1", n)
+	}
+}
+
+func TestBuildRevision(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		info *debug.BuildInfo
+		want string
+	}{
+		{"no build info", nil, "unknown"},
+		{"no VCS stamp", &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "-trimpath", Value: "true"}}}, "unknown"},
+		{"stamped", &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abc"}}}, "0123abc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := buildRevision(tc.info); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDeviceOnlineFollowsAvailability: sortie_device_online has one
+// series per device of the registry, and follows a simulated device
+// going offline and coming back; a device that never reported (not in
+// the simulated home) counts as online.
+func TestDeviceOnlineFollowsAvailability(t *testing.T) {
+	r := startMetricsRig(t, t.TempDir(), nil)
+	online := func(dev, typ string) float64 {
+		v, ok := r.value(fmt.Sprintf(`sortie_device_online{device=%q,device_type=%q}`, dev, typ))
+		if !ok {
+			t.Fatalf("no sortie_device_online series for %s", dev)
+		}
+		return v
+	}
+	if got := online("front-door", "lock"); got != 1 {
+		t.Errorf("front-door (never reported): %v, want 1", got)
+	}
+	if n, want := seriesCount(t, r.a.metrics.reg, "sortie_device_online"), len(r.a.reg.Devices); n != want {
+		t.Errorf("%d series, want one per device (%d)", n, want)
+	}
+	ac := r.device("living-ac")
+	ac.SetOnline(false)
+	r.eventually("living-ac offline in /metrics", func() bool { return online("living-ac", "ac") == 0 })
+	if got := online("living-light", "light"); got != 1 {
+		t.Errorf("living-light: %v, want 1", got)
+	}
+	ac.SetOnline(true)
+	r.eventually("living-ac online again in /metrics", func() bool { return online("living-ac", "ac") == 1 })
 }

@@ -40,6 +40,8 @@ func TestMetricsChangeAndPassPromtool(t *testing.T) {
 		`sortie_device_ack_latency_seconds_count{device_type="ac"} 1`,
 		`sortie_device_ack_timeouts_total{device_type="light"} 0`,
 		`sortie_broker_connected 1`,
+		`sortie_device_online{device="living-light",device_type="light"} 1`,
+		`sortie_build_info{goversion="`,
 		`sortie_abandoned_handlers 0`,
 		`sortie_parked_steps 0`,
 		`sortie_link_in_flight{link="none"} 0`,
