@@ -110,9 +110,12 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("data_dir: %w", err)
 	}
 	var err error
+	a.metrics = newInstruments()
+	a.metrics.setBuild(o.Version)
 	// With a hub, every event is also written to the outbox in the same
 	// transaction as the change it reports.
-	sopts := store.Options{Logger: log, Outbox: o.Hub != nil}
+	sopts := store.Options{Logger: log, Outbox: o.Hub != nil,
+		OnCommit: a.metrics.commit, OnCheckpoint: a.metrics.checkpoint, OnPrune: a.metrics.prunedMissions}
 	if o.Hub != nil {
 		sopts.OutboxMax = o.Hub.OutboxMax
 	}
@@ -172,8 +175,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		log.Info("simulated home running", "devices", len(a.home.Devices()))
 	}
 
-	a.metrics = newInstruments()
-	a.metrics.setBuild(o.Version)
+	a.metrics.watchStore(a.db)
 	if a.auth != nil {
 		a.metrics.reg.MustRegister(a.auth.refusals)
 	}

@@ -44,6 +44,11 @@ type instruments struct {
 	inFlight     *metrics.Gauge
 	rejections   *metrics.CounterVec
 	ackTimeouts  *metrics.CounterVec
+	// commits and checkpoints time the store's writes: its group commits
+	// (log appends) and the bbolt transactions applying them.
+	commits     *metrics.Histogram
+	checkpoints *metrics.Histogram
+	pruned      *metrics.CounterVec
 
 	mu       sync.Mutex
 	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
@@ -123,12 +128,81 @@ func newInstruments() *instruments {
 	m.inFlight = metrics.NewGauge(namespace+"_commands_in_flight", "Device commands published and waiting for an ack.")
 	m.rejections = metrics.NewCounterVec(namespace+"_trigger_rejections_total", "Triggers rejected, by reason.", "reason")
 	m.ackTimeouts = metrics.NewCounterVec(namespace+"_device_ack_timeouts_total", "Device commands that got no ack in time, by device type.", "device_type")
+	m.commits = metrics.NewHistogram(namespace+"_store_commit_duration_seconds",
+		"Duration of the store's group commits: checking a batch of mission writes and appending it to the write-ahead log, its sync included; what each transition of a mission waits for.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5})
+	m.checkpoints = metrics.NewHistogram(namespace+"_store_checkpoint_duration_seconds",
+		"Duration of the store's checkpoints: the bbolt transaction (and its syncs) applying logged writes to the database file, in the background.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10})
+	m.pruned = metrics.NewCounterVec(namespace+"_retention_pruned_total",
+		"Records deleted by retention, by kind: mission (finished missions, with their timelines) or trace (trigger records).", "kind")
 	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.turnWait, m.stepFailures, m.retries, m.waits,
-		m.compensation, m.inFlight, m.rejections, m.ackTimeouts, metrics.NewGoCollector(), metrics.NewProcessCollector())
+		m.compensation, m.inFlight, m.rejections, m.ackTimeouts, m.commits, m.checkpoints, m.pruned,
+		metrics.NewGoCollector(), metrics.NewProcessCollector())
+	m.pruned.With(prunedMission)
+	m.pruned.With(prunedTrace)
 	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", scenes.ReasonAlreadyRunning, scenes.ReasonOverloaded} {
 		m.rejections.With(r)
 	}
 	return m
+}
+
+// The kinds of sortie_retention_pruned_total.
+const (
+	prunedMission = "mission"
+	prunedTrace   = "trace"
+)
+
+// commit times a group commit of the store (store.Options.OnCommit).
+func (m *instruments) commit(took time.Duration) { m.commits.Observe(took.Seconds()) }
+
+// checkpoint times a checkpoint of the store (store.Options.OnCheckpoint).
+func (m *instruments) checkpoint(took time.Duration) { m.checkpoints.Observe(took.Seconds()) }
+
+// prunedMissions counts finished missions in state that retention
+// deleted, and takes them out of the stored ones (store.Options.OnPrune).
+func (m *instruments) prunedMissions(state driver.State, n int) {
+	m.pruned.With(prunedMission).Add(float64(n))
+	m.mu.Lock()
+	m.terminal[state] -= n
+	m.mu.Unlock()
+}
+
+// prunedTraces counts trigger records that retention deleted.
+func (m *instruments) prunedTraces(n int) { m.pruned.With(prunedTrace).Add(float64(n)) }
+
+// fileSizer reports the store's files.
+type fileSizer interface {
+	FileSizes() (file, log int64, err error)
+}
+
+// watchStore registers the sizes of the store's files, read at scrape
+// time.
+func (m *instruments) watchStore(db fileSizer) {
+	m.reg.MustRegister(&storeCollector{db: db})
+}
+
+var (
+	descStoreBytes = metrics.NewDesc(namespace+"_store_bytes",
+		"Size of the store's database file (bbolt) on disk, free pages included.", metrics.TypeGauge)
+	descWALBytes = metrics.NewDesc(namespace+"_store_wal_bytes",
+		"Size of the store's write-ahead log on disk (preallocated: 4 MiB, more while checkpoints fall behind).", metrics.TypeGauge)
+)
+
+// storeCollector reads the store's file sizes at scrape time.
+type storeCollector struct{ db fileSizer }
+
+func (c *storeCollector) Describe() []*metrics.Desc {
+	return []*metrics.Desc{descStoreBytes, descWALBytes}
+}
+
+func (c *storeCollector) Collect(sc *metrics.Scrape) {
+	file, log, err := c.db.FileSizes()
+	if err != nil {
+		return // a family without samples is left out; /readyz reports the store
+	}
+	sc.Emit(descStoreBytes, float64(file))
+	sc.Emit(descWALBytes, float64(log))
 }
 
 // setBuild exports the build's identity as sortie_build_info.
@@ -276,8 +350,8 @@ type stepKey struct {
 	step    int
 }
 
-// setTerminal replaces the counts of finished missions in the store: at
-// start-up and after retention deletes some.
+// setTerminal sets the counts of finished missions in the store, at
+// start-up; events and prunes keep them since.
 func (m *instruments) setTerminal(counts map[driver.State]int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -377,4 +379,76 @@ func TestDeviceOnlineFollowsAvailability(t *testing.T) {
 	}
 	ac.SetOnline(true)
 	r.eventually("living-ac online again in /metrics", func() bool { return online("living-ac", "ac") == 1 })
+}
+
+// TestStoreMetricsFollowTheStore: the sizes of the store's files are
+// those on disk at the scrape, and the commit and checkpoint histograms
+// count every group commit and checkpoint the store made.
+func TestStoreMetricsFollowTheStore(t *testing.T) {
+	dir := t.TempDir()
+	r := startMetricsRig(t, dir, nil)
+	for i := range 3 {
+		r.wait(r.trigger("lamp", fmt.Sprintf("store-%d", i)), driver.StateSucceeded)
+	}
+	// A read that scans the file checkpoints first: nothing is left in
+	// the log for the background checkpointer.
+	if _, _, err := r.a.db.List(context.Background(), driver.Filter{Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.a.db.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.Stat(filepath.Join(dir, "missions.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Stat(filepath.Join(dir, "missions.db-wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Commits < 3 || st.Checkpoints < 1 {
+		t.Fatalf("the store made %d commits and %d checkpoints, want some", st.Commits, st.Checkpoints)
+	}
+	r.want(map[string]float64{
+		`sortie_store_bytes`:                             float64(file.Size()),
+		`sortie_store_wal_bytes`:                         float64(log.Size()),
+		`sortie_store_commit_duration_seconds_count`:     float64(st.Commits),
+		`sortie_store_checkpoint_duration_seconds_count`: float64(st.Checkpoints),
+	})
+	if sum, _ := r.value(`sortie_store_commit_duration_seconds_sum`); sum <= 0 {
+		t.Errorf("sortie_store_commit_duration_seconds_sum = %v, want > 0", sum)
+	}
+}
+
+// TestRetentionCountsWhatItPrunes: retention's deletions, missions by
+// count and trigger records by age, show in
+// sortie_retention_pruned_total by kind, and the pruned missions leave
+// sortie_missions at once.
+func TestRetentionCountsWhatItPrunes(t *testing.T) {
+	r := startMetricsRig(t, t.TempDir(), func(o *Options) {
+		// The loop prunes once as it starts, maybe after the first
+		// mission ended, then not within the test: the test prunes once
+		// more when all three ended, and counts what both deleted.
+		o.Retention = RetentionOptions{MaxCount: 1, Interval: time.Hour}
+		o.Traces = TraceOptions{MaxAge: 5 * time.Millisecond, FailedMaxAge: 5 * time.Millisecond}
+	})
+	r.want(map[string]float64{
+		`sortie_retention_pruned_total{kind="mission"}`: 0,
+		`sortie_retention_pruned_total{kind="trace"}`:   0,
+	})
+	for i := range 3 {
+		r.wait(r.trigger("lamp", fmt.Sprintf("prune-%d", i)), driver.StateSucceeded)
+	}
+	if err := r.a.traces.flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the three trigger records are past their age
+	r.a.pruneOnce(context.Background())
+	r.want(map[string]float64{
+		`sortie_retention_pruned_total{kind="mission"}`: 2,
+		`sortie_retention_pruned_total{kind="trace"}`:   3,
+		`sortie_missions{state="succeeded"}`:            1,
+		`sortie_store_missions`:                         1,
+	})
 }
