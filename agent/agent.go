@@ -110,9 +110,12 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("data_dir: %w", err)
 	}
 	var err error
+	a.metrics = newInstruments()
+	a.metrics.setBuild(o.Version)
 	// With a hub, every event is also written to the outbox in the same
 	// transaction as the change it reports.
-	sopts := store.Options{Logger: log, Outbox: o.Hub != nil}
+	sopts := store.Options{Logger: log, Outbox: o.Hub != nil,
+		OnCommit: a.metrics.commit, OnCheckpoint: a.metrics.checkpoint, OnPrune: a.metrics.prunedMissions}
 	if o.Hub != nil {
 		sopts.OutboxMax = o.Hub.OutboxMax
 	}
@@ -172,7 +175,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		log.Info("simulated home running", "devices", len(a.home.Devices()))
 	}
 
-	a.metrics = newInstruments()
+	a.metrics.watchStore(a.db)
 	if a.auth != nil {
 		a.metrics.reg.MustRegister(a.auth.refusals)
 	}
@@ -199,7 +202,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		Logger: log,
 		// A device coming online or reporting state may unblock the steps
 		// waiting on that device (and only those).
-		OnChange: drv.Wake,
+		OnChange:     drv.Wake,
+		OnAckTimeout: a.metrics.ackTimeout,
 	})
 	if err != nil {
 		return err
@@ -253,16 +257,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	a.metrics.setDeviceTypes(deviceTypes(a.reg))
-	// The counts the store keeps, not Stats: a scrape need not walk the
-	// request keys' pages.
-	a.metrics.watch(drv, a.dev, func() (int, error) {
-		counts, err := a.db.StateCounts(context.Background())
-		n := 0
-		for _, c := range counts {
-			n += c
-		}
-		return n, err
-	})
+	a.metrics.watch(drv, a.dev)
+	a.metrics.resumed(active)
 	if counts, err := terminalCounts(ctx, a.db); err == nil {
 		a.metrics.setTerminal(counts)
 	}

@@ -74,17 +74,21 @@ func (g *gate) Execute(ctx context.Context, req driver.StepRequest) (map[string]
 	return nil, nil
 }
 
-// watcher records each mission's latest state and wakes waiters.
+// watcher records each mission's latest state and wakes waiters. The
+// state is the event's, not the mission's: a commit's events are observed
+// one by one, each by every observer, with the mission as the whole
+// commit left it, so a waiter woken by the first would run ahead of the
+// observers yet to see the last (the metrics' end of the mission, say).
 type watcher struct {
 	mu     sync.Mutex
 	states map[string]driver.State
 	ch     chan struct{}
 }
 
-func (w *watcher) Observe(_ driver.Event, m *driver.Mission) {
+func (w *watcher) Observe(ev driver.Event, m *driver.Mission) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.states[m.ID] = m.State
+	w.states[m.ID] = ev.To
 	close(w.ch)
 	w.ch = make(chan struct{})
 }
@@ -138,14 +142,7 @@ type apiFixture struct {
 func newAPIFixture(t testing.TB, token string, tune ...func(*driver.Options)) *apiFixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := scenes.Parse([]byte(apiScenes), "api.toml", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, cat := parseScenes(t, apiScenes, "api.toml")
 	db, err := store.Open(filepath.Join(t.TempDir(), "missions.db"), store.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)

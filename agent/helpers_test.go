@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/scenes"
 )
 
 // repoPath resolves a path from the repository root.
@@ -27,4 +30,19 @@ func runUntilCleanup(t testing.TB, name string, run func(context.Context) error)
 			t.Errorf("%s: %v", name, err)
 		}
 	})
+}
+
+// parseScenes loads the shipped device registry and parses the scenes
+// in src (named name in errors) against it.
+func parseScenes(t testing.TB, src, name string) (*devices.Registry, *scenes.Catalog) {
+	t.Helper()
+	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := scenes.Parse([]byte(src), name, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, cat
 }

@@ -3,6 +3,11 @@ package agent
 import (
 	"context"
 	"errors"
+	"maps"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,11 +43,44 @@ type instruments struct {
 	compensation *metrics.CounterVec
 	inFlight     *metrics.Gauge
 	rejections   *metrics.CounterVec
+	ackTimeouts  *metrics.CounterVec
+	// commits and checkpoints time the store's writes: its group commits
+	// (log appends) and the bbolt transactions applying them.
+	commits     *metrics.Histogram
+	checkpoints *metrics.Histogram
+	pruned      *metrics.CounterVec
 
 	mu       sync.Mutex
 	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
 	kinds    map[string]string     // device ID -> type, for labels
 	terminal map[driver.State]int  // finished missions kept in the store
+}
+
+// stateLabels are the states as label values: lower case, as every label
+// value the agent exports.
+var stateLabels = func() map[driver.State]string {
+	l := make(map[driver.State]string, len(driver.States))
+	for _, s := range driver.States {
+		l[s] = strings.ToLower(string(s))
+	}
+	return l
+}()
+
+// stateLabel returns a state's label value.
+func stateLabel(s driver.State) string {
+	if l, ok := stateLabels[s]; ok {
+		return l
+	}
+	return strings.ToLower(string(s))
+}
+
+// restStates are the states a mission is stored in between two commits,
+// the series of sortie_missions: STEP_SUCCEEDED is always followed by
+// the next transition in the same commit. Another state is exported only
+// while a mission is in it.
+var restStates = []driver.State{
+	driver.StatePending, driver.StateRunning, driver.StatePaused, driver.StateStepRunning,
+	driver.StateStepFailed, driver.StateCompensating, driver.StateSucceeded, driver.StateFailed, driver.StateCancelled,
 }
 
 // syncSource feeds the hub sync gauges; nil when no hub is configured.
@@ -60,6 +98,9 @@ type queueSource interface{ Queue() driver.QueueStats }
 type brokerSource interface {
 	Stats() devices.Stats
 	Connected() bool
+	// Available reports whether a device is online, as its last
+	// availability message said (true before it sent any).
+	Available(deviceID string) bool
 }
 
 func newInstruments() *instruments {
@@ -69,9 +110,12 @@ func newInstruments() *instruments {
 		kinds:    map[string]string{},
 		terminal: map[driver.State]int{},
 	}
-	m.started = metrics.NewCounterVec(namespace+"_missions_started_total", "Missions accepted, by scene.", "scene")
-	m.finished = metrics.NewCounterVec(namespace+"_missions_finished_total", "Missions that reached a terminal state, by scene and outcome.", "scene", "outcome")
-	m.stepDuration = metrics.NewHistogramVec(namespace+"_step_duration_seconds", "Duration of step attempts, by device type and action.",
+	m.started = metrics.NewCounterVec(namespace+"_missions_started_total",
+		"Missions this process set running, by scene: accepted, resumed from the store at start, or restarted by an operator's retry. Each run that ends counts in sortie_missions_finished_total, so started >= finished for every scene.", "scene")
+	m.finished = metrics.NewCounterVec(namespace+"_missions_finished_total",
+		"Mission runs that ended, by scene and outcome (succeeded, failed, cancelled); a retried mission counts once per run.", "scene", "outcome")
+	m.stepDuration = metrics.NewHistogramVec(namespace+"_step_duration_seconds",
+		"Duration of step attempts, by device type (the step kind for steps not on a device; delays are left out), action and result (ok, error, superseded, skipped).",
 		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "device_type", "action", "result")
 	m.ackLatency = metrics.NewHistogramVec(namespace+"_device_ack_latency_seconds", "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
 		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "device_type")
@@ -83,12 +127,105 @@ func newInstruments() *instruments {
 	m.compensation = metrics.NewCounterVec(namespace+"_compensations_total", "Compensation attempts that finished, by result (succeeded, failed, retry).", "result")
 	m.inFlight = metrics.NewGauge(namespace+"_commands_in_flight", "Device commands published and waiting for an ack.")
 	m.rejections = metrics.NewCounterVec(namespace+"_trigger_rejections_total", "Triggers rejected, by reason.", "reason")
+	m.ackTimeouts = metrics.NewCounterVec(namespace+"_device_ack_timeouts_total", "Device commands that got no ack in time, by device type.", "device_type")
+	m.commits = metrics.NewHistogram(namespace+"_store_commit_duration_seconds",
+		"Duration of the store's group commits: checking a batch of mission writes and appending it to the write-ahead log, its sync included; what each transition of a mission waits for.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5})
+	m.checkpoints = metrics.NewHistogram(namespace+"_store_checkpoint_duration_seconds",
+		"Duration of the store's checkpoints: the bbolt transaction (and its syncs) applying logged writes to the database file, in the background.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10})
+	m.pruned = metrics.NewCounterVec(namespace+"_retention_pruned_total",
+		"Records deleted by retention, by kind: mission (finished missions, with their timelines) or trace (trigger records).", "kind")
 	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.turnWait, m.stepFailures, m.retries, m.waits,
-		m.compensation, m.inFlight, m.rejections, metrics.NewGoCollector(), metrics.NewProcessCollector())
+		m.compensation, m.inFlight, m.rejections, m.ackTimeouts, m.commits, m.checkpoints, m.pruned,
+		metrics.NewGoCollector(), metrics.NewProcessCollector())
+	m.pruned.With(prunedMission)
+	m.pruned.With(prunedTrace)
 	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", scenes.ReasonAlreadyRunning, scenes.ReasonOverloaded} {
 		m.rejections.With(r)
 	}
 	return m
+}
+
+// The kinds of sortie_retention_pruned_total.
+const (
+	prunedMission = "mission"
+	prunedTrace   = "trace"
+)
+
+// commit times a group commit of the store (store.Options.OnCommit).
+func (m *instruments) commit(took time.Duration) { m.commits.Observe(took.Seconds()) }
+
+// checkpoint times a checkpoint of the store (store.Options.OnCheckpoint).
+func (m *instruments) checkpoint(took time.Duration) { m.checkpoints.Observe(took.Seconds()) }
+
+// prunedMissions counts finished missions in state that retention
+// deleted, and takes them out of the stored ones (store.Options.OnPrune).
+func (m *instruments) prunedMissions(state driver.State, n int) {
+	m.pruned.With(prunedMission).Add(float64(n))
+	m.mu.Lock()
+	m.terminal[state] -= n
+	m.mu.Unlock()
+}
+
+// prunedTraces counts trigger records that retention deleted.
+func (m *instruments) prunedTraces(n int) { m.pruned.With(prunedTrace).Add(float64(n)) }
+
+// fileSizer reports the store's files.
+type fileSizer interface {
+	FileSizes() (file, log int64, err error)
+}
+
+// watchStore registers the sizes of the store's files, read at scrape
+// time.
+func (m *instruments) watchStore(db fileSizer) {
+	m.reg.MustRegister(&storeCollector{db: db})
+}
+
+var (
+	descStoreBytes = metrics.NewDesc(namespace+"_store_bytes",
+		"Size of the store's database file (bbolt) on disk, free pages included.", metrics.TypeGauge)
+	descWALBytes = metrics.NewDesc(namespace+"_store_wal_bytes",
+		"Size of the store's write-ahead log on disk (preallocated: 4 MiB, more while checkpoints fall behind).", metrics.TypeGauge)
+)
+
+// storeCollector reads the store's file sizes at scrape time.
+type storeCollector struct{ db fileSizer }
+
+func (c *storeCollector) Describe() []*metrics.Desc {
+	return []*metrics.Desc{descStoreBytes, descWALBytes}
+}
+
+func (c *storeCollector) Collect(sc *metrics.Scrape) {
+	file, log, err := c.db.FileSizes()
+	if err != nil {
+		return // a family without samples is left out; /readyz reports the store
+	}
+	sc.Emit(descStoreBytes, float64(file))
+	sc.Emit(descWALBytes, float64(log))
+}
+
+// setBuild exports the build's identity as sortie_build_info.
+func (m *instruments) setBuild(version string) {
+	info, _ := debug.ReadBuildInfo()
+	g := metrics.NewGaugeVec(namespace+"_build_info",
+		"Always 1; its labels say what runs: the agent's version, the VCS revision it was built from (unknown when the build did not record one) and the Go version.",
+		"version", "revision", "goversion")
+	g.With(version, buildRevision(info), runtime.Version()).Set(1)
+	m.reg.MustRegister(g)
+}
+
+// buildRevision returns the VCS revision the go command stamped into the
+// binary, or "unknown".
+func buildRevision(info *debug.BuildInfo) string {
+	if info != nil {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
 }
 
 // rejected counts a trigger rejection. A nil *instruments is allowed so
@@ -100,8 +237,16 @@ func (m *instruments) rejected(reason string) {
 }
 
 // watch registers the gauges read at scrape time.
-func (m *instruments) watch(q queueSource, b brokerSource, stored func() (int, error)) {
-	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b, stored: stored})
+func (m *instruments) watch(q queueSource, b brokerSource) {
+	m.reg.MustRegister(&scrapeCollector{m: m, q: q, b: b})
+}
+
+// resumed counts the missions loaded from the store at start as started:
+// they end in this process, and count in finished then.
+func (m *instruments) resumed(active []*driver.Mission) {
+	for _, ms := range active {
+		m.started.With(ms.Type).Inc()
+	}
 }
 
 // turn records a command's wait for its turn (devices.HandlerOptions.OnTurn).
@@ -183,12 +328,20 @@ func (c *syncCollector) Collect(sc *metrics.Scrape) {
 }
 
 // setDeviceTypes gives the metrics the device-type label of each device.
+// The per-type counters start at 0 for every type in use.
 func (m *instruments) setDeviceTypes(types map[string]string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, v := range types {
 		m.kinds[k] = v
+		m.ackTimeouts.With(v)
 	}
+}
+
+// ackTimeout counts a command to device that got no ack in time
+// (devices.Options.OnAckTimeout).
+func (m *instruments) ackTimeout(device string) {
+	m.ackTimeouts.With(m.deviceType(device, "unknown")).Inc()
 }
 
 // stepKey names one step of one mission.
@@ -197,8 +350,8 @@ type stepKey struct {
 	step    int
 }
 
-// setTerminal replaces the counts of finished missions in the store: at
-// start-up and after retention deletes some.
+// setTerminal sets the counts of finished missions in the store, at
+// start-up; events and prunes keep them since.
 func (m *instruments) setTerminal(counts map[driver.State]int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -211,9 +364,13 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 	case driver.InSubmit:
 		m.started.With(ms.Type).Inc()
 	case driver.InBeginStep:
-		m.mu.Lock()
-		m.begins[stepKey{ms.ID, ev.Step}] = ev.Time
-		m.mu.Unlock()
+		// A delay does no work and waits its time out: it is not timed as a
+		// step (sortie_step_waits_total{code="delay"} counts its waits).
+		if ev.Step < 0 || ev.Step >= len(ms.Steps) || ms.Steps[ev.Step].Kind != scenes.DelayKind {
+			m.mu.Lock()
+			m.begins[stepKey{ms.ID, ev.Step}] = ev.Time
+			m.mu.Unlock()
+		}
 		if ev.Attempt > 1 {
 			m.retries.With(ms.Type).Inc()
 		}
@@ -254,7 +411,7 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 		m.compensation.With(result).Inc()
 	}
 	if ev.To.Terminal() && ev.Input != driver.InSubmit {
-		m.finished.With(ms.Type, string(ev.To)).Inc()
+		m.finished.With(ms.Type, stateLabel(ev.To)).Inc()
 		m.mu.Lock()
 		m.terminal[ev.To]++
 		for i := range ms.Steps {
@@ -263,6 +420,8 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 		m.mu.Unlock()
 	}
 	if ev.Input == driver.InRetry {
+		// A run again: started, and out of the stored FAILED missions.
+		m.started.With(ms.Type).Inc()
 		m.mu.Lock()
 		m.terminal[driver.StateFailed]--
 		m.mu.Unlock()
@@ -322,14 +481,15 @@ func (m *instruments) instrument(h driver.Handler) driver.Handler {
 
 // scrapeCollector computes gauges from live state at scrape time.
 type scrapeCollector struct {
-	m      *instruments
-	q      queueSource
-	b      brokerSource
-	stored func() (int, error)
+	m *instruments
+	q queueSource
+	b brokerSource
 }
 
 var (
-	descMissions  = metrics.NewDesc(namespace+"_missions", "Missions by state (active ones from the loop, finished ones stored).", metrics.TypeGauge, "state")
+	descMissions = metrics.NewDesc(namespace+"_missions",
+		"Missions in the store, by the state they rest in: live ones (pending, running, paused, step_running: a step attempt executing or waiting for its ack, step_failed: waiting for a retry, compensating) as the loop holds them now, finished ones (succeeded, failed, cancelled) until retention deletes them.",
+		metrics.TypeGauge, "state")
 	descRunnable  = metrics.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", metrics.TypeGauge)
 	descRunning   = metrics.NewDesc(namespace+"_running_steps", "Steps executing now (holding a worker).", metrics.TypeGauge)
 	descParked    = metrics.NewDesc(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", metrics.TypeGauge)
@@ -339,8 +499,11 @@ var (
 	descReconnect = metrics.NewDesc(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", metrics.TypeCounter)
 	descLateAcks  = metrics.NewDesc(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", metrics.TypeCounter)
 	descDupAcks   = metrics.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", metrics.TypeCounter)
-	descTimeouts  = metrics.NewDesc(namespace+"_device_ack_timeouts_total", "Commands that got no ack in time.", metrics.TypeCounter)
-	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the database, finished ones included.", metrics.TypeGauge)
+	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the store, live and finished: the sum of sortie_missions.", metrics.TypeGauge)
+
+	descOnline = metrics.NewDesc(namespace+"_device_online",
+		"1 when the device is online as its last availability message said (also before it sent any: such a device is tried), 0 when offline; one series per device of the registry, so bounded by the configuration.",
+		metrics.TypeGauge, "device", "device_type")
 
 	// descUnmatched's reason label has two values, both emitted from the
 	// first scrape.
@@ -350,7 +513,7 @@ var (
 )
 
 func (c *scrapeCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descTimeouts, descUnmatched, descStored}
+	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descOnline, descStored}
 }
 
 func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
@@ -361,13 +524,18 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		terminal[s] = n
 	}
 	c.m.mu.Unlock()
+	total := 0
 	for _, s := range driver.States {
 		n := q.ByState[s]
 		if s.Terminal() {
 			n = terminal[s]
 		}
-		sc.Emit(descMissions, float64(n), string(s))
+		total += n
+		if n != 0 || slices.Contains(restStates, s) {
+			sc.Emit(descMissions, float64(n), stateLabel(s))
+		}
 	}
+	sc.Emit(descStored, float64(total))
 	sc.Emit(descRunnable, float64(q.Due))
 	sc.Emit(descRunning, float64(q.Running))
 	sc.Emit(descParked, float64(q.Parked))
@@ -387,13 +555,17 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		sc.Emit(descReconnect, float64(st.Reconnects))
 		sc.Emit(descLateAcks, float64(st.LateAcks))
 		sc.Emit(descDupAcks, float64(st.Duplicates))
-		sc.Emit(descTimeouts, float64(st.Timeouts))
 		sc.Emit(descUnmatched, float64(st.MalformedAcks), "malformed")
 		sc.Emit(descUnmatched, float64(st.UnknownAcks), "unknown_command")
-	}
-	if c.stored != nil {
-		if n, err := c.stored(); err == nil {
-			sc.Emit(descStored, float64(n))
+		c.m.mu.Lock()
+		kinds := maps.Clone(c.m.kinds)
+		c.m.mu.Unlock()
+		for dev, typ := range kinds {
+			online := 0.0
+			if c.b.Available(dev) {
+				online = 1
+			}
+			sc.Emit(descOnline, online, dev, typ)
 		}
 	}
 }

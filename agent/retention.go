@@ -34,6 +34,7 @@ func (a *Agent) pruneOnce(ctx context.Context) {
 	if n, err := a.db.PruneTraces(ctx, store.TraceLimits{MaxAge: to.MaxAge, FailedMaxAge: to.FailedMaxAge, MaxBytes: to.MaxBytes}, a.opts.Clock.Now()); err != nil {
 		a.log.Error("retention: trigger traces", "err", err)
 	} else if n > 0 {
+		a.metrics.prunedTraces(n)
 		a.log.Info("retention deleted trigger traces", "count", n)
 	}
 	if r := a.opts.Retention; r.Interval <= 0 || r.MaxAge <= 0 && r.MaxCount <= 0 && r.MaxBytes <= 0 {
@@ -44,10 +45,8 @@ func (a *Agent) pruneOnce(ctx context.Context) {
 		a.log.Error("retention", "err", err)
 	}
 	if n > 0 {
+		// The metrics heard of each deletion from the store (OnPrune).
 		a.log.Info("retention deleted finished missions", "count", n)
-		if counts, err := terminalCounts(ctx, a.db); err == nil {
-			a.metrics.setTerminal(counts)
-		}
 	}
 	if err := reclaim(ctx, a.db, a.opts.Retention.MaxBytes); err != nil {
 		a.log.Error("retention: giving space back", "err", err)

@@ -156,6 +156,11 @@ type Options struct {
 	// on), one for a command ID this client does not know (see
 	// Stats.UnknownAcks), or a duplicate. It must not block.
 	OnStrayAck func(deviceID string, ack wire.Ack, duplicate bool)
+	// OnAckTimeout, if set, is called with the device's ID each time a
+	// command to it gives up waiting for its ack (counted in
+	// Stats.Timeouts). It runs on the goroutine that gave up, and must
+	// not block.
+	OnAckTimeout func(deviceID string)
 }
 
 func (o *Options) withDefaults() {
@@ -600,7 +605,7 @@ func (c *Client) timeout(key ackKey, ch chan wire.Ack, device, id string, cause 
 		c.stats.acked.Add(1)
 		return c.finish(device, ack)
 	}
-	c.stats.timeouts.Add(1)
+	c.timedOut(device)
 	if cause != nil {
 		return wire.Ack{}, fmt.Errorf("command %s to %s: %w: %w", id, device, driver.ErrAckTimeout, cause)
 	}
@@ -744,8 +749,16 @@ func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error)
 	if waiting && done != nil {
 		done()
 	}
-	c.stats.timeouts.Add(1)
+	c.timedOut(device)
 	return wire.Ack{}, true, fmt.Errorf("command %s to %s: %w", id, device, driver.ErrAckTimeout)
+}
+
+// timedOut counts a command to device that gave up waiting for its ack.
+func (c *Client) timedOut(device string) {
+	c.stats.timeouts.Add(1)
+	if c.opts.OnAckTimeout != nil {
+		c.opts.OnAckTimeout(device)
+	}
 }
 
 // checkCommand checks what Send and Post take from their caller.

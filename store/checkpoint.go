@@ -112,12 +112,14 @@ func (db *DB) checkpointLeft() (int, error) {
 		return 0, nil
 	}
 	last := recs[len(recs)-1].lsn
+	start := time.Now()
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		return db.applyLogged(tx, recs, last)
 	})
 	if err != nil {
 		return len(recs), fmt.Errorf("checkpoint: %w", err)
 	}
+	db.onCheckpoint(time.Since(start))
 	db.ovMu.Lock()
 	// Writes logged meanwhile were appended behind recs.
 	db.ov.pend = append([]pendingWrite(nil), db.ov.pend[len(recs):]...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -247,6 +248,7 @@ func (db *DB) commitBatch(batch []*write) {
 	}()
 	db.wmu.Lock()
 	defer db.wmu.Unlock()
+	start := time.Now()
 	err := db.makeRoom()
 	var logged []*write
 	var staged *stage
@@ -280,6 +282,7 @@ func (db *DB) commitBatch(batch []*write) {
 	if err == nil {
 		db.commits.Add(1)
 		db.writes.Add(uint64(len(batch)))
+		db.onCommit(time.Since(start))
 	}
 	noteWrite(&db.commitErr, err)
 	for _, w := range batch {

@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // pruneBatch bounds the missions one prune transaction deletes, so that
@@ -104,6 +105,7 @@ func (db *DB) pruneOnce(cutoff []byte, keep int) (int, error) {
 		return 0, err
 	}
 	n := 0
+	var before, after counts // the deletions, by state, for OnPrune
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		b := bucketsOf(tx)
 		c := b.finished.Cursor()
@@ -130,14 +132,22 @@ func (db *DB) pruneOnce(cutoff []byte, keep int) (int, error) {
 		if err != nil {
 			return err
 		}
+		before = cs
 		for _, k := range victims {
 			if err := deleteMission(b, &cs, k); err != nil {
 				return err
 			}
 		}
-		n = len(victims)
+		after, n = cs, len(victims)
 		return writeCounts(tx, &cs)
 	})
+	if err == nil {
+		for code := range before.states {
+			if d := before.states[code] - after.states[code]; d > 0 {
+				db.onPrune(stateOf(byte(code)), int(d))
+			}
+		}
+	}
 	return n, err
 }
 
@@ -233,6 +243,9 @@ type Stats struct {
 	// mean batch size.
 	Commits uint64
 	Writes  uint64
+	// Checkpoints counts, since Open, the bbolt transactions that applied
+	// logged writes to the file.
+	Checkpoints uint64
 }
 
 // Stats reports the store's counts, kept by every write (no walk of the
@@ -268,8 +281,26 @@ func (db *DB) Stats() (Stats, error) {
 		return Stats{}, fmt.Errorf("store stats: %w", err)
 	}
 	s.FileSize = fi.Size()
-	s.Commits, s.Writes = db.commits.Load(), db.writes.Load()
+	s.Commits, s.Writes, s.Checkpoints = db.commits.Load(), db.writes.Load(), db.checkpoints.Load()
 	return s, nil
+}
+
+// FileSizes returns the bytes on disk of the store file and of its
+// write-ahead log (preallocated: at least wal.Prealloc while the store is
+// open), from the file system alone: cheap enough for every metrics
+// scrape.
+func (db *DB) FileSizes() (file, log int64, err error) {
+	fi, err := os.Stat(db.path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store file size: %w", err)
+	}
+	switch li, err := os.Stat(wal.Path(db.path)); {
+	case err == nil:
+		log = li.Size()
+	case !errors.Is(err, os.ErrNotExist):
+		return 0, 0, fmt.Errorf("store log size: %w", err)
+	}
+	return fi.Size(), log, nil
 }
 
 // StateCounts returns how many stored missions are in each state (states

@@ -72,6 +72,24 @@ type Options struct {
 	// checkpointBatch of them gather, or a read needs them there). Zero
 	// means DefaultCheckpointDelay.
 	CheckpointDelay time.Duration
+
+	// OnCommit, when set, is told how long each group commit took, from
+	// its leader taking the write lock to its log append being durable
+	// (the fsync included), before the writes it carried return. It is
+	// what a mission's transition waits for.
+	OnCommit func(took time.Duration)
+	// OnCheckpoint, when set, is told how long each checkpoint's bbolt
+	// transaction took to apply logged writes to the file (its commit and
+	// fsyncs included).
+	OnCheckpoint func(took time.Duration)
+	// OnPrune, when set, is told how many finished missions in state
+	// Prune or PruneBytes deleted, once the transaction that deleted
+	// them has committed.
+	//
+	// The three are for metrics. They run on the goroutine that wrote,
+	// with the store's locks held: they must return at once and not call
+	// the DB.
+	OnPrune func(state driver.State, n int)
 }
 
 // DefaultCheckpointDelay lets a checkpoint carry the steps of several
@@ -96,6 +114,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CheckpointDelay <= 0 {
 		o.CheckpointDelay = DefaultCheckpointDelay
+	}
+	if o.OnCommit == nil {
+		o.OnCommit = func(time.Duration) {}
+	}
+	if o.OnCheckpoint == nil {
+		o.OnCheckpoint = func(time.Duration) {}
+	}
+	if o.OnPrune == nil {
+		o.OnPrune = func(driver.State, int) {}
 	}
 	return o
 }
@@ -157,6 +184,10 @@ type DB struct {
 
 	obSeq uint64 // last outbox seq assigned; under wmu
 
+	// onCommit, onCheckpoint and onPrune are Options'; never nil.
+	onCommit, onCheckpoint func(time.Duration)
+	onPrune                func(driver.State, int)
+
 	ckDelay time.Duration
 	ckKick  chan int
 	ckStop  chan struct{}
@@ -180,9 +211,10 @@ func Open(path string, opts Options) (*DB, error) {
 	sweepTemps(path, opts.Logger)
 	db := &DB{
 		bolt: bdb, path: path, log: opts.Logger.With("store", path),
-		ov:      overlay{missions: map[string]*pendingMission{}, requests: map[string]pendingRequest{}},
-		ckDelay: opts.CheckpointDelay,
-		ckKick:  make(chan int, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{}),
+		ov:       overlay{missions: map[string]*pendingMission{}, requests: map[string]pendingRequest{}},
+		ckDelay:  opts.CheckpointDelay,
+		onCommit: opts.OnCommit, onCheckpoint: opts.OnCheckpoint, onPrune: opts.OnPrune,
+		ckKick: make(chan int, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{}),
 	}
 	if err := db.openWAL(opts); err != nil {
 		_ = bdb.Close()

@@ -225,7 +225,7 @@ func (p *footprintAgent) burst(b *testing.B, n int) (peak float64) {
 	return float64(peakBits.Load()) / 1024
 }
 
-var succeededGauge = regexp.MustCompile(`(?m)^sortie_missions\{state="SUCCEEDED"\} (\d+)`)
+var succeededGauge = regexp.MustCompile(`(?m)^sortie_missions\{state="succeeded"\} (\d+)`)
 
 func (p *footprintAgent) succeeded(b *testing.B) int {
 	resp, err := http.Get("http://" + p.http + "/metrics")

@@ -47,10 +47,10 @@ func TestCountersAndGaugesText(t *testing.T) {
 		NewGauge("sortie_commands_in_flight", "In flight."),
 		NewCounter("sortie_a_total", "First by name."),
 	)
-	finished.With("go_home", "SUCCEEDED").Add(3)
-	finished.With("all_off", "SUCCEEDED").Inc()
-	finished.With("go_home", "FAILED").Inc()
-	finished.With("all_off", "SUCCEEDED").Inc()
+	finished.With("go_home", "succeeded").Add(3)
+	finished.With("all_off", "succeeded").Inc()
+	finished.With("go_home", "failed").Inc()
+	finished.With("all_off", "succeeded").Inc()
 	wantText(t, r, `
 # HELP sortie_a_total First by name.
 # TYPE sortie_a_total counter
@@ -60,9 +60,9 @@ sortie_a_total 0
 sortie_commands_in_flight 0
 # HELP sortie_missions_finished_total Missions finished.
 # TYPE sortie_missions_finished_total counter
-sortie_missions_finished_total{outcome="FAILED",scene="go_home"} 1
-sortie_missions_finished_total{outcome="SUCCEEDED",scene="all_off"} 2
-sortie_missions_finished_total{outcome="SUCCEEDED",scene="go_home"} 3
+sortie_missions_finished_total{outcome="failed",scene="go_home"} 1
+sortie_missions_finished_total{outcome="succeeded",scene="all_off"} 2
+sortie_missions_finished_total{outcome="succeeded",scene="go_home"} 3
 `)
 }
 
