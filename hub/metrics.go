@@ -49,10 +49,15 @@ func newHubMetrics(s *Service) *hubMetrics {
 	}
 	m.reg.MustRegister(m.stored, m.duplicates, m.gaps, m.rejected, m.traces, m.acks, m.controlResends, m.lag, m.controls,
 		gatewayStates{desc: m.gateways, st: s.st},
-		metrics.NewGaugeFunc(ns+"_store_bytes", "Size of the hub's database file.", func() float64 { return float64(s.st.size()) }),
+		metrics.NewGaugeFunc(ns+"_store_bytes", "Size of the hub's database (the bbolt file, or the PostgreSQL database).", func() float64 {
+			if sz, ok := s.st.(interface{ size() int64 }); ok {
+				return float64(sz.size())
+			}
+			return 0
+		}),
 		metrics.NewGaugeFunc(ns+"_queue_depth", "Gateway messages received and waiting to be stored.", func() float64 { return float64(len(s.queue)) }),
 		metrics.NewGaugeFunc(ns+"_broker_connected", "1 while the hub's MQTT connection is up.", func() float64 {
-			if c := s.client.Load(); c != nil && c.Connected() {
+			if s.Connected() {
 				return 1
 			}
 			return 0
@@ -64,7 +69,7 @@ func newHubMetrics(s *Service) *hubMetrics {
 // gatewayStates counts the gateways by state at each scrape.
 type gatewayStates struct {
 	desc *metrics.Desc
-	st   *Store
+	st   Reader
 }
 
 func (g gatewayStates) Describe() []*metrics.Desc { return []*metrics.Desc{g.desc} }

@@ -33,6 +33,10 @@ type ServiceOptions struct {
 	TLS *tls.Config
 	// Prefix is the topic prefix; default uplink.DefaultPrefix.
 	Prefix string
+	// Cluster, when set, is the cluster mode: the gateways are reached
+	// through NATS (JetStream), not Broker, and st is shared with other
+	// replicas (a PGStore).
+	Cluster *ClusterOptions
 	// ControlTimeout bounds the wait for a control result; default 10s.
 	ControlTimeout time.Duration
 	// ControlResend is how often a control request is sent again until
@@ -60,13 +64,15 @@ type ServiceOptions struct {
 // goroutine.
 type Service struct {
 	metrics *hubMetrics
-	st      *Store
+	st      Backing
 	opts    ServiceOptions
 	log     *slog.Logger
 	topics  uplink.Topics
 	queue   chan inboundRaw
 
-	client    atomic.Pointer[mqttc.Client]
+	// link is the way to the gateways: an MQTT broker, or a NATS
+	// cluster (Cluster set).
+	link      transport
 	readyOnce sync.Once
 	ready     chan struct{}
 
@@ -85,10 +91,36 @@ type inboundRaw struct {
 	topic   string
 	payload []byte
 	at      time.Time
+	// done, when set, is told whether the message was stored (or,
+	// refused as malformed, never will be): the cluster's stream then
+	// forgets it, or delivers it again.
+	done func(stored bool)
+}
+
+func (r inboundRaw) finish(stored bool) {
+	if r.done != nil {
+		r.done(stored)
+	}
+}
+
+// transport is how a Service reaches its gateways.
+type transport interface {
+	// start connects (retrying in the background) and hands every
+	// gateway message to deliver, each gateway's in the order sent;
+	// ready is called once everything is subscribed.
+	start(ctx context.Context, deliver func(inboundRaw), ready func()) error
+	// publish sends payload on a gateway topic (an ack, a control
+	// request); wait reports when the link has taken it.
+	publish(topic string, payload []byte) (wait func(context.Context) error)
+	connected() bool
+	close()
+	// share, when not nil, sends an update to every replica's watchers
+	// (their own included, through watch); nil: the service is alone.
+	share(u Update) bool
 }
 
 // NewService returns a Service over st. It does nothing until Run.
-func NewService(st *Store, opts ServiceOptions) *Service {
+func NewService(st Backing, opts ServiceOptions) *Service {
 	if opts.ClientID == "" {
 		opts.ClientID = "sortie-hub"
 	}
@@ -124,21 +156,27 @@ func NewService(st *Store, opts ServiceOptions) *Service {
 		waiters:  map[string]chan uplink.ControlResult{},
 		watchers: map[*watcher]struct{}{},
 	}
+	if opts.Cluster != nil {
+		nl := newNATSLink(*opts.Cluster, s.topics, log, opts.Now)
+		nl.broadcast, nl.resync = s.broadcast, s.closeWatchers
+		s.link = nl
+	} else {
+		s.link = &mqttLink{opts: opts, topics: s.topics, log: log}
+	}
 	s.metrics = newHubMetrics(s)
 	return s
 }
 
 // Store returns the service's store.
-func (s *Service) Store() *Store { return s.st }
+func (s *Service) Store() Backing { return s.st }
 
 // Ready is closed once the service is connected and subscribed for the
 // first time.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Connected reports whether the MQTT connection is up.
+// Connected reports whether the link to the gateways is up.
 func (s *Service) Connected() bool {
-	c := s.client.Load()
-	return c != nil && c.Connected()
+	return s.link != nil && s.link.connected()
 }
 
 const tokenWait = 10 * time.Second
@@ -146,59 +184,105 @@ const tokenWait = 10 * time.Second
 // Run connects to the broker and ingests until ctx is cancelled. It
 // returns nil after a clean stop, or the error that stopped it.
 func (s *Service) Run(ctx context.Context) error {
-	if s.opts.Broker == "" {
-		return fmt.Errorf("%w: no broker URL", ErrInvalid)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if s.link == nil {
+		return fmt.Errorf("%w: no broker URL and no cluster", ErrInvalid)
+	}
+	if err := s.link.start(ctx, func(r inboundRaw) { s.receive(ctx, r) }, func() { s.readyOnce.Do(func() { close(s.ready) }) }); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	groups := make(chan []inboundRaw, 1)
+	decoded := make(chan decodedGroup, 1)
+	g.Go(func() error { return s.groupLoop(gctx, groups) })
+	g.Go(func() error { return s.decodeLoop(gctx, groups, decoded) })
+	g.Go(func() error { return s.ingestLoop(gctx, decoded) })
+	g.Go(func() error { return s.ackLoop(gctx) })
+	if s.opts.Retention != (Retention{}) {
+		g.Go(func() error { return s.pruneLoop(gctx) })
+	}
+	err := g.Wait()
+	cancel() // a receive blocked on a full queue gives up, so close can wait for it
+	s.link.close()
+	s.closeWatchers()
+	return err
+}
+
+// mqttLink is the single hub's transport: one MQTT connection to the
+// broker (embedded or external).
+type mqttLink struct {
+	opts   ServiceOptions
+	topics uplink.Topics
+	log    *slog.Logger
+	client atomic.Pointer[mqttc.Client]
+}
+
+func (l *mqttLink) start(_ context.Context, deliver func(inboundRaw), ready func()) error {
+	if l.opts.Broker == "" {
+		return fmt.Errorf("%w: no broker URL", ErrInvalid)
+	}
 	c, err := mqttc.New(mqttc.Options{
-		Broker: s.opts.Broker, ClientID: s.opts.ClientID, Username: s.opts.Username, Password: s.opts.Password,
-		TLS: s.opts.TLS, Timeout: tokenWait,
-		// Order matters: a gateway's batches must be committed in the
-		// order it sent them, or an ack could cover an earlier batch the
-		// hub has not stored yet. The handler only hands messages to the
+		Broker: l.opts.Broker, ClientID: l.opts.ClientID, Username: l.opts.Username, Password: l.opts.Password,
+		TLS: l.opts.TLS, Timeout: tokenWait,
+		// Order matters: a gateway's batches are best committed in the
+		// order it sent them. The handler only hands messages to the
 		// queue, so it blocks only when the store falls behind.
 		Ordered: true,
 		// The subscriptions are in place when this runs.
-		OnConnect: func() { s.readyOnce.Do(func() { close(s.ready) }) },
-		Logger:    s.log,
+		OnConnect: ready,
+		Logger:    l.log,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	for _, kind := range []string{"status", "heartbeat", "events", "traces", "control/result"} {
-		if _, err := c.Subscribe(s.topics.Wildcard(kind), func(topic string, payload []byte) { s.receive(ctx, topic, payload) }); err != nil {
+		if _, err := c.Subscribe(l.topics.Wildcard(kind), func(topic string, payload []byte) {
+			deliver(inboundRaw{topic: topic, payload: payload, at: l.opts.Now()})
+		}); err != nil {
 			return err
 		}
 	}
-	s.client.Store(c)
+	l.client.Store(c)
 	// An unreachable broker is retried (and logged) until ctx ends.
 	c.Start()
-	g, gctx := errgroup.WithContext(ctx)
-	groups := make(chan []Inbound, 1)
-	g.Go(func() error { return s.decodeLoop(gctx, groups) })
-	g.Go(func() error { return s.ingestLoop(gctx, groups) })
-	g.Go(func() error { return s.ackLoop(gctx) })
-	if s.opts.Retention != (Retention{}) {
-		g.Go(func() error { return s.pruneLoop(gctx) })
-	}
-	err = g.Wait()
-	cancel() // a receive blocked on a full queue gives up, so Close can wait for it
-	c.Close()
-	s.closeWatchers()
-	return err
+	return nil
 }
+
+func (l *mqttLink) publish(topic string, payload []byte) func(context.Context) error {
+	c := l.client.Load()
+	if c == nil || !c.Connected() {
+		return func(context.Context) error { return ErrNotConnected }
+	}
+	tok := c.PublishAsync(topic, payload, false, 1)
+	return func(ctx context.Context) error { return mqttc.Wait(ctx, tok, tokenWait) }
+}
+
+func (l *mqttLink) connected() bool {
+	c := l.client.Load()
+	return c != nil && c.Connected()
+}
+
+func (l *mqttLink) close() {
+	if c := l.client.Load(); c != nil {
+		c.Close()
+	}
+}
+
+func (l *mqttLink) share(Update) bool { return false }
 
 // receive runs on the connection's receive path, in order. Control
 // results go straight to their waiter; everything else is queued for the
 // store.
-func (s *Service) receive(ctx context.Context, topic string, payload []byte) {
-	gw, kind, ok := gatewayOf(s.topics, topic)
+func (s *Service) receive(ctx context.Context, raw inboundRaw) {
+	gw, kind, ok := gatewayOf(s.topics, raw.topic)
 	if !ok {
+		raw.finish(true) // never storable
 		return
 	}
 	if kind == "control/result" {
-		r, err := uplink.DecodeControlResult(payload)
+		raw.finish(true)
+		r, err := uplink.DecodeControlResult(raw.payload)
 		if err != nil {
 			s.log.Warn("bad control result", "gateway", gw, "err", err)
 			return
@@ -215,7 +299,7 @@ func (s *Service) receive(ctx context.Context, topic string, payload []byte) {
 		return
 	}
 	select {
-	case s.queue <- inboundRaw{topic: topic, payload: payload, at: s.opts.Now()}:
+	case s.queue <- raw:
 	case <-ctx.Done():
 	}
 }
@@ -258,12 +342,8 @@ func (s *Service) decode(r inboundRaw) (Inbound, error) {
 	return in, nil
 }
 
-// decodeLoop takes groups of queued messages, decodes each group in
-// parallel (JSON decoding is most of the CPU cost of ingest) and hands
-// it, still in arrival order, to ingestLoop, which meanwhile commits the
-// previous group.
-func (s *Service) decodeLoop(ctx context.Context, out chan<- []Inbound) error {
-	workers := runtime.GOMAXPROCS(0)
+// groupLoop takes the queued messages in groups of at most Group.
+func (s *Service) groupLoop(ctx context.Context, out chan<- []inboundRaw) error {
 	for {
 		group := make([]inboundRaw, 0, s.opts.Group)
 		select {
@@ -281,6 +361,33 @@ func (s *Service) decodeLoop(ctx context.Context, out chan<- []Inbound) error {
 				break drain
 			}
 		}
+		select {
+		case out <- group:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// decodedGroup is a group of messages decoded, with the ones that will
+// be stored (in, in arrival order) and all of them (raw, to finish).
+type decodedGroup struct {
+	in  []Inbound
+	raw []inboundRaw
+}
+
+// decodeLoop decodes each group in parallel (JSON decoding is most of
+// the CPU cost of ingest) and hands it, still in arrival order, to
+// ingestLoop, which meanwhile commits the previous group.
+func (s *Service) decodeLoop(ctx context.Context, groups <-chan []inboundRaw, out chan<- decodedGroup) error {
+	workers := runtime.GOMAXPROCS(0)
+	for {
+		var group []inboundRaw
+		select {
+		case <-ctx.Done():
+			return nil
+		case group = <-groups:
+		}
 		decoded := make([]Inbound, len(group))
 		errs := make([]error, len(group))
 		var wg sync.WaitGroup
@@ -296,33 +403,40 @@ func (s *Service) decodeLoop(ctx context.Context, out chan<- []Inbound) error {
 		for i, m := range decoded {
 			if errs[i] != nil {
 				s.log.Warn("dropping bad message", "topic", group[i].topic, "err", errs[i])
+				group[i].finish(true) // sending it again would not mend it
+				group[i].done = nil
 				continue
 			}
 			in = append(in, m)
 		}
-		if len(in) == 0 {
-			continue
-		}
 		select {
-		case out <- in:
+		case out <- decodedGroup{in: in, raw: group}:
 		case <-ctx.Done():
 			return nil
 		}
 	}
 }
 
-func (s *Service) ingestLoop(ctx context.Context, groups <-chan []Inbound) error {
+func (s *Service) ingestLoop(ctx context.Context, groups <-chan decodedGroup) error {
 	for {
-		var in []Inbound
+		var g decodedGroup
 		select {
 		case <-ctx.Done():
 			return nil
-		case in = <-groups:
+		case g = <-groups:
 		}
-		res, err := s.st.Apply(in)
+		if len(g.in) == 0 {
+			continue
+		}
+		res, err := s.st.Apply(g.in)
+		// The stream forgets what is stored before the gateways hear of
+		// it (report acks them), and delivers again what is not; nothing
+		// unstored is acknowledged, so gateways send it again too.
+		for _, r := range g.raw {
+			r.finish(err == nil)
+		}
 		if err != nil {
-			// Nothing is acknowledged, so gateways will send it again.
-			s.log.Error("store messages", "messages", len(in), "err", err)
+			s.log.Error("store messages", "messages", len(g.in), "err", err)
 			continue
 		}
 		s.report(res)
@@ -361,10 +475,18 @@ func (s *Service) report(res Result) {
 		}
 	}
 	for i := range res.Gateways {
-		s.broadcast(Update{Type: "gateway", Gateway: &res.Gateways[i]})
+		s.announce(Update{Type: "gateway", Gateway: &res.Gateways[i]})
 	}
 	for i := range res.Missions {
-		s.broadcast(Update{Type: "mission", Mission: &res.Missions[i]})
+		s.announce(Update{Type: "mission", Mission: &res.Missions[i]})
+	}
+}
+
+// announce tells every watcher of an update: through the cluster, whose
+// replicas all hand it to theirs, or here alone.
+func (s *Service) announce(u Update) {
+	if !s.link.share(u) {
+		s.broadcast(u)
 	}
 }
 
@@ -389,20 +511,19 @@ func (s *Service) ackLoop(ctx context.Context) error {
 		acks := s.acks
 		s.acks = map[string]pendingAck{}
 		s.ackMu.Unlock()
-		c := s.client.Load()
-		toks := make(map[string]mqttc.Token, len(acks))
+		waits := make(map[string]func(context.Context) error, len(acks))
 		for gw, pa := range acks {
 			a := uplink.Ack{Upto: pa.upto}
 			if pa.hasTraces {
 				a.Traces = &pa.traces
 			}
 			b, _ := json.Marshal(a)
-			toks[gw] = c.PublishAsync(s.topics.Ack(gw), b, false, 1)
+			waits[gw] = s.link.publish(s.topics.Ack(gw), b)
 			s.metrics.acks.Inc()
 		}
-		for gw, tok := range toks {
+		for gw, wait := range waits {
 			// A lost ack only costs a re-delivery, which is idempotent.
-			if err := mqttc.Wait(ctx, tok, tokenWait); err != nil {
+			if err := wait(ctx); err != nil {
 				s.log.Warn("publish ack", "gateway", gw, "upto", acks[gw].upto, "err", err)
 			}
 		}
@@ -468,8 +589,7 @@ func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (upl
 	if g.State != StateOnline {
 		return uplink.ControlResult{}, fmt.Errorf("%w: %s is %s", ErrOffline, gw, g.State)
 	}
-	cp := s.client.Load()
-	if cp == nil || !cp.Connected() {
+	if !s.link.connected() {
 		return uplink.ControlResult{}, ErrNotConnected
 	}
 	ch := make(chan uplink.ControlResult, 1)
@@ -483,7 +603,7 @@ func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (upl
 	}()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ControlTimeout)
 	defer cancel()
-	if err := mqttc.Wait(ctx, cp.PublishAsync(s.topics.Control(gw), payload, false, 1), 0); err != nil {
+	if err := s.link.publish(s.topics.Control(gw), payload)(ctx); err != nil {
 		if ctx.Err() != nil {
 			err = ErrTimeout
 		}
@@ -501,9 +621,9 @@ func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (upl
 		case r := <-ch:
 			return r, nil
 		case <-resend:
-			if cp := s.client.Load(); cp != nil && cp.Connected() {
+			if s.link.connected() {
 				// Not waited for: the next tick or the result decides.
-				cp.PublishAsync(s.topics.Control(gw), payload, false, 1)
+				s.link.publish(s.topics.Control(gw), payload)
 				s.metrics.controlResends.Inc()
 			}
 		case <-ctx.Done():

@@ -1,0 +1,289 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/agent/hubsync"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/clustertest"
+	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// cluster is the cluster mode on one machine: NATS nodes, PostgreSQL,
+// and hub replicas sharing them.
+type cluster struct {
+	nats     *clustertest.NATS
+	pg       *clustertest.Postgres
+	replicas []*clusterReplica
+}
+
+type clusterReplica struct {
+	st     *PGStore
+	svc    *Service
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// gatewayUser is gateway gw's NATS user: MQTT only, its own topics only.
+func gatewayUser(gw string) clustertest.User {
+	base := topicToSubject(uplink.Topics{}.Status(gw))
+	base = base[:len(base)-len(".status")]
+	return clustertest.User{
+		Name: gw, Password: gatewayPassword(gw),
+		Publish:         []string{base + ".status", base + ".heartbeat", base + ".events", base + ".traces", base + ".control.result"},
+		Subscribe:       []string{base + ".ack", base + ".control"},
+		ConnectionTypes: []string{"MQTT"},
+	}
+}
+
+func startCluster(t *testing.T, nodes, replicas int, gateways []string) *cluster {
+	t.Helper()
+	var users []clustertest.User
+	for _, gw := range gateways {
+		users = append(users, gatewayUser(gw))
+	}
+	c := &cluster{
+		nats: clustertest.StartNATS(t, nodes, clustertest.NATSOptions{Users: users}),
+		pg:   clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}}),
+	}
+	for range replicas {
+		c.startReplica(t, gateways)
+	}
+	return c
+}
+
+func (c *cluster) startReplica(t *testing.T, gateways []string) *clusterReplica {
+	t.Helper()
+	st, err := OpenPG(context.Background(), c.pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Register(time.Now(), gateways...); err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(st, ServiceOptions{
+		Cluster: &ClusterOptions{
+			NATS: c.nats.ClientURLs(), User: c.nats.User, Password: c.nats.Password,
+			Replicas: min(3, len(c.nats.Nodes)), AckWait: 5 * time.Second,
+		},
+		ControlTimeout: 20 * time.Second, ControlResend: 250 * time.Millisecond,
+		Logger: testLogger(t),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &clusterReplica{st: st, svc: svc, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- svc.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	select {
+	case <-svc.Ready():
+	case err := <-r.done:
+		t.Fatalf("replica stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("replica not ready")
+	}
+	c.replicas = append(c.replicas, r)
+	return r
+}
+
+func (r *clusterReplica) stop(t *testing.T) {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Errorf("replica run: %v", err)
+	}
+	_ = r.st.Close()
+	r.cancel = nil
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// simGateway is a gateway with a real outbox (a store with the outbox
+// on) and a real uplink, writing missions as an agent would.
+type simGateway struct {
+	id  string
+	db  *store.DB
+	up  *hubsync.Uplink
+	ctl *countingControl
+	ms  map[string]*driver.Mission
+}
+
+// countingControl answers every request, counting them by ID.
+type countingControl struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (c *countingControl) Control(_ context.Context, r uplink.Control) uplink.ControlResult {
+	c.mu.Lock()
+	c.ids[r.ID]++
+	c.mu.Unlock()
+	return uplink.ControlResult{OK: true, MissionID: r.MissionID, State: driver.StateCancelled}
+}
+
+func startSimGateway(t *testing.T, id, broker string) *simGateway {
+	t.Helper()
+	db, err := store.Open(filepath.Join(t.TempDir(), "gw.db"), store.Options{Timeout: time.Second, Outbox: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &simGateway{id: id, db: db, ctl: &countingControl{ids: map[string]int{}}, ms: map[string]*driver.Mission{}}
+	up, err := hubsync.New(hubsync.Options{
+		// nats-server refuses a "." in an MQTT client ID.
+		Broker: broker, Gateway: id, ClientID: "sortie-gw-" + strings.ReplaceAll(id, ".", "_"), Username: id, Password: gatewayPassword(id), Source: db, Control: g.ctl,
+		Logger: testLogger(t).With("gw", id), Version: "test",
+		HeartbeatInterval: time.Hour, ResendTimeout: 2 * time.Second, Timeout: 5 * time.Second,
+		MaxReconnectInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.up = up
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- up.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("uplink %s: %v", id, err)
+		}
+		_ = db.Close()
+	})
+	return g
+}
+
+// step creates mission id, or moves it one event on; it ends SUCCEEDED
+// at its fourth event.
+func (g *simGateway) step(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	m, ok := g.ms[id]
+	now := time.Now()
+	if !ok {
+		m = &driver.Mission{
+			ID: id, Type: "go_home", State: driver.StatePending, Version: 1, Seq: 1,
+			Steps: []driver.Step{{ID: "lights", Kind: "device.command"}},
+			Meta:  driver.Metadata{Created: now, Updated: now},
+		}
+		if _, _, err := g.db.Create(ctx, m, []driver.Event{{MissionID: id, Seq: 1, Type: "created", To: driver.StatePending, Step: -1, Time: now}}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		n := m.Clone()
+		n.Version++
+		n.Seq++
+		n.State = driver.StateRunning
+		if n.Seq >= 4 {
+			n.State = driver.StateSucceeded
+			n.Meta.Finished = now
+		}
+		n.Meta.Updated = now
+		if err := g.db.Save(ctx, n, []driver.Event{{MissionID: id, Seq: n.Seq, Type: "transition", From: m.State, To: n.State, Step: -1, Time: now}}); err != nil {
+			t.Fatal(err)
+		}
+		m = n
+	}
+	g.ms[id] = m
+	g.up.Notify()
+}
+
+// TestClusterReplicasShareTheFleet: gateways connected over MQTT to
+// different NATS nodes; two hub replicas pull from one stream into one
+// PostgreSQL. Every event is stored once, every outbox drains, a
+// control sent through either replica reaches a gateway on any node and
+// runs once, and a watcher on one replica sees what the other stored.
+func TestClusterReplicasShareTheFleet(t *testing.T) {
+	gws := []string{"gw-a", "gw-b", "gw-c", "gw.d"} // a "." in an ID crosses MQTT and NATS as "//"
+	c := startCluster(t, 3, 2, gws)
+	updates, stop := c.replicas[1].svc.Watch(4096)
+	defer stop()
+
+	sims := make([]*simGateway, len(gws))
+	for i, gw := range gws {
+		sims[i] = startSimGateway(t, gw, c.nats.Nodes[i%3].MQTTURL())
+	}
+	const missions, events = 10, 4
+	for _, g := range sims {
+		for n := range missions * events {
+			g.step(t, fmt.Sprintf("%s-m%d", g.id, n%missions))
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for _, g := range sims {
+		for g.db.OutboxLen() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d entries still in the outbox", g.id, g.db.OutboxLen())
+			}
+			time.Sleep(50 * time.Millisecond) // polling a count: nothing signals an empty outbox to a test
+		}
+	}
+	var total int64
+	if err := c.replicas[0].st.pool.QueryRow(context.Background(), `SELECT count(*) FROM sortie_events`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(gws) * missions * events); total != want {
+		t.Fatalf("%d events stored, want %d, each once", total, want)
+	}
+	for _, gw := range gws {
+		g, err := c.replicas[1].st.Gateway(gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Acked != missions*events || g.Protocol != uplink.Protocol || g.State != StateOnline {
+			t.Errorf("%s: acked %d, protocol %d, %s; want %d, %d, online", gw, g.Acked, g.Protocol, g.State, missions*events, uplink.Protocol)
+		}
+	}
+
+	// The watcher on replica 1 saw every mission reach SUCCEEDED,
+	// whichever replica stored it.
+	succeeded := map[string]bool{}
+	for len(succeeded) < len(gws)*missions {
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				t.Fatal("the watcher was dropped")
+			}
+			if u.Mission != nil && u.Mission.Summary.State == driver.StateSucceeded {
+				succeeded[u.Mission.Gateway+"/"+u.Mission.ID] = true
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the watcher on replica 1 saw %d of %d missions finish", len(succeeded), len(gws)*missions)
+		}
+	}
+
+	// A control through replica 0 to a gateway on node 2, and through
+	// replica 1 to one on node 1: each runs once.
+	for i, gw := range []string{"gw-c", "gw-b"} {
+		r, err := c.replicas[i].svc.Control(context.Background(), gw, uplink.Control{Action: uplink.ActionCancel, MissionID: gw + "-m1"})
+		if err != nil || !r.OK {
+			t.Fatalf("control to %s through replica %d: %+v, %v", gw, i, r, err)
+		}
+	}
+	for _, g := range sims {
+		g.ctl.mu.Lock()
+		for id, n := range g.ctl.ids {
+			if n != 1 {
+				t.Errorf("%s ran control %s %d times", g.id, id, n)
+			}
+		}
+		g.ctl.mu.Unlock()
+	}
+}

@@ -1,0 +1,352 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// ClusterOptions configure the cluster mode: the gateways connect over
+// MQTT to any node of a NATS cluster (MQTT and JetStream enabled on
+// every node), their batches land in a replicated stream, and every hub
+// replica pulls from one durable consumer into the shared PostgreSQL
+// store (PGStore). See docs/cluster.md.
+type ClusterOptions struct {
+	// NATS lists the servers' client URLs, comma separated
+	// (nats://10.0.0.1:4222,nats://10.0.0.2:4222).
+	NATS string
+	// User and Password are the hub's NATS identity: it publishes acks,
+	// controls and the live feed, reads the streams and manages them.
+	User, Password string
+	TLS            *tls.Config
+	// Replicas of the streams: 1, 3 or 5; default 3.
+	Replicas int
+	// MaxAge and MaxBytes bound the uplink stream, what gateways sent
+	// and no replica has stored yet (a hub outage): past them the oldest
+	// is dropped, which loses nothing, since a gateway keeps every entry
+	// until it is acked and sends it again. Defaults 7 days and 1 GiB.
+	MaxAge   time.Duration
+	MaxBytes int64
+	// AckWait is how long a replica may hold a message before the
+	// stream hands it to another: longer than a store transaction takes;
+	// default 30s.
+	AckWait time.Duration
+	// MaxAckPending bounds the messages handed out and not yet
+	// acknowledged, across replicas; default 8192.
+	MaxAckPending int
+	// Fetch is how many messages a replica asks for at a time; default
+	// 512.
+	Fetch int
+}
+
+// Stream and consumer names of the cluster mode.
+const (
+	streamUplink   = "SORTIE_UPLINK"
+	streamPresence = "SORTIE_PRESENCE"
+	consumerHub    = "sortie-hub"
+)
+
+func (o *ClusterOptions) withDefaults() {
+	if o.Replicas <= 0 {
+		o.Replicas = 3
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 7 * 24 * time.Hour
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 1 << 30
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.MaxAckPending <= 0 {
+		o.MaxAckPending = 8192
+	}
+	if o.Fetch <= 0 {
+		o.Fetch = 512
+	}
+}
+
+// topicToSubject is the NATS subject an MQTT topic (or filter) arrives
+// on: levels joined by ".", a "." inside a level (a gateway ID may have
+// one) as "//", as nats-server's MQTT converts it, and the wildcards +
+// and # as * and >.
+func topicToSubject(topic string) string {
+	levels := strings.Split(topic, "/")
+	for i, l := range levels {
+		switch l {
+		case "+":
+			levels[i] = "*"
+		case "#":
+			levels[i] = ">"
+		default:
+			levels[i] = strings.ReplaceAll(l, ".", "//")
+		}
+	}
+	return strings.Join(levels, ".")
+}
+
+// subjectToTopic is topicToSubject undone.
+func subjectToTopic(subject string) string {
+	tokens := strings.Split(subject, ".")
+	for i, t := range tokens {
+		tokens[i] = strings.ReplaceAll(t, "//", ".")
+	}
+	return strings.Join(tokens, "/")
+}
+
+// natsLink is a cluster replica's transport.
+type natsLink struct {
+	opts   ClusterOptions
+	topics uplink.Topics
+	log    *slog.Logger
+	now    func() time.Time
+	// id names this replica on the feed.
+	id string
+
+	nc    atomic.Pointer[nats.Conn]
+	ready atomic.Bool // streams, consumers and subscriptions in place
+
+	// broadcast and resync hand the feed to this replica's watchers.
+	broadcast func(Update)
+	resync    func()
+	feedSeq   atomic.Uint64
+
+	mu    sync.Mutex
+	peers map[string]uint64 // last feed seq seen per replica
+	stops []func()
+}
+
+// feedMsg is an update on the feed subject: from replica R, its Seq-th.
+type feedMsg struct {
+	R   string `json:"r"`
+	Seq uint64 `json:"seq"`
+	U   Update `json:"u"`
+}
+
+func newNATSLink(opts ClusterOptions, topics uplink.Topics, log *slog.Logger, now func() time.Time) *natsLink {
+	opts.withDefaults()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return &natsLink{opts: opts, topics: topics, log: log, now: now, id: hex.EncodeToString(b), peers: map[string]uint64{}}
+}
+
+func (l *natsLink) subject(kind string) string { return topicToSubject(l.topics.Wildcard(kind)) }
+
+func (l *natsLink) feedSubject() string {
+	return topicToSubject(strings.TrimSuffix(l.topics.Status(""), "/gateways//status") + "/feed")
+}
+
+func (l *natsLink) start(ctx context.Context, deliver func(inboundRaw), ready func()) error {
+	if l.opts.NATS == "" {
+		return fmt.Errorf("%w: cluster mode without NATS URLs", ErrInvalid)
+	}
+	opts := []nats.Option{
+		nats.Name("sortie-hub-" + l.id),
+		nats.UserInfo(l.opts.User, l.opts.Password),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		// Feed messages missed while away, or dropped as too slow: the
+		// watchers reload rather than show a page that missed updates.
+		nats.ReconnectHandler(func(*nats.Conn) { l.gap("reconnected") }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub.Subject == l.feedSubject() {
+				l.gap("slow consumer")
+				return
+			}
+			l.log.Warn("nats", "err", err)
+		}),
+	}
+	if l.opts.TLS != nil {
+		opts = append(opts, nats.Secure(l.opts.TLS))
+	}
+	nc, err := nats.Connect(l.opts.NATS, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to nats: %w", err)
+	}
+	l.nc.Store(nc)
+	go l.setup(ctx, nc, deliver, ready)
+	return nil
+}
+
+// setup creates the streams and the consumers (idempotent: every
+// replica does it) and starts consuming; while the cluster cannot (no
+// JetStream leader yet, a node down) it tries again.
+func (l *natsLink) setup(ctx context.Context, nc *nats.Conn, deliver func(inboundRaw), ready func()) {
+	for attempt := 0; ; attempt++ {
+		err := l.trySetup(ctx, nc, deliver)
+		if err == nil {
+			l.ready.Store(true)
+			l.log.Info("cluster link ready", "replica", l.id)
+			ready()
+			return
+		}
+		l.log.Warn("cluster set-up failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(time.Duration(attempt+1)*250*time.Millisecond, 5*time.Second)):
+		}
+	}
+}
+
+func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inboundRaw)) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	o := l.opts
+	_, err = js.CreateOrUpdateStream(sctx, jetstream.StreamConfig{
+		Name: streamUplink, Subjects: []string{l.subject("events"), l.subject("traces")},
+		Storage: jetstream.FileStorage, Replicas: o.Replicas, Retention: jetstream.LimitsPolicy,
+		Discard: jetstream.DiscardOld, MaxAge: o.MaxAge, MaxBytes: o.MaxBytes,
+		MaxMsgSize: uplink.MaxMessage + 4096,
+	})
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", streamUplink, err)
+	}
+	// Presence and heartbeats: only the latest of each gateway matters.
+	_, err = js.CreateOrUpdateStream(sctx, jetstream.StreamConfig{
+		Name: streamPresence, Subjects: []string{l.subject("status"), l.subject("heartbeat")},
+		Storage: jetstream.FileStorage, Replicas: o.Replicas, Retention: jetstream.LimitsPolicy,
+		Discard: jetstream.DiscardOld, MaxMsgsPerSubject: 1, MaxAge: o.MaxAge,
+		MaxMsgSize: uplink.MaxMessage + 4096,
+	})
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", streamPresence, err)
+	}
+	l.mu.Lock()
+	stops := l.stops
+	l.stops = nil
+	l.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	var started []func()
+	for _, stream := range []string{streamUplink, streamPresence} {
+		cons, err := js.CreateOrUpdateConsumer(sctx, stream, jetstream.ConsumerConfig{
+			Durable: consumerHub, AckPolicy: jetstream.AckExplicitPolicy, AckWait: o.AckWait,
+			MaxAckPending: o.MaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return fmt.Errorf("consumer %s/%s: %w", stream, consumerHub, err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			deliver(inboundRaw{topic: subjectToTopic(m.Subject()), payload: m.Data(), at: l.now(), done: func(stored bool) {
+				if stored {
+					_ = m.Ack() // lost, it is delivered again: a duplicate, stored once
+					return
+				}
+				_ = m.NakWithDelay(time.Second)
+			}})
+		}, jetstream.PullMaxMessages(o.Fetch))
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", stream, err)
+		}
+		started = append(started, cc.Stop)
+	}
+	// Control results go to whichever replica waits for them: every
+	// replica hears them all.
+	res, err := nc.Subscribe(l.subject("control/result"), func(m *nats.Msg) {
+		deliver(inboundRaw{topic: subjectToTopic(m.Subject), payload: m.Data, at: l.now()})
+	})
+	if err != nil {
+		return err
+	}
+	feed, err := nc.Subscribe(l.feedSubject(), l.onFeed)
+	if err != nil {
+		return err
+	}
+	_ = feed.SetPendingLimits(65536, 64<<20)
+	started = append(started, func() { _ = res.Unsubscribe() }, func() { _ = feed.Unsubscribe() })
+	l.mu.Lock()
+	l.stops = started
+	l.mu.Unlock()
+	return nc.FlushTimeout(5 * time.Second)
+}
+
+// onFeed hands a replica's update to this replica's watchers; an update
+// missing from a replica's sequence makes them reload.
+func (l *natsLink) onFeed(m *nats.Msg) {
+	var f feedMsg
+	if err := json.Unmarshal(m.Data, &f); err != nil {
+		l.log.Warn("bad feed message", "err", err)
+		return
+	}
+	l.mu.Lock()
+	last, known := l.peers[f.R]
+	l.peers[f.R] = f.Seq
+	l.mu.Unlock()
+	if known && f.Seq != last+1 {
+		l.gap(fmt.Sprintf("replica %s: update %d after %d", f.R, f.Seq, last))
+	}
+	if l.broadcast != nil {
+		l.broadcast(f.U)
+	}
+}
+
+func (l *natsLink) gap(why string) {
+	l.log.Info("live feed interrupted; watchers reload", "why", why)
+	if l.resync != nil {
+		l.resync()
+	}
+}
+
+func (l *natsLink) publish(topic string, payload []byte) func(context.Context) error {
+	nc := l.nc.Load()
+	if nc == nil {
+		return func(context.Context) error { return ErrNotConnected }
+	}
+	err := nc.Publish(topicToSubject(topic), payload)
+	return func(context.Context) error { return err }
+}
+
+func (l *natsLink) connected() bool {
+	nc := l.nc.Load()
+	return nc != nil && nc.IsConnected() && l.ready.Load()
+}
+
+func (l *natsLink) share(u Update) bool {
+	nc := l.nc.Load()
+	if nc == nil || !l.ready.Load() {
+		return false
+	}
+	b, err := json.Marshal(feedMsg{R: l.id, Seq: l.feedSeq.Add(1), U: u})
+	if err != nil {
+		return false
+	}
+	if err := nc.Publish(l.feedSubject(), b); err != nil {
+		l.log.Warn("publish to the live feed", "err", err)
+		return false
+	}
+	return true
+}
+
+func (l *natsLink) close() {
+	l.mu.Lock()
+	stops := l.stops
+	l.stops = nil
+	l.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	if nc := l.nc.Load(); nc != nil {
+		nc.Close()
+	}
+}
