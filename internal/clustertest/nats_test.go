@@ -87,15 +87,20 @@ func TestStreamSurvivesLeaderKill(t *testing.T) {
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed leader %s (pid %d)", leader, pid)
-	publish(half+1, 2*half)
+	killed := time.Now()
+	publishRetry(ctx, t, js, "events.gw1", strconv.Itoa(half+1))
+	t.Logf("killed leader %s (pid %d): the next publish was acknowledged %v later",
+		leader, pid, time.Since(killed).Round(time.Millisecond))
+	publish(half+2, 2*half)
 	if now := streamLeader(ctx, t, stream); now == leader {
 		t.Fatalf("leader still %s after its kill", now)
 	}
 
+	restarted := time.Now()
 	if err := victim.Restart(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%s restarted and healthy in %v", victim.Name, time.Since(restarted).Round(time.Millisecond))
 	if victim.PID() == pid || victim.PID() == 0 {
 		t.Fatalf("PID after Restart = %d (before %d)", victim.PID(), pid)
 	}
@@ -159,7 +164,7 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 
 	t.Run("QoS1PublishReachesNATSOnAnotherNode", func(t *testing.T) {
 		ch := subscribe(t, c, n3, "a.b", n1)
-		mc := mqttConnect(t, n1, "pub-a", c.User, c.Password)
+		mc := mqttConnect(t, n1, "pub-a", c.User, c.Password, true)
 		mqttPublish(t, mc, "a/b", 1, "over MQTT")
 		if m := receive(t, ch); string(m.Data) != "over MQTT" {
 			t.Errorf("got %q on %s, want %q", m.Data, m.Subject, "over MQTT")
@@ -168,7 +173,7 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 
 	t.Run("PermissionsHoldForMQTT", func(t *testing.T) {
 		ch := subscribe(t, c, n3, "sortie.>", n1)
-		mc := mqttConnect(t, n1, "gw1", gw.Name, gw.Password)
+		mc := mqttConnect(t, n1, "gw1", gw.Name, gw.Password, true)
 		// Denied, yet acknowledged: a PUBACK is no proof of delivery.
 		mqttPublish(t, mc, "sortie/gw2/events", 1, "not mine")
 		mqttPublish(t, mc, "sortie/gw1/events", 1, "mine")
@@ -180,16 +185,17 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("QoS1SubscriptionIsAConsumer", func(t *testing.T) {
+	t.Run("OnlyQoS1SubscriptionsAreConsumers", func(t *testing.T) {
 		before := mqttConsumers(t, c)
-		mc := mqttConnect(t, n2, "gw1", gw.Name, gw.Password)
+		mc := mqttConnect(t, n2, "gw1", gw.Name, gw.Password, true)
 		got := make(chan paho.Message, 2)
-		tok := mc.Subscribe("sortie/gw1/control", 1, func(_ paho.Client, m paho.Message) { got <- m })
-		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe: %v", tok.Error())
+		mqttSubscribe(t, mc, "sortie/gw1/ack", 0, got)
+		if n := mqttConsumers(t, c); n != before {
+			t.Errorf("$MQTT_msgs consumers = %d after a QoS 0 subscription, want %d", n, before)
 		}
+		mqttSubscribe(t, mc, "sortie/gw1/control", 1, got)
 		if n := mqttConsumers(t, c); n != before+1 {
-			t.Errorf("$MQTT_msgs consumers = %d after one QoS 1 subscription, want %d", n, before+1)
+			t.Errorf("$MQTT_msgs consumers = %d after a QoS 1 subscription, want %d", n, before+1)
 		}
 		waitInterest(t, n3, "sortie.gw1.control")
 
@@ -199,7 +205,7 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		// From MQTT at QoS 1, it goes through the consumer at QoS 1.
-		hub := mqttConnect(t, n3, "hub", c.User, c.Password)
+		hub := mqttConnect(t, n3, "hub", c.User, c.Password, true)
 		mqttPublish(t, hub, "sortie/gw1/control", 1, "from MQTT")
 		want := map[string]byte{"from NATS": 0, "from MQTT": 1}
 		for range want {
@@ -212,7 +218,148 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 				t.Fatal("the MQTT subscriber on n2 got too little")
 			}
 		}
+		mc.Disconnect(100)
+		waitConsumers(t, c, before) // a clean session's consumers go with it
 	})
+
+	t.Run("PersistentSessionKeepsItsConsumer", func(t *testing.T) {
+		before := mqttConsumers(t, c)
+		mc := mqttConnect(t, n1, "gw1-persistent", gw.Name, gw.Password, false)
+		mqttSubscribe(t, mc, "sortie/gw1/state", 1, make(chan paho.Message, 1))
+		mc.Disconnect(100)
+		time.Sleep(200 * time.Millisecond) // time for a deletion that must not come
+		waitConsumers(t, c, before+1)
+		// The same client ID with a clean session, on another node, drops it.
+		again := mqttConnect(t, n3, "gw1-persistent", gw.Name, gw.Password, true)
+		again.Disconnect(100)
+		waitConsumers(t, c, before)
+	})
+
+	t.Run("RetainedReachesALaterSubscriberOnAnotherNode", func(t *testing.T) {
+		hub := mqttConnect(t, n1, "hub-retain", c.User, c.Password, true)
+		tok := hub.Publish("sortie/gw1/presence", 1, true, "online")
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish retained: %v", tok.Error())
+		}
+		// Retained messages spread to the other nodes asynchronously:
+		// a subscriber on n3 right after the PUBACK may see none yet.
+		for try := 1; ; try++ {
+			mc := mqttConnect(t, n3, "gw1-retain", gw.Name, gw.Password, true)
+			got := make(chan paho.Message, 1)
+			mqttSubscribe(t, mc, "sortie/gw1/presence", 0, got)
+			select {
+			case m := <-got:
+				if string(m.Payload()) != "online" || !m.Retained() {
+					t.Errorf("got %q retained=%v, want the retained \"online\"", m.Payload(), m.Retained())
+				}
+				t.Logf("retained message on n3 at subscription %d", try)
+				mc.Disconnect(100)
+				return
+			case <-time.After(time.Second):
+				mc.Disconnect(100)
+				if try == 5 {
+					t.Fatal("no retained message on n3")
+				}
+			}
+		}
+	})
+}
+
+// An MQTT QoS 1 PUBLISH is acknowledged once stored in the $MQTT_msgs
+// stream (R3). When that stream's leader dies, PUBACKs wait for the
+// election, and past the mqtt block's js_api_timeout (5 s) the node
+// closes the publisher's connection: a publisher that reconnects and
+// publishes again gets every message through.
+func TestMQTTPublisherOutlivesDeliveryStreamLeaderKill(t *testing.T) {
+	t.Parallel()
+	c := clustertest.StartNATS(t, 3, clustertest.NATSOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	warm := mqttConnect(t, c.Nodes[0], "warm", c.User, c.Password, true)
+	mqttPublish(t, warm, "warm/up", 1, "creates the MQTT streams")
+	warm.Disconnect(100)
+
+	js, err := jetstream.New(natsConnect(t, c, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := js.Stream(ctx, "$MQTT_msgs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := c.Node(streamLeader(ctx, t, msgs))
+	var other *clustertest.Node // publisher and subscriber both here
+	for _, n := range c.Nodes {
+		if n != victim {
+			other = n
+		}
+	}
+	got := subscribe(t, c, other, "gw.events", other)
+
+	const total = 60
+	refused := 0
+	// CONNECT loads the session from $MQTT_sess: it fails too until
+	// the MQTT streams have their leaders again.
+	connect := func() paho.Client {
+		for {
+			o := paho.NewClientOptions().AddBroker(other.MQTTURL()).SetClientID("gw").
+				SetUsername(c.User).SetPassword(c.Password).SetAutoReconnect(false).
+				SetConnectTimeout(5 * time.Second)
+			mc := paho.NewClient(o)
+			tok := mc.Connect()
+			if tok.WaitTimeout(10*time.Second) && tok.Error() == nil {
+				return mc
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("connect: %v", tok.Error())
+			}
+			refused++
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	mc := connect()
+	defer func() { mc.Disconnect(100) }()
+	var worst time.Duration
+	reconnects := 0
+	for i := 1; i <= total; i++ {
+		if i == total/3 {
+			if err := victim.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for {
+			start := time.Now()
+			tok := mc.Publish("gw/events", 1, false, strconv.Itoa(i))
+			ok := tok.WaitTimeout(15 * time.Second)
+			worst = max(worst, time.Since(start))
+			if ok && tok.Error() == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("publish %d: %v", i, tok.Error())
+			}
+			reconnects++
+			mc.Disconnect(0)
+			mc = connect()
+		}
+	}
+	t.Logf("killed %s, the $MQTT_msgs leader: slowest PUBACK %v, reconnects %d, failed CONNECTs %d",
+		victim.Name, worst.Round(time.Millisecond), reconnects, refused)
+
+	seen := make(map[string]bool)
+	for len(seen) < total {
+		select {
+		case m := <-got:
+			seen[string(m.Data)] = true
+		case <-time.After(5 * time.Second):
+			for i := 1; i <= total; i++ {
+				if !seen[strconv.Itoa(i)] {
+					t.Errorf("message %d never reached the subscriber", i)
+				}
+			}
+			return
+		}
+	}
 }
 
 // natsConnect connects the admin to node n (nil: any node), reconnecting
@@ -233,18 +380,21 @@ func natsConnect(t *testing.T, c *clustertest.NATS, n *clustertest.Node) *nats.C
 }
 
 // subscribe subscribes the admin to subj on node on, and waits until
-// node heardBy knows of it.
+// node heardBy knows of it. The channel holds 1024 messages; past that
+// the connection drops them as a slow consumer's.
 func subscribe(t *testing.T, c *clustertest.NATS, on *clustertest.Node, subj string, heardBy *clustertest.Node) <-chan *nats.Msg {
 	t.Helper()
 	nc := natsConnect(t, c, on)
-	ch := make(chan *nats.Msg, 16)
+	ch := make(chan *nats.Msg, 1024)
 	if _, err := nc.ChanSubscribe(subj, ch); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	waitInterest(t, heardBy, subj)
+	if heardBy != on {
+		waitInterest(t, heardBy, subj)
+	}
 	return ch
 }
 
@@ -280,11 +430,14 @@ func publishRetry(ctx context.Context, t *testing.T, js jetstream.JetStream, sub
 }
 
 // streamLeader waits for the stream to have a leader and returns its
-// server name.
+// server name. Each request has its own short timeout: a request made
+// while there is no leader may get no answer at all.
 func streamLeader(ctx context.Context, t *testing.T, s jetstream.Stream) string {
 	t.Helper()
 	for {
-		info, err := s.Info(ctx)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		info, err := s.Info(rctx)
+		cancel()
 		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
 			return info.Cluster.Leader
 		}
@@ -338,7 +491,11 @@ func waitInterest(t *testing.T, n *clustertest.Node, sub string) {
 // mqttConsumers is the number of consumers of the MQTT delivery stream.
 func mqttConsumers(t *testing.T, c *clustertest.NATS) int {
 	t.Helper()
-	nc := natsConnect(t, c, nil)
+	nc, err := nats.Connect(c.ClientURLs(), nats.UserInfo(c.User, c.Password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -359,11 +516,28 @@ func mqttConsumers(t *testing.T, c *clustertest.NATS) int {
 	return info.State.Consumers
 }
 
-// mqttConnect connects a paho client with a clean session to node n.
-func mqttConnect(t *testing.T, n *clustertest.Node, id, user, password string) paho.Client {
+// waitConsumers waits until the MQTT delivery stream has want consumers.
+func waitConsumers(t *testing.T, c *clustertest.NATS, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := mqttConsumers(t, c)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("$MQTT_msgs consumers = %d, want %d", n, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// mqttConnect connects a paho client to node n, with a clean session
+// or a persistent one.
+func mqttConnect(t *testing.T, n *clustertest.Node, id, user, password string, clean bool) paho.Client {
 	t.Helper()
 	o := paho.NewClientOptions().AddBroker(n.MQTTURL()).SetClientID(id).
-		SetUsername(user).SetPassword(password).SetCleanSession(true).
+		SetUsername(user).SetPassword(password).SetCleanSession(clean).
 		SetAutoReconnect(false).SetOrderMatters(false).SetConnectTimeout(10 * time.Second)
 	mc := paho.NewClient(o)
 	tok := mc.Connect()
@@ -372,6 +546,15 @@ func mqttConnect(t *testing.T, n *clustertest.Node, id, user, password string) p
 	}
 	t.Cleanup(func() { mc.Disconnect(100) })
 	return mc
+}
+
+// mqttSubscribe subscribes mc to filter at qos, handing messages to got.
+func mqttSubscribe(t *testing.T, mc paho.Client, filter string, qos byte, got chan<- paho.Message) {
+	t.Helper()
+	tok := mc.Subscribe(filter, qos, func(_ paho.Client, m paho.Message) { got <- m })
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe %s: %v", filter, tok.Error())
+	}
 }
 
 func mqttPublish(t *testing.T, mc paho.Client, topic string, qos byte, payload string) {
