@@ -12,7 +12,7 @@ ifeq ($(ENABLE_RACE),true)
 RACE := -race
 endif
 
-.PHONY: all fmt fmt-check vet lint test build run demo-hub sim cross bench clean
+.PHONY: all fmt fmt-check vet lint test cluster-test build run demo-hub sim cross bench clean
 
 all: build
 
@@ -40,6 +40,12 @@ lint: fmt-check vet $(GOLANGCI)
 # every test under -race. CI runs it, so a lint finding fails CI.
 test: lint
 	$(GO) test $(RACE) -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+# The cluster mode (docs/cluster.md) on real NATS nodes and PostgreSQL,
+# the chaos test among them, with their counts printed. make test runs
+# them too.
+cluster-test:
+	$(GO) test $(RACE) -count=1 -timeout $(TIMEOUT) -v -run 'TestCluster|TestPGStore|TestChain|TestControlRepeated|TestNATS|TestStream|TestMQTT|TestPostgres' ./hub ./internal/clustertest
 
 build:
 	@mkdir -p bin

@@ -337,9 +337,14 @@ type ControlRequest struct {
 func (a *API) control(w http.ResponseWriter, r *http.Request) {
 	gw := r.PathValue("gw")
 	g, err := a.st.Gateway(gw)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrUnknownGateway):
 		a.fail(w, r, err)
 		return
+	case err != nil:
+		// The store is unreachable: the gateway may well be online, and
+		// the control does not need the store.
+		g = Gateway{ID: gw, State: uplink.StateOnline}
 	}
 	var req ControlRequest
 	if status, code, err := decodeBody(w, r, &req); err != nil {

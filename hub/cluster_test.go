@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -105,8 +106,10 @@ func (r *clusterReplica) stop(t *testing.T) {
 	r.cancel = nil
 }
 
+// testLogger logs to the test's output when SORTIE_TEST_LOG is set (the
+// chaos test has 200 gateways: too much for every -v run).
 func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
+	if os.Getenv("SORTIE_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -119,11 +122,24 @@ func (w *testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return l
 // simGateway is a gateway with a real outbox (a store with the outbox
 // on) and a real uplink, writing missions as an agent would.
 type simGateway struct {
-	id  string
-	db  *store.DB
-	up  *hubsync.Uplink
-	ctl *countingControl
-	ms  map[string]*driver.Mission
+	id     string
+	broker string
+	db     *store.DB
+	ctl    *countingControl
+	ms     map[string]*driver.Mission
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	up     *hubsync.Uplink
+	stopUp func()
+	// ledger is every event written, in outbox order: entry i has
+	// outbox seq i+1.
+	ledger []evKey
+}
+
+type evKey struct {
+	mission string
+	seq     uint64
 }
 
 // countingControl answers every request, counting them by ID.
@@ -139,39 +155,66 @@ func (c *countingControl) Control(_ context.Context, r uplink.Control) uplink.Co
 	return uplink.ControlResult{OK: true, MissionID: r.MissionID, State: driver.StateCancelled}
 }
 
-func startSimGateway(t *testing.T, id, broker string) *simGateway {
+// startSimGateway opens the gateway's store in dir ("" for a test
+// directory) and starts its uplink to broker.
+func startSimGateway(t *testing.T, id, broker, dir string) *simGateway {
 	t.Helper()
-	db, err := store.Open(filepath.Join(t.TempDir(), "gw.db"), store.Options{Timeout: time.Second, Outbox: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	db, err := store.Open(filepath.Join(dir, id+".db"), store.Options{Timeout: time.Second, Outbox: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &simGateway{id: id, db: db, ctl: &countingControl{ids: map[string]int{}}, ms: map[string]*driver.Mission{}}
-	up, err := hubsync.New(hubsync.Options{
-		// nats-server refuses a "." in an MQTT client ID.
-		Broker: broker, Gateway: id, ClientID: "sortie-gw-" + strings.ReplaceAll(id, ".", "_"), Username: id, Password: gatewayPassword(id), Source: db, Control: g.ctl,
-		Logger: testLogger(t).With("gw", id), Version: "test",
-		HeartbeatInterval: time.Hour, ResendTimeout: 2 * time.Second, Timeout: 5 * time.Second,
-		MaxReconnectInterval: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.up = up
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- up.Run(ctx) }()
+	g := &simGateway{id: id, broker: broker, db: db, ctl: &countingControl{ids: map[string]int{}}, ms: map[string]*driver.Mission{}, log: testLogger(t).With("gw", id)}
+	g.startUplink(t)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("uplink %s: %v", id, err)
-		}
+		g.stopUplink()
 		_ = db.Close()
 	})
 	return g
 }
 
+func (g *simGateway) startUplink(t *testing.T) {
+	t.Helper()
+	up, err := hubsync.New(hubsync.Options{
+		// nats-server refuses a "." in an MQTT client ID.
+		Broker: g.broker, Gateway: g.id, ClientID: "sortie-gw-" + strings.ReplaceAll(g.id, ".", "_"), Username: g.id,
+		Password: gatewayPassword(g.id), Source: g.db, Control: g.ctl, Logger: g.log, Version: "test",
+		HeartbeatInterval: time.Hour, ResendTimeout: 2 * time.Second, Timeout: 5 * time.Second,
+		MaxReconnectInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Errorf("uplink %s: %v", g.id, err) // may run on a fault's goroutine
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- up.Run(ctx) }()
+	g.mu.Lock()
+	g.up = up
+	g.stopUp = func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("uplink %s: %v", g.id, err)
+		}
+	}
+	g.mu.Unlock()
+}
+
+// stopUplink takes the gateway off line; its store goes on.
+func (g *simGateway) stopUplink() {
+	g.mu.Lock()
+	stop := g.stopUp
+	g.stopUp, g.up = nil, nil
+	g.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
 // step creates mission id, or moves it one event on; it ends SUCCEEDED
-// at its fourth event.
+// at its fourth event. It may run on any goroutine (one per gateway).
 func (g *simGateway) step(t *testing.T, id string) {
 	t.Helper()
 	ctx := context.Background()
@@ -184,7 +227,8 @@ func (g *simGateway) step(t *testing.T, id string) {
 			Meta:  driver.Metadata{Created: now, Updated: now},
 		}
 		if _, _, err := g.db.Create(ctx, m, []driver.Event{{MissionID: id, Seq: 1, Type: "created", To: driver.StatePending, Step: -1, Time: now}}); err != nil {
-			t.Fatal(err)
+			t.Errorf("%s: create %s: %v", g.id, id, err)
+			return
 		}
 	} else {
 		n := m.Clone()
@@ -197,12 +241,18 @@ func (g *simGateway) step(t *testing.T, id string) {
 		}
 		n.Meta.Updated = now
 		if err := g.db.Save(ctx, n, []driver.Event{{MissionID: id, Seq: n.Seq, Type: "transition", From: m.State, To: n.State, Step: -1, Time: now}}); err != nil {
-			t.Fatal(err)
+			t.Errorf("%s: save %s: %v", g.id, id, err)
+			return
 		}
 		m = n
 	}
 	g.ms[id] = m
-	g.up.Notify()
+	g.mu.Lock()
+	g.ledger = append(g.ledger, evKey{id, m.Seq})
+	if g.up != nil {
+		g.up.Notify()
+	}
+	g.mu.Unlock()
 }
 
 // TestClusterReplicasShareTheFleet: gateways connected over MQTT to
@@ -218,7 +268,7 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 
 	sims := make([]*simGateway, len(gws))
 	for i, gw := range gws {
-		sims[i] = startSimGateway(t, gw, c.nats.Nodes[i%3].MQTTURL())
+		sims[i] = startSimGateway(t, gw, c.nats.Nodes[i%3].MQTTURL(), "")
 	}
 	const missions, events = 10, 4
 	for _, g := range sims {

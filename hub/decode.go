@@ -43,6 +43,8 @@ type wireEntry struct {
 type wireBatch struct {
 	Gateway string      `json:"gateway"`
 	Entries []wireEntry `json:"entries"`
+	After   *uint64     `json:"after,omitempty"`
+	Acked   uint64      `json:"acked,omitempty"`
 }
 
 // decodeBatch is uplink.DecodeBatch that also returns each event's JSON
@@ -61,7 +63,7 @@ func decodeBatch(b []byte) (uplink.Batch, []json.RawMessage, error) {
 	if dec.More() {
 		return uplink.Batch{}, nil, fmt.Errorf("%w: trailing data", uplink.ErrMessage)
 	}
-	out := uplink.Batch{Gateway: w.Gateway}
+	out := uplink.Batch{Gateway: w.Gateway, After: w.After, Acked: w.Acked}
 	if w.Entries != nil {
 		out.Entries = make([]uplink.Entry, len(w.Entries))
 	}

@@ -76,6 +76,8 @@ func FuzzDecodeBatch(f *testing.F) {
 		b, _ := json.Marshal(uplink.Batch{Gateway: "gw", Entries: es})
 		f.Add(b)
 	}
+	// Protocol 2: the chain fields must survive the hub's own decoder.
+	f.Add([]byte(`{"gateway":"gw","after":4,"acked":2,"entries":[{"seq":5,"event":{"mission_id":"m","seq":1}}]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":null}]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1,"time":"x"}}]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1}}]} {}`))

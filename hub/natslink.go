@@ -209,7 +209,9 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// Short: a JetStream API request sent while a leader is being elected
+	// may get no answer at all, and the next attempt will.
+	sctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	defer cancel()
 	o := l.opts
 	_, err = js.CreateOrUpdateStream(sctx, jetstream.StreamConfig{

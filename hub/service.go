@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -572,8 +573,14 @@ func (s *Service) Metrics() http.Handler { return s.metrics.reg }
 
 func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error) {
 	g, err := s.st.Gateway(gw)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrUnknownGateway):
 		return uplink.ControlResult{}, err
+	case err != nil:
+		// The store is unreachable (a database restarting): that says
+		// nothing of the gateway, which answers if it is there.
+		s.log.Warn("gateway presence unknown; sending the control anyway", "gateway", gw, "err", err)
+		g = Gateway{ID: gw, State: StateOnline, Protocol: uplink.Protocol}
 	}
 	c.ID = newID()
 	if c.Action == uplink.ActionTrigger && c.RequestID == "" {

@@ -26,6 +26,7 @@ type Config struct {
 	Prefix string `toml:"prefix"`
 
 	Broker    BrokerConfig    `toml:"broker"`
+	Cluster   ClusterConfig   `toml:"cluster"`
 	Identity  IdentityConfig  `toml:"identity"`
 	HTTP      HTTPConfig      `toml:"http"`
 	Retention RetentionConfig `toml:"retention"`
@@ -52,6 +53,36 @@ type BrokerConfig struct {
 	URL      string `toml:"url"`
 	CAFile   string `toml:"ca_file"`
 	Insecure bool   `toml:"insecure_skip_verify"`
+}
+
+// ClusterConfig is the cluster mode (docs/cluster.md): the gateways
+// connect to a NATS cluster's MQTT, and every hub replica shares one
+// PostgreSQL database. [broker] and data_dir are then unused, and the
+// gateways' credentials live in NATS.
+type ClusterConfig struct {
+	Enabled bool `toml:"enabled"`
+	// NATS is the servers' client URLs, comma separated.
+	NATS string `toml:"nats"`
+	// NATSUser and NATSPassword (or NATSPasswordFile) are the hub's NATS
+	// identity.
+	NATSUser         string `toml:"nats_user"`
+	NATSPassword     string `toml:"nats_password"`
+	NATSPasswordFile string `toml:"nats_password_file"`
+	// NATSCAFile, when set, makes the hub speak TLS to NATS, trusting it.
+	NATSCAFile string `toml:"nats_ca_file"`
+	// Postgres (or PostgresFile, which keeps the password out of the
+	// config) is the database's connection string.
+	Postgres     string `toml:"postgres"`
+	PostgresFile string `toml:"postgres_file"`
+	// Replicas of the streams (1, 3 or 5).
+	Replicas int `toml:"replicas"`
+	// MaxAge and MaxBytes bound the uplink stream (a hub outage).
+	MaxAge   driver.Duration `toml:"max_age"`
+	MaxBytes int64           `toml:"max_bytes"`
+	// AckWait is how long a replica may hold a message before another
+	// gets it; ControlResend how often a control is sent again.
+	AckWait       driver.Duration `toml:"ack_wait"`
+	ControlResend driver.Duration `toml:"control_resend"`
 }
 
 // IdentityConfig is the hub's own MQTT identity.
@@ -110,6 +141,10 @@ func DefaultConfig() Config {
 		},
 		Log:      LogConfig{Level: "info", Format: "text"},
 		Gateways: map[string]string{},
+		Cluster: ClusterConfig{
+			NATSUser: "hub", Replicas: 3, MaxAge: driver.Duration(7 * 24 * time.Hour), MaxBytes: 1 << 30,
+			AckWait: driver.Duration(30 * time.Second), ControlResend: driver.Duration(2 * time.Second),
+		},
 	}
 }
 
@@ -147,21 +182,28 @@ func (c Config) Validate(file string) error {
 		}
 		return nil
 	}
-	if c.DataDir == "" {
+	if c.Cluster.Enabled {
+		if err := c.Cluster.validate(bad); err != nil {
+			return err
+		}
+	} else if c.DataDir == "" {
 		return bad("data_dir", "must be set")
 	}
 	if c.Prefix == "" || strings.ContainsAny(c.Prefix, "+#") || strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") {
 		return bad("prefix", "%q must be non-empty, without wildcards or a leading/trailing '/'", c.Prefix)
 	}
 	b := c.Broker
-	if b.Embedded {
+	switch {
+	case c.Cluster.Enabled:
+		// The gateways connect to NATS; [broker] is not used.
+	case b.Embedded:
 		if err := hostPort("broker.listen", b.Listen); err != nil {
 			return err
 		}
 		if (b.CertFile == "") != (b.KeyFile == "") {
 			return bad("broker.cert_file", "cert_file and key_file go together")
 		}
-	} else {
+	default:
 		u, err := url.Parse(b.URL)
 		if err != nil || u.Host == "" || !slices.Contains([]string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}, u.Scheme) {
 			return bad("broker.url", "%q is not a broker URL like tcp://host:1883 or ssl://host:8883", b.URL)
@@ -187,7 +229,7 @@ func (c Config) Validate(file string) error {
 			return bad("gateways."+id, "%v", err)
 		}
 	}
-	if b.Embedded && len(c.Gateways) == 0 {
+	if b.Embedded && !c.Cluster.Enabled && len(c.Gateways) == 0 {
 		return bad("gateways", "no gateway credentials: add some with \"hub passwd\"")
 	}
 	if err := hostPort("http.listen", c.HTTP.Listen); err != nil {
@@ -208,6 +250,34 @@ func (c Config) Validate(file string) error {
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		return bad("log.format", "%q must be \"text\" or \"json\"", c.Log.Format)
+	}
+	return nil
+}
+
+func (c ClusterConfig) validate(bad func(field, format string, args ...any) error) error {
+	if c.NATS == "" {
+		return bad("cluster.nats", "the NATS servers' URLs are needed, like nats://10.0.0.1:4222,nats://10.0.0.2:4222")
+	}
+	for u := range strings.SplitSeq(c.NATS, ",") {
+		pu, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || pu.Host == "" || !slices.Contains([]string{"nats", "tls"}, pu.Scheme) {
+			return bad("cluster.nats", "%q is not a NATS URL like nats://host:4222", u)
+		}
+	}
+	if c.NATSUser == "" || c.NATSPassword == "" && c.NATSPasswordFile == "" {
+		return bad("cluster.nats_user", "the hub's NATS user and password (or nats_password_file) are needed")
+	}
+	if c.Postgres == "" && c.PostgresFile == "" {
+		return bad("cluster.postgres", "the PostgreSQL connection string (or postgres_file) is needed")
+	}
+	if !slices.Contains([]int{1, 3, 5}, c.Replicas) {
+		return bad("cluster.replicas", "%d: want 1, 3 or 5", c.Replicas)
+	}
+	if c.MaxAge <= 0 || c.MaxBytes <= 0 {
+		return bad("cluster.max_age", "max_age and max_bytes must be positive")
+	}
+	if c.AckWait < driver.Duration(time.Second) || c.ControlResend <= 0 {
+		return bad("cluster.ack_wait", "ack_wait must be at least 1s and control_resend positive")
 	}
 	return nil
 }

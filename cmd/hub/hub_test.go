@@ -74,6 +74,11 @@ func TestConfigErrors(t *testing.T) {
 		{"bad level", "[log]\nlevel = \"loud\"\n" + gw, "log.level"},
 		{"bad prefix", "prefix = \"a/#\"\n" + gw, "prefix"},
 		{"bad duration", "[http]\ncontrol_timeout = \"soon\"\n" + gw, ""},
+		{"cluster without nats", "[cluster]\nenabled = true\n", "cluster.nats"},
+		{"cluster with a broker URL for nats", "[cluster]\nenabled = true\nnats = \"tcp://n1:1883\"\n", "cluster.nats"},
+		{"cluster without a password", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\n", "cluster.nats_user"},
+		{"cluster without postgres", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\n", "cluster.postgres"},
+		{"cluster with 2 replicas", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\npostgres = \"postgres://h/db\"\nreplicas = 2\n", "cluster.replicas"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/cli"
+	"github.com/sortie-edge/sortie/internal/conf"
 )
 
 // onListening, when set (by tests), learns the bound addresses.
@@ -89,7 +90,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	if err != nil {
 		return err
 	}
-	st, err := hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{})
+	var st hub.Backing
+	if cfg.Cluster.Enabled {
+		st, err = openPG(ctx, cfg)
+	} else {
+		st, err = hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{})
+	}
 	if err != nil {
 		return err
 	}
@@ -114,7 +120,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 		return fmt.Errorf("identity.password_file: %w", err)
 	}
 	brokerAddr := ""
-	if cfg.Broker.Embedded {
+	switch {
+	case cfg.Cluster.Enabled:
+		if sopts.Cluster, err = clusterOptions(cfg); err != nil {
+			return err
+		}
+		log.Info("cluster mode", "nats", cfg.Cluster.NATS, "stream_replicas", cfg.Cluster.Replicas)
+	case cfg.Broker.Embedded:
 		if sopts.Password == "" {
 			// Only this process uses the hub identity of its own broker.
 			b := make([]byte, 24)
@@ -129,12 +141,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 		brokerAddr = broker.Addr()
 		sopts.Broker, sopts.TLS = url, clientTLS
 		log.Info("embedded broker listening", "addr", brokerAddr, "tls", clientTLS != nil, "gateways", len(ids))
-	} else {
+	default:
 		sopts.Broker = cfg.Broker.URL
 		if sopts.TLS, err = cfg.clientTLS(); err != nil {
 			return err
 		}
 		log.Info("using external broker", "url", cfg.Broker.URL)
+	}
+	if cfg.Cluster.Enabled {
+		sopts.ControlResend = cfg.Cluster.ControlResend.D()
 	}
 	svc := hub.NewService(st, sopts)
 	api := hub.NewAPI(svc, hub.APIOptions{Token: token, Logger: log.With("component", "api")})
@@ -170,6 +185,47 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	err = g.Wait()
 	log.Info("hub stopped", "err", err)
 	return err
+}
+
+// openPG opens the cluster's shared store.
+func openPG(ctx context.Context, cfg Config) (*hub.PGStore, error) {
+	dsn, err := cfg.secret(cfg.Cluster.Postgres, cfg.Cluster.PostgresFile)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.postgres_file: %w", err)
+	}
+	// A database still starting is waited for, as the broker would be.
+	for attempt := 1; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := hub.OpenPG(octx, dsn)
+		cancel()
+		if err == nil || errors.Is(err, hub.ErrInvalid) || attempt == 30 || ctx.Err() != nil {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// clusterOptions is the replica's link to NATS.
+func clusterOptions(cfg Config) (*hub.ClusterOptions, error) {
+	c := cfg.Cluster
+	pw, err := cfg.secret(c.NATSPassword, c.NATSPasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.nats_password_file: %w", err)
+	}
+	o := &hub.ClusterOptions{
+		NATS: c.NATS, User: c.NATSUser, Password: pw, Replicas: c.Replicas,
+		MaxAge: c.MaxAge.D(), MaxBytes: c.MaxBytes, AckWait: c.AckWait.D(),
+	}
+	if c.NATSCAFile != "" {
+		if o.TLS, err = conf.ClientTLS(cfg.path(c.NATSCAFile), "", "", false); err != nil {
+			return nil, fmt.Errorf("cluster.nats_ca_file: %w", err)
+		}
+	}
+	return o, nil
 }
 
 // startBroker starts the embedded broker with the hub's ACL, and returns

@@ -436,7 +436,7 @@ var natsBin struct {
 // version and toolchain, then a cache hit) and prints its path.
 func natsServer() (string, error) {
 	natsBin.once.Do(func() {
-		gobin, err := goCommand()
+		gobin, err := GoCommand()
 		if err != nil {
 			natsBin.err = err
 			return
@@ -455,7 +455,8 @@ func natsServer() (string, error) {
 }
 
 // goCommand finds the go command: on PATH, or in $GOROOT/bin.
-func goCommand() (string, error) {
+// GoCommand is the go command's path: on PATH, else in $GOROOT/bin.
+func GoCommand() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
