@@ -783,20 +783,12 @@ func (c *sseClient) behind(t *testing.T, db *PGStore) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = forRows(rows, func() error {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return err
-		}
-		var m Mission
-		if err := json.Unmarshal(doc, &m); err != nil {
-			return err
-		}
-		want[m.Gateway+"/"+m.ID] = m.Seq
-		return nil
-	})
+	ms, err := docs[Mission](rows, "mission")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, m := range ms {
+		want[m.Gateway+"/"+m.ID] = m.Seq
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {

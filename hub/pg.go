@@ -321,6 +321,24 @@ func preload(ctx context.Context, tx pgx.Tx, in []Inbound) (*pgReader, error) {
 	return r, nil
 }
 
+// docs decodes the single JSON column of every row into a T.
+func docs[T any](rows pgx.Rows, what string) ([]T, error) {
+	var out []T
+	err := forRows(rows, func() error {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return err
+		}
+		var v T
+		if err := json.Unmarshal(doc, &v); err != nil {
+			return fmt.Errorf("decode %s: %w", what, err)
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
 // forRows calls each for every row and closes rows.
 func forRows(rows pgx.Rows, each func() error) error {
 	defer rows.Close()
@@ -424,20 +442,7 @@ func (s *PGStore) Gateways() ([]Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Gateway
-	err = forRows(rows, func() error {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return err
-		}
-		var g Gateway
-		if err := json.Unmarshal(doc, &g); err != nil {
-			return fmt.Errorf("decode gateway: %w", err)
-		}
-		out = append(out, g)
-		return nil
-	})
-	return out, err
+	return docs[Gateway](rows, "gateway")
 }
 
 // Gateway returns one gateway or ErrUnknownGateway.
@@ -499,19 +504,7 @@ func (s *PGStore) Missions(q Query) ([]Mission, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	var out []Mission
-	err = forRows(rows, func() error {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return err
-		}
-		var m Mission
-		if err := json.Unmarshal(doc, &m); err != nil {
-			return fmt.Errorf("decode mission: %w", err)
-		}
-		out = append(out, m)
-		return nil
-	})
+	out, err := docs[Mission](rows, "mission")
 	if err != nil {
 		return nil, "", err
 	}
