@@ -383,10 +383,15 @@ func (e *testEnv) reply(requestID string) map[string]any {
 	}
 }
 
-// waitState waits for an event of mission id reaching state.
+// waitState waits for an event of mission id reaching state. The
+// progress feed is QoS 0 and drops events when its queue is full (its
+// durable record is the timeline), so the API is asked too, once a
+// second, lest a dropped event leave the wait hanging.
 func (e *testEnv) waitState(id string, want driver.State, within time.Duration) {
 	e.t.Helper()
 	deadline := time.After(within)
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
 	for {
 		e.mu.Lock()
 		for _, ev := range e.events[id] {
@@ -398,6 +403,11 @@ func (e *testEnv) waitState(id string, want driver.State, within time.Duration) 
 		e.mu.Unlock()
 		select {
 		case <-e.evCh:
+		case <-poll.C:
+			var d api.MissionDetail
+			if e.get("/api/missions/"+id, &d) == 200 && d.Mission != nil && d.Mission.State == want {
+				return
+			}
 		case <-deadline:
 			e.t.Fatalf("mission %s did not reach %s; events: %v\n%s", id, want, e.eventSummary(id), e.proc.log())
 		}
