@@ -302,6 +302,9 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 		}
 	}
 
+	if n := c.replicas[0].st.size(); n <= 0 {
+		t.Errorf("database size for /metrics = %d, want PostgreSQL's", n)
+	}
 	// The watcher on replica 1 saw every mission reach SUCCEEDED,
 	// whichever replica stored it.
 	succeeded := map[string]bool{}

@@ -92,6 +92,18 @@ func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
 // Close closes the connections.
 func (s *PGStore) Close() error { s.pool.Close(); return nil }
 
+// size is the database's size on disk for /metrics; 0 when it does not
+// answer within a second (a scrape must not hang on a restarting server).
+func (s *PGStore) size() int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}
+
 // Ping checks the database answers.
 func (s *PGStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
