@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,6 +173,10 @@ func TestControlSentOnceToOlderGateway(t *testing.T) {
 
 // TestBatchFromOlderGatewayAckedCumulatively: a batch without After (a
 // gateway before protocol 2) is acked up to its highest seq, as before.
+//
+// On PostgreSQL (the cluster mode), where replicas share the store and a
+// cumulative ack could cover a batch another replica has not stored, it
+// is stored and not acked.
 func TestBatchFromOlderGatewayAckedCumulatively(t *testing.T) {
 	st := testStore(t)
 	b := chained("gw", 5, 8, 0)
@@ -180,7 +185,97 @@ func TestBatchFromOlderGatewayAckedCumulatively(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Acks["gw"]; got != 8 {
+	_, shared := st.(*PGStore)
+	switch got := res.Acks["gw"]; {
+	case shared && (got != 0 || res.Unchained != 1 || res.Stored != 3):
+		t.Fatalf("cluster store: ack %d, unchained %d, stored %d; want no ack, 1, 3", got, res.Unchained, res.Stored)
+	case !shared && got != 8:
 		t.Fatalf("ack = %d, want 8", got)
+	}
+}
+
+// unreadable is a store whose gateway records cannot be read (a
+// database restarting) once down is set.
+type unreadable struct {
+	Backing
+	down atomic.Bool
+}
+
+func (u *unreadable) Gateway(id string) (Gateway, error) {
+	if u.down.Load() {
+		return Gateway{}, errors.New("connection refused")
+	}
+	return u.Backing.Gateway(id)
+}
+
+// TestControlWhileTheStoreIsDownRepeatsOnlyToProtocol2: the hub sends a
+// control even when it cannot read the gateway's record, and repeats it
+// only if the gateway last spoke protocol 2; an older gateway would run
+// every copy.
+func TestControlWhileTheStoreIsDownRepeatsOnlyToProtocol2(t *testing.T) {
+	for _, proto := range []int{0, uplink.Protocol} {
+		t.Run(fmt.Sprint("protocol ", proto), func(t *testing.T) {
+			var st *unreadable
+			wrapStore = func(b Backing) Backing { st = &unreadable{Backing: b}; return st }
+			defer func() { wrapStore = nil }()
+			e := newEnvWith(t, func(o *ServiceOptions) {
+				o.ControlResend, o.ControlTimeout = 10*time.Millisecond, 300*time.Millisecond
+			}, "home")
+			g := newGateway(t, e.broker.URL(), "home")
+			g.publish(t, g.topics.Status("home"), true, uplink.Status{Gateway: "home", State: uplink.StateOnline, Protocol: proto})
+			e.waitOnline(t, "home")
+			st.down.Store(true)
+			_, err := e.svc.Control(context.Background(), "home", uplink.Control{Action: uplink.ActionRetry, MissionID: "m1"})
+			if !errors.Is(err, ErrTimeout) {
+				t.Fatalf("control without an answer: %v, want a timeout", err)
+			}
+			g.waitControl(t)
+			resent := e.svc.metrics.controlResends.Value()
+			if proto < 2 && resent != 0 || proto >= 2 && resent == 0 {
+				t.Fatalf("protocol %d: %v repeats", proto, resent)
+			}
+		})
+	}
+}
+
+// poisoned refuses, as invalid, any group holding a batch of mission
+// "poison" (what PostgreSQL does with data it cannot take).
+type poisoned struct{ Backing }
+
+func (p poisoned) Apply(in []Inbound) (Result, error) {
+	for _, m := range in {
+		if m.Batch != nil && len(m.Batch.Entries) > 0 && m.Batch.Entries[0].Event.MissionID == "poison" {
+			return Result{}, fmt.Errorf("%w: refused", ErrInvalid)
+		}
+	}
+	return p.Backing.Apply(in)
+}
+
+// TestAMessageTheStoreRefusesHoldsUpNoOther: a batch the store refuses
+// as invalid is dropped alone and counted; batches around it are stored
+// and acked.
+func TestAMessageTheStoreRefusesHoldsUpNoOther(t *testing.T) {
+	wrapStore = func(b Backing) Backing { return poisoned{b} }
+	defer func() { wrapStore = nil }()
+	e := newEnv(t, "home")
+	g := newGateway(t, e.broker.URL(), "home")
+	g.online(t)
+	e.waitOnline(t, "home")
+	for i := range uint64(20) {
+		id := fmt.Sprintf("m%d", i)
+		if i == 7 {
+			id = "poison"
+		}
+		g.send(t, entry(i+1, id, 1, driver.StateRunning))
+	}
+	g.waitAck(t, 20)
+	if _, err := e.st.Mission("home", "poison"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the refused batch: %v, want not stored", err)
+	}
+	if _, err := e.st.Mission("home", "m19"); err != nil {
+		t.Errorf("a batch after the refused one: %v", err)
+	}
+	if n := e.svc.metrics.rejected.Value(); n < 1 {
+		t.Errorf("rejected = %v, want the refused batch counted", n)
 	}
 }

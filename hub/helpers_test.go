@@ -79,6 +79,10 @@ func newEnv(tb testing.TB, gateways ...string) *env {
 	return newEnvWith(tb, nil, gateways...)
 }
 
+// wrapStore, when set, stands between the next env's service and its
+// store (a fault at a seam).
+var wrapStore func(Backing) Backing
+
 // newEnvWith is newEnv with the service's options changed by tune.
 func newEnvWith(tb testing.TB, tune func(*ServiceOptions), gateways ...string) *env {
 	tb.Helper()
@@ -99,7 +103,11 @@ func newEnvWith(tb testing.TB, tune func(*ServiceOptions), gateways ...string) *
 	if tune != nil {
 		tune(&o)
 	}
-	e.svc = NewService(st, o)
+	var backing Backing = st
+	if wrapStore != nil {
+		backing = wrapStore(st)
+	}
+	e.svc = NewService(backing, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.svc.Run(ctx) }()

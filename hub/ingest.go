@@ -53,6 +53,9 @@ type Result struct {
 	TraceAcks map[string]uint64
 	// TraceRecords counts the trigger records stored.
 	TraceRecords int
+	// Unchained counts batches without After (gateways before protocol
+	// 2) stored but not acked, on a store that needs the chain.
+	Unchained int
 	// Gateways and Missions are the records changed, after the change.
 	Gateways []Gateway
 	Missions []Mission
@@ -123,7 +126,10 @@ type applier struct {
 	stored map[string]bool
 	// changedTraces are the trigger records changed, by traceKey.
 	changedTraces map[string]*Trace
-	res           Result
+	// chainOnly acks only along the chain (protocol 2): set by a store
+	// that several replicas share.
+	chainOnly bool
+	res       Result
 }
 
 // NewEvent is an event to store: raw is its JSON as received, or nil to
@@ -294,6 +300,12 @@ func (a *applier) batch(m *Inbound) error {
 	}
 	switch {
 	case upto == 0:
+	case m.Batch.After == nil && a.chainOnly:
+		// Before protocol 2, on a store shared by replicas: a cumulative
+		// ack could cover a batch another replica has not stored yet.
+		// Stored, never acked: the gateway keeps its entries (compacting
+		// past its bound) until it speaks protocol 2.
+		a.res.Unchained++
 	case m.Batch.After == nil:
 		// Before protocol 2: cumulative, trusting that nothing before the
 		// batch was lost.

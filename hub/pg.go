@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -147,6 +148,11 @@ func (s *PGStore) Apply(in []Inbound) (Result, error) {
 		if err != nil && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") && attempt < 5 {
 			continue
 		}
+		if err != nil && errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")) {
+			// Data the database refuses (class 22 data exception, 23
+			// integrity): sending it again will not mend it.
+			return Result{}, fmt.Errorf("ingest: %w: %w", ErrInvalid, err)
+		}
 		if err != nil {
 			return Result{}, fmt.Errorf("ingest: %w", err)
 		}
@@ -165,6 +171,7 @@ func (s *PGStore) apply(ctx context.Context, in []Inbound) (Result, error) {
 		return Result{}, err
 	}
 	a := newApplier(r)
+	a.chainOnly = true
 	for i := range in {
 		if err := a.apply(&in[i]); err != nil {
 			return Result{}, err
@@ -362,6 +369,12 @@ func forRows(rows pgx.Rows, each func() error) error {
 	return rows.Err()
 }
 
+// pgText is s as PostgreSQL takes text: no NUL byte (valid JSON, and
+// refused by text columns). The document column keeps s as sent.
+func pgText(s string) string {
+	return strings.ReplaceAll(s, "\x00", "")
+}
+
 // nsKey is timeKey's timestamp: nanoseconds, before 1970 as 0.
 func nsKey(t time.Time) int64 {
 	ns := t.UnixNano()
@@ -428,7 +441,7 @@ func pgFlush(ctx context.Context, tx pgx.Tx, a *applier) error {
 			if err != nil {
 				return err
 			}
-			gw[i], id[i], states[i], scenes[i] = m.Gateway, m.ID, string(m.Summary.State), m.Summary.Scene
+			gw[i], id[i], states[i], scenes[i] = m.Gateway, m.ID, pgText(string(m.Summary.State)), pgText(m.Summary.Scene)
 			mkeys[i], docs[i], created[i] = missionKey(m.Gateway, m.ID), v, nsKey(m.Created)
 			if f := finishedAt(m); !f.IsZero() {
 				ns := nsKey(f)

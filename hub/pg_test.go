@@ -116,3 +116,26 @@ func missionsUpTo(n uint64) []string {
 	}
 	return out
 }
+
+// TestPGStoreTakesANulInASummary: a NUL is valid JSON but not PostgreSQL
+// text; one gateway's odd summary must not fail the transaction (and
+// with it every other gateway's batches in the group).
+func TestPGStoreTakesANulInASummary(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	st, err := OpenPG(context.Background(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	odd := chained("odd", 0, 1, 0)
+	odd.Entries[0].Mission.Scene, odd.Entries[0].Mission.State = "go\x00home", "RUN\x00NING"
+	fine := chained("fine", 0, 1, 0)
+	res, err := st.Apply([]Inbound{{Gateway: "odd", Batch: &odd, Received: t0}, {Gateway: "fine", Batch: &fine, Received: t0}})
+	if err != nil || res.Stored != 2 {
+		t.Fatalf("apply: %+v, %v; want both stored", res, err)
+	}
+	d, err := st.Mission("odd", "m1")
+	if err != nil || d.Summary.Scene != "go\x00home" {
+		t.Fatalf("odd mission: %+v, %v; want its summary as sent", d.Summary, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,9 @@ type Service struct {
 
 	ctlMu   sync.Mutex
 	waiters map[string]chan uplink.ControlResult
+	// protocols is each gateway's protocol as last stored, for controls
+	// sent while the store cannot be read.
+	protocols sync.Map
 
 	watchMu  sync.Mutex
 	watchers map[*watcher]struct{}
@@ -371,10 +375,12 @@ func (s *Service) groupLoop(ctx context.Context, out chan<- []inboundRaw) error 
 }
 
 // decodedGroup is a group of messages decoded, with the ones that will
-// be stored (in, in arrival order) and all of them (raw, to finish).
+// be stored (in, in arrival order; from[i] is in[i]'s index in raw) and
+// all of them (raw, to finish).
 type decodedGroup struct {
-	in  []Inbound
-	raw []inboundRaw
+	in   []Inbound
+	from []int
+	raw  []inboundRaw
 }
 
 // decodeLoop decodes each group in parallel (JSON decoding is most of
@@ -401,6 +407,7 @@ func (s *Service) decodeLoop(ctx context.Context, groups <-chan []inboundRaw, ou
 		}
 		wg.Wait()
 		in := decoded[:0]
+		var from []int
 		for i, m := range decoded {
 			if errs[i] != nil {
 				s.log.Warn("dropping bad message", "topic", group[i].topic, "err", errs[i])
@@ -409,9 +416,10 @@ func (s *Service) decodeLoop(ctx context.Context, groups <-chan []inboundRaw, ou
 				continue
 			}
 			in = append(in, m)
+			from = append(from, i)
 		}
 		select {
-		case out <- decodedGroup{in: in, raw: group}:
+		case out <- decodedGroup{in: in, from: from, raw: group}:
 		case <-ctx.Done():
 			return nil
 		}
@@ -430,17 +438,54 @@ func (s *Service) ingestLoop(ctx context.Context, groups <-chan decodedGroup) er
 			continue
 		}
 		res, err := s.st.Apply(g.in)
+		if errors.Is(err, ErrInvalid) && len(g.in) > 1 {
+			// The store refused the group for what one message holds (a
+			// byte PostgreSQL will not take as text): one at a time, so
+			// the others are stored and that one alone is dropped,
+			// rather than the whole group tried again for ever.
+			s.applyEach(g)
+			continue
+		}
 		// The stream forgets what is stored before the gateways hear of
 		// it (report acks them), and delivers again what is not; nothing
 		// unstored is acknowledged, so gateways send it again too.
 		for _, r := range g.raw {
-			r.finish(err == nil)
+			r.finish(err == nil || errors.Is(err, ErrInvalid))
 		}
 		if err != nil {
 			s.log.Error("store messages", "messages", len(g.in), "err", err)
+			if errors.Is(err, ErrInvalid) {
+				s.metrics.rejected.Inc()
+			}
 			continue
 		}
 		s.report(res)
+	}
+}
+
+// applyEach stores a group's messages one by one, dropping those the
+// store refuses as invalid.
+func (s *Service) applyEach(g decodedGroup) {
+	for i := range g.raw {
+		if !slices.Contains(g.from, i) {
+			g.raw[i].finish(true) // refused by the decoder, finished there
+		}
+	}
+	for i, m := range g.in {
+		res, err := s.st.Apply([]Inbound{m})
+		raw := g.raw[g.from[i]]
+		switch {
+		case err == nil:
+			raw.finish(true)
+			s.report(res)
+		case errors.Is(err, ErrInvalid):
+			raw.finish(true) // never storable: forget it
+			s.metrics.rejected.Inc()
+			s.log.Error("dropping a message the store refuses", "topic", raw.topic, "err", err)
+		default:
+			raw.finish(false)
+			s.log.Error("store message", "topic", raw.topic, "err", err)
+		}
 	}
 }
 
@@ -468,6 +513,9 @@ func (s *Service) report(res Result) {
 	for _, err := range res.Rejected {
 		s.log.Warn("rejected message", "err", err)
 	}
+	if res.Unchained > 0 {
+		s.log.Warn("batches from gateways before protocol 2 stored but not acknowledged: the cluster mode acks only chained batches; upgrade those gateways", "batches", res.Unchained)
+	}
 	for _, g := range res.Gaps {
 		if g.Compacted {
 			s.log.Info("events compacted by gateway", "gateway", g.Gateway, "mission", g.MissionID, "from", g.From, "to", g.To)
@@ -476,6 +524,7 @@ func (s *Service) report(res Result) {
 		}
 	}
 	for i := range res.Gateways {
+		s.protocols.Store(res.Gateways[i].ID, res.Gateways[i].Protocol)
 		s.announce(Update{Type: "gateway", Gateway: &res.Gateways[i]})
 	}
 	for i := range res.Missions {
@@ -578,9 +627,14 @@ func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (upl
 		return uplink.ControlResult{}, err
 	case err != nil:
 		// The store is unreachable (a database restarting): that says
-		// nothing of the gateway, which answers if it is there.
+		// nothing of the gateway, which answers if it is there. Repeats go
+		// only to a gateway last seen speaking protocol 2: an older one
+		// would carry out each copy.
 		s.log.Warn("gateway presence unknown; sending the control anyway", "gateway", gw, "err", err)
-		g = Gateway{ID: gw, State: StateOnline, Protocol: uplink.Protocol}
+		g = Gateway{ID: gw, State: StateOnline}
+		if p, ok := s.protocols.Load(gw); ok {
+			g.Protocol = p.(int)
+		}
 	}
 	c.ID = newID()
 	if c.Action == uplink.ActionTrigger && c.RequestID == "" {

@@ -154,6 +154,11 @@ func TestIngest(t *testing.T) {
 				g.Detected = time.Time{}
 				got.gaps = append(got.gaps, g)
 			}
+			if _, shared := st.(*PGStore); shared {
+				// These batches have no After (protocol 1): the cluster's
+				// store keeps them and acks none.
+				tc.want.acks = make([]uint64, len(tc.want.acks))
+			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
