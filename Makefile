@@ -84,10 +84,15 @@ cross:
 # Benchmarks, each reporting its figures beside a raw baseline measured in
 # the same run; prints a Markdown table at the end (raw output on stderr).
 # The agent package's benchmarks run a whole agent against hundreds of
-# simulated devices, seconds each: they run once (-benchtime 1x).
+# simulated devices, seconds each, and the hub's cluster benchmarks run
+# NATS nodes and PostgreSQL for a minute or so (skipped without them):
+# they run once (-benchtime 1x).
+CLUSTER_BENCH := ClusterIngest|ReconnectStorm
+
 bench:
-	{ $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $$($(GO) list $(PKGS) | grep -v '/sortie/agent$$'); \
-	  $(GO) test -run '^$$' -bench . -benchtime 1x ./agent/; } 2>&1 | $(GO) run ./internal/benchtable
+	{ $(GO) test -run '^$$' -bench . -skip '$(CLUSTER_BENCH)' -benchtime $(BENCHTIME) $$($(GO) list $(PKGS) | grep -v '/sortie/agent$$'); \
+	  $(GO) test -run '^$$' -bench . -benchtime 1x ./agent/; \
+	  $(GO) test -run '^$$' -bench '$(CLUSTER_BENCH)' -benchtime 1x -timeout 10m ./hub/; } 2>&1 | $(GO) run ./internal/benchtable
 
 clean:
 	rm -rf bin dist
