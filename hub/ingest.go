@@ -182,6 +182,10 @@ func (a *applier) apply(m *Inbound) error {
 		if err != nil {
 			return err
 		}
+		if m.Received.Before(g.PresenceAt) {
+			return nil // older news than what the record says (replicas apply out of order)
+		}
+		g.PresenceAt = m.Received
 		if g.State != m.Status.State {
 			g.State, g.Since = m.Status.State, m.Received
 		}
@@ -212,6 +216,10 @@ func (a *applier) apply(m *Inbound) error {
 		if err != nil {
 			return err
 		}
+		if m.Received.Before(g.PresenceAt) {
+			return nil // sent before the last status stored (its will, say)
+		}
+		g.PresenceAt = m.Received
 		hb := *m.Heartbeat
 		g.Heartbeat = &hb
 		g.LastHeartbeat, g.LastSeen = m.Received, m.Received

@@ -124,25 +124,42 @@ type natsLink struct {
 	// broadcast and resync hand the feed to this replica's watchers.
 	broadcast func(Update)
 	resync    func()
-	feedSeq   atomic.Uint64
+	feedMu    sync.Mutex
+	feedSeq   uint64 // updates published, under feedMu
 
 	mu    sync.Mutex
-	peers map[string]uint64 // last feed seq seen per replica
+	peers map[string]peer // by replica ID
 	stops []func()
 }
 
-// feedMsg is an update on the feed subject: from replica R, its Seq-th.
+// feedMsg is an update on the feed subject: from replica R, its Seq-th;
+// without U, a beat that says R's latest Seq, so an update lost at the
+// end of a burst is noticed too.
 type feedMsg struct {
-	R   string `json:"r"`
-	Seq uint64 `json:"seq"`
-	U   Update `json:"u"`
+	R   string  `json:"r"`
+	Seq uint64  `json:"seq"`
+	U   *Update `json:"u,omitempty"`
+}
+
+// feedBeat is how often a replica says its feed's latest seq; a peer
+// not heard for feedForget is forgotten (restarted replicas take a new
+// ID).
+const (
+	feedBeat   = 2 * time.Second
+	feedForget = time.Minute
+)
+
+// peer is what a replica knows of another's feed.
+type peer struct {
+	seq  uint64
+	seen time.Time
 }
 
 func newNATSLink(opts ClusterOptions, topics uplink.Topics, log *slog.Logger, now func() time.Time) *natsLink {
 	opts.withDefaults()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return &natsLink{opts: opts, topics: topics, log: log, now: now, id: hex.EncodeToString(b), peers: map[string]uint64{}}
+	return &natsLink{opts: opts, topics: topics, log: log, now: now, id: hex.EncodeToString(b), peers: map[string]peer{}}
 }
 
 func (l *natsLink) subject(kind string) string { return topicToSubject(l.topics.Wildcard(kind)) }
@@ -180,7 +197,30 @@ func (l *natsLink) start(ctx context.Context, deliver func(inboundRaw), ready fu
 	}
 	l.nc.Store(nc)
 	go l.setup(ctx, nc, deliver, ready)
+	go l.beat(ctx)
 	return nil
+}
+
+// beat says this replica's latest feed seq every feedBeat.
+func (l *natsLink) beat(ctx context.Context) {
+	t := time.NewTicker(feedBeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		nc := l.nc.Load()
+		if nc == nil || !l.ready.Load() {
+			continue
+		}
+		l.feedMu.Lock()
+		if b, err := json.Marshal(feedMsg{R: l.id, Seq: l.feedSeq}); err == nil {
+			_ = nc.Publish(l.feedSubject(), b) // a lost beat is only late news
+		}
+		l.feedMu.Unlock()
+	}
 }
 
 // setup creates the streams and the consumers (idempotent: every
@@ -250,7 +290,13 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 			return fmt.Errorf("consumer %s/%s: %w", stream, consumerHub, err)
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			deliver(inboundRaw{topic: subjectToTopic(m.Subject()), payload: m.Data(), at: l.now(), done: func(stored bool) {
+			// When the stream stored it: replicas apply messages out of
+			// order, and presence is ordered by this.
+			at := l.now()
+			if md, err := m.Metadata(); err == nil {
+				at = md.Timestamp
+			}
+			deliver(inboundRaw{topic: subjectToTopic(m.Subject()), payload: m.Data(), at: at, done: func(stored bool) {
 				if stored {
 					_ = m.Ack() // lost, it is delivered again: a duplicate, stored once
 					return
@@ -291,15 +337,25 @@ func (l *natsLink) onFeed(m *nats.Msg) {
 		l.log.Warn("bad feed message", "err", err)
 		return
 	}
+	now := time.Now()
 	l.mu.Lock()
 	last, known := l.peers[f.R]
-	l.peers[f.R] = f.Seq
-	l.mu.Unlock()
-	if known && f.Seq != last+1 {
-		l.gap(fmt.Sprintf("replica %s: update %d after %d", f.R, f.Seq, last))
+	l.peers[f.R] = peer{seq: f.Seq, seen: now}
+	for id, p := range l.peers {
+		if now.Sub(p.seen) > feedForget {
+			delete(l.peers, id)
+		}
 	}
-	if l.broadcast != nil {
-		l.broadcast(f.U)
+	l.mu.Unlock()
+	want := last.seq + 1 // an update follows the last
+	if f.U == nil {
+		want = last.seq // a beat repeats it
+	}
+	if known && f.Seq != want {
+		l.gap(fmt.Sprintf("replica %s: seq %d after %d", f.R, f.Seq, last.seq))
+	}
+	if f.U != nil && l.broadcast != nil {
+		l.broadcast(*f.U)
 	}
 }
 
@@ -329,7 +385,12 @@ func (l *natsLink) share(u Update) bool {
 	if nc == nil || !l.ready.Load() {
 		return false
 	}
-	b, err := json.Marshal(feedMsg{R: l.id, Seq: l.feedSeq.Add(1), U: u})
+	// Numbered and published together, so a beat never reports a seq
+	// whose update it overtook on the connection.
+	l.feedMu.Lock()
+	defer l.feedMu.Unlock()
+	l.feedSeq++
+	b, err := json.Marshal(feedMsg{R: l.id, Seq: l.feedSeq, U: &u})
 	if err != nil {
 		return false
 	}

@@ -35,6 +35,7 @@ func TestPGStoreKeepsTheSameRules(t *testing.T) {
 		{"Ingest", TestIngest},
 		{"IngestRejects", TestIngestRejects},
 		{"Presence", TestPresence},
+		{"PresenceIgnoresOlderNews", TestPresenceIgnoresOlderNews},
 		{"MissionsPaging", TestMissionsPaging},
 		{"Prune", TestPrune},
 		{"FailedSince", TestFailedSinceCountsRecentFailuresPerGateway},

@@ -48,6 +48,11 @@ type Gateway struct {
 	Since         time.Time `json:"since,omitzero"`
 	LastSeen      time.Time `json:"last_seen,omitzero"`
 	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// PresenceAt is when the last status or heartbeat applied was
+	// received (in the cluster mode, stored by the stream): one received
+	// before it is older news, applied late by another replica, and
+	// changes nothing.
+	PresenceAt time.Time `json:"presence_at,omitzero"`
 	// Heartbeat is the last one received: backlog, active missions,
 	// uptime and the device inventory.
 	Heartbeat *uplink.Heartbeat `json:"heartbeat,omitempty"`

@@ -422,3 +422,23 @@ func TestFailedSinceCountsRecentFailuresPerGateway(t *testing.T) {
 		t.Fatalf("FailedSince = %v, want a: 2 only", got)
 	}
 }
+
+// TestPresenceIgnoresOlderNews: replicas of a clustered hub apply
+// messages out of order; a heartbeat sent before the gateway's last
+// will must not mark it online again when it is applied after.
+func TestPresenceIgnoresOlderNews(t *testing.T) {
+	st := testStore(t)
+	hb := uplink.Heartbeat{Gateway: "gw"}
+	_, err := st.Apply([]Inbound{
+		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline}, Received: t0},
+		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOffline}, Received: t0.Add(2 * time.Second)},
+		{Gateway: "gw", Heartbeat: &hb, Received: t0.Add(time.Second)},
+		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline}, Received: t0.Add(time.Second)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := st.Gateway("gw"); g.State != StateOffline || !g.Since.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("after late news: %s since %s, want offline since the will", g.State, g.Since)
+	}
+}

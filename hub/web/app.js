@@ -431,6 +431,10 @@ function connect() {
   es.addEventListener("mission", (ev) => {
     const m = JSON.parse(ev.data);
     const k = mkey(m);
+    // Replicas of a clustered hub send their updates apart: one can
+    // arrive after a newer one. A mission's seq orders them.
+    const held = state.missions.get(k);
+    if (held && held.seq > m.seq) return;
     const before = state.seen.get(k) || (state.missions.get(k) || { summary: {} }).summary.state;
     state.seen.set(k, m.summary.state);
     if (m.summary.state === "FAILED" && before !== "FAILED") {

@@ -52,6 +52,10 @@ func (c *Client) newConn() *conn {
 		AddBroker(o.Broker).
 		SetClientID(o.ClientID).
 		SetCleanSession(!o.Persistent).
+		// MQTT 3.1.1 only: paho otherwise retries a failed CONNECT as
+		// 3.1, which brokers such as nats-server refuse, and the retry
+		// costs a connection attempt.
+		SetProtocolVersion(4).
 		SetResumeSubs(false).
 		SetAutoReconnect(false).
 		SetConnectRetry(false).
