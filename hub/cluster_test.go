@@ -292,10 +292,17 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 	if want := int64(len(gws) * missions * events); total != want {
 		t.Fatalf("%d events stored, want %d, each once", total, want)
 	}
+	// Presence comes through its own stream: wait for it, bounded.
 	for _, gw := range gws {
-		g, err := c.replicas[1].st.Gateway(gw)
-		if err != nil {
-			t.Fatal(err)
+		var g Gateway
+		var err error
+		for until := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) { // another stream's progress: polled
+			if g, err = c.replicas[1].st.Gateway(gw); err != nil {
+				t.Fatal(err)
+			}
+			if g.Protocol == uplink.Protocol && g.State == StateOnline || time.Now().After(until) {
+				break
+			}
 		}
 		if g.Acked != missions*events || g.Protocol != uplink.Protocol || g.State != StateOnline {
 			t.Errorf("%s: acked %d, protocol %d, %s; want %d, %d, online", gw, g.Acked, g.Protocol, g.State, missions*events, uplink.Protocol)

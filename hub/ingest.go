@@ -183,7 +183,13 @@ func (a *applier) apply(m *Inbound) error {
 			return err
 		}
 		if m.Received.Before(g.PresenceAt) {
-			return nil // older news than what the record says (replicas apply out of order)
+			// Older news than what the record says (replicas apply out of
+			// order): its state is stale, but a protocol the record lacks
+			// (a heartbeat came first) is still the gateway's.
+			if g.Protocol == 0 {
+				g.Protocol = m.Status.Protocol
+			}
+			return nil
 		}
 		g.PresenceAt = m.Received
 		if g.State != m.Status.State {

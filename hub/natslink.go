@@ -232,6 +232,9 @@ func (l *natsLink) setup(ctx context.Context, nc *nats.Conn, deliver func(inboun
 		if err == nil {
 			l.ready.Store(true)
 			l.log.Info("cluster link ready", "replica", l.id)
+			// Updates the other replicas sent before this one heard the
+			// feed are missing from its watchers: they reload.
+			l.gap("feed subscribed")
 			ready()
 			return
 		}
@@ -281,6 +284,16 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 		stop()
 	}
 	var started []func()
+	ok := false
+	defer func() {
+		// A set-up that failed half-way leaves nothing consuming: the
+		// next attempt starts afresh.
+		if !ok {
+			for _, stop := range started {
+				stop()
+			}
+		}
+	}()
 	for _, stream := range []string{streamUplink, streamPresence} {
 		cons, err := js.CreateOrUpdateConsumer(sctx, stream, jetstream.ConsumerConfig{
 			Durable: consumerHub, AckPolicy: jetstream.AckExplicitPolicy, AckWait: o.AckWait,
@@ -323,10 +336,14 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 	}
 	_ = feed.SetPendingLimits(65536, 64<<20)
 	started = append(started, func() { _ = res.Unsubscribe() }, func() { _ = feed.Unsubscribe() })
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		return err
+	}
+	ok = true
 	l.mu.Lock()
 	l.stops = started
 	l.mu.Unlock()
-	return nc.FlushTimeout(5 * time.Second)
+	return nil
 }
 
 // onFeed hands a replica's update to this replica's watchers; an update
@@ -380,9 +397,12 @@ func (l *natsLink) connected() bool {
 	return nc != nil && nc.IsConnected() && l.ready.Load()
 }
 
+// share publishes u on the feed. It does so even before the set-up is
+// done (a consumer may deliver already): an update kept to this replica
+// would be missing on the others without their knowing.
 func (l *natsLink) share(u Update) bool {
 	nc := l.nc.Load()
-	if nc == nil || !l.ready.Load() {
+	if nc == nil {
 		return false
 	}
 	// Numbered and published together, so a beat never reports a seq

@@ -616,30 +616,93 @@ func (s *PGStore) Trace(gw, requestID string) (Trace, error) {
 	return t, json.Unmarshal(doc, &t)
 }
 
+// pruneBatch is how many missions one retention transaction deletes:
+// small enough for a transaction of a second or so, whatever the backlog.
+const pruneBatch = 2000
+
+// pruneLock is the advisory lock that keeps retention to one replica at
+// a time (its value is arbitrary, fixed for every replica).
+const pruneLock = 0x736f72746965 // "sortie"
+
 // Prune removes finished missions and their events per r, as
-// Store.Prune does, and trigger records by age.
+// Store.Prune does, and trigger records by age. It deletes in batches,
+// each its own transaction (the oldest first), so a backlog of millions
+// of rows is worked through rather than timed out; and it runs on one
+// replica at a time: the others find the lock taken and return 0.
 func (s *PGStore) Prune(now time.Time, r Retention) (int, error) {
-	ctx, cancel := s.ctx()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cutoff := int64(-1)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	var mine bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pruneLock).Scan(&mine); err != nil {
+		return 0, fmt.Errorf("prune lock: %w", err)
+	}
+	if !mine {
+		return 0, nil // another replica is at it
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, pruneLock) }()
+	removed := 0
+	prune := func(query string, args ...any) error {
+		for {
+			n, err := s.pruneOnce(ctx, conn, query, args...)
+			removed += n
+			if err != nil || n < pruneBatch {
+				return err
+			}
+		}
+	}
 	if r.MaxAge > 0 {
-		cutoff = nsKey(now.Add(-r.MaxAge))
+		err := prune(`SELECT gateway, id FROM sortie_missions WHERE finished_ns < $1
+			ORDER BY finished_ns, mkey LIMIT `+fmt.Sprint(pruneBatch), nsKey(now.Add(-r.MaxAge)))
+		if err != nil {
+			return removed, err
+		}
 	}
-	keep := int64(-1)
 	if r.MaxCount > 0 {
-		keep = int64(r.MaxCount)
+		var finished int64
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM sortie_missions WHERE finished_ns IS NOT NULL`).Scan(&finished); err != nil {
+			return removed, fmt.Errorf("prune: %w", err)
+		}
+		for over := finished - int64(r.MaxCount); over > 0; over -= pruneBatch {
+			n, err := s.pruneOnce(ctx, conn, `SELECT gateway, id FROM sortie_missions WHERE finished_ns IS NOT NULL
+				ORDER BY finished_ns, mkey LIMIT $1`, min(over, pruneBatch))
+			removed += n
+			if err != nil || n == 0 {
+				return removed, err
+			}
+		}
 	}
-	tx, err := s.pool.Begin(ctx)
+	age := r.MaxAge
+	if age <= 0 {
+		age = traceMaxAge
+	}
+	for {
+		tag, err := conn.Exec(ctx, `DELETE FROM sortie_traces WHERE ctid IN
+			(SELECT ctid FROM sortie_traces WHERE updated < $1 LIMIT 10000)`, now.Add(-age))
+		if err != nil {
+			return removed, fmt.Errorf("prune trigger records: %w", err)
+		}
+		if tag.RowsAffected() < 10000 {
+			return removed, nil
+		}
+	}
+}
+
+// pruneOnce deletes, in one transaction, the missions pick selects and
+// their events, and says how many.
+func (s *PGStore) pruneOnce(ctx context.Context, conn *pgxpool.Conn, pick string, args ...any) (int, error) {
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := tx.Query(ctx, `WITH ranked AS (
-			SELECT gateway, id, finished_ns, row_number() OVER (ORDER BY finished_ns DESC, mkey DESC) AS newer
-			FROM sortie_missions WHERE finished_ns IS NOT NULL)
-		DELETE FROM sortie_missions m USING ranked d
-		WHERE m.gateway = d.gateway AND m.id = d.id AND (d.finished_ns < $1 OR ($2 >= 0 AND d.newer > $2))
-		RETURNING m.gateway, m.id`, cutoff, keep)
+	rows, err := tx.Query(ctx, `WITH doomed AS (`+pick+`)
+		DELETE FROM sortie_missions m USING doomed d WHERE m.gateway = d.gateway AND m.id = d.id
+		RETURNING m.gateway, m.id`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("prune missions: %w", err)
 	}
@@ -660,13 +723,6 @@ func (s *PGStore) Prune(now time.Time, r Retention) (int, error) {
 			WHERE e.gateway = d.g AND e.mission = d.i`, gws, ids); err != nil {
 			return 0, fmt.Errorf("prune events: %w", err)
 		}
-	}
-	age := r.MaxAge
-	if age <= 0 {
-		age = traceMaxAge
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM sortie_traces WHERE updated < $1`, now.Add(-age)); err != nil {
-		return 0, fmt.Errorf("prune trigger records: %w", err)
 	}
 	return len(ids), tx.Commit(ctx)
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/clustertest"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -138,5 +140,54 @@ func TestPGStoreTakesANulInASummary(t *testing.T) {
 	d, err := st.Mission("odd", "m1")
 	if err != nil || d.Summary.Scene != "go\x00home" {
 		t.Fatalf("odd mission: %+v, %v; want its summary as sent", d.Summary, err)
+	}
+}
+
+// TestPGStorePrunesABacklogInBatches: retention works through more
+// missions than one batch, from two replicas at once, and removes each
+// mission once.
+func TestPGStorePrunesABacklogInBatches(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	var reps [2]*PGStore
+	for i := range reps {
+		st, err := OpenPG(context.Background(), pg.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		reps[i] = st
+	}
+	const total, keep = 2*pruneBatch + 500, 100
+	var in []Inbound
+	for i := range total {
+		e := entry(uint64(i+1), fmt.Sprintf("m%05d", i), 1, driver.StateSucceeded)
+		e.Mission.Finished = t0.Add(time.Duration(i) * time.Second)
+		b := uplink.Batch{Gateway: "gw", Entries: []uplink.Entry{e}}
+		in = append(in, Inbound{Gateway: "gw", Batch: &b, Received: t0})
+	}
+	if _, err := reps[0].Apply(in); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var removed [2]int
+	for i, st := range reps {
+		wg.Go(func() {
+			n, err := st.Prune(t0.Add(time.Hour*24*365), Retention{MaxCount: keep})
+			if err != nil {
+				t.Errorf("prune on replica %d: %v", i, err)
+			}
+			removed[i] = n
+		})
+	}
+	wg.Wait()
+	var missions, events int
+	_ = reps[0].pool.QueryRow(context.Background(), `SELECT count(*) FROM sortie_missions`).Scan(&missions)
+	_ = reps[0].pool.QueryRow(context.Background(), `SELECT count(*) FROM sortie_events`).Scan(&events)
+	if removed[0]+removed[1] != total-keep || missions != keep || events != keep {
+		t.Fatalf("removed %v, left %d missions and %d events; want %d removed, %d left", removed, missions, events, total-keep, keep)
+	}
+	// The newest are kept.
+	if _, err := reps[1].Mission("gw", fmt.Sprintf("m%05d", total-1)); err != nil {
+		t.Fatalf("the newest mission: %v", err)
 	}
 }
