@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/clustertest"
@@ -345,5 +348,43 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 			}
 		}
 		g.ctl.mu.Unlock()
+	}
+}
+
+// TestClusterRecoversADeletedConsumer: a consumer deleted under a running
+// replica (an operator's slip) ends its consumption; the replica sets up
+// again and ingests on, rather than report healthy while storing nothing.
+func TestClusterRecoversADeletedConsumer(t *testing.T) {
+	c := startCluster(t, 1, 1, []string{"gw-a"})
+	g := startSimGateway(t, "gw-a", c.nats.Nodes[0].MQTTURL(), "")
+	drained := func(what string) {
+		t.Helper()
+		for until := time.Now().Add(60 * time.Second); g.db.OutboxLen() > 0; time.Sleep(50 * time.Millisecond) { // an outbox's length: polled
+			if time.Now().After(until) {
+				t.Fatalf("%s: %d entries still in the outbox", what, g.db.OutboxLen())
+			}
+		}
+	}
+	for n := range 8 {
+		g.step(t, fmt.Sprintf("m%d", n/4))
+	}
+	drained("before")
+	nc, err := nats.Connect(c.nats.ClientURLs(), nats.UserInfo(c.nats.User, c.nats.Password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.DeleteConsumer(ctx, streamUplink, consumerHub); err != nil {
+		t.Fatal(err)
+	}
+	for n := 8; n < 16; n++ {
+		g.step(t, fmt.Sprintf("m%d", n/4))
+	}
+	drained("after the consumer was deleted")
+	if _, err := js.Consumer(ctx, streamUplink, consumerHub); err != nil {
+		t.Fatalf("the consumer was not made again: %v", err)
 	}
 }

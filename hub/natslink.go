@@ -118,8 +118,9 @@ type natsLink struct {
 	// id names this replica on the feed.
 	id string
 
-	nc    atomic.Pointer[nats.Conn]
-	ready atomic.Bool // streams, consumers and subscriptions in place
+	nc        atomic.Pointer[nats.Conn]
+	ready     atomic.Bool // streams, consumers and subscriptions in place
+	resetting atomic.Bool // a set-up after a lost consumer is running
 
 	// broadcast and resync hand the feed to this replica's watchers.
 	broadcast func(Update)
@@ -257,24 +258,28 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 	sctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	defer cancel()
 	o := l.opts
-	_, err = js.CreateOrUpdateStream(sctx, jetstream.StreamConfig{
+	// Created when missing, left alone when there: an operator may have
+	// tuned them, and every replica runs this at each start.
+	streams := []jetstream.StreamConfig{{
 		Name: streamUplink, Subjects: []string{l.subject("events"), l.subject("traces")},
 		Storage: jetstream.FileStorage, Replicas: o.Replicas, Retention: jetstream.LimitsPolicy,
 		Discard: jetstream.DiscardOld, MaxAge: o.MaxAge, MaxBytes: o.MaxBytes,
 		MaxMsgSize: uplink.MaxMessage + 4096,
-	})
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", streamUplink, err)
-	}
-	// Presence and heartbeats: only the latest of each gateway matters.
-	_, err = js.CreateOrUpdateStream(sctx, jetstream.StreamConfig{
+	}, {
+		// Presence and heartbeats: only the latest of each gateway matters.
 		Name: streamPresence, Subjects: []string{l.subject("status"), l.subject("heartbeat")},
 		Storage: jetstream.FileStorage, Replicas: o.Replicas, Retention: jetstream.LimitsPolicy,
 		Discard: jetstream.DiscardOld, MaxMsgsPerSubject: 1, MaxAge: o.MaxAge,
 		MaxMsgSize: uplink.MaxMessage + 4096,
-	})
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", streamPresence, err)
+	}}
+	for _, sc := range streams {
+		_, err := js.Stream(sctx, sc.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(sctx, sc)
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
 	}
 	l.mu.Lock()
 	stops := l.stops
@@ -295,10 +300,16 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 		}
 	}()
 	for _, stream := range []string{streamUplink, streamPresence} {
-		cons, err := js.CreateOrUpdateConsumer(sctx, stream, jetstream.ConsumerConfig{
-			Durable: consumerHub, AckPolicy: jetstream.AckExplicitPolicy, AckWait: o.AckWait,
-			MaxAckPending: o.MaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
+		cons, err := js.Consumer(sctx, stream, consumerHub)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			cons, err = js.CreateConsumer(sctx, stream, jetstream.ConsumerConfig{
+				Durable: consumerHub, AckPolicy: jetstream.AckExplicitPolicy, AckWait: o.AckWait,
+				MaxAckPending: o.MaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+			})
+			if errors.Is(err, jetstream.ErrConsumerExists) {
+				cons, err = js.Consumer(sctx, stream, consumerHub) // another replica was quicker
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("consumer %s/%s: %w", stream, consumerHub, err)
 		}
@@ -316,7 +327,14 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 				}
 				_ = m.NakWithDelay(time.Second)
 			}})
-		}, jetstream.PullMaxMessages(o.Fetch))
+		}, jetstream.PullMaxMessages(o.Fetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			// A consumer deleted (by an operator, or lost with its stream)
+			// ends this consumption for good: set up again, or nothing
+			// would be ingested while /healthz said all is well.
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				l.again(ctx, nc, deliver, fmt.Sprintf("consumer %s/%s: %v", stream, consumerHub, err))
+			}
+		}))
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", stream, err)
 		}
@@ -344,6 +362,20 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 	l.stops = started
 	l.mu.Unlock()
 	return nil
+}
+
+// again sets the link up anew (at most one at a time), not ready
+// meanwhile.
+func (l *natsLink) again(ctx context.Context, nc *nats.Conn, deliver func(inboundRaw), why string) {
+	if !l.resetting.CompareAndSwap(false, true) {
+		return
+	}
+	l.ready.Store(false)
+	l.log.Warn("cluster link lost its consumer; setting up again", "why", why)
+	go func() {
+		defer l.resetting.Store(false)
+		l.setup(ctx, nc, deliver, func() {})
+	}()
 }
 
 // onFeed hands a replica's update to this replica's watchers; an update
