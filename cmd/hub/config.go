@@ -83,6 +83,11 @@ type ClusterConfig struct {
 	// gets it; ControlResend how often a control is sent again.
 	AckWait       driver.Duration `toml:"ack_wait"`
 	ControlResend driver.Duration `toml:"control_resend"`
+	// MaxAckPending bounds the messages the replicas hold unacknowledged
+	// between them; Fetch is how many a replica asks for at a time. Both
+	// apply when the consumer is created.
+	MaxAckPending int `toml:"max_ack_pending"`
+	Fetch         int `toml:"fetch"`
 }
 
 // IdentityConfig is the hub's own MQTT identity.
@@ -144,6 +149,7 @@ func DefaultConfig() Config {
 		Cluster: ClusterConfig{
 			NATSUser: "hub", Replicas: 3, MaxAge: driver.Duration(7 * 24 * time.Hour), MaxBytes: 1 << 30,
 			AckWait: driver.Duration(30 * time.Second), ControlResend: driver.Duration(2 * time.Second),
+			MaxAckPending: 8192, Fetch: 512,
 		},
 	}
 }
@@ -278,6 +284,9 @@ func (c ClusterConfig) validate(bad func(field, format string, args ...any) erro
 	}
 	if c.AckWait < driver.Duration(time.Second) || c.ControlResend <= 0 {
 		return bad("cluster.ack_wait", "ack_wait must be at least 1s and control_resend positive")
+	}
+	if c.MaxAckPending < 1 || c.Fetch < 1 || c.Fetch > c.MaxAckPending {
+		return bad("cluster.fetch", "fetch (%d) and max_ack_pending (%d) must be positive, fetch at most max_ack_pending", c.Fetch, c.MaxAckPending)
 	}
 	return nil
 }

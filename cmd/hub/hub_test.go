@@ -78,6 +78,7 @@ func TestConfigErrors(t *testing.T) {
 		{"cluster with a broker URL for nats", "[cluster]\nenabled = true\nnats = \"tcp://n1:1883\"\n", "cluster.nats"},
 		{"cluster without a password", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\n", "cluster.nats_user"},
 		{"cluster without postgres", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\n", "cluster.postgres"},
+		{"cluster fetching more than it may hold", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\npostgres = \"postgres://h/db\"\nfetch = 9000\n", "cluster.fetch"},
 		{"cluster with 2 replicas", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\npostgres = \"postgres://h/db\"\nreplicas = 2\n", "cluster.replicas"},
 	}
 	for _, tc := range cases {

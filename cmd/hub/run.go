@@ -92,7 +92,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	}
 	var st hub.Backing
 	if cfg.Cluster.Enabled {
-		st, err = openPG(ctx, cfg)
+		st, err = openPG(ctx, cfg, log)
 	} else {
 		st, err = hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{})
 	}
@@ -188,7 +188,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 }
 
 // openPG opens the cluster's shared store.
-func openPG(ctx context.Context, cfg Config) (*hub.PGStore, error) {
+func openPG(ctx context.Context, cfg Config, log *slog.Logger) (*hub.PGStore, error) {
 	dsn, err := cfg.secret(cfg.Cluster.Postgres, cfg.Cluster.PostgresFile)
 	if err != nil {
 		return nil, fmt.Errorf("cluster.postgres_file: %w", err)
@@ -201,6 +201,7 @@ func openPG(ctx context.Context, cfg Config) (*hub.PGStore, error) {
 		if err == nil || errors.Is(err, hub.ErrInvalid) || attempt == 30 || ctx.Err() != nil {
 			return st, err
 		}
+		log.Warn("waiting for PostgreSQL", "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -219,6 +220,7 @@ func clusterOptions(cfg Config) (*hub.ClusterOptions, error) {
 	o := &hub.ClusterOptions{
 		NATS: c.NATS, User: c.NATSUser, Password: pw, Replicas: c.Replicas,
 		MaxAge: c.MaxAge.D(), MaxBytes: c.MaxBytes, AckWait: c.AckWait.D(),
+		MaxAckPending: c.MaxAckPending, Fetch: c.Fetch,
 	}
 	if c.NATSCAFile != "" {
 		if o.TLS, err = conf.ClientTLS(cfg.path(c.NATSCAFile), "", "", false); err != nil {

@@ -36,6 +36,10 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 			return fmt.Errorf("identity.password_file: %w", err)
 		}
 	}
+	if cfg.Cluster.Enabled {
+		_, err = fmt.Fprintf(stdout, "%s: ok (cluster mode: gateways log in to NATS)\n", *path)
+		return err
+	}
 	_, err = fmt.Fprintf(stdout, "%s: ok (%d gateways)\n", *path, len(cfg.Gateways))
 	return err
 }
