@@ -48,10 +48,17 @@ func (db *DB) Backup(w io.Writer) (int64, error) {
 	return n, nil
 }
 
+// outboxLeap is how far a copy's outbox seqs jump: more entries than
+// the database it was copied from can have written since, so the copy
+// never reuses a seq the hub has seen (it acks by seq, and would take a
+// reused one for one it stored).
+const outboxLeap = 1 << 40
+
 // NewIdentity gives a store file that is not in use, such as a backup,
 // a WAL ID of its own. A log written for the database it was copied from
 // is then refused (ErrForeignLog) if the copy is restored beside it,
 // instead of replaying, on top of the copy, the writes made after it.
+// Its outbox seqs go on outboxLeap further than the copy's.
 func NewIdentity(path string) error {
 	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
@@ -64,6 +71,11 @@ func NewIdentity(path string) error {
 		}
 		if err := meta.Delete(kWALID); err != nil {
 			return err
+		}
+		if ob := tx.Bucket(bOutbox); ob != nil {
+			if err := ob.SetSequence(ob.Sequence() + outboxLeap); err != nil {
+				return err
+			}
 		}
 		return ensureWALID(tx)
 	})

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -221,5 +222,51 @@ func TestRestoreFailureRemovesStandIn(t *testing.T) {
 	}
 	if _, err := os.Stat(live); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the stand-in is still there: %v", err)
+	}
+}
+
+// TestRestoredOutboxNeverReusesASeq: the hub acks by outbox seq; a
+// store restored from a backup must not hand out again the seqs its
+// original wrote after the backup (the hub would take new entries for
+// ones it stored, and its ack would delete them unsent).
+func TestRestoredOutboxNeverReusesASeq(t *testing.T) {
+	live := filepath.Join(t.TempDir(), "missions.db")
+	opts := testOptions()
+	opts.Outbox = true
+	db, err := Open(live, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, db, newMission(mid(1)))
+	var buf bytes.Buffer
+	if _, err := db.Backup(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 4; i++ {
+		mustCreate(t, db, newMission(mid(i))) // after the backup: seqs the hub may have
+	}
+	es, err := db.Outbox(t.Context(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	highest := es[len(es)-1].Seq
+	mustClose(t, db)
+	backup := filepath.Join(filepath.Dir(live), "backup.db")
+	writeFile(t, backup, buf.Bytes())
+	if _, err := Restore(backup, live); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(live, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, r)
+	mustCreate(t, r, newMission(mid(5)))
+	es, err = r.Outbox(t.Context(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := es[len(es)-1].Seq; got <= highest {
+		t.Fatalf("the restored store's new entry has seq %d, not above the original's %d", got, highest)
 	}
 }
