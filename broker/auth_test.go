@@ -17,16 +17,7 @@ import (
 // and reported with their reasons; the rule's own topics and the
 // internal identity's everything are allowed.
 func TestAuthRefusesWhatItsRuleDoesNotAllow(t *testing.T) {
-	h, err := passwd.HashCost("lamp-password", 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := passwd.Parse(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	book := passwd.NewBook()
-	book.Add("lamp", c)
+	book := lampBook(t)
 	var mu sync.Mutex
 	var refused []string
 	a, err := NewAuth(AuthOptions{
@@ -109,4 +100,21 @@ func TestNewAuthRejectsIncompleteOptions(t *testing.T) {
 			t.Errorf("%s: NewAuth accepted it", name)
 		}
 	}
+}
+
+// lampBook is a password book with one user, "lamp", whose password is
+// "lamp-password" (hashed cheaply: this is a test).
+func lampBook(t *testing.T) *passwd.Book {
+	t.Helper()
+	h, err := passwd.HashCost("lamp-password", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := passwd.Parse(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := passwd.NewBook()
+	book.Add("lamp", c)
+	return book
 }

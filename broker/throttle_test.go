@@ -7,8 +7,6 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/sortie-edge/sortie/broker/passwd"
 )
 
 // TestAHostThatFailsLoginsWaitsLongerEachTime: ten failures are free;
@@ -60,16 +58,7 @@ func TestAHostThatFailsLoginsWaitsLongerEachTime(t *testing.T) {
 // check, whatever the password; the process's own identity is not
 // throttled.
 func TestAThrottledHostIsRefusedEvenWithTheRightPassword(t *testing.T) {
-	h, err := passwd.HashCost("lamp-password", 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := passwd.Parse(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	book := passwd.NewBook()
-	book.Add("lamp", c)
+	book := lampBook(t)
 	var reasons []string
 	a, err := NewAuth(AuthOptions{Users: book, Internal: "self", InternalPassword: "self-password",
 		Allow: func(string, string, bool) bool { return true }, Refused: func(r string) { reasons = append(reasons, r) }})

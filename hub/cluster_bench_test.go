@@ -488,34 +488,19 @@ func (g *benchGateway) write(ctx context.Context) error {
 // step writes the next event: a new mission, or the current one moved
 // on; a mission ends SUCCEEDED at its fourth event.
 func (g *benchGateway) step(ctx context.Context) error {
-	now := time.Now()
+	var m *driver.Mission
+	id := ""
 	if g.m == nil || g.m.State == driver.StateSucceeded {
 		g.n++
-		id := fmt.Sprintf("%s-m%d", g.id, g.n)
-		m := &driver.Mission{
-			ID: id, Type: "go_home", State: driver.StatePending, Version: 1, Seq: 1,
-			Steps: []driver.Step{{ID: "lights", Kind: "device.command"}},
-			Meta:  driver.Metadata{Created: now, Updated: now},
-		}
-		if _, _, err := g.db.Create(ctx, m, []driver.Event{{MissionID: id, Seq: 1, Type: "created", To: driver.StatePending, Step: -1, Time: now}}); err != nil {
-			return err
-		}
-		g.m = m
-		return nil
+		id = fmt.Sprintf("%s-m%d", g.id, g.n)
+	} else {
+		m, id = g.m, g.m.ID
 	}
-	n := g.m.Clone()
-	n.Version++
-	n.Seq++
-	n.State = driver.StateRunning
-	if n.Seq >= 4 {
-		n.State = driver.StateSucceeded
-		n.Meta.Finished = now
-	}
-	n.Meta.Updated = now
-	if err := g.db.Save(ctx, n, []driver.Event{{MissionID: n.ID, Seq: n.Seq, Type: "transition", From: g.m.State, To: n.State, Step: -1, Time: now}}); err != nil {
+	m, err := advanceMission(ctx, g.db, m, id)
+	if err != nil {
 		return err
 	}
-	g.m = n
+	g.m = m
 	return nil
 }
 

@@ -216,38 +216,46 @@ func (g *simGateway) stopUplink() {
 	}
 }
 
-// step creates mission id, or moves it one event on; it ends SUCCEEDED
-// at its fourth event. It may run on any goroutine (one per gateway).
-func (g *simGateway) step(t *testing.T, id string) {
-	t.Helper()
-	ctx := context.Background()
-	m, ok := g.ms[id]
+// advanceMission writes what an agent would for mission id in db: its
+// creation when m is nil, else its next event, SUCCEEDED at the fourth.
+// It returns the mission as written.
+func advanceMission(ctx context.Context, db *store.DB, m *driver.Mission, id string) (*driver.Mission, error) {
 	now := time.Now()
-	if !ok {
+	if m == nil {
 		m = &driver.Mission{
 			ID: id, Type: "go_home", State: driver.StatePending, Version: 1, Seq: 1,
 			Steps: []driver.Step{{ID: "lights", Kind: "device.command"}},
 			Meta:  driver.Metadata{Created: now, Updated: now},
 		}
-		if _, _, err := g.db.Create(ctx, m, []driver.Event{{MissionID: id, Seq: 1, Type: "created", To: driver.StatePending, Step: -1, Time: now}}); err != nil {
-			t.Errorf("%s: create %s: %v", g.id, id, err)
-			return
+		if _, _, err := db.Create(ctx, m, []driver.Event{{MissionID: id, Seq: 1, Type: "created", To: driver.StatePending, Step: -1, Time: now}}); err != nil {
+			return nil, fmt.Errorf("create %s: %w", id, err)
 		}
-	} else {
-		n := m.Clone()
-		n.Version++
-		n.Seq++
-		n.State = driver.StateRunning
-		if n.Seq >= 4 {
-			n.State = driver.StateSucceeded
-			n.Meta.Finished = now
-		}
-		n.Meta.Updated = now
-		if err := g.db.Save(ctx, n, []driver.Event{{MissionID: id, Seq: n.Seq, Type: "transition", From: m.State, To: n.State, Step: -1, Time: now}}); err != nil {
-			t.Errorf("%s: save %s: %v", g.id, id, err)
-			return
-		}
-		m = n
+		return m, nil
+	}
+	n := m.Clone()
+	n.Version++
+	n.Seq++
+	n.State = driver.StateRunning
+	if n.Seq >= 4 {
+		n.State = driver.StateSucceeded
+		n.Meta.Finished = now
+	}
+	n.Meta.Updated = now
+	if err := db.Save(ctx, n, []driver.Event{{MissionID: id, Seq: n.Seq, Type: "transition", From: m.State, To: n.State, Step: -1, Time: now}}); err != nil {
+		return nil, fmt.Errorf("save %s: %w", id, err)
+	}
+	return n, nil
+}
+
+// step creates mission id, or moves it one event on (advanceMission),
+// and notes it in the ledger. It may run on any goroutine (one per
+// gateway).
+func (g *simGateway) step(t *testing.T, id string) {
+	t.Helper()
+	m, err := advanceMission(context.Background(), g.db, g.ms[id], id)
+	if err != nil {
+		t.Errorf("%s: %v", g.id, err)
+		return
 	}
 	g.ms[id] = m
 	g.mu.Lock()

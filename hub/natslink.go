@@ -281,13 +281,7 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 			return fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
 	}
-	l.mu.Lock()
-	stops := l.stops
-	l.stops = nil
-	l.mu.Unlock()
-	for _, stop := range stops {
-		stop()
-	}
+	l.stopAll()
 	var started []func()
 	ok := false
 	defer func() {
@@ -453,7 +447,8 @@ func (l *natsLink) share(u Update) bool {
 	return true
 }
 
-func (l *natsLink) close() {
+// stopAll ends the consumers and subscriptions of the last set-up.
+func (l *natsLink) stopAll() {
 	l.mu.Lock()
 	stops := l.stops
 	l.stops = nil
@@ -461,6 +456,10 @@ func (l *natsLink) close() {
 	for _, stop := range stops {
 		stop()
 	}
+}
+
+func (l *natsLink) close() {
+	l.stopAll()
 	if nc := l.nc.Load(); nc != nil {
 		nc.Close()
 	}
