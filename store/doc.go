@@ -25,6 +25,8 @@
 //	          the order retention deletes records in
 //	schedules schedule ID → its cursor (Unix seconds, big-endian)
 //	tracelog  trace seq → one evaluation waiting for the hub (with Outbox)
+//	controls  control request ID → order stamp (big-endian) + the answer
+//	          given, the latest MaxControls (controls.go)
 //
 // The record header carries the record's form, the mission encoding's
 // schema (driver.SchemaVersion), the state, the creation sequence, the

@@ -139,7 +139,7 @@ var (
 	bTimeline = []byte("timeline")
 	bOutbox   = []byte("outbox")
 
-	allBuckets = [][]byte{bMeta, bMissions, bLive, bOrder, bActive, bRequests, bFinished, bTimeline, bOutbox, bTraces, bTraceAge, bSchedules, bTraceLog}
+	allBuckets = [][]byte{bMeta, bMissions, bLive, bOrder, bActive, bRequests, bFinished, bTimeline, bOutbox, bTraces, bTraceAge, bSchedules, bTraceLog, bControls}
 
 	kSchema = []byte("schema")
 )

@@ -29,6 +29,16 @@ type Source interface {
 	OutboxLen() int
 }
 
+// ControlMemory keeps control answers across restarts. When the Source
+// implements it (*store.DB does), a request the hub sends again after
+// the gateway restarted is answered from it rather than carried out a
+// second time; otherwise answers are remembered in memory, for as long
+// as Run runs.
+type ControlMemory interface {
+	RememberControl(ctx context.Context, id string, answer []byte) error
+	RecallControl(ctx context.Context, id string) ([]byte, bool, error)
+}
+
 // HeartbeatSource supplies what only the agent knows for a heartbeat.
 type HeartbeatSource interface {
 	// Heartbeat returns the active mission count and the device inventory
@@ -406,17 +416,19 @@ func (u *Uplink) onControl(topic string, payload []byte) {
 // request whose ID was answered before (the hub sends it again until it
 // hears back) gets the same answer again without being carried out.
 func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
-	done := newAnswered(recentControls)
+	done := u.memory()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case b := <-u.controls:
-			res, again := done.get(controlID(b))
+			res, again := done.get(ctx, controlID(b))
 			if !again {
 				res = u.control(ctx, b)
-				if res.Code != CodeInvalid {
-					done.put(res)
+				// A request that failed because Run is stopping was not
+				// carried out: the hub's repeat after the restart is.
+				if res.Code != CodeInvalid && (res.OK || ctx.Err() == nil) {
+					done.put(ctx, res)
 				}
 			}
 			if err := u.publish(ctx, client, u.topics.ControlResult(u.opts.Gateway), false, res); err != nil {
@@ -436,9 +448,24 @@ func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
 	}
 }
 
-// recentControls is how many answers serveControls remembers: far more
-// than the hub can have waiting on one gateway.
-const recentControls = 256
+// memory is where serveControls keeps its answers: the Source when it
+// can keep them across restarts, else memory.
+func (u *Uplink) memory() answers {
+	if m, ok := u.opts.Source.(ControlMemory); ok {
+		return &durableAnswers{m: m, log: u.log}
+	}
+	return newAnswered(recentControls)
+}
+
+// answers remembers control results by request ID.
+type answers interface {
+	get(ctx context.Context, id string) (uplink.ControlResult, bool)
+	put(ctx context.Context, r uplink.ControlResult)
+}
+
+// recentControls is how many answers serveControls remembers in memory:
+// far more than the hub can have waiting on one gateway.
+const recentControls = store.MaxControls
 
 // answered remembers the latest control results by request ID, the
 // oldest forgotten first.
@@ -452,7 +479,7 @@ func newAnswered(n int) *answered {
 	return &answered{res: make(map[string]uplink.ControlResult, n), max: n}
 }
 
-func (a *answered) get(id string) (uplink.ControlResult, bool) {
+func (a *answered) get(_ context.Context, id string) (uplink.ControlResult, bool) {
 	if id == "" {
 		return uplink.ControlResult{}, false
 	}
@@ -460,7 +487,7 @@ func (a *answered) get(id string) (uplink.ControlResult, bool) {
 	return r, ok
 }
 
-func (a *answered) put(r uplink.ControlResult) {
+func (a *answered) put(_ context.Context, r uplink.ControlResult) {
 	if _, ok := a.res[r.ID]; ok || r.ID == "" {
 		return
 	}
@@ -470,6 +497,48 @@ func (a *answered) put(r uplink.ControlResult) {
 	}
 	a.order = append(a.order, r.ID)
 	a.res[r.ID] = r
+}
+
+// durableAnswers keeps answers in a ControlMemory. It is written after
+// the request is carried out: a gateway killed between the two carries
+// the request out again when the hub repeats it, which is why the
+// agent's controls are idempotent in themselves where they can be.
+type durableAnswers struct {
+	m   ControlMemory
+	log *slog.Logger
+}
+
+func (d *durableAnswers) get(ctx context.Context, id string) (uplink.ControlResult, bool) {
+	if id == "" {
+		return uplink.ControlResult{}, false
+	}
+	b, ok, err := d.m.RecallControl(ctx, id)
+	if err != nil {
+		// Carrying a request out again is the lesser harm than leaving
+		// the hub without an answer.
+		d.log.Warn("control answers unreadable", "id", id, "err", err)
+		return uplink.ControlResult{}, false
+	}
+	var r uplink.ControlResult
+	if !ok || json.Unmarshal(b, &r) != nil || r.ID != id {
+		return uplink.ControlResult{}, false
+	}
+	return r, true
+}
+
+func (d *durableAnswers) put(ctx context.Context, r uplink.ControlResult) {
+	if r.ID == "" {
+		return
+	}
+	b, err := json.Marshal(r)
+	if err == nil {
+		// The answer is kept even when Run is stopping: it is what a
+		// restarted gateway reads.
+		err = d.m.RememberControl(context.WithoutCancel(ctx), r.ID, b)
+	}
+	if err != nil {
+		d.log.Warn("control answer not kept", "id", r.ID, "err", err)
+	}
 }
 
 // controlID reads a request's ID without judging the rest of it; "" when

@@ -69,6 +69,60 @@ func TestRepeatedControlCarriedOutOnce(t *testing.T) {
 	}
 }
 
+// TestRepeatedControlAfterRestartNotCarriedOutAgain: a gateway that
+// carried a request out and restarted before the hub heard back answers
+// the hub's repeat from its store.
+func TestRepeatedControlAfterRestartNotCarriedOutAgain(t *testing.T) {
+	b := brokertest.Start(t)
+	h := newHub(t, b.URL())
+	rc := &recordingControl{}
+	opts := testOptions(b.URL(), newWorld(t))
+	opts.Control = rc
+	c := uplink.Control{ID: "c-9", Action: uplink.ActionTrigger, Scene: "go_home", RequestID: "r9"}
+	for run := range 2 {
+		u, stop := start(t, opts)
+		waitStats(t, u, "connected", func(s Stats) bool { return s.Connected })
+		h.publish(h.topics.Control(gw), c)
+		h.waitFor("an answer", func() bool { return len(h.results) > run })
+		stop()
+	}
+	h.mu.Lock()
+	for i, r := range h.results {
+		if r.ID != "c-9" || !r.OK || r.MissionID != "m-r9" {
+			t.Errorf("answer %d = %+v, want the first result", i, r)
+		}
+	}
+	h.mu.Unlock()
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.got) != 1 {
+		t.Fatalf("the handler ran %d times across the restart, want once", len(rc.got))
+	}
+}
+
+// memorylessSource hides the store's ControlMemory.
+type memorylessSource struct{ Source }
+
+// TestRepeatedControlRememberedInMemoryWithoutAStore: a Source that
+// keeps no answers still gets repeats answered while Run runs.
+func TestRepeatedControlRememberedInMemoryWithoutAStore(t *testing.T) {
+	b := brokertest.Start(t)
+	h := newHub(t, b.URL())
+	rc := &recordingControl{}
+	opts := testOptions(b.URL(), newWorld(t))
+	opts.Source = memorylessSource{opts.Source}
+	opts.Control = rc
+	u, _ := start(t, opts)
+	waitStats(t, u, "connected", func(s Stats) bool { return s.Connected })
+	for range 2 {
+		h.publish(h.topics.Control(gw), uplink.Control{ID: "c-3", Action: uplink.ActionTrigger, Scene: "go_home", RequestID: "r3"})
+	}
+	s := waitStats(t, u, "counted", func(s Stats) bool { return s.Controls+s.ControlRepeats == 2 })
+	if s.Controls != 1 || s.ControlRepeats != 1 {
+		t.Errorf("stats: %d controls, %d repeats; want 1 and 1", s.Controls, s.ControlRepeats)
+	}
+}
+
 // TestAckAndControlTakenAtQoS0: a QoS 1 subscription is a JetStream
 // consumer per gateway on a NATS cluster; acks and controls are repeated
 // by their sender instead.
