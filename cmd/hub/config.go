@@ -80,9 +80,8 @@ type ClusterConfig struct {
 	MaxAge   driver.Duration `toml:"max_age"`
 	MaxBytes int64           `toml:"max_bytes"`
 	// AckWait is how long a replica may hold a message before another
-	// gets it; ControlResend how often a control is sent again.
-	AckWait       driver.Duration `toml:"ack_wait"`
-	ControlResend driver.Duration `toml:"control_resend"`
+	// gets it.
+	AckWait driver.Duration `toml:"ack_wait"`
 	// MaxAckPending bounds the messages the replicas hold unacknowledged
 	// between them; Fetch is how many a replica asks for at a time. Both
 	// apply when the consumer is created.
@@ -107,8 +106,11 @@ type HTTPConfig struct {
 	// Token (or TokenFile, or $SORTIE_HUB_TOKEN) is the API bearer token.
 	Token     string `toml:"token"`
 	TokenFile string `toml:"token_file"`
-	// ControlTimeout bounds the wait for a gateway's control result.
+	// ControlTimeout bounds the wait for a gateway's control result;
+	// ControlResend is how often the request is sent again meanwhile (to
+	// gateways of protocol 2, which take it at QoS 0).
 	ControlTimeout driver.Duration `toml:"control_timeout"`
+	ControlResend  driver.Duration `toml:"control_resend"`
 }
 
 // RetentionConfig bounds how many finished missions are kept.
@@ -140,7 +142,7 @@ func DefaultConfig() Config {
 			Username: "hub",
 			ClientID: "sortie-hub",
 		},
-		HTTP: HTTPConfig{Listen: "127.0.0.1:8090", ControlTimeout: driver.Duration(10 * time.Second)},
+		HTTP: HTTPConfig{Listen: "127.0.0.1:8090", ControlTimeout: driver.Duration(10 * time.Second), ControlResend: driver.Duration(2 * time.Second)},
 		Retention: RetentionConfig{
 			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 100_000, Interval: driver.Duration(time.Hour),
 		},
@@ -148,7 +150,7 @@ func DefaultConfig() Config {
 		Gateways: map[string]string{},
 		Cluster: ClusterConfig{
 			NATSUser: "hub", Replicas: 3, MaxAge: driver.Duration(7 * 24 * time.Hour), MaxBytes: 1 << 30,
-			AckWait: driver.Duration(30 * time.Second), ControlResend: driver.Duration(2 * time.Second),
+			AckWait:       driver.Duration(30 * time.Second),
 			MaxAckPending: 8192, Fetch: 512,
 		},
 	}
@@ -244,6 +246,9 @@ func (c Config) Validate(file string) error {
 	if c.HTTP.ControlTimeout <= 0 {
 		return bad("http.control_timeout", "must be positive")
 	}
+	if c.HTTP.ControlResend <= 0 || c.HTTP.ControlResend >= c.HTTP.ControlTimeout {
+		return bad("http.control_resend", "%s must be positive and shorter than control_timeout (%s)", c.HTTP.ControlResend, c.HTTP.ControlTimeout)
+	}
 	if c.Retention.MaxCount < 0 {
 		return bad("retention.max_count", "must not be negative")
 	}
@@ -282,8 +287,8 @@ func (c ClusterConfig) validate(bad func(field, format string, args ...any) erro
 	if c.MaxAge <= 0 || c.MaxBytes <= 0 {
 		return bad("cluster.max_age", "max_age and max_bytes must be positive")
 	}
-	if c.AckWait < driver.Duration(time.Second) || c.ControlResend <= 0 {
-		return bad("cluster.ack_wait", "ack_wait must be at least 1s and control_resend positive")
+	if c.AckWait < driver.Duration(time.Second) {
+		return bad("cluster.ack_wait", "%s: must be at least 1s", c.AckWait)
 	}
 	if c.MaxAckPending < 1 || c.Fetch < 1 || c.Fetch > c.MaxAckPending {
 		return bad("cluster.fetch", "fetch (%d) and max_ack_pending (%d) must be positive, fetch at most max_ack_pending", c.Fetch, c.MaxAckPending)

@@ -74,6 +74,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad level", "[log]\nlevel = \"loud\"\n" + gw, "log.level"},
 		{"bad prefix", "prefix = \"a/#\"\n" + gw, "prefix"},
 		{"bad duration", "[http]\ncontrol_timeout = \"soon\"\n" + gw, ""},
+		{"control resent no sooner than it times out", "[http]\ncontrol_timeout = \"2s\"\ncontrol_resend = \"2s\"\n" + gw, "http.control_resend"},
 		{"cluster without nats", "[cluster]\nenabled = true\n", "cluster.nats"},
 		{"cluster with a broker URL for nats", "[cluster]\nenabled = true\nnats = \"tcp://n1:1883\"\n", "cluster.nats"},
 		{"cluster without a password", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\n", "cluster.nats_user"},

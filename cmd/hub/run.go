@@ -111,10 +111,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 
 	sopts := hub.ServiceOptions{
 		ClientID: cfg.Identity.ClientID, Username: cfg.Identity.Username, Prefix: cfg.Prefix,
-		ControlTimeout: cfg.HTTP.ControlTimeout.D(),
-		Retention:      hub.Retention{MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount},
-		PruneEvery:     cfg.Retention.Interval.D(),
-		Logger:         log.With("component", "service"),
+		ControlTimeout: cfg.HTTP.ControlTimeout.D(), ControlResend: cfg.HTTP.ControlResend.D(),
+		Retention:  hub.Retention{MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount},
+		PruneEvery: cfg.Retention.Interval.D(),
+		Logger:     log.With("component", "service"),
 	}
 	if sopts.Password, err = cfg.secret(cfg.Identity.Password, cfg.Identity.PasswordFile); err != nil {
 		return fmt.Errorf("identity.password_file: %w", err)
@@ -147,9 +147,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 			return err
 		}
 		log.Info("using external broker", "url", cfg.Broker.URL)
-	}
-	if cfg.Cluster.Enabled {
-		sopts.ControlResend = cfg.Cluster.ControlResend.D()
 	}
 	svc := hub.NewService(st, sopts)
 	api := hub.NewAPI(svc, hub.APIOptions{Token: token, Logger: log.With("component", "api")})
