@@ -50,11 +50,66 @@ func TestChainAcksOnlyWhatIsStored(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := res.Acks["gw"]; got != tc.acks[i] {
+				if got := res.Acks["gw"].Upto; got != tc.acks[i] {
 					t.Errorf("batch %d (after %d): ack %d, want %d", i, *b.After, got, tc.acks[i])
 				}
 			}
 		})
+	}
+}
+
+// named is b sent from the outbox called outbox.
+func named(b uplink.Batch, outbox string) uplink.Batch {
+	b.Outbox = outbox
+	return b
+}
+
+// TestChainStartsAgainForAnotherOutbox pins the cursor per outbox: a
+// gateway whose store was replaced sends seqs from 1 again, and the ack
+// must count them, not the old store's, even when a late batch of the
+// old store comes in between, and also when the old store named no
+// outbox (an agent before names) or the new one names none.
+func TestChainStartsAgainForAnotherOutbox(t *testing.T) {
+	steps := []struct {
+		b    uplink.Batch
+		want OutboxAck
+	}{
+		{named(chained("gw", 0, 100, 0), "old"), OutboxAck{"old", 100}},
+		{named(chained("gw", 0, 3, 0), "new"), OutboxAck{"new", 3}},
+		{named(chained("gw", 5, 8, 3), "new"), OutboxAck{"new", 3}}, // 4..5 lost: not acked
+		{named(chained("gw", 100, 103, 100), "old"), OutboxAck{"old", 103}},
+		{named(chained("gw", 3, 5, 3), "new"), OutboxAck{"new", 5}},
+		{named(chained("gw", 5, 8, 5), "new"), OutboxAck{"new", 8}},
+	}
+	st := testStore(t)
+	for i, s := range steps {
+		res, err := ingest(st, t0, "gw", s.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Acks["gw"]; got != s.want {
+			t.Errorf("step %d (%s after %d): ack %+v, want %+v", i, s.b.Outbox, *s.b.After, got, s.want)
+		}
+	}
+
+	st = testStore(t)
+	for i, s := range []struct {
+		b    uplink.Batch
+		want OutboxAck
+	}{
+		{chained("gw", 0, 100, 0), OutboxAck{"", 100}},
+		{named(chained("gw", 3, 6, 0), "new"), OutboxAck{"new", 0}}, // its first batch lost
+		{named(chained("gw", 0, 3, 0), "new"), OutboxAck{"new", 6}},
+		{chained("gw", 100, 103, 100), OutboxAck{"", 103}}, // late, from the unnamed one
+		{named(chained("gw", 6, 8, 6), "new"), OutboxAck{"new", 8}},
+	} {
+		res, err := ingest(st, t0, "gw", s.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Acks["gw"]; got != s.want {
+			t.Errorf("unnamed step %d: ack %+v, want %+v", i, got, s.want)
+		}
 	}
 }
 
@@ -102,7 +157,7 @@ func TestChainNeverAcksBeyondStoredUnderLossAndReorder(t *testing.T) {
 					for _, e := range b.Entries {
 						stored[e.Seq] = true
 					}
-					ack := res.Acks["gw"]
+					ack := res.Acks["gw"].Upto
 					for seq := uint64(1); seq <= ack; seq++ {
 						if !stored[seq] {
 							t.Fatalf("ack %d covers entry %d, which the hub never received", ack, seq)
@@ -186,7 +241,7 @@ func TestBatchFromOlderGatewayAckedCumulatively(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, shared := st.(*PGStore)
-	switch got := res.Acks["gw"]; {
+	switch got := res.Acks["gw"].Upto; {
 	case shared && (got != 0 || res.Unchained != 1 || res.Stored != 3):
 		t.Fatalf("cluster store: ack %d, unchained %d, stored %d; want no ack, 1, 3", got, res.Unchained, res.Stored)
 	case !shared && got != 8:

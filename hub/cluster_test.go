@@ -266,6 +266,18 @@ func (g *simGateway) step(t *testing.T, id string) {
 	g.mu.Unlock()
 }
 
+// drain waits until the gateway's outbox is empty, failing the test
+// (saying what) at deadline.
+func (g *simGateway) drain(t *testing.T, deadline time.Time, what string) {
+	t.Helper()
+	for g.db.OutboxLen() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s: %d entries still in the outbox", g.id, what, g.db.OutboxLen())
+		}
+		time.Sleep(50 * time.Millisecond) // polling a count: nothing signals an empty outbox to a test
+	}
+}
+
 // TestClusterReplicasShareTheFleet: gateways connected over MQTT to
 // different NATS nodes; two hub replicas pull from one stream into one
 // PostgreSQL. Every event is stored once, every outbox drains, a
@@ -289,12 +301,7 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for _, g := range sims {
-		for g.db.OutboxLen() > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d entries still in the outbox", g.id, g.db.OutboxLen())
-			}
-			time.Sleep(50 * time.Millisecond) // polling a count: nothing signals an empty outbox to a test
-		}
+		g.drain(t, deadline, "")
 	}
 	var total int64
 	if err := c.replicas[0].st.pool.QueryRow(context.Background(), `SELECT count(*) FROM sortie_events`).Scan(&total); err != nil {
@@ -365,14 +372,7 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 func TestClusterRecoversADeletedConsumer(t *testing.T) {
 	c := startCluster(t, 1, 1, []string{"gw-a"})
 	g := startSimGateway(t, "gw-a", c.nats.Nodes[0].MQTTURL(), "")
-	drained := func(what string) {
-		t.Helper()
-		for until := time.Now().Add(60 * time.Second); g.db.OutboxLen() > 0; time.Sleep(50 * time.Millisecond) { // an outbox's length: polled
-			if time.Now().After(until) {
-				t.Fatalf("%s: %d entries still in the outbox", what, g.db.OutboxLen())
-			}
-		}
-	}
+	drained := func(what string) { t.Helper(); g.drain(t, time.Now().Add(60*time.Second), what) }
 	for n := range 8 {
 		g.step(t, fmt.Sprintf("m%d", n/4))
 	}

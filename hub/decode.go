@@ -45,6 +45,7 @@ type wireBatch struct {
 	Entries []wireEntry `json:"entries"`
 	After   *uint64     `json:"after,omitempty"`
 	Acked   uint64      `json:"acked,omitempty"`
+	Outbox  string      `json:"outbox,omitempty"`
 }
 
 // decodeBatch is uplink.DecodeBatch that also returns each event's JSON
@@ -63,7 +64,7 @@ func decodeBatch(b []byte) (uplink.Batch, []json.RawMessage, error) {
 	if dec.More() {
 		return uplink.Batch{}, nil, fmt.Errorf("%w: trailing data", uplink.ErrMessage)
 	}
-	out := uplink.Batch{Gateway: w.Gateway, After: w.After, Acked: w.Acked}
+	out := uplink.Batch{Gateway: w.Gateway, After: w.After, Acked: w.Acked, Outbox: w.Outbox}
 	if w.Entries != nil {
 		out.Entries = make([]uplink.Entry, len(w.Entries))
 	}
@@ -77,6 +78,9 @@ func decodeBatch(b []byte) (uplink.Batch, []json.RawMessage, error) {
 	}
 	if err := driver.ValidateID("gateway", out.Gateway); err != nil {
 		return uplink.Batch{}, nil, fmt.Errorf("%w: %w", uplink.ErrMessage, err)
+	}
+	if err := uplink.ValidateOutbox(out.Outbox); err != nil {
+		return uplink.Batch{}, nil, err
 	}
 	for i, e := range out.Entries {
 		if e.Seq == 0 || e.Event.Seq == 0 {

@@ -78,6 +78,8 @@ func FuzzDecodeBatch(f *testing.F) {
 	}
 	// Protocol 2: the chain fields must survive the hub's own decoder.
 	f.Add([]byte(`{"gateway":"gw","after":4,"acked":2,"entries":[{"seq":5,"event":{"mission_id":"m","seq":1}}]}`))
+	f.Add([]byte(`{"gateway":"gw","after":4,"acked":2,"outbox":"00c0ffee00c0ffee","entries":[{"seq":5,"event":{"mission_id":"m","seq":1}}]}`))
+	f.Add([]byte(`{"gateway":"gw","after":4,"outbox":"a/b","entries":[]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":null}]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1,"time":"x"}}]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1}}]} {}`))

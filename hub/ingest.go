@@ -44,24 +44,37 @@ type Result struct {
 	Late int
 	// Gaps are the gaps detected by this call.
 	Gaps []GapReport
-	// Acks maps each gateway that sent batches to the highest outbox seq
-	// of those batches: everything it sent up to there is now durable.
-	Acks map[string]uint64
+	// Acks maps each gateway that sent batches to what its ack says:
+	// everything it sent up to there is now durable.
+	Acks map[string]OutboxAck
 	// TraceAcks maps each gateway that sent trigger records to the
-	// highest trace seq stored, and each gateway that came online to
-	// its stored one (the ack that tells it the hub takes records).
-	TraceAcks map[string]uint64
+	// highest trace seq of those records, of the store their batch
+	// named, and each gateway that came online to 0 (the ack that only
+	// tells it the hub takes records).
+	TraceAcks map[string]OutboxAck
 	// TraceRecords counts the trigger records stored.
 	TraceRecords int
 	// Unchained counts batches without After (gateways before protocol
 	// 2) stored but not acked, on a store that needs the chain.
 	Unchained int
+	// NewOutboxes lists gateways whose batches named another outbox than
+	// the one their cursor was about (a store replaced or restored, or an
+	// agent upgraded), the cursor starting again.
+	NewOutboxes []string
 	// Gateways and Missions are the records changed, after the change.
 	Gateways []Gateway
 	Missions []Mission
 	// Rejected lists messages refused (with the reason), which change
 	// nothing and are not acknowledged.
 	Rejected []error
+}
+
+// OutboxAck is what an ack tells a gateway of its outbox: entries up to
+// Upto of the outbox named Outbox ("" when the gateway names none) are
+// stored.
+type OutboxAck struct {
+	Outbox string
+	Upto   uint64
 }
 
 // Ingest stores one batch from gateway gw. It is Apply for a single
@@ -153,7 +166,7 @@ func newApplier(r txReader) *applier {
 		r: r, gws: map[string]*Gateway{}, missions: map[string]*Mission{}, created: map[string]bool{},
 		finishedOld: map[string]time.Time{}, dirty: map[string]bool{}, stored: map[string]bool{},
 		changedTraces: map[string]*Trace{},
-		res:           Result{Acks: map[string]uint64{}, TraceAcks: map[string]uint64{}},
+		res:           Result{Acks: map[string]OutboxAck{}, TraceAcks: map[string]OutboxAck{}},
 	}
 }
 
@@ -210,7 +223,7 @@ func (a *applier) apply(m *Inbound) error {
 			// delete records of a gateway whose seqs began again (a store
 			// restored or replaced), in flight and never stored.
 			if _, ok := a.res.TraceAcks[m.Gateway]; !ok {
-				a.res.TraceAcks[m.Gateway] = 0
+				a.res.TraceAcks[m.Gateway] = OutboxAck{Outbox: g.Outbox}
 			}
 		}
 	case m.Heartbeat != nil:
@@ -324,8 +337,20 @@ func (a *applier) batch(m *Inbound) error {
 		// Before protocol 2: cumulative, trusting that nothing before the
 		// batch was lost.
 		g.Acked = max(g.Acked, upto)
-		a.res.Acks[m.Gateway] = max(a.res.Acks[m.Gateway], upto)
+		a.res.Acks[m.Gateway] = OutboxAck{Upto: max(a.res.Acks[m.Gateway].Upto, upto)}
 	default:
+		if o := m.Batch.Outbox; o != g.Outbox {
+			// Another outbox (the gateway's store replaced or restored,
+			// or a gateway that did not name its outbox): its seqs are
+			// not those the cursor counts, and the chain starts again
+			// from what the gateway holds acknowledged. A gateway naming
+			// its outbox for the first time (upgraded) loses nothing by
+			// it: it resends from its oldest entry after a restart.
+			if g.Acked > 0 || len(g.Pending) > 0 {
+				a.res.NewOutboxes = append(a.res.NewOutboxes, m.Gateway)
+			}
+			g.Acked, g.Pending, g.Outbox = 0, nil, o
+		}
 		// Entries the gateway has deleted were stored once, or are gone
 		// for good: the chain may start from there.
 		if m.Batch.Acked > g.Acked {
@@ -334,7 +359,7 @@ func (a *applier) batch(m *Inbound) error {
 		g.advance(*m.Batch.After, upto)
 		// Acked even when it did not move: the gateway needs an answer,
 		// and takes no harm from one below what it has.
-		a.res.Acks[m.Gateway] = g.Acked
+		a.res.Acks[m.Gateway] = OutboxAck{Outbox: g.Outbox, Upto: g.Acked}
 	}
 	return nil
 }

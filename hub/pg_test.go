@@ -43,6 +43,7 @@ func TestPGStoreKeepsTheSameRules(t *testing.T) {
 		{"FailedSince", TestFailedSinceCountsRecentFailuresPerGateway},
 		{"ChainAcksOnlyWhatIsStored", TestChainAcksOnlyWhatIsStored},
 		{"ChainUnderLossAndReorder", TestChainNeverAcksBeyondStoredUnderLossAndReorder},
+		{"ChainStartsAgainForAnotherOutbox", TestChainStartsAgainForAnotherOutbox},
 		{"OlderGatewayCumulative", TestBatchFromOlderGatewayAckedCumulatively},
 		{"TraceRecords", TestTraceRecordsAreKeptOncePerSeqAndAcked},
 	} {
@@ -88,7 +89,7 @@ func TestPGStoreReplicasShareAGateway(t *testing.T) {
 				}
 				// Every entry up to the ack is in the database.
 				var n int64
-				ack := res.Acks["gw"]
+				ack := res.Acks["gw"].Upto
 				if err := st.pool.QueryRow(context.Background(), `SELECT count(*) FROM sortie_events WHERE gateway = 'gw' AND mission = ANY($1)`, missionsUpTo(ack)).Scan(&n); err != nil || uint64(n) != ack {
 					mu.Lock()
 					bad = append(bad, fmt.Sprintf("ack %d with %d of its events stored (%v)", ack, n, err))

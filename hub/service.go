@@ -494,14 +494,18 @@ func (s *Service) report(res Result) {
 	s.metrics.observe(res, s.opts.Now())
 	if len(res.Acks) > 0 || len(res.TraceAcks) > 0 {
 		s.ackMu.Lock()
-		for gw, upto := range res.Acks {
-			a := s.acks[gw]
-			a.upto = max(a.upto, upto)
+		for gw, oa := range res.Acks {
+			a := s.acks[gw].about(oa.Outbox)
+			a.upto = max(a.upto, oa.Upto)
 			s.acks[gw] = a
 		}
-		for gw, upto := range res.TraceAcks {
+		for gw, ta := range res.TraceAcks {
 			a := s.acks[gw]
-			a.traces, a.hasTraces = max(a.traces, upto), true
+			if ta.Upto > 0 || !a.hasTraces && a.upto == 0 {
+				a = a.about(ta.Outbox)
+			}
+			// else only that the hub takes records, whichever store.
+			a.traces, a.hasTraces = max(a.traces, ta.Upto), true
 			s.acks[gw] = a
 		}
 		s.ackMu.Unlock()
@@ -512,6 +516,9 @@ func (s *Service) report(res Result) {
 	}
 	for _, err := range res.Rejected {
 		s.log.Warn("rejected message", "err", err)
+	}
+	for _, gw := range res.NewOutboxes {
+		s.log.Info("gateway sends from another outbox than its cursor counted (its store replaced or restored, or the agent upgraded); the cursor starts again", "gateway", gw)
 	}
 	if res.Unchained > 0 {
 		s.log.Warn("batches from gateways before protocol 2 stored but not acknowledged: the cluster mode acks only chained batches; upgrade those gateways", "batches", res.Unchained)
@@ -543,8 +550,18 @@ func (s *Service) announce(u Update) {
 // pendingAck is what the next ack to a gateway says: events stored up
 // to upto and, when hasTraces, trigger records up to traces.
 type pendingAck struct {
+	outbox       string
 	upto, traces uint64
 	hasTraces    bool
+}
+
+// about returns a for the store named outbox: what it holds for another
+// store counts other seqs and is dropped (a later ack makes up for it).
+func (a pendingAck) about(outbox string) pendingAck {
+	if a.outbox != outbox {
+		return pendingAck{outbox: outbox}
+	}
+	return a
 }
 
 // ackLoop publishes acks apart from the ingest loop: the client delivers
@@ -563,7 +580,7 @@ func (s *Service) ackLoop(ctx context.Context) error {
 		s.ackMu.Unlock()
 		waits := make(map[string]func(context.Context) error, len(acks))
 		for gw, pa := range acks {
-			a := uplink.Ack{Upto: pa.upto}
+			a := uplink.Ack{Upto: pa.upto, Outbox: pa.outbox}
 			if pa.hasTraces {
 				a.Traces = &pa.traces
 			}

@@ -60,9 +60,11 @@ type Gateway struct {
 	// gateway of protocol 2, the end of the chain of batches stored
 	// (uplink.Batch.After); Pending are batches stored beyond a batch not
 	// (yet) received, which join the chain once it arrives.
+	// Outbox names the outbox they are about (uplink.Batch.Outbox).
 	// TraceSeq is the highest trigger record seq stored.
 	Acked    uint64 `json:"acked"`
 	Pending  []Link `json:"pending,omitempty"`
+	Outbox   string `json:"outbox,omitempty"`
 	Protocol int    `json:"protocol,omitempty"`
 	TraceSeq uint64 `json:"trace_seq,omitempty"`
 	// Counters since the gateway was first seen.

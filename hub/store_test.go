@@ -143,7 +143,7 @@ func TestIngest(t *testing.T) {
 				got.stored += res.Stored
 				got.dups += res.Duplicates
 				got.late += res.Late
-				got.acks = append(got.acks, res.Acks["gw"])
+				got.acks = append(got.acks, res.Acks["gw"].Upto)
 			}
 			d, err := st.Mission("gw", "m1")
 			if err != nil {

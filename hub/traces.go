@@ -81,7 +81,11 @@ func (a *applier) traces(m *Inbound) error {
 	upto = max(upto, m.Traces.Upto)
 	g.TraceSeq = max(g.TraceSeq, upto)
 	if upto > 0 {
-		a.res.TraceAcks[m.Gateway] = max(a.res.TraceAcks[m.Gateway], upto)
+		prev := a.res.TraceAcks[m.Gateway]
+		if prev.Outbox != m.Traces.Outbox {
+			prev.Upto = 0 // another store's seqs
+		}
+		a.res.TraceAcks[m.Gateway] = OutboxAck{Outbox: m.Traces.Outbox, Upto: max(prev.Upto, upto)}
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ func TestTraceRecordsAreKeptOncePerSeqAndAcked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.TraceAcks["gw1"] != 3 || len(res.Rejected) != 0 {
+		if res.TraceAcks["gw1"].Upto != 3 || len(res.Rejected) != 0 {
 			t.Fatalf("result = %+v", res)
 		}
 	}
@@ -54,8 +54,8 @@ func TestTraceRecordsAreKeptOncePerSeqAndAcked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := res.TraceAcks["gw1"]; !ok || got != 0 {
-		t.Errorf("online: trace ack %d (%v), want 0: that the hub takes records, and no cursor", got, ok)
+	if got, ok := res.TraceAcks["gw1"]; !ok || got.Upto != 0 {
+		t.Errorf("online: trace ack %+v (%v), want 0: that the hub takes records, and no cursor", got, ok)
 	}
 	// A record naming another gateway's batch is refused.
 	res, _ = st.Apply([]Inbound{{Gateway: "gw1", Traces: &uplink.TraceBatch{Gateway: "gw2", Traces: many}, Received: now}})

@@ -94,6 +94,8 @@ func (db *DB) openOutbox(opts Options) {
 		b := tx.Bucket(bOutbox)
 		db.ob.n.Store(int64(b.Stats().KeyN))
 		db.obSeq = b.Sequence()
+		id, _ := walMeta(tx)
+		db.outboxID = fmt.Sprintf("%016x", id)
 		return nil
 	})
 	db.ob.threshold.Store(int64(db.ob.max))
@@ -186,6 +188,13 @@ func (db *DB) maybeCompact() {
 		db.log.Info("outbox compacted", "dropped", dropped, "kept", db.ob.n.Load())
 	}()
 }
+
+// OutboxID names this store's outbox, whose seqs no other outbox shares:
+// a new store, or one restored from a backup (NewIdentity), has another
+// name. The hub keeps its cursor per name, so a gateway whose store was
+// replaced starts a new chain rather than having acks of the old one
+// delete its entries.
+func (db *DB) OutboxID() string { return db.outboxID }
 
 // OutboxLen returns the number of outbox entries waiting for an ack.
 func (db *DB) OutboxLen() int { return int(db.ob.n.Load()) }

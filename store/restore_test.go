@@ -250,7 +250,13 @@ func TestRestoredOutboxNeverReusesASeq(t *testing.T) {
 		t.Fatal(err)
 	}
 	highest := es[len(es)-1].Seq
+	original := db.OutboxID()
 	mustClose(t, db)
+	if again := openAt(t, live); again.OutboxID() != original || original == "" {
+		t.Fatalf("the outbox is %q reopened, %q before", again.OutboxID(), original)
+	} else {
+		mustClose(t, again)
+	}
 	backup := filepath.Join(filepath.Dir(live), "backup.db")
 	writeFile(t, backup, buf.Bytes())
 	if _, err := Restore(backup, live); err != nil {
@@ -268,5 +274,8 @@ func TestRestoredOutboxNeverReusesASeq(t *testing.T) {
 	}
 	if got := es[len(es)-1].Seq; got <= highest {
 		t.Fatalf("the restored store's new entry has seq %d, not above the original's %d", got, highest)
+	}
+	if r.OutboxID() == original {
+		t.Fatalf("the restored store names its outbox %q, as the original did", original)
 	}
 }

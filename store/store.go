@@ -183,6 +183,8 @@ type DB struct {
 	ckMu sync.Mutex // one checkpoint at a time
 
 	obSeq uint64 // last outbox seq assigned; under wmu
+	// outboxID is OutboxID: the store's WAL ID, which a copy renews.
+	outboxID string
 
 	// onCommit, onCheckpoint and onPrune are Options'; never nil.
 	onCommit, onCheckpoint func(time.Duration)

@@ -34,6 +34,8 @@ func FuzzDecodeBatch(f *testing.F) {
 		`{"gateway":"gw/01","entries":[]}`,
 		`{"gateway":"gw-01","entries":[{"seq":0,"event":{"mission_id":"m1","seq":1}}]}`,
 		`{"gateway":"gw-01","entries":[{"seq":1,"event":{"mission_id":"","seq":1}}]}`,
+		`{"gateway":"gw-01","after":3,"acked":3,"outbox":"00c0ffee00c0ffee","entries":[]}`,
+		`{"gateway":"gw-01","after":3,"outbox":"a b","entries":[]}`,
 	)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, err := DecodeBatch(b)
@@ -112,7 +114,7 @@ func FuzzDecodeControl(f *testing.F) {
 }
 
 func FuzzDecodeAck(f *testing.F) {
-	addSeeds(f, `{"upto":42}`, `{"upto":-1}`, `{"upto":18446744073709551615}`, `{"upto":18446744073709551616}`, `{"upto":"1"}`)
+	addSeeds(f, `{"upto":42}`, `{"upto":3,"outbox":"00c0ffee00c0ffee","traces":2}`, `{"upto":-1}`, `{"upto":18446744073709551615}`, `{"upto":18446744073709551616}`, `{"upto":"1"}`)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, err := DecodeAck(b)
 		checkErr(t, err)

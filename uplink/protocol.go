@@ -159,16 +159,28 @@ type Batch struct {
 	// deleted): a hub whose cursor is behind it (its store restored, or
 	// a gateway moved to it) starts from there.
 	Acked uint64 `json:"acked,omitempty"`
+	// Outbox names the gateway's outbox (protocol 2, optional). A store
+	// replaced or restored from a backup starts another outbox whose
+	// seqs are not the old one's: the hub keeps its cursor per name and,
+	// on a new one, starts the chain from Acked. Empty from gateways
+	// that do not name theirs.
+	Outbox string `json:"outbox,omitempty"`
 }
 
 // Ack tells a gateway that every outbox entry up to and including Upto
 // is stored by the hub and may be deleted. Traces, when present, is the
 // same for its trigger records; its presence also says that the hub
 // takes them, so a gateway sends none to a hub whose acks lack it (an
-// older hub, whose broker would refuse the topic).
+// older hub, whose broker would refuse the topic). Both count the store
+// named Outbox.
 type Ack struct {
 	Upto   uint64  `json:"upto"`
 	Traces *uint64 `json:"traces,omitempty"`
+	// Outbox is the outbox Upto is about, as the gateway's batches named
+	// it: a gateway ignores Upto when it names another (an ack for the
+	// store it replaced). Empty from hubs that do not track it, and for
+	// gateways that do not name theirs.
+	Outbox string `json:"outbox,omitempty"`
 }
 
 // TraceRecord is one evaluation of a trigger on the gateway: what it
@@ -200,6 +212,9 @@ const (
 type TraceBatch struct {
 	Gateway string        `json:"gateway"`
 	Traces  []TraceRecord `json:"traces"`
+	// Outbox names the store the records come from, as Batch.Outbox
+	// does: their seqs start again with a new store too.
+	Outbox string `json:"outbox,omitempty"`
 	// Upto, set by DecodeTraceBatch, is the highest seq of the batch,
 	// records it dropped included: the hub acks it, so that a record it
 	// cannot take does not hold up the ones after it.
@@ -271,6 +286,9 @@ func DecodeBatch(b []byte) (Batch, error) {
 	if err := driver.ValidateID("gateway", v.Gateway); err != nil {
 		return Batch{}, fmt.Errorf("%w: %w", ErrMessage, err)
 	}
+	if err := ValidateOutbox(v.Outbox); err != nil {
+		return Batch{}, err
+	}
 	for i, e := range v.Entries {
 		if e.Seq == 0 || e.Event.Seq == 0 {
 			return Batch{}, fmt.Errorf("%w: entry %d has no sequence number", ErrMessage, i)
@@ -282,6 +300,17 @@ func DecodeBatch(b []byte) (Batch, error) {
 	return v, nil
 }
 
+// ValidateOutbox checks a batch's outbox name: empty, or an ID.
+func ValidateOutbox(name string) error {
+	if name == "" {
+		return nil
+	}
+	if err := driver.ValidateID("outbox", name); err != nil {
+		return fmt.Errorf("%w: %w", ErrMessage, err)
+	}
+	return nil
+}
+
 // DecodeTraceBatch parses and checks a batch of trigger records.
 func DecodeTraceBatch(b []byte) (TraceBatch, error) {
 	var v TraceBatch
@@ -290,6 +319,9 @@ func DecodeTraceBatch(b []byte) (TraceBatch, error) {
 	}
 	if err := driver.ValidateID("gateway", v.Gateway); err != nil {
 		return TraceBatch{}, fmt.Errorf("%w: %w", ErrMessage, err)
+	}
+	if err := ValidateOutbox(v.Outbox); err != nil {
+		return TraceBatch{}, err
 	}
 	kept := v.Traces[:0]
 	for i, r := range v.Traces {

@@ -116,8 +116,10 @@ type hub struct {
 	results   []uplink.ControlResult
 	traces    []uplink.TraceRecord
 	malformed int
-	// links are the batches' After (-1 when absent), Acked and last seq.
-	links [][3]int64
+	// links are the batches' After (-1 when absent), Acked and last seq;
+	// outboxes the outbox each names.
+	links    [][3]int64
+	outboxes []string
 }
 
 func newHub(tb testing.TB, url string) *hub {
@@ -174,6 +176,7 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 			}
 			if n := len(b.Entries); n > 0 {
 				h.links = append(h.links, [3]int64{after, int64(b.Acked), int64(b.Entries[n-1].Seq)})
+				h.outboxes = append(h.outboxes, b.Outbox)
 			}
 			for _, e := range b.Entries {
 				h.received++

@@ -29,6 +29,14 @@ type Source interface {
 	OutboxLen() int
 }
 
+// OutboxNamer names an outbox (uplink.Batch.Outbox). When the Source
+// implements it (*store.DB does), batches carry the name and acks about
+// another outbox are ignored: a gateway whose store was replaced under
+// the same ID must not delete its entries on acks meant for the old one.
+type OutboxNamer interface {
+	OutboxID() string
+}
+
 // ControlMemory keeps control answers across restarts. When the Source
 // implements it (*store.DB does), a request the hub sends again after
 // the gateway restarted is answered from it rather than carried out a
@@ -188,6 +196,7 @@ type Stats struct {
 	ControlErrors  uint64 // answered with ok=false
 	ControlDropped uint64 // dropped: queue full, or not this gateway's topic
 	ControlRepeats uint64 // requests the hub sent again, answered from memory
+	ForeignAcks    uint64 // acks about another outbox of this gateway, ignored
 	TraceRecords   uint64 // trigger records published, resends included
 	TraceAcked     uint64 // trigger records deleted after the hub's acks
 }
@@ -199,6 +208,10 @@ type Uplink struct {
 	topics  uplink.Topics
 	log     *slog.Logger
 	started time.Time
+	outbox  string // the Source's OutboxNamer name, if it has one
+	// hubNames is set by the first ack naming outbox: the hub names the
+	// outboxes its acks are about.
+	hubNames atomic.Bool
 
 	wake     chan struct{} // Notify
 	connEv   chan struct{} // the connection went up or down
@@ -224,7 +237,12 @@ func New(opts Options) (*Uplink, error) {
 	if err := opts.withDefaults(); err != nil {
 		return nil, err
 	}
+	var outbox string
+	if n, ok := opts.Source.(OutboxNamer); ok {
+		outbox = n.OutboxID()
+	}
 	return &Uplink{
+		outbox:   outbox,
 		opts:     opts,
 		topics:   uplink.Topics{Prefix: opts.Prefix},
 		log:      opts.Logger.With("component", "uplink", "gateway", opts.Gateway),
@@ -384,6 +402,17 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 		return
 	}
 	if a.Traces != nil {
+		// That the hub takes records holds whichever store it counts.
+		u.tracesOK.Store(true)
+	}
+	if !u.ours(a.Outbox) {
+		// Meant for the store this one replaced (sent before the hub
+		// heard from this one): its seqs count another outbox.
+		u.log.Debug("ack about another outbox ignored", "outbox", a.Outbox, "upto", a.Upto)
+		u.update(func(s *Stats) { s.ForeignAcks++ })
+		return
+	}
+	if a.Traces != nil {
 		u.onTraceAck(*a.Traces)
 	}
 	upto := min(a.Upto, u.maxSent.Load())
@@ -394,6 +423,25 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 		}
 	}
 	signal(u.ackEv)
+}
+
+// ours says whether an ack naming outbox counts this uplink's store. A
+// gateway that names none takes every ack; one that does takes acks
+// naming it, and unnamed ones only until the hub has shown it names
+// outboxes (an unnamed ack from such a hub is about a gateway before
+// names: the store this one replaced).
+func (u *Uplink) ours(outbox string) bool {
+	switch {
+	case u.outbox == "" || outbox == u.outbox:
+		if outbox != "" {
+			u.hubNames.Store(true)
+		}
+		return true
+	case outbox == "":
+		return !u.hubNames.Load()
+	default:
+		return false
+	}
 }
 
 // onControl handles the control topic: it queues the payload for
@@ -425,9 +473,11 @@ func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
 			res, again := done.get(ctx, controlID(b))
 			if !again {
 				res = u.control(ctx, b)
-				// A request that failed because Run is stopping was not
-				// carried out: the hub's repeat after the restart is.
-				if res.Code != CodeInvalid && (res.OK || ctx.Err() == nil) {
+				// Every answer is kept, a failure too: a request cut
+				// short by Run stopping may have acted before it failed,
+				// and the hub hearing "failed" is better than the
+				// request acting twice.
+				if res.Code != CodeInvalid {
 					done.put(ctx, res)
 				}
 			}
@@ -451,10 +501,11 @@ func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
 // memory is where serveControls keeps its answers: the Source when it
 // can keep them across restarts, else memory.
 func (u *Uplink) memory() answers {
+	mem := newAnswered(recentControls)
 	if m, ok := u.opts.Source.(ControlMemory); ok {
-		return &durableAnswers{m: m, log: u.log}
+		return &durableAnswers{m: m, mem: mem, log: u.log}
 	}
-	return newAnswered(recentControls)
+	return mem
 }
 
 // answers remembers control results by request ID.
@@ -499,18 +550,21 @@ func (a *answered) put(_ context.Context, r uplink.ControlResult) {
 	a.res[r.ID] = r
 }
 
-// durableAnswers keeps answers in a ControlMemory. It is written after
-// the request is carried out: a gateway killed between the two carries
-// the request out again when the hub repeats it, which is why the
-// agent's controls are idempotent in themselves where they can be.
+// durableAnswers keeps answers in a ControlMemory, and in memory too, so
+// that a store that cannot keep one still answers the repeats of this
+// run. It is written after the request is carried out: a gateway killed
+// between the two carries the request out again when the hub repeats
+// it, which is why the agent's controls are idempotent in themselves
+// where they can be.
 type durableAnswers struct {
 	m   ControlMemory
+	mem *answered
 	log *slog.Logger
 }
 
 func (d *durableAnswers) get(ctx context.Context, id string) (uplink.ControlResult, bool) {
-	if id == "" {
-		return uplink.ControlResult{}, false
+	if r, ok := d.mem.get(ctx, id); ok || id == "" {
+		return r, ok
 	}
 	b, ok, err := d.m.RecallControl(ctx, id)
 	if err != nil {
@@ -527,6 +581,7 @@ func (d *durableAnswers) get(ctx context.Context, id string) (uplink.ControlResu
 }
 
 func (d *durableAnswers) put(ctx context.Context, r uplink.ControlResult) {
+	d.mem.put(ctx, r)
 	if r.ID == "" {
 		return
 	}

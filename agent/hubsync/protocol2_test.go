@@ -39,6 +39,49 @@ func TestBatchesChainFromWhatWasSent(t *testing.T) {
 	}
 }
 
+// TestAckAboutAnotherOutboxIgnored: batches name the store's outbox,
+// and an ack naming another (meant for the store this one replaced)
+// deletes nothing; one naming none is taken from a hub that has not
+// named outboxes (an older hub), and ignored once it has (it is about a
+// replaced store that named none).
+func TestAckAboutAnotherOutboxIgnored(t *testing.T) {
+	b := brokertest.Start(t)
+	h := newHub(t, b.URL())
+	w := newWorld(t)
+	w.steps(2, 6)
+	u, _ := start(t, testOptions(b.URL(), w))
+	h.waitFor("6 entries", h.has(6))
+	own := w.db.OutboxID()
+	h.mu.Lock()
+	for i, o := range h.outboxes {
+		if o != own || own == "" {
+			t.Errorf("batch %d names outbox %q, want the store's %q", i, o, own)
+		}
+	}
+	h.mu.Unlock()
+
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 6, Outbox: "0123456789abcdef"})
+	waitStats(t, u, "the foreign ack counted", func(s Stats) bool { return s.ForeignAcks == 1 })
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 2})
+	s := waitStats(t, u, "2 acked", func(s Stats) bool { return s.Acked == 2 })
+	if s.Backlog != 4 {
+		t.Errorf("backlog %d after the foreign ack and an ack of 2, want 4", s.Backlog)
+	}
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 6, Outbox: own})
+	waitStats(t, u, "all acked", func(s Stats) bool { return s.Backlog == 0 })
+
+	w.steps(1, 3)
+	u.Notify()
+	h.waitFor("9 entries", h.has(9))
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 9})
+	waitStats(t, u, "the unnamed ack counted as foreign", func(s Stats) bool { return s.ForeignAcks == 2 })
+	if s := u.Stats(); s.Backlog != 3 {
+		t.Errorf("backlog %d after an unnamed ack from a hub that names outboxes, want 3", s.Backlog)
+	}
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 9, Outbox: own})
+	waitStats(t, u, "all acked", func(s Stats) bool { return s.Backlog == 0 })
+}
+
 // TestRepeatedControlCarriedOutOnce: the hub sends a request again until
 // it hears back; the gateway answers a repeat with the first result and
 // does not act again (a retry or a trigger twice would be a second

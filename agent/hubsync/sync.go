@@ -237,7 +237,7 @@ func (s *sender) fill(ctx context.Context) {
 // is what the hub has acknowledged so far.
 func (u *Uplink) encodeBatch(es []store.OutboxEntry, after, acked uint64) ([]byte, int, error) {
 	for n := len(es); ; n /= 2 {
-		b := uplink.Batch{Gateway: u.opts.Gateway, Entries: make([]uplink.Entry, n), After: &after, Acked: acked}
+		b := uplink.Batch{Gateway: u.opts.Gateway, Entries: make([]uplink.Entry, n), After: &after, Acked: acked, Outbox: u.outbox}
 		for i, e := range es[:n] {
 			b.Entries[i] = uplink.Entry(e)
 		}

@@ -33,7 +33,7 @@ type traceSender struct {
 // one: records are bounded far below it) and says how many that is.
 func (u *Uplink) encodeTraces(rs []store.TraceLogEntry) ([]byte, int, error) {
 	for n := len(rs); ; n /= 2 {
-		b := uplink.TraceBatch{Gateway: u.opts.Gateway, Traces: make([]uplink.TraceRecord, n)}
+		b := uplink.TraceBatch{Gateway: u.opts.Gateway, Traces: make([]uplink.TraceRecord, n), Outbox: u.outbox}
 		for i, r := range rs[:n] {
 			b.Traces[i] = uplink.TraceRecord{
 				Seq: r.Seq, RequestID: r.RequestID, At: r.At, Via: r.Via, Scene: r.Scene, Source: r.Source,
