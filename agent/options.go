@@ -156,6 +156,9 @@ type HubOptions struct {
 	Username string
 	Password string
 	TLS      *tls.Config
+	// ClientID is the MQTT client ID on the hub's broker; default
+	// "sortie-gw-" + the gateway ID. A NATS cluster refuses a "." in it.
+	ClientID string
 	// Prefix is the hub's topic prefix (default "sortie").
 	Prefix string
 	// OutboxMax bounds the events kept while the hub is unreachable;

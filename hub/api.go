@@ -70,6 +70,8 @@ type Backing interface {
 type Backend interface {
 	// Connected reports whether the hub's link to its gateways is up.
 	Connected() bool
+	// Health says whether the hub can do its work (see Service.Health).
+	Health(ctx context.Context) Health
 	// Control sends a request to a gateway and waits for its result.
 	Control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error)
 	// Watch streams updates after each commit (see Service.Watch).
@@ -204,12 +206,13 @@ func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
-	status, code := "ok", http.StatusOK
-	if !a.svc.Connected() {
-		status, code = "broker_unavailable", http.StatusServiceUnavailable
+func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
+	h := a.svc.Health(r.Context())
+	code := http.StatusOK
+	if h.Status != "ok" {
+		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, map[string]any{"status": status, "broker": a.svc.Connected()})
+	writeJSON(w, code, h)
 }
 
 // GatewayView is a gateway in GET /api/gateways: what the store knows,

@@ -54,7 +54,7 @@ func TestClusterChaos(t *testing.T) {
 	nGW, seconds := envInt("SORTIE_CHAOS_GATEWAYS", 200), envInt("SORTIE_CHAOS_SECONDS", 30)
 	bin := buildHub(t)
 	gws := make([]string, nGW)
-	var users []clustertest.User
+	users := []clustertest.User{hubNATSUser()}
 	for i := range gws {
 		gws[i] = fmt.Sprintf("gw%03d", i)
 		users = append(users, gatewayUser(gws[i]))
@@ -329,6 +329,7 @@ func startHubProc(t *testing.T, bin, name string, n *clustertest.NATS, pg *clust
 listen = %q
 token = %q
 control_timeout = "30s"
+control_resend = "500ms"
 [log]
 level = "info"
 [cluster]
@@ -339,8 +340,7 @@ nats_password = %q
 postgres = %q
 replicas = 3
 ack_wait = "5s"
-control_resend = "500ms"
-`, addr, chaosToken, n.ClientURLs(), n.User, n.Password, pg.DSN())
+`, addr, chaosToken, n.ClientURLs(), hubNATSUser().Name, hubNATSUser().Password, pg.DSN())
 	if err := os.WriteFile(h.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

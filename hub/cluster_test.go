@@ -49,9 +49,21 @@ func gatewayUser(gw string) clustertest.User {
 	}
 }
 
+// hubNATSUser is the replicas' NATS user, with only the permissions
+// configs/nats.conf gives it (TestNATSExampleConfig holds the two to
+// each other), so that the cluster tests fail when the hub needs more.
+func hubNATSUser() clustertest.User {
+	return clustertest.User{
+		Name: "hub", Password: "pw-hub-replicas",
+		Publish:         []string{"$JS.API.>", "$JS.ACK.>", "sortie.hub.>"},
+		Subscribe:       []string{"_INBOX.>", "sortie.hub.>"},
+		ConnectionTypes: []string{"STANDARD"},
+	}
+}
+
 func startCluster(t *testing.T, nodes, replicas int, gateways []string) *cluster {
 	t.Helper()
-	var users []clustertest.User
+	users := []clustertest.User{hubNATSUser()}
 	for _, gw := range gateways {
 		users = append(users, gatewayUser(gw))
 	}
@@ -76,7 +88,7 @@ func (c *cluster) startReplica(t *testing.T, gateways []string) *clusterReplica 
 	}
 	svc := NewService(st, ServiceOptions{
 		Cluster: &ClusterOptions{
-			NATS: c.nats.ClientURLs(), User: c.nats.User, Password: c.nats.Password,
+			NATS: c.nats.ClientURLs(), User: hubNATSUser().Name, Password: hubNATSUser().Password,
 			Replicas: min(3, len(c.nats.Nodes)), AckWait: 5 * time.Second,
 		},
 		ControlTimeout: 20 * time.Second, ControlResend: 250 * time.Millisecond,
@@ -363,6 +375,23 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 			}
 		}
 		g.ctl.mu.Unlock()
+	}
+	// With the user configs/nats.conf gives the hub, nothing was refused
+	// (a refused stream ack only shows here, and in redeliveries).
+	for i, r := range c.replicas {
+		if h := r.svc.Health(context.Background()); h.Status != "ok" {
+			t.Errorf("replica %d: health %+v", i, h)
+		}
+	}
+	// A replica whose database is away says so to a load balancer.
+	if err := c.pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if h := c.replicas[0].svc.Health(context.Background()); h.Status != "store_unavailable" {
+		t.Errorf("health with PostgreSQL stopped: %+v", h)
+	}
+	if err := c.pg.Start(); err != nil {
+		t.Fatal(err)
 	}
 }
 

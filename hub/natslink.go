@@ -121,6 +121,8 @@ type natsLink struct {
 	nc        atomic.Pointer[nats.Conn]
 	ready     atomic.Bool // streams, consumers and subscriptions in place
 	resetting atomic.Bool // a set-up after a lost consumer is running
+	// denied is the latest permission NATS refused the hub, and when.
+	denied atomic.Pointer[denial]
 
 	// broadcast and resync hand the feed to this replica's watchers.
 	broadcast func(Update)
@@ -131,6 +133,25 @@ type natsLink struct {
 	mu    sync.Mutex
 	peers map[string]peer // by replica ID
 	stops []func()
+}
+
+// denial is a permission violation NATS reported.
+type denial struct {
+	err string
+	at  time.Time
+}
+
+// deniedFor is how long a permission violation keeps a replica
+// unhealthy: a violation on acks or controls recurs every few seconds
+// while the permission is missing, and a fixed one stops recurring.
+const deniedFor = 30 * time.Second
+
+func (l *natsLink) problem() string {
+	d := l.denied.Load()
+	if d == nil || l.now().Sub(d.at) > deniedFor {
+		return ""
+	}
+	return d.err + " (the hub's NATS user needs the permissions in docs/cluster.md, Permissions)"
 }
 
 // feedMsg is an update on the feed subject: from replica R, its Seq-th;
@@ -186,6 +207,13 @@ func (l *natsLink) start(ctx context.Context, deliver func(inboundRaw), ready fu
 				l.gap("slow consumer")
 				return
 			}
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				// A permission the hub needs, refused: acks or controls
+				// go nowhere, which nothing else would say.
+				l.denied.Store(&denial{err: err.Error(), at: l.now()})
+				l.log.Error("NATS refuses the hub's user a permission it needs; see docs/cluster.md, Permissions", "user", l.opts.User, "err", err)
+				return
+			}
 			l.log.Warn("nats", "err", err)
 		}),
 	}
@@ -238,6 +266,16 @@ func (l *natsLink) setup(ctx context.Context, nc *nats.Conn, deliver func(inboun
 			l.gap("feed subscribed")
 			ready()
 			return
+		}
+		if !nc.IsConnected() {
+			// The set-up's own error ("connection closed", a deadline)
+			// hides why: the connection's last error names it (a wrong
+			// password is an "Authorization Violation").
+			why := "no server answers"
+			if last := nc.LastError(); last != nil {
+				why = last.Error()
+			}
+			err = fmt.Errorf("not connected to NATS at %s (%s): %w", l.opts.NATS, why, err)
 		}
 		l.log.Warn("cluster set-up failed; retrying", "err", err)
 		select {

@@ -81,17 +81,46 @@ func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	s := &PGStore{pool: pool, timeout: 30 * time.Second}
-	for _, q := range pgSchema {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("create hub tables: %w", err)
-		}
+	if err := s.createTables(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("create hub tables: %w", err)
 	}
 	return s, nil
 }
 
+// schemaLock is the advisory lock replicas creating the tables take:
+// two running CREATE TABLE IF NOT EXISTS at once can collide in the
+// catalogue (a unique violation on pg_type) although both mean the same.
+const schemaLock = pruneLock + 1
+
+func (s *PGStore) createTables(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
+		return err
+	}
+	for _, q := range pgSchema {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
 // Close closes the connections.
 func (s *PGStore) Close() error { s.pool.Close(); return nil }
+
+// Ping says whether the database answers, for /healthz: a replica whose
+// database is away stores nothing, and a load balancer should say so.
+func (s *PGStore) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgresql: %w", err)
+	}
+	return nil
+}
 
 // size is the database's size on disk for /metrics; 0 when it does not
 // answer within a second (a scrape must not hang on a restarting server).
@@ -104,9 +133,6 @@ func (s *PGStore) size() int64 {
 	}
 	return n
 }
-
-// Ping checks the database answers.
-func (s *PGStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 func (s *PGStore) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.timeout)

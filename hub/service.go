@@ -118,6 +118,9 @@ type transport interface {
 	// request); wait reports when the link has taken it.
 	publish(topic string, payload []byte) (wait func(context.Context) error)
 	connected() bool
+	// problem is what keeps the link from working although connected
+	// (NATS refusing a permission the hub needs), or "".
+	problem() string
 	close()
 	// share, when not nil, sends an update to every replica's watchers
 	// (their own included, through watch); nil: the service is alone.
@@ -182,6 +185,41 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Connected reports whether the link to the gateways is up.
 func (s *Service) Connected() bool {
 	return s.link != nil && s.link.connected()
+}
+
+// Health is what /healthz says of a hub process.
+type Health struct {
+	// Status is ok, broker_unavailable, nats_permission_denied or
+	// store_unavailable.
+	Status  string `json:"status"`
+	Broker  bool   `json:"broker"`
+	Message string `json:"message,omitempty"`
+}
+
+// healthWait bounds the store's answer to a health check.
+const healthWait = 2 * time.Second
+
+// Health says whether the hub can do its work: its link to the gateways
+// up and working, and its store answering (when the store can be asked:
+// PostgreSQL; a bbolt file in the process always answers).
+func (s *Service) Health(ctx context.Context) Health {
+	h := Health{Status: "ok", Broker: s.Connected()}
+	if !h.Broker {
+		h.Status = "broker_unavailable"
+		return h
+	}
+	if p := s.link.problem(); p != "" {
+		h.Status, h.Message = "nats_permission_denied", p
+		return h
+	}
+	if p, ok := s.st.(interface{ Ping(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(ctx, healthWait)
+		defer cancel()
+		if err := p.Ping(ctx); err != nil {
+			h.Status, h.Message = "store_unavailable", err.Error()
+		}
+	}
+	return h
 }
 
 const tokenWait = 10 * time.Second
@@ -267,6 +305,8 @@ func (l *mqttLink) connected() bool {
 	c := l.client.Load()
 	return c != nil && c.Connected()
 }
+
+func (l *mqttLink) problem() string { return "" }
 
 func (l *mqttLink) close() {
 	if c := l.client.Load(); c != nil {
@@ -555,11 +595,13 @@ type pendingAck struct {
 	hasTraces    bool
 }
 
-// about returns a for the store named outbox: what it holds for another
-// store counts other seqs and is dropped (a later ack makes up for it).
+// about returns a for the store named outbox: the counts it holds for
+// another store are other seqs and are dropped (a later ack makes up for
+// them), but not that the hub takes records: a gateway sends none until
+// an ack says so, and the hub says it only when the gateway comes online.
 func (a pendingAck) about(outbox string) pendingAck {
 	if a.outbox != outbox {
-		return pendingAck{outbox: outbox}
+		return pendingAck{outbox: outbox, hasTraces: a.hasTraces}
 	}
 	return a
 }

@@ -118,6 +118,8 @@ type SimulatorConfig struct {
 // HubConfig connects the agent to a hub (store-and-forward sync).
 type HubConfig struct {
 	URL string `toml:"url"` // "" disables sync
+	// ClientID defaults to "sortie-gw-" + the gateway ID.
+	ClientID string `toml:"client_id"`
 	// Username defaults to the gateway ID, which is what the hub's ACL
 	// expects.
 	Username     string `toml:"username"`
@@ -314,6 +316,11 @@ func (c Config) Validate(file string) error {
 		}
 		if c.Hub.Prefix == "" || strings.ContainsAny(c.Hub.Prefix, "+#") {
 			bad("hub.prefix", "%q must be non-empty and without wildcards", c.Hub.Prefix)
+		}
+		if c.Hub.ClientID != "" {
+			if err := driver.ValidateID("client id", c.Hub.ClientID); err != nil {
+				bad("hub.client_id", "%v", err)
+			}
 		}
 		if c.Hub.Heartbeat <= 0 {
 			bad("hub.heartbeat", "must be positive")

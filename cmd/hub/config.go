@@ -200,6 +200,9 @@ func (c Config) Validate(file string) error {
 	if c.Prefix == "" || strings.ContainsAny(c.Prefix, "+#") || strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") {
 		return bad("prefix", "%q must be non-empty, without wildcards or a leading/trailing '/'", c.Prefix)
 	}
+	if k := c.Cluster; !k.Enabled && (k.NATS != "" || k.Postgres != "" || k.PostgresFile != "" || k.NATSPassword != "" || k.NATSPasswordFile != "") {
+		return bad("cluster.enabled", "[cluster] is filled in but not enabled: add enabled = true for the cluster mode, or remove [cluster] for the single hub")
+	}
 	b := c.Broker
 	switch {
 	case c.Cluster.Enabled:

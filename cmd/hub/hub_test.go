@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,6 +47,28 @@ func TestShippedConfigValidates(t *testing.T) {
 	}
 }
 
+// TestValidateReadsTheClusterSecrets: a secret file run would fail to
+// read is named by validate, not found only at start.
+func TestValidateReadsTheClusterSecrets(t *testing.T) {
+	base := "[http]\ntoken = \"0123456789abcdef0123\"\n[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\n"
+	for _, tc := range []struct{ name, body, want string }{
+		{"nats password file missing", base + "nats_password_file = \"nope.secret\"\npostgres = \"postgres://h/db\"\n", "cluster.nats_password_file"},
+		{"postgres file missing", base + "nats_password = \"x\"\npostgres_file = \"nope.dsn\"\n", "cluster.postgres_file"},
+		{"everything there", base + "nats_password = \"x\"\npostgres = \"postgres://h/db\"\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(context.Background(), []string{"validate", "-config", writeConfig(t, tc.body)}, nil, &out, &errb)
+			switch {
+			case tc.want == "" && code != 0:
+				t.Fatalf("exit %d: %s", code, errb.String())
+			case tc.want != "" && (code == 0 || !strings.Contains(errb.String(), tc.want)):
+				t.Fatalf("exit %d, stderr %q; want a failure naming %s", code, errb.String(), tc.want)
+			}
+		})
+	}
+}
+
 func mustMarshal(t *testing.T, v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -81,6 +104,7 @@ func TestConfigErrors(t *testing.T) {
 		{"cluster without postgres", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\n", "cluster.postgres"},
 		{"cluster fetching more than it may hold", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\npostgres = \"postgres://h/db\"\nfetch = 9000\n", "cluster.fetch"},
 		{"cluster with 2 replicas", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\npostgres = \"postgres://h/db\"\nreplicas = 2\n", "cluster.replicas"},
+		{"cluster filled in but not enabled", "[cluster]\nnats = \"nats://n1:4222\"\nnats_password = \"x\"\npostgres = \"postgres://h/db\"\n", "cluster.enabled"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,4 +282,22 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestStartingHubAnswersWhy: while the store is awaited, /healthz is a
+// 503 saying what the hub waits for, and the API a JSON error, never a
+// refused connection or a plain-text page.
+func TestStartingHubAnswersWhy(t *testing.T) {
+	front := &starting{}
+	front.wait("waiting for PostgreSQL: connection refused")
+	for _, tc := range []struct{ path, want string }{
+		{"/healthz", `"status":"store_unavailable"`},
+		{"/api/gateways", `"code":"starting"`},
+	} {
+		rec := httptest.NewRecorder()
+		front.ServeHTTP(rec, httptest.NewRequest("GET", tc.path, nil))
+		if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, tc.want) || !strings.Contains(body, "waiting for PostgreSQL") {
+			t.Errorf("%s while starting: %d %s", tc.path, rec.Code, body)
+		}
+	}
 }

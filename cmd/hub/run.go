@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -22,6 +24,7 @@ import (
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/cli"
 	"github.com/sortie-edge/sortie/internal/conf"
+	"github.com/sortie-edge/sortie/internal/httpjson"
 )
 
 // onListening, when set (by tests), learns the bound addresses.
@@ -48,7 +51,11 @@ func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
 		return err
 	}
 	// Flags override the file.
+	var unused []string
 	fs.Visit(func(f *flag.Flag) {
+		if cfg.Cluster.Enabled && slices.Contains([]string{"data-dir", "broker-listen", "broker-url"}, f.Name) {
+			unused = append(unused, "-"+f.Name)
+		}
 		switch f.Name {
 		case "data-dir":
 			cfg.DataDir = *dataDir
@@ -64,6 +71,9 @@ func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
 			cfg.Log.Format = *logFormat
 		}
 	})
+	if len(unused) > 0 {
+		return &usageError{Msg: fmt.Sprintf("%s: not used in the cluster mode ([cluster] enabled in %s), where gateways connect to NATS and the store is PostgreSQL", strings.Join(unused, ", "), *path)}
+	}
 	if err := cfg.Validate(*path); err != nil {
 		return err
 	}
@@ -90,11 +100,55 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	if err != nil {
 		return err
 	}
+	// HTTP first: while the store is awaited (PostgreSQL starting), a
+	// load balancer's /healthz gets a 503 that says why, not a refused
+	// connection.
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http listen: %w", err)
+	}
+	front := &starting{}
+	srv := &http.Server{Handler: front, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	log.Info("http listening", "addr", ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("http shutdown: %w", err)
+		}
+		return nil
+	})
+	err = runHub(gctx, cfg, log, token, front, srv, ln.Addr().String())
+	cancel()
+	if werr := g.Wait(); err == nil {
+		err = werr
+	}
+	log.Info("hub stopped", "err", err)
+	return err
+}
+
+// runHub opens the store, starts the broker or the cluster link, and runs
+// the service until ctx ends, front serving the API once it is ready.
+func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, front *starting, srv *http.Server, httpAddr string) (rerr error) {
 	var st hub.Backing
+	var err error
 	if cfg.Cluster.Enabled {
-		st, err = openPG(ctx, cfg, log)
+		st, err = openPG(ctx, cfg, log, front)
 	} else {
 		st, err = hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{})
+	}
+	if ctx.Err() != nil {
+		return nil // stopped while waiting: not an error
 	}
 	if err != nil {
 		return err
@@ -108,7 +162,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	if err := st.Register(time.Now(), ids...); err != nil {
 		return err
 	}
-
 	sopts := hub.ServiceOptions{
 		ClientID: cfg.Identity.ClientID, Username: cfg.Identity.Username, Prefix: cfg.Prefix,
 		ControlTimeout: cfg.HTTP.ControlTimeout.D(), ControlResend: cfg.HTTP.ControlResend.D(),
@@ -150,42 +203,44 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	}
 	svc := hub.NewService(st, sopts)
 	api := hub.NewAPI(svc, hub.APIOptions{Token: token, Logger: log.With("component", "api")})
-
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("http listen: %w", err)
-	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	srv.RegisterOnShutdown(api.Close)
-	log.Info("http listening", "addr", ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/")
+	front.ready(api)
 	if onListening != nil {
-		onListening(ln.Addr().String(), brokerAddr)
+		onListening(httpAddr, brokerAddr)
 	}
+	return svc.Run(ctx)
+}
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return svc.Run(gctx) })
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("http: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			return fmt.Errorf("http shutdown: %w", err)
-		}
-		return nil
-	})
-	err = g.Wait()
-	log.Info("hub stopped", "err", err)
-	return err
+// starting is the HTTP handler while the hub starts: 503 to everything,
+// saying what it waits for, until ready hands it the API.
+type starting struct {
+	api     atomic.Pointer[hub.API]
+	waiting atomic.Pointer[string]
+}
+
+func (s *starting) ready(api *hub.API) { s.api.Store(api) }
+
+func (s *starting) wait(why string) { s.waiting.Store(&why) }
+
+func (s *starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if api := s.api.Load(); api != nil {
+		api.ServeHTTP(w, r)
+		return
+	}
+	msg := "starting"
+	if why := s.waiting.Load(); why != nil {
+		msg = *why
+	}
+	w.Header().Set("Retry-After", "1")
+	if r.URL.Path == "/healthz" {
+		httpjson.Write(w, http.StatusServiceUnavailable, hub.Health{Status: "store_unavailable", Message: msg}, false)
+		return
+	}
+	httpjson.WriteError(w, http.StatusServiceUnavailable, "starting", "the hub is starting: "+msg, false)
 }
 
 // openPG opens the cluster's shared store.
-func openPG(ctx context.Context, cfg Config, log *slog.Logger) (*hub.PGStore, error) {
+func openPG(ctx context.Context, cfg Config, log *slog.Logger, front *starting) (*hub.PGStore, error) {
 	dsn, err := cfg.secret(cfg.Cluster.Postgres, cfg.Cluster.PostgresFile)
 	if err != nil {
 		return nil, fmt.Errorf("cluster.postgres_file: %w", err)
@@ -199,6 +254,7 @@ func openPG(ctx context.Context, cfg Config, log *slog.Logger) (*hub.PGStore, er
 			return st, err
 		}
 		log.Warn("waiting for PostgreSQL", "attempt", attempt, "err", err)
+		front.wait("waiting for PostgreSQL: " + err.Error())
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -37,6 +37,14 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 		}
 	}
 	if cfg.Cluster.Enabled {
+		// What run reads before it connects: a file missing is a
+		// mistake validate can name.
+		if _, err := clusterOptions(cfg); err != nil {
+			return err
+		}
+		if _, err := cfg.secret(cfg.Cluster.Postgres, cfg.Cluster.PostgresFile); err != nil {
+			return fmt.Errorf("cluster.postgres_file: %w", err)
+		}
 		_, err = fmt.Fprintf(stdout, "%s: ok (cluster mode: gateways log in to NATS)\n", *path)
 		return err
 	}
