@@ -321,7 +321,11 @@ func (a *applier) batch(m *Inbound) error {
 		default:
 			// A late event fills (part of) a gap; the summary stays with
 			// the newest event.
+			before := len(ms.Gaps)
 			ms.Gaps = fillGap(ms.Gaps, seq)
+			if len(ms.Gaps) < before {
+				g.GapsFilled++
+			}
 			a.res.Late++
 		}
 	}

@@ -67,10 +67,14 @@ type Gateway struct {
 	Outbox   string `json:"outbox,omitempty"`
 	Protocol int    `json:"protocol,omitempty"`
 	TraceSeq uint64 `json:"trace_seq,omitempty"`
-	// Counters since the gateway was first seen.
+	// Counters since the gateway was first seen. GapsFilled counts the
+	// gaps that the missing events filled later (they arrived out of
+	// order: a resend, or in the cluster mode another replica's batch
+	// committed after this one's).
 	Events     uint64 `json:"events"`
 	Duplicates uint64 `json:"duplicates"`
 	Gaps       uint64 `json:"gaps"`
+	GapsFilled uint64 `json:"gaps_filled,omitempty"`
 }
 
 // Mission is the hub's record of one mission of one gateway.

@@ -177,6 +177,10 @@ func TestIngest(t *testing.T) {
 			if g.Events != uint64(tc.want.stored) || g.Duplicates != uint64(tc.want.dups) {
 				t.Errorf("gateway counters events=%d dups=%d, want %d %d", g.Events, g.Duplicates, tc.want.stored, tc.want.dups)
 			}
+			// A gap every missing event later arrived for counts as filled.
+			if wantFilled := map[bool]uint64{true: g.Gaps, false: 0}[len(tc.want.gaps) == 0]; g.GapsFilled != wantFilled {
+				t.Errorf("gateway counts %d gaps, %d filled; want %d filled", g.Gaps, g.GapsFilled, wantFilled)
+			}
 		})
 	}
 }

@@ -218,7 +218,9 @@ function gatewayInfo(g) {
   const meta = el("div", "version " + (g.version || "?") + " · heartbeat ", "meta");
   meta.append(timeEl("span", g.last_heartbeat), " · backlog " + (hb.backlog ?? "?") + " · active " + (hb.active_missions ?? "?"));
   out.push(meta);
-  out.push(el("div", "events " + g.events + " · duplicates " + g.duplicates + " · gaps " + g.gaps, "meta"));
+  const filled = g.gaps_filled || 0;
+  out.push(el("div", "events " + g.events + " · duplicates " + g.duplicates + " · gaps " + g.gaps +
+    (filled ? " (" + (filled === g.gaps ? "all" : filled) + " filled since)" : ""), "meta"));
   const failed = state.failed.get(g.id) || 0;
   const f = el("a", failed + " failed in the last 24 h", "failed" + (failed ? " bad" : ""));
   f.href = "#";
