@@ -169,11 +169,17 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusServiceUnavailable, "broker_unavailable"
 	case errors.Is(err, ErrTimeout):
 		status, code = http.StatusGatewayTimeout, "control_timeout"
+	case unreachable(err):
+		status, code = http.StatusServiceUnavailable, "store_unavailable"
 	}
 	msg := err.Error()
-	if status == http.StatusInternalServerError {
+	switch code {
+	case "internal":
 		a.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error"
+	case "store_unavailable":
+		a.log.Warn("api request failed: the database does not answer", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "the hub's database does not answer; try again shortly"
 	}
 	writeError(w, status, code, msg)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -389,6 +391,15 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 	}
 	if h := c.replicas[0].svc.Health(context.Background()); h.Status != "store_unavailable" {
 		t.Errorf("health with PostgreSQL stopped: %+v", h)
+	}
+	api := NewAPI(c.replicas[0].svc, APIOptions{Token: testToken})
+	defer api.Close()
+	req := httptest.NewRequest("GET", "/api/missions", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	rec := httptest.NewRecorder()
+	api.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"store_unavailable"`) {
+		t.Errorf("a read with PostgreSQL stopped: %d %s", rec.Code, rec.Body.String())
 	}
 	if err := c.pg.Start(); err != nil {
 		t.Fatal(err)

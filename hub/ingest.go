@@ -40,8 +40,9 @@ type GapReport struct {
 type Result struct {
 	// Stored counts new events; Duplicates counts events already stored.
 	Stored, Duplicates int
-	// Late counts stored events that filled an earlier gap.
-	Late int
+	// Late counts stored events that filled an earlier gap, GapsFilled
+	// the gaps they completed.
+	Late, GapsFilled int
 	// Gaps are the gaps detected by this call.
 	Gaps []GapReport
 	// Acks maps each gateway that sent batches to what its ack says:
@@ -325,6 +326,7 @@ func (a *applier) batch(m *Inbound) error {
 			ms.Gaps = fillGap(ms.Gaps, seq)
 			if len(ms.Gaps) < before {
 				g.GapsFilled++
+				a.res.GapsFilled++
 			}
 			a.res.Late++
 		}

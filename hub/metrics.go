@@ -14,11 +14,11 @@ import (
 type hubMetrics struct {
 	reg *metrics.Registry
 
-	stored, duplicates, gaps, rejected, traces, acks *metrics.Counter
-	controlResends                                   *metrics.Counter
-	lag                                              *metrics.Histogram
-	controls                                         *metrics.CounterVec
-	gateways                                         *metrics.Desc
+	stored, duplicates, gaps, gapsFilled, rejected, traces, acks *metrics.Counter
+	controlResends                                               *metrics.Counter
+	lag                                                          *metrics.Histogram
+	controls                                                     *metrics.CounterVec
+	gateways                                                     *metrics.Desc
 }
 
 // Control results, the values of sortie_hub_controls_total's result.
@@ -37,6 +37,7 @@ func newHubMetrics(s *Service) *hubMetrics {
 		stored:     metrics.NewCounter(ns+"_events_stored_total", "Mission events stored (first copies)."),
 		duplicates: metrics.NewCounter(ns+"_events_duplicate_total", "Mission events received again and not stored (resends)."),
 		gaps:       metrics.NewCounter(ns+"_gaps_total", "Gaps found in a mission's events (compacted ones included)."),
+		gapsFilled: metrics.NewCounter(ns+"_gaps_filled_total", "Gaps the missing events filled later (they arrived out of order)."),
 		rejected:   metrics.NewCounter(ns+"_messages_rejected_total", "Gateway messages refused whole (bad IDs, a body naming another gateway)."),
 		traces:     metrics.NewCounter(ns+"_trace_records_total", "Gateways' trigger records stored (first copies)."),
 		acks:       metrics.NewCounter(ns+"_acks_total", "Acks published to gateways."),
@@ -47,7 +48,7 @@ func newHubMetrics(s *Service) *hubMetrics {
 		controls: metrics.NewCounterVec(ns+"_controls_total", "Control requests, by action and result (ok, failed, offline, timeout, error).", "action", "result"),
 		gateways: metrics.NewDesc(ns+"_gateways", "Gateways known, by state (online, offline, unknown).", metrics.TypeGauge, "state"),
 	}
-	m.reg.MustRegister(m.stored, m.duplicates, m.gaps, m.rejected, m.traces, m.acks, m.controlResends, m.lag, m.controls,
+	m.reg.MustRegister(m.stored, m.duplicates, m.gaps, m.gapsFilled, m.rejected, m.traces, m.acks, m.controlResends, m.lag, m.controls,
 		gatewayStates{desc: m.gateways, st: s.st},
 		metrics.NewGaugeFunc(ns+"_store_bytes", "Size of the hub's database (the bbolt file, or the PostgreSQL database).", func() float64 {
 			if sz, ok := s.st.(interface{ size() int64 }); ok {
@@ -93,6 +94,7 @@ func (m *hubMetrics) observe(res Result, now time.Time) {
 	m.stored.Add(float64(res.Stored))
 	m.duplicates.Add(float64(res.Duplicates))
 	m.gaps.Add(float64(len(res.Gaps)))
+	m.gapsFilled.Add(float64(res.GapsFilled))
 	m.rejected.Add(float64(len(res.Rejected)))
 	m.traces.Add(float64(res.TraceRecords))
 	for _, ms := range res.Missions {

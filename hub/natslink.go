@@ -201,7 +201,15 @@ func (l *natsLink) start(ctx context.Context, deliver func(inboundRaw), ready fu
 		nats.RetryOnFailedConnect(true),
 		// Feed messages missed while away, or dropped as too slow: the
 		// watchers reload rather than show a page that missed updates.
-		nats.ReconnectHandler(func(*nats.Conn) { l.gap("reconnected") }),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if !nc.IsClosed() { // closed: the hub is stopping
+				l.log.Warn("lost the connection to NATS; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			l.log.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
+			l.gap("reconnected")
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub.Subject == l.feedSubject() {
 				l.gap("slow consumer")

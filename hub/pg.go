@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sort"
 	"strings"
 	"time"
@@ -112,6 +114,16 @@ func (s *PGStore) createTables(ctx context.Context) error {
 
 // Close closes the connections.
 func (s *PGStore) Close() error { s.pool.Close(); return nil }
+
+// unreachable says whether err means PostgreSQL could not be reached
+// (down, restarting, a connection cut), rather than that it refused
+// something: the API answers 503 store_unavailable for it, not 500.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
+}
 
 // Ping says whether the database answers, for /healthz: a replica whose
 // database is away stores nothing, and a load balancer should say so.

@@ -154,9 +154,13 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 		return err
 	}
 	defer func() { rerr = errors.Join(rerr, st.Close()) }()
+	// In the cluster mode gateways log in to NATS: [gateways] (the
+	// embedded broker's credentials) names none.
 	ids := make([]string, 0, len(cfg.Gateways))
 	for id := range cfg.Gateways {
-		ids = append(ids, id)
+		if !cfg.Cluster.Enabled {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	if err := st.Register(time.Now(), ids...); err != nil {
