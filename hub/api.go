@@ -169,7 +169,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusServiceUnavailable, "broker_unavailable"
 	case errors.Is(err, ErrTimeout):
 		status, code = http.StatusGatewayTimeout, "control_timeout"
-	case unreachable(err):
+	case errors.Is(err, ErrStoreUnavailable):
 		status, code = http.StatusServiceUnavailable, "store_unavailable"
 	}
 	msg := err.Error()

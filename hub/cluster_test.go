@@ -384,11 +384,17 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 		if h := r.svc.Health(context.Background()); h.Status != "ok" {
 			t.Errorf("replica %d: health %+v", i, h)
 		}
+		if n := r.svc.link.(*natsLink).violations.Load(); n != 0 {
+			t.Errorf("replica %d: NATS refused the hub %d times", i, n)
+		}
 	}
 	// A replica whose database is away says so to a load balancer.
 	if err := c.pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	c.replicas[0].svc.pingMu.Lock()
+	c.replicas[0].svc.pingAt = time.Time{} // the answer cached before the stop is stale
+	c.replicas[0].svc.pingMu.Unlock()
 	if h := c.replicas[0].svc.Health(context.Background()); h.Status != "store_unavailable" {
 		t.Errorf("health with PostgreSQL stopped: %+v", h)
 	}
@@ -434,5 +440,46 @@ func TestClusterRecoversADeletedConsumer(t *testing.T) {
 	drained("after the consumer was deleted")
 	if _, err := js.Consumer(ctx, streamUplink, consumerHub); err != nil {
 		t.Fatalf("the consumer was not made again: %v", err)
+	}
+}
+
+// TestClusterHealthSaysAPermissionIsMissing: a hub user that may not ack
+// the streams stores every message and acks none, which nothing else
+// shows (the messages come back as duplicates): /healthz says so.
+func TestClusterHealthSaysAPermissionIsMissing(t *testing.T) {
+	u := hubNATSUser()
+	u.Publish = []string{"$JS.API.>", "sortie.hub.>"} // no $JS.ACK.>
+	nc := clustertest.StartNATS(t, 1, clustertest.NATSOptions{Users: []clustertest.User{u, gatewayUser("gw-a")}})
+	svc := NewService(testStore(t), ServiceOptions{
+		Cluster: &ClusterOptions{NATS: nc.ClientURLs(), User: u.Name, Password: u.Password, Replicas: 1, AckWait: 5 * time.Second},
+		Logger:  testLogger(t),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("replica: %v", err)
+		}
+	}()
+	select {
+	case <-svc.Ready():
+	case err := <-done:
+		t.Fatalf("replica stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("replica not ready")
+	}
+	g := startSimGateway(t, "gw-a", nc.Nodes[0].MQTTURL(), "")
+	g.step(t, "m1")
+	g.drain(t, time.Now().Add(wait), "")
+	var h Health
+	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) { // the refusal comes back asynchronously
+		if h = svc.Health(context.Background()); h.Status == "nats_permission_denied" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if h.Status != "nats_permission_denied" || !strings.Contains(h.Message, "$JS.ACK") {
+		t.Fatalf("health %+v, want nats_permission_denied naming the refused ack", h)
 	}
 }

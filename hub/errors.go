@@ -20,4 +20,7 @@ var (
 	ErrNotConnected = errors.New("hub not connected to broker")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("store closed")
+	// ErrStoreUnavailable: the cluster mode's PostgreSQL cannot be
+	// reached now (down, restarting, a connection cut); a retry may work.
+	ErrStoreUnavailable = errors.New("database unavailable")
 )

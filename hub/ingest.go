@@ -322,9 +322,8 @@ func (a *applier) batch(m *Inbound) error {
 		default:
 			// A late event fills (part of) a gap; the summary stays with
 			// the newest event.
-			before := len(ms.Gaps)
-			ms.Gaps = fillGap(ms.Gaps, seq)
-			if len(ms.Gaps) < before {
+			var filled bool
+			if ms.Gaps, filled = fillGap(ms.Gaps, seq); filled {
 				g.GapsFilled++
 				a.res.GapsFilled++
 			}
@@ -370,26 +369,38 @@ func (a *applier) batch(m *Inbound) error {
 	return nil
 }
 
-// fillGap removes seq from the gaps, splitting the one it falls in.
-func fillGap(gaps []Gap, seq uint64) []Gap {
+// fillGap removes seq from the gaps, splitting the one it falls in, and
+// says whether that completed a gap as it was detected: its last missing
+// event arrived (the pieces a split leaves keep the gap's Origin).
+func fillGap(gaps []Gap, seq uint64) ([]Gap, bool) {
 	out := gaps[:0:0]
+	found, origin := false, uint64(0)
 	for _, g := range gaps {
 		if seq < g.From || seq > g.To {
 			out = append(out, g)
 			continue
 		}
+		found, origin = true, g.origin()
 		if g.From < seq {
 			l := g
-			l.To = seq - 1
+			l.To, l.Origin = seq-1, origin
 			out = append(out, l)
 		}
 		if seq < g.To {
 			r := g
-			r.From = seq + 1
+			r.From, r.Origin = seq+1, origin
 			out = append(out, r)
 		}
 	}
-	return out
+	if !found {
+		return out, false
+	}
+	for _, g := range out {
+		if g.origin() == origin {
+			return out, false
+		}
+	}
+	return out, true
 }
 
 func (a *applier) gateway(id string, now time.Time) (*Gateway, error) {

@@ -121,8 +121,11 @@ type natsLink struct {
 	nc        atomic.Pointer[nats.Conn]
 	ready     atomic.Bool // streams, consumers and subscriptions in place
 	resetting atomic.Bool // a set-up after a lost consumer is running
-	// denied is the latest permission NATS refused the hub, and when.
-	denied atomic.Pointer[denial]
+	// denied is the latest permission NATS refused the hub, and when;
+	// violations counts them.
+	denied       atomic.Pointer[denial]
+	violations   atomic.Uint64
+	deniedLogged atomic.Int64 // Unix ns of the last one logged
 
 	// broadcast and resync hand the feed to this replica's watchers.
 	broadcast func(Update)
@@ -135,10 +138,13 @@ type natsLink struct {
 	stops []func()
 }
 
-// denial is a permission violation NATS reported.
+// denial is a permission violation NATS reported. A refused
+// subscription is sticky: it is made once, and stays missing until the
+// hub restarts.
 type denial struct {
-	err string
-	at  time.Time
+	err    string
+	at     time.Time
+	sticky bool
 }
 
 // deniedFor is how long a permission violation keeps a replica
@@ -148,7 +154,7 @@ const deniedFor = 30 * time.Second
 
 func (l *natsLink) problem() string {
 	d := l.denied.Load()
-	if d == nil || l.now().Sub(d.at) > deniedFor {
+	if d == nil || !d.sticky && l.now().Sub(d.at) > deniedFor {
 		return ""
 	}
 	return d.err + " (the hub's NATS user needs the permissions in docs/cluster.md, Permissions)"
@@ -217,9 +223,17 @@ func (l *natsLink) start(ctx context.Context, deliver func(inboundRaw), ready fu
 			}
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				// A permission the hub needs, refused: acks or controls
-				// go nowhere, which nothing else would say.
-				l.denied.Store(&denial{err: err.Error(), at: l.now()})
-				l.log.Error("NATS refuses the hub's user a permission it needs; see docs/cluster.md, Permissions", "user", l.opts.User, "err", err)
+				// go nowhere, which nothing else would say. Logged once
+				// per deniedFor: a refused ack recurs at ingest rate.
+				l.violations.Add(1)
+				now := l.now()
+				prev := l.denied.Load()
+				sticky := strings.Contains(err.Error(), "Subscription") || prev != nil && prev.sticky
+				l.denied.Store(&denial{err: err.Error(), at: now, sticky: sticky})
+				if last := l.deniedLogged.Load(); last == 0 || now.Sub(time.Unix(0, last)) > deniedFor {
+					l.deniedLogged.Store(now.UnixNano())
+					l.log.Error("NATS refuses the hub's user a permission it needs; see docs/cluster.md, Permissions", "user", l.opts.User, "err", err)
+				}
 				return
 			}
 			l.log.Warn("nats", "err", err)

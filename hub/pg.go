@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sort"
 	"strings"
 	"time"
@@ -90,39 +89,71 @@ func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
 	return s, nil
 }
 
+// pgObjects are the tables and indexes pgSchema creates.
+var pgObjects = []string{"sortie_gateways", "sortie_missions", "sortie_missions_order", "sortie_missions_finished",
+	"sortie_events", "sortie_traces", "sortie_traces_updated"}
+
 // schemaLock is the advisory lock replicas creating the tables take:
 // two running CREATE TABLE IF NOT EXISTS at once can collide in the
 // catalogue (a unique violation on pg_type) although both mean the same.
 const schemaLock = pruneLock + 1
 
+// createTables runs pgSchema unless every object exists. A CREATE INDEX
+// IF NOT EXISTS locks its table even when the index is there, so a
+// replica starting beside running ones skips it rather than hold up
+// their writes; when it does run, each statement is its own
+// transaction, holding one table's lock at a time (one transaction for
+// all could deadlock with an ingest writing the same tables).
 func (s *PGStore) createTables(ctx context.Context) error {
-	tx, err := s.pool.Begin(ctx)
+	var have int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::text[]) AS n WHERE to_regclass(n) IS NOT NULL`, pgObjects).Scan(&have); err != nil {
+		return err
+	}
+	if have == len(pgObjects) {
+		return nil
+	}
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, schemaLock); err != nil {
 		return err
 	}
+	defer func() { _, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, schemaLock) }()
 	for _, q := range pgSchema {
-		if _, err := tx.Exec(ctx, q); err != nil {
+		if _, err := conn.Exec(ctx, q); err != nil {
 			return err
 		}
 	}
-	return tx.Commit(ctx)
+	return nil
 }
 
 // Close closes the connections.
 func (s *PGStore) Close() error { s.pool.Close(); return nil }
 
-// unreachable says whether err means PostgreSQL could not be reached
-// (down, restarting, a connection cut), rather than that it refused
-// something: the API answers 503 store_unavailable for it, not 500.
-func unreachable(err error) bool {
+// unavailable marks *err with ErrStoreUnavailable when it means
+// PostgreSQL could not be reached (down, restarting, a connection cut)
+// rather than that it refused something: the API answers 503 for it,
+// not 500. A wrong password or a missing database is not this: retrying
+// will not help.
+func unavailable(err *error) {
+	if *err == nil || errors.Is(*err, ErrStoreUnavailable) {
+		return
+	}
+	var pe *pgconn.PgError
+	if errors.As(*err, &pe) {
+		// Class 08: connection exception; 57P01-03: the server shutting
+		// down, crashed, or not yet accepting connections.
+		if strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" {
+			*err = fmt.Errorf("%w: %w", ErrStoreUnavailable, *err)
+		}
+		return
+	}
 	var ce *pgconn.ConnectError
-	var ne net.Error
-	return errors.As(err, &ce) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
-		errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
+	if errors.As(*err, &ce) || pgconn.Timeout(*err) || pgconn.SafeToRetry(*err) || errors.Is(*err, io.ErrUnexpectedEOF) {
+		*err = fmt.Errorf("%w: %w", ErrStoreUnavailable, *err)
+	}
 }
 
 // Ping says whether the database answers, for /healthz: a replica whose
@@ -498,7 +529,8 @@ func pgFlush(ctx context.Context, tx pgx.Tx, a *applier) error {
 }
 
 // Gateways returns every gateway, by ID.
-func (s *PGStore) Gateways() ([]Gateway, error) {
+func (s *PGStore) Gateways() (_ []Gateway, err error) {
+	defer unavailable(&err)
 	ctx, cancel := s.ctx()
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT doc FROM sortie_gateways WHERE length(doc) > 0 ORDER BY id COLLATE "C"`)
@@ -509,11 +541,12 @@ func (s *PGStore) Gateways() ([]Gateway, error) {
 }
 
 // Gateway returns one gateway or ErrUnknownGateway.
-func (s *PGStore) Gateway(id string) (Gateway, error) {
+func (s *PGStore) Gateway(id string) (_ Gateway, err error) {
+	defer unavailable(&err)
 	ctx, cancel := s.ctx()
 	defer cancel()
 	var doc []byte
-	err := s.pool.QueryRow(ctx, `SELECT doc FROM sortie_gateways WHERE id = $1`, id).Scan(&doc)
+	err = s.pool.QueryRow(ctx, `SELECT doc FROM sortie_gateways WHERE id = $1`, id).Scan(&doc)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && len(doc) == 0 {
 		return Gateway{}, fmt.Errorf("%w: %q", ErrUnknownGateway, id)
 	}
@@ -529,7 +562,8 @@ func (s *PGStore) Gateway(id string) (Gateway, error) {
 
 // Missions returns missions matching q, newest first, as Store.Missions
 // does (the same cursors).
-func (s *PGStore) Missions(q Query) ([]Mission, string, error) {
+func (s *PGStore) Missions(q Query) (_ []Mission, _ string, err error) {
+	defer unavailable(&err)
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
@@ -581,12 +615,13 @@ func (s *PGStore) Missions(q Query) ([]Mission, string, error) {
 }
 
 // Mission returns one mission with its timeline, or ErrNotFound.
-func (s *PGStore) Mission(gw, id string) (Detail, error) {
+func (s *PGStore) Mission(gw, id string) (_ Detail, err error) {
+	defer unavailable(&err)
 	ctx, cancel := s.ctx()
 	defer cancel()
 	var d Detail
 	var doc []byte
-	err := s.pool.QueryRow(ctx, `SELECT doc FROM sortie_missions WHERE gateway = $1 AND id = $2`, gw, id).Scan(&doc)
+	err = s.pool.QueryRow(ctx, `SELECT doc FROM sortie_missions WHERE gateway = $1 AND id = $2`, gw, id).Scan(&doc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Detail{}, fmt.Errorf("%w: mission %s/%s", ErrNotFound, gw, id)
 	}
@@ -616,7 +651,8 @@ func (s *PGStore) Mission(gw, id string) (Detail, error) {
 
 // FailedSince counts, per gateway, the missions that finished FAILED at
 // or after since.
-func (s *PGStore) FailedSince(since time.Time) (map[string]int, error) {
+func (s *PGStore) FailedSince(since time.Time) (_ map[string]int, err error) {
+	defer unavailable(&err)
 	ctx, cancel := s.ctx()
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT gateway, count(*) FROM sortie_missions
@@ -639,11 +675,12 @@ func (s *PGStore) FailedSince(since time.Time) (map[string]int, error) {
 
 // Trace returns the trigger records of one request ID of gateway gw, or
 // ErrNotFound.
-func (s *PGStore) Trace(gw, requestID string) (Trace, error) {
+func (s *PGStore) Trace(gw, requestID string) (_ Trace, err error) {
+	defer unavailable(&err)
 	ctx, cancel := s.ctx()
 	defer cancel()
 	var doc []byte
-	err := s.pool.QueryRow(ctx, `SELECT doc FROM sortie_traces WHERE gateway = $1 AND request_id = $2`, gw, requestID).Scan(&doc)
+	err = s.pool.QueryRow(ctx, `SELECT doc FROM sortie_traces WHERE gateway = $1 AND request_id = $2`, gw, requestID).Scan(&doc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Trace{}, ErrNotFound
 	}

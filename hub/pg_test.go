@@ -3,6 +3,8 @@ package hub
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -190,5 +192,20 @@ func TestPGStorePrunesABacklogInBatches(t *testing.T) {
 	// The newest are kept.
 	if _, err := reps[1].Mission("gw", fmt.Sprintf("m%05d", total-1)); err != nil {
 		t.Fatalf("the newest mission: %v", err)
+	}
+}
+
+// TestPGObjectsNameWhatTheSchemaCreates: a replica skips the schema when
+// every object in pgObjects exists, so the list must name all it creates.
+func TestPGObjectsNameWhatTheSchemaCreates(t *testing.T) {
+	re := regexp.MustCompile(`IF NOT EXISTS (\w+)`)
+	var created []string
+	for _, q := range pgSchema {
+		for _, m := range re.FindAllStringSubmatch(q, -1) {
+			created = append(created, m[1])
+		}
+	}
+	if !slices.Equal(created, pgObjects) {
+		t.Fatalf("pgSchema creates %v, pgObjects lists %v", created, pgObjects)
 	}
 }

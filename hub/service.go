@@ -78,6 +78,11 @@ type Service struct {
 	readyOnce sync.Once
 	ready     chan struct{}
 
+	// pingMu guards the store's last health answer.
+	pingMu  sync.Mutex
+	pingAt  time.Time
+	pingErr error
+
 	ackMu   sync.Mutex
 	acks    map[string]pendingAck // by gateway, waiting to be published
 	ackWake chan struct{}
@@ -196,30 +201,50 @@ type Health struct {
 	Message string `json:"message,omitempty"`
 }
 
-// healthWait bounds the store's answer to a health check.
-const healthWait = 2 * time.Second
+// healthWait bounds the store's answer to a health check, and
+// healthCache is how long an answer serves the checks after it: probes
+// from every load balancer must not become the database's load.
+const (
+	healthWait  = 2 * time.Second
+	healthCache = 2 * time.Second
+)
 
 // Health says whether the hub can do its work: its link to the gateways
 // up and working, and its store answering (when the store can be asked:
 // PostgreSQL; a bbolt file in the process always answers).
 func (s *Service) Health(ctx context.Context) Health {
 	h := Health{Status: "ok", Broker: s.Connected()}
+	if s.link != nil {
+		if p := s.link.problem(); p != "" {
+			h.Status, h.Message = "nats_permission_denied", p
+			return h
+		}
+	}
 	if !h.Broker {
 		h.Status = "broker_unavailable"
 		return h
 	}
-	if p := s.link.problem(); p != "" {
-		h.Status, h.Message = "nats_permission_denied", p
-		return h
-	}
-	if p, ok := s.st.(interface{ Ping(context.Context) error }); ok {
-		ctx, cancel := context.WithTimeout(ctx, healthWait)
-		defer cancel()
-		if err := p.Ping(ctx); err != nil {
-			h.Status, h.Message = "store_unavailable", err.Error()
-		}
+	if err := s.pingStore(ctx); err != nil {
+		h.Status, h.Message = "store_unavailable", err.Error()
 	}
 	return h
+}
+
+// pingStore asks the store whether it answers, at most once per
+// healthCache; checks meanwhile wait for that answer.
+func (s *Service) pingStore(ctx context.Context) error {
+	p, ok := s.st.(interface{ Ping(context.Context) error })
+	if !ok {
+		return nil
+	}
+	s.pingMu.Lock()
+	defer s.pingMu.Unlock()
+	if now := time.Now(); now.Sub(s.pingAt) >= healthCache {
+		ctx, cancel := context.WithTimeout(ctx, healthWait)
+		defer cancel()
+		s.pingErr, s.pingAt = p.Ping(ctx), now
+	}
+	return s.pingErr
 }
 
 const tokenWait = 10 * time.Second

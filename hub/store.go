@@ -150,6 +150,16 @@ type Gap struct {
 	// will never arrive; the others may still.
 	Compacted bool      `json:"compacted,omitempty"`
 	Detected  time.Time `json:"detected"`
+	// Origin is the From of the gap as detected, on the pieces a late
+	// event split it into (0: not split, From is its origin).
+	Origin uint64 `json:"origin,omitempty"`
+}
+
+func (g Gap) origin() uint64 {
+	if g.Origin != 0 {
+		return g.Origin
+	}
+	return g.From
 }
 
 // Options configures Open.

@@ -117,7 +117,17 @@ func TestIngest(t *testing.T) {
 				batch("gw", entry(1, "m1", 1, driver.StatePending), entry(2, "m1", 6, driver.StateRunning)),
 				batch("gw", entry(3, "m1", 3, driver.StateRunning)),
 			},
-			want: want{stored: 3, late: 1, seq: 6, events: 3, gaps: []Gap{{From: 2, To: 2}, {From: 4, To: 5}}, state: driver.StateRunning, acks: []uint64{2, 3}},
+			want: want{stored: 3, late: 1, seq: 6, events: 3, gaps: []Gap{{From: 2, To: 2, Origin: 2}, {From: 4, To: 5, Origin: 2}}, state: driver.StateRunning, acks: []uint64{2, 3}},
+		},
+		{
+			name: "the pieces of a split gap filled count one gap filled",
+			batches: []uplink.Batch{
+				batch("gw", entry(1, "m1", 1, driver.StatePending), entry(2, "m1", 5, driver.StateRunning)),
+				batch("gw", entry(3, "m1", 3, driver.StateRunning)),
+				batch("gw", entry(4, "m1", 2, driver.StateRunning)),
+				batch("gw", entry(5, "m1", 4, driver.StateRunning)),
+			},
+			want: want{stored: 5, late: 3, seq: 5, events: 5, state: driver.StateRunning, acks: []uint64{2, 3, 4, 5}},
 		},
 		{
 			name: "reversed order",

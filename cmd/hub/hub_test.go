@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -299,5 +302,48 @@ func TestStartingHubAnswersWhy(t *testing.T) {
 		if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, tc.want) || !strings.Contains(body, "waiting for PostgreSQL") {
 			t.Errorf("%s while starting: %d %s", tc.path, rec.Code, body)
 		}
+	}
+}
+
+// TestHubListensWhileWaitingForPostgreSQL: a replica whose database is
+// not up yet answers /healthz with a 503 saying so, rather than refusing
+// connections, and a stop while it waits is a clean exit.
+func TestHubListensWhileWaitingForPostgreSQL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // serve binds it; a race with another process fails below
+	cfg := DefaultConfig()
+	cfg.HTTP.Listen, cfg.HTTP.Token = addr, "0123456789abcdef0123"
+	cfg.Cluster.Enabled, cfg.Cluster.NATS, cfg.Cluster.NATSPassword = true, "nats://127.0.0.1:1", "x"
+	cfg.Cluster.Postgres = "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // polled: the listener has no event a test can await
+		res, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			b, _ := io.ReadAll(res.Body)
+			_ = res.Body.Close()
+			body = string(b)
+			if res.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, "waiting for PostgreSQL") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 503 saying it waits for PostgreSQL: %v %s", err, body)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stopped while waiting: %v, want a clean exit", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not stop")
 	}
 }

@@ -128,10 +128,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 		}
 		return nil
 	})
-	err = runHub(gctx, cfg, log, token, front, srv, ln.Addr().String())
+	// The store and the broker close after the HTTP server has drained:
+	// a request in flight must not find them gone.
+	var closers []func() error
+	keep := func(c func() error) { closers = append(closers, c) }
+	err = runHub(gctx, cfg, log, token, front, srv, ln.Addr().String(), keep)
 	cancel()
 	if werr := g.Wait(); err == nil {
 		err = werr
+	}
+	for i := len(closers) - 1; i >= 0; i-- {
+		err = errors.Join(err, closers[i]())
 	}
 	log.Info("hub stopped", "err", err)
 	return err
@@ -139,7 +146,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 
 // runHub opens the store, starts the broker or the cluster link, and runs
 // the service until ctx ends, front serving the API once it is ready.
-func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, front *starting, srv *http.Server, httpAddr string) (rerr error) {
+// What it opens it hands to keep, for serve to close.
+func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, front *starting, srv *http.Server, httpAddr string, keep func(func() error)) error {
 	var st hub.Backing
 	var err error
 	if cfg.Cluster.Enabled {
@@ -147,13 +155,13 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 	} else {
 		st, err = hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{})
 	}
-	if ctx.Err() != nil {
-		return nil // stopped while waiting: not an error
-	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting: not an error
+		}
 		return err
 	}
-	defer func() { rerr = errors.Join(rerr, st.Close()) }()
+	keep(st.Close)
 	// In the cluster mode gateways log in to NATS: [gateways] (the
 	// embedded broker's credentials) names none.
 	ids := make([]string, 0, len(cfg.Gateways))
@@ -194,7 +202,7 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 		if err != nil {
 			return err
 		}
-		defer func() { rerr = errors.Join(rerr, broker.Close()) }()
+		keep(broker.Close)
 		brokerAddr = broker.Addr()
 		sopts.Broker, sopts.TLS = url, clientTLS
 		log.Info("embedded broker listening", "addr", brokerAddr, "tls", clientTLS != nil, "gateways", len(ids))
@@ -231,13 +239,13 @@ func (s *starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		api.ServeHTTP(w, r)
 		return
 	}
-	msg := "starting"
+	status, msg := "starting", "starting"
 	if why := s.waiting.Load(); why != nil {
-		msg = *why
+		status, msg = "store_unavailable", *why
 	}
 	w.Header().Set("Retry-After", "1")
 	if r.URL.Path == "/healthz" {
-		httpjson.Write(w, http.StatusServiceUnavailable, hub.Health{Status: "store_unavailable", Message: msg}, false)
+		httpjson.Write(w, http.StatusServiceUnavailable, hub.Health{Status: status, Message: msg}, false)
 		return
 	}
 	httpjson.WriteError(w, http.StatusServiceUnavailable, "starting", "the hub is starting: "+msg, false)

@@ -431,11 +431,9 @@ var natsBin struct {
 	err  error
 }
 
-// natsServer returns the path of the nats-server of go.mod's tool
+// NATSServer returns the path of the nats-server of go.mod's tool
 // directive. `go tool -n` builds it into Go's build cache (once per
 // version and toolchain, then a cache hit) and prints its path.
-// NATSServer is the path of the nats-server binary, built once from the
-// module's tool dependency.
 func NATSServer() (string, error) { return natsServer() }
 
 func natsServer() (string, error) {
