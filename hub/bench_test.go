@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -83,16 +82,7 @@ func BenchmarkIngest(b *testing.B) {
 		}
 	}()
 	svc := NewService(st, ServiceOptions{Broker: broker.URL(), ClientID: hubClientID, Username: hubUser, Password: hubPassword})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-	}()
-	<-svc.Ready()
+	runService(b, svc, wait)
 	lags := make([][]time.Duration, len(gws))
 	b.StartTimer()
 	start := time.Now()

@@ -153,7 +153,7 @@ func runSingleIngest(b *testing.B, ids []string, dir string, load time.Duration)
 		b.Fatal(err)
 	}
 	svc := NewService(st, ServiceOptions{Broker: broker.URL(), ClientID: hubClientID, Username: hubUser, Password: hubPassword})
-	stop := runService(b, svc)
+	stop := runService(b, svc, 60*time.Second)
 	defer stop()
 	r := driveIngest(b, ids, filepath.Join(dir, "single"), func(string, int) string { return broker.URL() }, load, nil)
 	r.mode = "single"
@@ -215,33 +215,10 @@ func startBenchReplica(tb testing.TB, nc *clustertest.NATS, pg *clustertest.Post
 	}
 	stopSvc := runService(tb, NewService(st, ServiceOptions{Cluster: &ClusterOptions{
 		NATS: nc.ClientURLs(), User: nc.User, Password: nc.Password, Replicas: 3,
-	}}))
+	}}), 60*time.Second)
 	return st, func() {
 		stopSvc()
 		_ = st.Close() // PGStore.Close returns nil
-	}
-}
-
-// runService runs svc until the returned function is called.
-func runService(tb testing.TB, svc *Service) (stop func()) {
-	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		cancel()
-		tb.Fatalf("service stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		tb.Fatal("service not ready")
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("service run: %v", err)
-		}
 	}
 }
 

@@ -454,22 +454,7 @@ func TestClusterHealthSaysAPermissionIsMissing(t *testing.T) {
 		Cluster: &ClusterOptions{NATS: nc.ClientURLs(), User: u.Name, Password: u.Password, Replicas: 1, AckWait: 5 * time.Second},
 		Logger:  testLogger(t),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("replica: %v", err)
-		}
-	}()
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("replica stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("replica not ready")
-	}
+	runService(t, svc, 60*time.Second)
 	g := startSimGateway(t, "gw-a", nc.Nodes[0].MQTTURL(), "")
 	g.step(t, "m1")
 	g.drain(t, time.Now().Add(wait), "")

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,26 +109,39 @@ func newEnvWith(tb testing.TB, tune func(*ServiceOptions), gateways ...string) *
 		backing = wrapStore(st)
 	}
 	e.svc = NewService(backing, o)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.svc.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("service run: %v", err)
-		}
-	})
-	select {
-	case <-e.svc.Ready():
-	case err := <-done:
-		tb.Fatalf("service stopped: %v", err)
-	case <-time.After(wait):
-		tb.Fatal("service not ready")
-	}
+	runService(tb, e.svc, wait)
 	e.api = NewAPI(e.svc, APIOptions{Token: testToken})
 	e.http = httptest.NewServer(e.api)
 	tb.Cleanup(func() { e.api.Close(); e.http.Close() })
 	return e
+}
+
+// runService runs svc until stop is called or the test ends (checking
+// that Run returns nil) and waits up to within for it to be ready.
+func runService(tb testing.TB, svc *Service, within time.Duration) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("service run: %v", err)
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	select {
+	case <-svc.Ready():
+	case err := <-done:
+		done <- err // for stop
+		tb.Fatalf("service stopped: %v", err)
+	case <-time.After(within):
+		tb.Fatal("service not ready")
+	}
+	return stop
 }
 
 // request sends an API request with the test token; it is safe to call
