@@ -41,13 +41,10 @@ type clusterReplica struct {
 
 // gatewayUser is gateway gw's NATS user: MQTT only, its own topics only.
 func gatewayUser(gw string) clustertest.User {
-	base := topicToSubject(uplink.Topics{}.Status(gw))
-	base = base[:len(base)-len(".status")]
+	p := GatewayNATSPermissions("", gw)
 	return clustertest.User{
 		Name: gw, Password: gatewayPassword(gw),
-		Publish:         []string{base + ".status", base + ".heartbeat", base + ".events", base + ".traces", base + ".control.result"},
-		Subscribe:       []string{base + ".ack", base + ".control"},
-		ConnectionTypes: []string{"MQTT"},
+		Publish: p.Publish, Subscribe: p.Subscribe, ConnectionTypes: []string{"MQTT"},
 	}
 }
 
@@ -55,11 +52,10 @@ func gatewayUser(gw string) clustertest.User {
 // configs/nats.conf gives it (TestNATSExampleConfig holds the two to
 // each other), so that the cluster tests fail when the hub needs more.
 func hubNATSUser() clustertest.User {
+	p := HubNATSPermissions("")
 	return clustertest.User{
 		Name: "hub", Password: "pw-hub-replicas",
-		Publish:         []string{"$JS.API.>", "$JS.ACK.>", "sortie.hub.>"},
-		Subscribe:       []string{"_INBOX.>", "sortie.hub.>"},
-		ConnectionTypes: []string{"STANDARD"},
+		Publish: p.Publish, Subscribe: p.Subscribe, ConnectionTypes: []string{"STANDARD"},
 	}
 }
 

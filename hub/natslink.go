@@ -192,9 +192,7 @@ func newNATSLink(opts ClusterOptions, topics uplink.Topics, log *slog.Logger, no
 
 func (l *natsLink) subject(kind string) string { return topicToSubject(l.topics.Wildcard(kind)) }
 
-func (l *natsLink) feedSubject() string {
-	return topicToSubject(strings.TrimSuffix(l.topics.Status(""), "/gateways//status") + "/feed")
-}
+func (l *natsLink) feedSubject() string { return hubSubjectRoot(l.topics.Prefix) + ".feed" }
 
 func (l *natsLink) start(ctx context.Context, deliver func(inboundRaw), ready func()) error {
 	if l.opts.NATS == "" {

@@ -57,7 +57,7 @@ func TestCompletionOffersCommandsFlagsAndTheAgentsValues(t *testing.T) {
 		{"the agent's scenes", []string{agentBin, "trigger", "-addr", f.url, "-token", token, ""}, []string{"cool", "many", "solo"}},
 		{"the agent's missions", []string{agentBin, "missions", "show", "-token", token, "-addr", f.url, ""}, []string{id}},
 		{"no agent, no values", []string{agentBin, "trigger", "-addr", "127.0.0.1:1", ""}, nil},
-		{"the hub's commands", []string{hubBin, ""}, []string{"completion", "help", "passwd", "run", "validate", "version"}},
+		{"the hub's commands", []string{hubBin, ""}, []string{"completion", "help", "nats-user", "passwd", "run", "validate", "version"}},
 		{"the hub's default command's flags", []string{hubBin, "-log-format", ""}, []string{"json", "text"}},
 	} {
 		for _, shell := range []string{"bash", "zsh"} {

@@ -22,6 +22,7 @@ func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
 		{"run", "usage: hub run [-config FILE] [flags]", "-broker-url"},
 		{"validate", "usage: hub validate [-config FILE]", "-config"},
 		{"passwd", "usage: hub passwd [-generate] GATEWAY", "-generate"},
+		{"nats-user", "usage: hub nats-user [-generate] [-hub] [-prefix P] NAME", "-hub"},
 		{"version", "usage: hub version", ""},
 		{"completion", "usage: hub completion bash|zsh", ""},
 		{"help", "usage: hub help [COMMAND]", ""},
@@ -34,7 +35,7 @@ func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
 			}
 		}
 	}
-	if n := len(program.Commands) + 2; n != 6 {
-		t.Errorf("the hub has %d commands, the test 6: add the new ones", n)
+	if n := len(program.Commands) + 2; n != 7 {
+		t.Errorf("the hub has %d commands, the test 7: add the new ones", n)
 	}
 }

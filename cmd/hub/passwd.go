@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
 	"github.com/sortie-edge/sortie/broker/passwd"
@@ -9,6 +10,22 @@ import (
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/cli"
 )
+
+// idArg parses args with fs and returns their one argument, an ID;
+// otherwise a usage error, need saying what is missing.
+func idArg(fs *flag.FlagSet, args []string, need string) (string, error) {
+	pos, err := cli.Parse(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", &usageError{Msg: need}
+	}
+	if err := driver.CheckID("gateway", pos[0]); err != nil {
+		return "", &usageError{Msg: err.Error()}
+	}
+	return pos[0], nil
+}
 
 // cmdPasswd prints a [gateways] line for a gateway. The password comes
 // from the first line of stdin, or is generated with -generate and
@@ -18,16 +35,9 @@ func cmdPasswd(_ context.Context, e *cli.Env, args []string) error {
 	stdin, stdout, stderr := e.Stdin, e.Stdout, e.Stderr
 	fs := e.FlagSet()
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
-	pos, err := cli.Parse(fs, args)
+	id, err := idArg(fs, args, "passwd needs exactly one gateway ID")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return &usageError{Msg: "passwd needs exactly one gateway ID"}
-	}
-	id := pos[0]
-	if err := driver.CheckID("gateway", id); err != nil {
-		return &usageError{Msg: err.Error()}
 	}
 	password, err := passwd.Read(stdin, stderr, "gateway "+id, *generate)
 	if err != nil {

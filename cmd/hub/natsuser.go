@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/sortie-edge/sortie/broker/passwd"
+	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/cli"
+	"github.com/sortie-edge/sortie/uplink"
+)
+
+// natsCost is the bcrypt cost of the hashes nats-user prints: NATS
+// checks a login against it once per connection.
+const natsCost = 11
+
+// cmdNATSUser prints a NATS user for a gateway (or, with -hub, for the
+// hub replicas) for the users list of the cluster's NATS config, with
+// the permissions it needs and a bcrypt hash of its password.
+func cmdNATSUser(_ context.Context, e *cli.Env, args []string) error {
+	fs := e.FlagSet()
+	generate := fs.Bool("generate", false, "generate a random password and print it once")
+	prefix := fs.String("prefix", uplink.DefaultPrefix, "the topic prefix (the hub config's prefix)")
+	forHub := fs.Bool("hub", false, "the hub replicas' user (NAME is its nats_user) rather than a gateway's")
+	name, err := idArg(fs, args, "nats-user needs exactly one name: a gateway ID, or the hub's user with -hub")
+	if err != nil {
+		return err
+	}
+	if *prefix == "" || strings.ContainsAny(*prefix, "+#") {
+		return &usageError{Msg: fmt.Sprintf("prefix %q must be non-empty and without wildcards", *prefix)}
+	}
+	perms, types, who := hub.GatewayNATSPermissions(*prefix, name), "MQTT", "gateway "+name
+	if *forHub {
+		perms, types, who = hub.HubNATSPermissions(*prefix), "STANDARD", "the hub's NATS user "+name
+	}
+	password, err := passwd.Read(e.Stdin, e.Stderr, who, *generate)
+	if err != nil {
+		return err
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), natsCost)
+	if err != nil {
+		return fmt.Errorf("hash password: %w", err)
+	}
+	if *generate {
+		where := "the gateway's [hub] password_file"
+		if *forHub {
+			where = "the hub's [cluster] nats_password_file"
+		}
+		if _, err := fmt.Fprintf(e.Stdout, "# password for %s (put it in %s; it is not shown again): %s\n", who, where, password); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(e.Stdout, "{user: %q, password: %q,\n permissions: {publish: {allow: %s},\n               subscribe: {allow: %s}},\n allowed_connection_types: [%q]}\n",
+		name, h, natsList(perms.Publish), natsList(perms.Subscribe), types)
+	return err
+}
+
+// natsList is a list of strings in nats-server's config syntax.
+func natsList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
