@@ -159,6 +159,9 @@ type HubOptions struct {
 	// ClientID is the MQTT client ID on the hub's broker; default
 	// "sortie-gw-" + the gateway ID. A NATS cluster refuses a "." in it.
 	ClientID string
+	// NoRetain publishes the gateway's status not retained (a hub in
+	// the cluster mode; see hubsync.Options.NoRetain).
+	NoRetain bool
 	// Prefix is the hub's topic prefix (default "sortie").
 	Prefix string
 	// OutboxMax bounds the events kept while the hub is unreachable;

@@ -106,6 +106,12 @@ type Options struct {
 	TLS *tls.Config
 	// Prefix is the topic root; empty means DefaultPrefix.
 	Prefix string
+	// NoRetain publishes the status (and the will) not retained. The
+	// single hub needs it retained, to learn every gateway's state when
+	// it starts; the cluster mode keeps presence in a stream of its own,
+	// and a NATS cluster keeps every retained topic in memory on every
+	// node.
+	NoRetain bool
 
 	Source Source
 	// Traces, optional, is the log of trigger records, sent once the
@@ -324,7 +330,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 	o := u.opts
 	client, err := mqttc.New(mqttc.Options{
 		Broker: o.Broker, ClientID: o.ClientID, Username: o.Username, Password: o.Password, TLS: o.TLS,
-		Will:           &mqttc.Will{Topic: u.topics.Status(o.Gateway), Payload: offline, QoS: 1, Retained: true},
+		Will:           &mqttc.Will{Topic: u.topics.Status(o.Gateway), Payload: offline, QoS: 1, Retained: !o.NoRetain},
 		ConnectTimeout: o.Timeout, Timeout: o.Timeout, MaxReconnectInterval: o.MaxReconnectInterval,
 		// The subscriptions below are in place when this runs; the sync
 		// loop announces the gateway and sends.
@@ -366,7 +372,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 func (u *Uplink) goodbye(client *mqttc.Client) {
 	if client.Connected() {
 		st := uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
-		if err := u.publish(context.Background(), client, u.topics.Status(u.opts.Gateway), true, st); err != nil {
+		if err := u.publish(context.Background(), client, u.topics.Status(u.opts.Gateway), !u.opts.NoRetain, st); err != nil {
 			u.log.Warn("publish offline status", "err", err)
 		}
 	}

@@ -187,3 +187,26 @@ func TestAckAndControlTakenAtQoS0(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusNotRetainedWhenAsked: for a hub in the cluster mode the
+// gateway publishes its status, and its will, not retained; the hub
+// still hears both.
+func TestStatusNotRetainedWhenAsked(t *testing.T) {
+	b := brokertest.Start(t)
+	h := newHub(t, b.URL())
+	px := startProxy(t, b.Addr())
+	opts := testOptions(px.URL(), newWorld(t))
+	opts.NoRetain = true
+	u, _ := start(t, opts)
+	waitStats(t, u, "connected", func(s Stats) bool { return s.Connected })
+	state := func(want string) func() bool {
+		return func() bool { return len(h.statuses) > 0 && h.statuses[len(h.statuses)-1].State == want }
+	}
+	h.waitFor("online", state(uplink.StateOnline))
+	px.setDown(true)
+	px.cut() // no DISCONNECT: the broker publishes the will
+	h.waitFor("offline (will)", state(uplink.StateOffline))
+	if kept := b.Server().Topics.Messages(h.topics.Status(gw)); len(kept) != 0 {
+		t.Errorf("the broker keeps %d retained status messages, want none", len(kept))
+	}
+}

@@ -105,7 +105,7 @@ func (s *sender) connection(ctx context.Context) {
 	s.gen = gen
 	gw := u.opts.Gateway
 	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
-	if err := u.publish(ctx, s.client, u.topics.Status(gw), true, st); err != nil {
+	if err := u.publish(ctx, s.client, u.topics.Status(gw), !u.opts.NoRetain, st); err != nil {
 		u.log.Warn("hub connection setup failed; retrying", "err", err)
 		s.backoff()
 		return

@@ -120,6 +120,9 @@ type HubConfig struct {
 	URL string `toml:"url"` // "" disables sync
 	// ClientID defaults to "sortie-gw-" + the gateway ID.
 	ClientID string `toml:"client_id"`
+	// RetainStatus publishes the gateway's status retained (default):
+	// false for a hub in the cluster mode.
+	RetainStatus bool `toml:"retain_status"`
 	// Username defaults to the gateway ID, which is what the hub's ACL
 	// expects.
 	Username     string `toml:"username"`
@@ -186,7 +189,7 @@ func DefaultConfig() Config {
 			AckTimeout: driver.Duration(2 * time.Second),
 		},
 		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080"},
-		Hub:    HubConfig{Prefix: "sortie", OutboxMax: 10000, Heartbeat: driver.Duration(30 * time.Second)},
+		Hub:    HubConfig{Prefix: "sortie", OutboxMax: 10000, Heartbeat: driver.Duration(30 * time.Second), RetainStatus: true},
 		Log:    LogConfig{Level: "info", Format: "text"},
 		Driver: DriverConfig{Workers: 16, StepTimeout: driver.Duration(10 * time.Second), StopGrace: driver.Duration(10 * time.Second), MaxLive: 500},
 		Retention: RetentionConfig{

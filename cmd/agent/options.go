@@ -86,7 +86,7 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	if h := cfg.Hub; h.URL != "" {
 		hb := h.broker()
 		ho := &agent.HubOptions{
-			URL: h.URL, ClientID: h.ClientID, Username: h.Username, Prefix: h.Prefix, OutboxMax: h.OutboxMax, Heartbeat: h.Heartbeat.D(),
+			URL: h.URL, ClientID: h.ClientID, NoRetain: !h.RetainStatus, Username: h.Username, Prefix: h.Prefix, OutboxMax: h.OutboxMax, Heartbeat: h.Heartbeat.D(),
 		}
 		if ho.Password, err = hb.password(cfg); err != nil {
 			return o, fmt.Errorf("hub: %w", err)
