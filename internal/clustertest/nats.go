@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // NATSOptions shape the nodes of StartNATS. The zero value is a cluster
@@ -149,7 +151,38 @@ func StartNATS(tb testing.TB, n int, opts NATSOptions) *NATS {
 			nd.proc.stopQuietly()
 		}
 	})
+	if err := c.warmMQTT(); err != nil {
+		tb.Fatal(err)
+	}
 	return c
+}
+
+// warmMQTT connects an MQTT client to every node until one gets in. A
+// node sets up its MQTT session streams when the account's first MQTT
+// client arrives, and in a new cluster that lookup can outlast the
+// node's 5 s JetStream API timeout: that client is refused (EOF), and
+// real gateways simply retry (docs/cluster.md). A test's first client
+// must not depend on that race.
+func (c *NATS) warmMQTT() error {
+	for _, nd := range c.Nodes {
+		deadline := time.Now().Add(c.readyTimeout)
+		for try := 1; ; try++ {
+			mc := paho.NewClient(paho.NewClientOptions().AddBroker(nd.MQTTURL()).
+				SetClientID("clustertest-warm-" + nd.Name).SetUsername(c.User).SetPassword(c.Password).
+				SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(10 * time.Second))
+			tok := mc.Connect()
+			ok := tok.WaitTimeout(15*time.Second) && tok.Error() == nil
+			if ok {
+				mc.Disconnect(100)
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("MQTT on %s: no client admitted after %d tries: %w", nd.Name, try, tok.Error())
+			}
+			time.Sleep(200 * time.Millisecond) // a retry's pause, as a gateway's
+		}
+	}
+	return nil
 }
 
 // ClientURLs is every node's client URL, comma-separated, the form
