@@ -70,8 +70,10 @@ type Backing interface {
 type Backend interface {
 	// Connected reports whether the hub's link to its gateways is up.
 	Connected() bool
-	// Health says whether the hub can do its work (see Service.Health).
+	// Health and Readiness say whether the hub can do its work (see
+	// Service.Health and Service.Readiness).
 	Health(ctx context.Context) Health
+	Readiness(ctx context.Context) Health
 	// Control sends a request to a gateway and waits for its result.
 	Control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error)
 	// Watch streams updates after each commit (see Service.Watch).
@@ -83,7 +85,7 @@ type Backend interface {
 	Now() time.Time
 }
 
-// API is the hub's HTTP handler: the JSON API under /api/, /healthz and
+// API is the hub's HTTP handler: the JSON API under /api/, /healthz, /readyz and
 // the dashboard at /.
 type API struct {
 	svc  Backend
@@ -109,7 +111,8 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	a := &API{svc: svc, st: st, opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{})}
-	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.healthz))
+	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.health(a.svc.Health)))
+	a.mux.HandleFunc("/readyz", a.method(http.MethodGet, a.health(a.svc.Readiness)))
 	// Open, as the agent's is: aggregates only, nothing a gateway or a
 	// mission could be read from.
 	a.mux.Handle("/metrics", a.method(http.MethodGet, svc.Metrics().ServeHTTP))
@@ -212,13 +215,16 @@ func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
-	h := a.svc.Health(r.Context())
-	code := http.StatusOK
-	if h.Status != "ok" {
-		code = http.StatusServiceUnavailable
+// health answers with check: 200 when ok, else 503 with the reason.
+func (a *API) health(check func(context.Context) Health) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := check(r.Context())
+		code := http.StatusOK
+		if h.Status != "ok" {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, h)
 	}
-	writeJSON(w, code, h)
 }
 
 // GatewayView is a gateway in GET /api/gateways: what the store knows,

@@ -26,6 +26,7 @@ func TestAPIAuth(t *testing.T) {
 		{"stream with wrong query token", "/api/stream?token=nope", "", http.StatusUnauthorized},
 		{"good token", "/api/gateways", "Bearer " + testToken, http.StatusOK},
 		{"health needs no token", "/healthz", "", http.StatusOK},
+		{"readiness needs no token", "/readyz", "", http.StatusOK},
 		{"dashboard needs no token", "/", "", http.StatusOK},
 	}
 	for _, tc := range cases {

@@ -380,8 +380,8 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 	// With the user configs/nats.conf gives the hub, nothing was refused
 	// (a refused stream ack only shows here, and in redeliveries).
 	for i, r := range c.replicas {
-		if h := r.svc.Health(context.Background()); h.Status != "ok" {
-			t.Errorf("replica %d: health %+v", i, h)
+		if h := r.svc.Readiness(context.Background()); h.Status != "ok" {
+			t.Errorf("replica %d: readiness %+v", i, h)
 		}
 		if n := r.svc.link.(*natsLink).violations.Load(); n != 0 {
 			t.Errorf("replica %d: NATS refused the hub %d times", i, n)
@@ -394,8 +394,11 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 	c.replicas[0].svc.pingMu.Lock()
 	c.replicas[0].svc.pingAt = time.Time{} // the answer cached before the stop is stale
 	c.replicas[0].svc.pingMu.Unlock()
-	if h := c.replicas[0].svc.Health(context.Background()); h.Status != "store_unavailable" {
-		t.Errorf("health with PostgreSQL stopped: %+v", h)
+	if h := c.replicas[0].svc.Readiness(context.Background()); h.Status != "store_unavailable" {
+		t.Errorf("readiness with PostgreSQL stopped: %+v", h)
+	}
+	if h := c.replicas[0].svc.Health(context.Background()); h.Status != "ok" {
+		t.Errorf("health with PostgreSQL stopped: %+v; controls still work, and a load balancer must keep the replica", h)
 	}
 	api := NewAPI(c.replicas[0].svc, APIOptions{Token: testToken})
 	defer api.Close()

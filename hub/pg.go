@@ -156,8 +156,8 @@ func unavailable(err *error) {
 	}
 }
 
-// Ping says whether the database answers, for /healthz: a replica whose
-// database is away stores nothing, and a load balancer should say so.
+// Ping says whether the database answers, for /readyz: a replica whose
+// database is away stores nothing, and its monitoring should say so.
 func (s *PGStore) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("postgresql: %w", err)

@@ -192,10 +192,10 @@ func (s *Service) Connected() bool {
 	return s.link != nil && s.link.connected()
 }
 
-// Health is what /healthz says of a hub process.
+// Health is what /healthz and /readyz say of a hub process.
 type Health struct {
-	// Status is ok, broker_unavailable, nats_permission_denied or
-	// store_unavailable.
+	// Status is ok, broker_unavailable, nats_permission_denied,
+	// store_unavailable (Readiness only) or starting.
 	Status  string `json:"status"`
 	Broker  bool   `json:"broker"`
 	Message string `json:"message,omitempty"`
@@ -209,10 +209,10 @@ const (
 	healthCache = 2 * time.Second
 )
 
-// Health says whether the hub can do its work: its link to the gateways
-// up and working, and its store answering (when the store can be asked:
-// PostgreSQL; a bbolt file in the process always answers).
-func (s *Service) Health(ctx context.Context) Health {
+// Health says whether the hub's link to the gateways is up and working:
+// what controls need. A load balancer in front of replicas asks this,
+// so that controls keep flowing while the database is away.
+func (s *Service) Health(context.Context) Health {
 	h := Health{Status: "ok", Broker: s.Connected()}
 	if s.link != nil {
 		if p := s.link.problem(); p != "" {
@@ -222,6 +222,16 @@ func (s *Service) Health(ctx context.Context) Health {
 	}
 	if !h.Broker {
 		h.Status = "broker_unavailable"
+	}
+	return h
+}
+
+// Readiness is Health and the store answering (when the store can be
+// asked: PostgreSQL; a bbolt file in the process always answers): all
+// the hub's work, ingest and the API's reads included.
+func (s *Service) Readiness(ctx context.Context) Health {
+	h := s.Health(ctx)
+	if h.Status != "ok" {
 		return h
 	}
 	if err := s.pingStore(ctx); err != nil {

@@ -109,8 +109,8 @@ type Options struct {
 	// NoRetain publishes the status (and the will) not retained. The
 	// single hub needs it retained, to learn every gateway's state when
 	// it starts; the cluster mode keeps presence in a stream of its own,
-	// and a NATS cluster keeps every retained topic in memory on every
-	// node.
+	// and a NATS cluster keeps an index entry for every retained topic
+	// in memory on every node.
 	NoRetain bool
 
 	Source Source

@@ -244,7 +244,7 @@ func (s *starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status, msg = "store_unavailable", *why
 	}
 	w.Header().Set("Retry-After", "1")
-	if r.URL.Path == "/healthz" {
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 		httpjson.Write(w, http.StatusServiceUnavailable, hub.Health{Status: status, Message: msg}, false)
 		return
 	}
