@@ -215,9 +215,9 @@ type Uplink struct {
 	log     *slog.Logger
 	started time.Time
 	outbox  string // the Source's OutboxNamer name, if it has one
-	// hubNames is set by the first ack naming outbox: the hub names the
-	// outboxes its acks are about.
-	hubNames atomic.Bool
+	// namedAt is when the latest ack naming this uplink's outbox came
+	// (Unix ns; 0: none yet): the hub names outboxes.
+	namedAt atomic.Int64
 
 	wake     chan struct{} // Notify
 	connEv   chan struct{} // the connection went up or down
@@ -433,22 +433,31 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 
 // ours says whether an ack naming outbox counts this uplink's store. A
 // gateway that names none takes every ack; one that does takes acks
-// naming it, and unnamed ones only until the hub has shown it names
-// outboxes (an unnamed ack from such a hub is about a gateway before
-// names: the store this one replaced).
+// naming it, and unnamed ones unless a named one came in the last
+// namedMemory. An unnamed ack from a hub that names outboxes is about a
+// gateway that named none (the store this one replaced), applied late
+// by another replica; past namedMemory without a named ack, the hub was
+// rolled back to a version that does not name them, and refusing its
+// acks would only fill the outbox.
 func (u *Uplink) ours(outbox string) bool {
+	now := u.opts.Now()
 	switch {
 	case u.outbox == "" || outbox == u.outbox:
 		if outbox != "" {
-			u.hubNames.Store(true)
+			u.namedAt.Store(now.UnixNano())
 		}
 		return true
 	case outbox == "":
-		return !u.hubNames.Load()
+		last := u.namedAt.Load()
+		return last == 0 || now.Sub(time.Unix(0, last)) > namedMemory
 	default:
 		return false
 	}
 }
+
+// namedMemory is how long an ack naming the outbox makes unnamed ones
+// suspect: far longer than a batch waits in a stream for a replica.
+const namedMemory = 10 * time.Minute
 
 // onControl handles the control topic: it queues the payload for
 // serveControls, never blocking.

@@ -1,7 +1,9 @@
 package hubsync
 
 import (
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
@@ -42,14 +44,18 @@ func TestBatchesChainFromWhatWasSent(t *testing.T) {
 // TestAckAboutAnotherOutboxIgnored: batches name the store's outbox,
 // and an ack naming another (meant for the store this one replaced)
 // deletes nothing; one naming none is taken from a hub that has not
-// named outboxes (an older hub), and ignored once it has (it is about a
-// replaced store that named none).
+// named outboxes (an older hub), ignored once it has (it is about a
+// replaced store that named none), and taken again when no named ack
+// came for namedMemory (the hub was rolled back).
 func TestAckAboutAnotherOutboxIgnored(t *testing.T) {
 	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
 	w.steps(2, 6)
-	u, _ := start(t, testOptions(b.URL(), w))
+	var skew atomic.Int64
+	opts := testOptions(b.URL(), w)
+	opts.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	u, _ := start(t, opts)
 	h.waitFor("6 entries", h.has(6))
 	own := w.db.OutboxID()
 	h.mu.Lock()
@@ -80,6 +86,13 @@ func TestAckAboutAnotherOutboxIgnored(t *testing.T) {
 	}
 	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 9, Outbox: own})
 	waitStats(t, u, "all acked", func(s Stats) bool { return s.Backlog == 0 })
+
+	skew.Store(int64(namedMemory + time.Minute))
+	w.steps(1, 2)
+	u.Notify()
+	h.waitFor("11 entries", h.has(11))
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 11})
+	waitStats(t, u, "the unnamed ack taken after namedMemory", func(s Stats) bool { return s.Backlog == 0 })
 }
 
 // TestRepeatedControlCarriedOutOnce: the hub sends a request again until
