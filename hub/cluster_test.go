@@ -41,7 +41,10 @@ type clusterReplica struct {
 
 // gatewayUser is gateway gw's NATS user: MQTT only, its own topics only.
 func gatewayUser(gw string) clustertest.User {
-	p := GatewayNATSPermissions("", gw)
+	p, err := GatewayNATSPermissions("", gw)
+	if err != nil {
+		panic(err) // the tests' own IDs
+	}
 	return clustertest.User{
 		Name: gw, Password: gatewayPassword(gw),
 		Publish: p.Publish, Subscribe: p.Subscribe, ConnectionTypes: []string{"MQTT"},
@@ -52,7 +55,10 @@ func gatewayUser(gw string) clustertest.User {
 // configs/nats.conf gives it (TestNATSExampleConfig holds the two to
 // each other), so that the cluster tests fail when the hub needs more.
 func hubNATSUser() clustertest.User {
-	p := HubNATSPermissions("")
+	p, err := HubNATSPermissions("")
+	if err != nil {
+		panic(err)
+	}
 	return clustertest.User{
 		Name: "hub", Password: "pw-hub-replicas",
 		Publish: p.Publish, Subscribe: p.Subscribe, ConnectionTypes: []string{"STANDARD"},

@@ -215,9 +215,11 @@ type Uplink struct {
 	log     *slog.Logger
 	started time.Time
 	outbox  string // the Source's OutboxNamer name, if it has one
-	// namedAt is when the latest ack naming this uplink's outbox came
-	// (Unix ns; 0: none yet): the hub names outboxes.
-	namedAt atomic.Int64
+	// named is set by an ack naming this uplink's outbox: the hub names
+	// outboxes. unnamedSince is when the first unnamed ack ignored since
+	// the latest named one came, as time since started plus 1 (0: none).
+	named        atomic.Bool
+	unnamedSince atomic.Int64
 
 	wake     chan struct{} // Notify
 	connEv   chan struct{} // the connection went up or down
@@ -433,30 +435,38 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 
 // ours says whether an ack naming outbox counts this uplink's store. A
 // gateway that names none takes every ack; one that does takes acks
-// naming it, and unnamed ones unless a named one came in the last
-// namedMemory. An unnamed ack from a hub that names outboxes is about a
-// gateway that named none (the store this one replaced), applied late
-// by another replica; past namedMemory without a named ack, the hub was
-// rolled back to a version that does not name them, and refusing its
-// acks would only fill the outbox.
+// naming it, and unnamed ones until a named one came. From a hub that
+// names outboxes an unnamed ack is about a gateway that named none (the
+// store this one replaced), applied late by another replica, possibly
+// after an outage of hours; unnamed acks that keep coming for
+// namedMemory with no named one between mean the hub was rolled back to
+// a version that names none, and refusing them would only fill the
+// outbox. Times are measured from started, so a clock set on a device
+// without a real-time clock does not move them.
 func (u *Uplink) ours(outbox string) bool {
-	now := u.opts.Now()
+	since := u.opts.Now().Sub(u.started)
 	switch {
 	case u.outbox == "" || outbox == u.outbox:
 		if outbox != "" {
-			u.namedAt.Store(now.UnixNano())
+			u.named.Store(true)
+			u.unnamedSince.Store(0)
 		}
 		return true
-	case outbox == "":
-		last := u.namedAt.Load()
-		return last == 0 || now.Sub(time.Unix(0, last)) > namedMemory
-	default:
+	case outbox != "":
+		return false
+	case !u.named.Load():
+		return true
+	}
+	first := u.unnamedSince.Load()
+	if first == 0 {
+		u.unnamedSince.CompareAndSwap(0, int64(since)+1)
 		return false
 	}
+	return since-time.Duration(first-1) > namedMemory
 }
 
-// namedMemory is how long an ack naming the outbox makes unnamed ones
-// suspect: far longer than a batch waits in a stream for a replica.
+// namedMemory is how long unnamed acks must keep coming, with no named
+// one between, before they count again (see ours).
 const namedMemory = 10 * time.Minute
 
 // onControl handles the control topic: it queues the payload for

@@ -45,8 +45,9 @@ func TestBatchesChainFromWhatWasSent(t *testing.T) {
 // and an ack naming another (meant for the store this one replaced)
 // deletes nothing; one naming none is taken from a hub that has not
 // named outboxes (an older hub), ignored once it has (it is about a
-// replaced store that named none), and taken again when no named ack
-// came for namedMemory (the hub was rolled back).
+// replaced store that named none, however late it comes), and taken
+// again when unnamed acks kept coming for namedMemory (the hub was
+// rolled back).
 func TestAckAboutAnotherOutboxIgnored(t *testing.T) {
 	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
@@ -87,12 +88,17 @@ func TestAckAboutAnotherOutboxIgnored(t *testing.T) {
 	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 9, Outbox: own})
 	waitStats(t, u, "all acked", func(s Stats) bool { return s.Backlog == 0 })
 
-	skew.Store(int64(namedMemory + time.Minute))
+	// Hours later (an outage), the first unnamed ack is still suspect;
+	// unnamed acks that keep coming for namedMemory are a rolled-back hub.
+	skew.Store(int64(3 * time.Hour))
 	w.steps(1, 2)
 	u.Notify()
 	h.waitFor("11 entries", h.has(11))
 	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 11})
-	waitStats(t, u, "the unnamed ack taken after namedMemory", func(s Stats) bool { return s.Backlog == 0 })
+	waitStats(t, u, "the unnamed ack hours later ignored", func(s Stats) bool { return s.ForeignAcks == 3 })
+	skew.Store(int64(3*time.Hour + namedMemory + time.Minute))
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 11})
+	waitStats(t, u, "unnamed acks taken after namedMemory of them", func(s Stats) bool { return s.Backlog == 0 })
 }
 
 // TestRepeatedControlCarriedOutOnce: the hub sends a request again until

@@ -294,7 +294,8 @@ func TestStartingHubAnswersWhy(t *testing.T) {
 	front := &starting{}
 	front.wait("waiting for PostgreSQL: connection refused")
 	for _, tc := range []struct{ path, want string }{
-		{"/healthz", `"status":"store_unavailable"`},
+		{"/healthz", `"status":"starting"`},
+		{"/readyz", `"status":"store_unavailable"`},
 		{"/api/gateways", `"code":"starting"`},
 	} {
 		rec := httptest.NewRecorder()

@@ -29,12 +29,17 @@ func cmdNATSUser(_ context.Context, e *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *prefix == "" || strings.ContainsAny(*prefix, "+#") {
-		return &usageError{Msg: fmt.Sprintf("prefix %q must be non-empty and without wildcards", *prefix)}
+	if *prefix == "" || strings.ContainsAny(*prefix, "+#") || strings.HasPrefix(*prefix, "/") || strings.HasSuffix(*prefix, "/") {
+		return &usageError{Msg: fmt.Sprintf("prefix %q must be non-empty, without wildcards or a leading/trailing '/'", *prefix)}
 	}
-	perms, types, who := hub.GatewayNATSPermissions(*prefix, name), "MQTT", "gateway "+name
+	perms, err := hub.GatewayNATSPermissions(*prefix, name)
+	types, who := "MQTT", "gateway "+name
 	if *forHub {
-		perms, types, who = hub.HubNATSPermissions(*prefix), "STANDARD", "the hub's NATS user "+name
+		perms, err = hub.HubNATSPermissions(*prefix)
+		types, who = "STANDARD", "the hub's NATS user "+name
+	}
+	if err != nil {
+		return &usageError{Msg: err.Error()}
 	}
 	password, err := passwd.Read(e.Stdin, e.Stderr, who, *generate)
 	if err != nil {
@@ -53,16 +58,23 @@ func cmdNATSUser(_ context.Context, e *cli.Env, args []string) error {
 			return err
 		}
 	}
-	_, err = fmt.Fprintf(e.Stdout, "{user: %q, password: %q,\n permissions: {publish: {allow: %s},\n               subscribe: {allow: %s}},\n allowed_connection_types: [%q]}\n",
-		name, h, natsList(perms.Publish), natsList(perms.Subscribe), types)
+	_, err = fmt.Fprintf(e.Stdout, "{user: %s, password: %s,\n permissions: {publish: {allow: %s},\n               subscribe: {allow: %s}},\n allowed_connection_types: [%s]}\n",
+		natsString(name), natsString(string(h)), natsList(perms.Publish), natsList(perms.Subscribe), natsString(types))
 	return err
+}
+
+// natsString is s as a double-quoted string of nats-server's config,
+// which knows only the escapes \" \\ \t \n \r and \x: Go's %q
+// would write others (\u…) that it refuses.
+func natsString(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\t", `\t`, "\n", `\n`, "\r", `\r`).Replace(s) + `"`
 }
 
 // natsList is a list of strings in nats-server's config syntax.
 func natsList(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
-		q[i] = fmt.Sprintf("%q", s)
+		q[i] = natsString(s)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/nats-io/nats.go"
 
 	"github.com/sortie-edge/sortie/internal/clustertest"
@@ -16,8 +18,10 @@ import (
 
 // TestNATSUserLogsIn: the entries nats-user prints go into a real
 // nats-server's users as they are; the gateway then logs in over MQTT
-// with its password and publishes its events, the hub's user logs in
-// over NATS, and a wrong password is refused.
+// with its password (a wrong one is refused as not authorised), and
+// what it publishes on its own topics reaches the hub's user, logged in
+// over NATS, while what it publishes on another gateway's does not; a
+// gateway named "*" is refused.
 func TestNATSUserLogsIn(t *testing.T) {
 	entry := func(args ...string) string {
 		t.Helper()
@@ -41,9 +45,11 @@ func TestNATSUserLogsIn(t *testing.T) {
 		}
 		return c, nil
 	}
-	if c, err := mqttLogin("wrong"); err == nil {
-		c.Disconnect(0)
-		t.Fatal("a wrong password logged in")
+	if c, err := mqttLogin("wrong"); !errors.Is(err, packets.ErrorRefusedNotAuthorised) {
+		if c != nil {
+			c.Disconnect(0)
+		}
+		t.Fatalf("a wrong password: %v, want refused as not authorised", err)
 	}
 	// The account's first MQTT client makes the node set up its MQTT
 	// streams, which a loaded machine can take past the node's timeout:
@@ -57,13 +63,36 @@ func TestNATSUserLogsIn(t *testing.T) {
 		t.Fatalf("the gateway's login: %v", err)
 	}
 	defer c.Disconnect(0)
-	if tok := c.Publish(uplink.Topics{}.Events("gw.one"), 1, false, []byte(`{}`)); !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("the gateway's publish of its events: %v", tok.Error())
-	}
 
 	nc, err := nats.Connect(node.ClientURL(), nats.UserInfo("hubuser", "pw-hubuser"))
 	if err != nil {
 		t.Fatalf("the hub's login: %v", err)
 	}
-	nc.Close()
+	defer nc.Close()
+	got := make(chan *nats.Msg, 4)
+	if _, err := nc.ChanSubscribe("sortie.hub.gateways.>", got); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// NATS acknowledges a refused MQTT publish too: only delivery tells.
+	for _, topic := range []string{uplink.Topics{}.Events("other"), uplink.Topics{}.Events("gw.one")} {
+		if tok := c.Publish(topic, 1, false, []byte(topic)); !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish on %s: %v", topic, tok.Error())
+		}
+	}
+	select {
+	case m := <-got:
+		if own := (uplink.Topics{}).Events("gw.one"); string(m.Data) != own {
+			t.Fatalf("the hub got %q on %s: the gateway published on another gateway's topic", m.Data, m.Subject)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the gateway's own events never reached the hub")
+	}
+
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"nats-user", "*"}, strings.NewReader("pw"), &out, &errb); code != 2 || !strings.Contains(errb.String(), "wildcard") {
+		t.Errorf("nats-user *: exit %d, stderr %q; want a refusal naming the wildcard", code, errb.String())
+	}
 }

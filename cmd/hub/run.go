@@ -241,7 +241,10 @@ func (s *starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	status, msg := "starting", "starting"
 	if why := s.waiting.Load(); why != nil {
-		status, msg = "store_unavailable", *why
+		msg = *why
+		if r.URL.Path == "/readyz" {
+			status = "store_unavailable" // /healthz leaves the store out
+		}
 	}
 	w.Header().Set("Retry-After", "1")
 	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {

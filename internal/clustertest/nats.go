@@ -177,7 +177,11 @@ func (c *NATS) warmMQTT() error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("MQTT on %s: no client admitted after %d tries: %w", nd.Name, try, tok.Error())
+				err := tok.Error()
+				if err == nil {
+					err = errors.New("connect timed out")
+				}
+				return fmt.Errorf("MQTT on %s: no client admitted after %d tries: %w", nd.Name, try, err)
 			}
 			time.Sleep(200 * time.Millisecond) // a retry's pause, as a gateway's
 		}
