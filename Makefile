@@ -5,7 +5,8 @@ PKGS        ?= ./...
 TIMEOUT     ?= 9m
 ENABLE_RACE ?= true
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS     := -s -w -X main.Version=$(VERSION)
+REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS     := -s -w -X main.Version=$(VERSION) -X main.Revision=$(REVISION)
 BENCHTIME   ?= 2s
 
 ifeq ($(ENABLE_RACE),true)

@@ -111,7 +111,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	var err error
 	a.metrics = newInstruments()
-	a.metrics.setBuild(o.Version)
+	a.metrics.setBuild(o.Version, o.Revision)
 	// With a hub, every event is also written to the outbox in the same
 	// transaction as the change it reports.
 	sopts := store.Options{Logger: log, Outbox: o.Hub != nil,

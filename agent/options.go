@@ -61,6 +61,9 @@ type Options struct {
 	QuietMissions bool
 	// Version is reported in logs and to the hub.
 	Version string
+	// Revision is the VCS revision the agent was built from, for
+	// sortie_build_info; "" reads as unknown.
+	Revision string
 	// DemoTrigger, when set, is a scene the agent triggers through its
 	// own trigger topic once it runs, as an app would.
 	DemoTrigger string

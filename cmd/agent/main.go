@@ -28,8 +28,12 @@ import (
 	"github.com/sortie-edge/sortie/internal/cli"
 )
 
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "dev"
+// Version and Revision are set at build time with -ldflags
+// "-X main.Version=... -X main.Revision=..." (the Makefile does).
+var (
+	Version  = "dev"
+	Revision = ""
+)
 
 func main() {
 	serving := len(os.Args) < 2 || os.Args[1] == "run" || strings.HasPrefix(os.Args[1], "-")

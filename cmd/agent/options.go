@@ -29,7 +29,7 @@ func locationOptions(cfg Config) *agent.LocationOptions {
 // the files it names (registry, scenes, simulated home, secrets).
 func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	o := agent.Options{
-		Gateway: cfg.GatewayID, DataDir: cfg.Path(cfg.DataDir), Logger: log, Version: Version,
+		Gateway: cfg.GatewayID, DataDir: cfg.Path(cfg.DataDir), Logger: log, Version: Version, Revision: Revision,
 		Driver: agent.DriverOptions{
 			Workers: cfg.Driver.Workers, StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(), MaxLive: cfg.Driver.MaxLive,
 		},
