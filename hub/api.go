@@ -68,8 +68,6 @@ type Backing interface {
 // Backend is the messaging side the API drives: the single hub's
 // Service, or a cluster replica.
 type Backend interface {
-	// Connected reports whether the hub's link to its gateways is up.
-	Connected() bool
 	// Health and Readiness say whether the hub can do its work (see
 	// Service.Health and Service.Readiness).
 	Health(ctx context.Context) Health
@@ -202,11 +200,7 @@ func (a *API) method(m string, h http.HandlerFunc) http.HandlerFunc {
 // stream alone also takes the token as ?token=.
 func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok && r.URL.Path == "/api/stream" {
-			got, ok = r.URL.Query().Get("token"), true
-		}
-		if !ok || a.opts.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) != 1 {
+		if !a.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sortie-hub"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
 			return
@@ -215,13 +209,27 @@ func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// authorized says whether r carries the API token.
+func (a *API) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && r.URL.Path == "/api/stream" {
+		got, ok = r.URL.Query().Get("token"), true
+	}
+	return ok && a.opts.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) == 1
+}
+
 // health answers with check: 200 when ok, else 503 with the reason.
+// The message (an error naming hosts, users, databases) goes only to a
+// request with the token: a probe needs the status, not the detail.
 func (a *API) health(check func(context.Context) Health) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		h := check(r.Context())
 		code := http.StatusOK
 		if h.Status != "ok" {
 			code = http.StatusServiceUnavailable
+		}
+		if !a.authorized(r) {
+			h.Message = ""
 		}
 		writeJSON(w, code, h)
 	}

@@ -57,7 +57,7 @@ func newHubMetrics(s *Service) *hubMetrics {
 			return 0
 		}),
 		metrics.NewGaugeFunc(ns+"_queue_depth", "Gateway messages received and waiting to be stored.", func() float64 { return float64(len(s.queue)) }),
-		metrics.NewGaugeFunc(ns+"_broker_connected", "1 while the hub's MQTT connection is up.", func() float64 {
+		metrics.NewGaugeFunc(ns+"_broker_connected", "1 while the hub's link to its gateways is up (its MQTT connection, or NATS in the cluster mode).", func() float64 {
 			if s.Connected() {
 				return 1
 			}

@@ -71,7 +71,8 @@ var pgSchema = []string{
 }
 
 // OpenPG connects to the database at dsn (a pgx connection string) and
-// creates the tables if they are missing.
+// creates the tables if they are missing. An error marked
+// ErrStoreUnavailable may go away by itself (the database starting).
 func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -84,6 +85,7 @@ func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
 	s := &PGStore{pool: pool, timeout: 30 * time.Second}
 	if err := s.createTables(ctx); err != nil {
 		pool.Close()
+		unavailable(&err) // a database still starting: worth waiting for
 		return nil, fmt.Errorf("create hub tables: %w", err)
 	}
 	return s, nil

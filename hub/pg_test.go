@@ -2,7 +2,9 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"sync"
@@ -207,5 +209,33 @@ func TestPGObjectsNameWhatTheSchemaCreates(t *testing.T) {
 	}
 	if !slices.Equal(created, pgObjects) {
 		t.Fatalf("pgSchema creates %v, pgObjects lists %v", created, pgObjects)
+	}
+}
+
+// TestOpenPGTellsWaitingFromRefused: a database that cannot be reached
+// is worth waiting for (ErrStoreUnavailable, which cmd/hub retries); one
+// that refuses the hub's password or has no such database is not.
+func TestOpenPGTellsWaitingFromRefused(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	u, err := url.Parse(pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(pg.User, "wrong")
+	wrong := u.String()
+	for _, tc := range []struct {
+		name, dsn string
+		waiting   bool
+	}{
+		{"nothing listens", "postgres://nobody:x@127.0.0.1:1/none?sslmode=disable&connect_timeout=2", true},
+		{"a wrong password", wrong, false},
+		{"no such database", pg.DSNFor("no_such_db"), false},
+	} {
+		_, err := OpenPG(ctx, tc.dsn)
+		if err == nil || errors.Is(err, ErrStoreUnavailable) != tc.waiting {
+			t.Errorf("%s: %v; want an error, marked unavailable: %v", tc.name, err, tc.waiting)
+		}
 	}
 }

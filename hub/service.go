@@ -194,8 +194,9 @@ func (s *Service) Connected() bool {
 
 // Health is what /healthz and /readyz say of a hub process.
 type Health struct {
-	// Status is ok, broker_unavailable, nats_permission_denied,
-	// store_unavailable (Readiness only) or starting.
+	// Status is ok, broker_unavailable, nats_permission_denied or
+	// store_unavailable (Readiness only); cmd/hub answers starting while
+	// the service does not run yet.
 	Status  string `json:"status"`
 	Broker  bool   `json:"broker"`
 	Message string `json:"message,omitempty"`
@@ -250,7 +251,9 @@ func (s *Service) pingStore(ctx context.Context) error {
 	s.pingMu.Lock()
 	defer s.pingMu.Unlock()
 	if now := time.Now(); now.Sub(s.pingAt) >= healthCache {
-		ctx, cancel := context.WithTimeout(ctx, healthWait)
+		// Not the probe's own context: one that hangs up must not leave
+		// "context canceled" as the answer for the next checks.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthWait)
 		defer cancel()
 		s.pingErr, s.pingAt = p.Ping(ctx), now
 	}
@@ -662,7 +665,7 @@ func (s *Service) ackLoop(ctx context.Context) error {
 		s.ackMu.Unlock()
 		waits := make(map[string]func(context.Context) error, len(acks))
 		for gw, pa := range acks {
-			a := uplink.Ack{Upto: pa.upto, Outbox: pa.outbox}
+			a := uplink.Ack{Upto: pa.upto, Outbox: &pa.outbox}
 			if pa.hasTraces {
 				a.Traces = &pa.traces
 			}

@@ -176,11 +176,12 @@ type Batch struct {
 type Ack struct {
 	Upto   uint64  `json:"upto"`
 	Traces *uint64 `json:"traces,omitempty"`
-	// Outbox is the outbox Upto is about, as the gateway's batches named
-	// it: a gateway ignores Upto when it names another (an ack for the
-	// store it replaced). Empty from hubs that do not track it, and for
-	// gateways that do not name theirs.
-	Outbox string `json:"outbox,omitempty"`
+	// Outbox is the outbox Upto and Traces count, as the gateway's
+	// batches named it: "" for a gateway that names none. Hubs that name
+	// outboxes always send it; nil (absent) from hubs before them. A
+	// gateway that names its outbox takes an ack only when it is absent
+	// or its own name (see docs/protocol.md, Acks).
+	Outbox *string `json:"outbox,omitempty"`
 }
 
 // TraceRecord is one evaluation of a trigger on the gateway: what it

@@ -201,7 +201,7 @@ type Stats struct {
 	Controls       uint64 // control requests answered
 	ControlErrors  uint64 // answered with ok=false
 	ControlDropped uint64 // dropped: queue full, or not this gateway's topic
-	ControlRepeats uint64 // requests the hub sent again, answered from memory
+	ControlRepeats uint64 // requests the hub sent again, answered from memory or the store
 	ForeignAcks    uint64 // acks about another outbox of this gateway, ignored
 	TraceRecords   uint64 // trigger records published, resends included
 	TraceAcked     uint64 // trigger records deleted after the hub's acks
@@ -215,11 +215,6 @@ type Uplink struct {
 	log     *slog.Logger
 	started time.Time
 	outbox  string // the Source's OutboxNamer name, if it has one
-	// named is set by an ack naming this uplink's outbox: the hub names
-	// outboxes. unnamedSince is when the first unnamed ack ignored since
-	// the latest named one came, as time since started plus 1 (0: none).
-	named        atomic.Bool
-	unnamedSince atomic.Int64
 
 	wake     chan struct{} // Notify
 	connEv   chan struct{} // the connection went up or down
@@ -416,7 +411,7 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 	if !u.ours(a.Outbox) {
 		// Meant for the store this one replaced (sent before the hub
 		// heard from this one): its seqs count another outbox.
-		u.log.Debug("ack about another outbox ignored", "outbox", a.Outbox, "upto", a.Upto)
+		u.log.Debug("ack about another outbox ignored", "outbox", *a.Outbox, "upto", a.Upto)
 		u.update(func(s *Stats) { s.ForeignAcks++ })
 		return
 	}
@@ -433,41 +428,15 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 	signal(u.ackEv)
 }
 
-// ours says whether an ack naming outbox counts this uplink's store. A
+// ours says whether an ack about outbox counts this uplink's store. A
 // gateway that names none takes every ack; one that does takes acks
-// naming it, and unnamed ones until a named one came. From a hub that
-// names outboxes an unnamed ack is about a gateway that named none (the
-// store this one replaced), applied late by another replica, possibly
-// after an outage of hours; unnamed acks that keep coming for
-// namedMemory with no named one between mean the hub was rolled back to
-// a version that names none, and refusing them would only fill the
-// outbox. Times are measured from started, so a clock set on a device
-// without a real-time clock does not move them.
-func (u *Uplink) ours(outbox string) bool {
-	since := u.opts.Now().Sub(u.started)
-	switch {
-	case u.outbox == "" || outbox == u.outbox:
-		if outbox != "" {
-			u.named.Store(true)
-			u.unnamedSince.Store(0)
-		}
-		return true
-	case outbox != "":
-		return false
-	case !u.named.Load():
-		return true
-	}
-	first := u.unnamedSince.Load()
-	if first == 0 {
-		u.unnamedSince.CompareAndSwap(0, int64(since)+1)
-		return false
-	}
-	return since-time.Duration(first-1) > namedMemory
+// naming it, and acks that name nothing at all (nil: a hub before outbox
+// names). An ack naming "" comes from a hub that names outboxes and is
+// about a gateway that named none: the store this one replaced, whose
+// late batch a replica applied.
+func (u *Uplink) ours(outbox *string) bool {
+	return u.outbox == "" || outbox == nil || *outbox == u.outbox
 }
-
-// namedMemory is how long unnamed acks must keep coming, with no named
-// one between, before they count again (see ours).
-const namedMemory = 10 * time.Minute
 
 // onControl handles the control topic: it queues the payload for
 // serveControls, never blocking.

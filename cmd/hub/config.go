@@ -82,6 +82,9 @@ type ClusterConfig struct {
 	// AckWait is how long a replica may hold a message before another
 	// gets it.
 	AckWait driver.Duration `toml:"ack_wait"`
+	// MovedControlResend is control_resend's old place: set, it is an
+	// error that says where it went.
+	MovedControlResend driver.Duration `toml:"control_resend" json:"-"`
 	// MaxAckPending bounds the messages the replicas hold unacknowledged
 	// between them; Fetch is how many a replica asks for at a time. Both
 	// apply when the consumer is created.
@@ -199,6 +202,9 @@ func (c Config) Validate(file string) error {
 	}
 	if c.Prefix == "" || strings.ContainsAny(c.Prefix, "+#") || strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") {
 		return bad("prefix", "%q must be non-empty, without wildcards or a leading/trailing '/'", c.Prefix)
+	}
+	if c.Cluster.MovedControlResend != 0 {
+		return bad("cluster.control_resend", "moved to [http] control_resend (it applies to both modes)")
 	}
 	if k := c.Cluster; !k.Enabled && (k.NATS != "" || k.Postgres != "" || k.PostgresFile != "" || k.NATSPassword != "" || k.NATSPasswordFile != "") {
 		return bad("cluster.enabled", "[cluster] is filled in but not enabled: add enabled = true for the cluster mode, or remove [cluster] for the single hub")

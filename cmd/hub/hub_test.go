@@ -100,6 +100,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad level", "[log]\nlevel = \"loud\"\n" + gw, "log.level"},
 		{"bad prefix", "prefix = \"a/#\"\n" + gw, "prefix"},
 		{"bad duration", "[http]\ncontrol_timeout = \"soon\"\n" + gw, ""},
+		{"control_resend in its old place", "[cluster]\ncontrol_resend = \"1s\"\n" + gw, "cluster.control_resend"},
 		{"control resent no sooner than it times out", "[http]\ncontrol_timeout = \"2s\"\ncontrol_resend = \"2s\"\n" + gw, "http.control_resend"},
 		{"cluster without nats", "[cluster]\nenabled = true\n", "cluster.nats"},
 		{"cluster with a broker URL for nats", "[cluster]\nenabled = true\nnats = \"tcp://n1:1883\"\n", "cluster.nats"},
@@ -288,10 +289,11 @@ func (s *syncBuffer) String() string {
 }
 
 // TestStartingHubAnswersWhy: while the store is awaited, /healthz is a
-// 503 saying what the hub waits for, and the API a JSON error, never a
-// refused connection or a plain-text page.
+// 503 saying what the hub waits for (the error itself to a request with
+// the token only), and the API a JSON error, never a refused connection
+// or a plain-text page.
 func TestStartingHubAnswersWhy(t *testing.T) {
-	front := &starting{}
+	front := &starting{token: "0123456789abcdef0123"}
 	front.wait("waiting for PostgreSQL: connection refused")
 	for _, tc := range []struct{ path, want string }{
 		{"/healthz", `"status":"starting"`},
@@ -299,10 +301,17 @@ func TestStartingHubAnswersWhy(t *testing.T) {
 		{"/api/gateways", `"code":"starting"`},
 	} {
 		rec := httptest.NewRecorder()
-		front.ServeHTTP(rec, httptest.NewRequest("GET", tc.path, nil))
+		req := httptest.NewRequest("GET", tc.path, nil)
+		req.Header.Set("Authorization", "Bearer 0123456789abcdef0123")
+		front.ServeHTTP(rec, req)
 		if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, tc.want) || !strings.Contains(body, "waiting for PostgreSQL") {
 			t.Errorf("%s while starting: %d %s", tc.path, rec.Code, body)
 		}
+	}
+	rec := httptest.NewRecorder()
+	front.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if strings.Contains(rec.Body.String(), "PostgreSQL") {
+		t.Errorf("without the token the error is shown: %s", rec.Body.String())
 	}
 }
 
@@ -325,7 +334,9 @@ func TestHubListensWhileWaitingForPostgreSQL(t *testing.T) {
 	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler)) }()
 	var body string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // polled: the listener has no event a test can await
-		res, err := http.Get("http://" + addr + "/healthz")
+		req, _ := http.NewRequest("GET", "http://"+addr+"/healthz", nil)
+		req.Header.Set("Authorization", "Bearer "+cfg.HTTP.Token)
+		res, err := http.DefaultClient.Do(req)
 		if err == nil {
 			b, _ := io.ReadAll(res.Body)
 			_ = res.Body.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
@@ -91,10 +92,11 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// serve wires the store, broker, service and HTTP server together and
-// runs them until ctx is cancelled or one fails. Close errors of the
-// store and broker join what it returns: a store that failed to close
-// may not have kept the last ingest.
+// serve starts the HTTP server, then has runHub open the store and the
+// broker (or the cluster link) and run the service, until ctx is
+// cancelled or one fails. It closes what runHub opened after the HTTP
+// server has drained; their close errors join what it returns: a store
+// that failed to close may not have kept the last ingest.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	token, err := cfg.token()
 	if err != nil {
@@ -107,7 +109,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (rerr error) {
 	if err != nil {
 		return fmt.Errorf("http listen: %w", err)
 	}
-	front := &starting{}
+	front := &starting{token: token}
 	srv := &http.Server{Handler: front, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	log.Info("http listening", "addr", ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/")
 	ctx, cancel := context.WithCancel(ctx)
@@ -226,6 +228,7 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 // starting is the HTTP handler while the hub starts: 503 to everything,
 // saying what it waits for, until ready hands it the API.
 type starting struct {
+	token   string // the API's: only a request with it gets the error
 	api     atomic.Pointer[hub.API]
 	waiting atomic.Pointer[string]
 }
@@ -241,7 +244,10 @@ func (s *starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	status, msg := "starting", "starting"
 	if why := s.waiting.Load(); why != nil {
-		msg = *why
+		msg = "waiting for the store"
+		if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && s.token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1 {
+			msg = *why // it names hosts and users
+		}
 		if r.URL.Path == "/readyz" {
 			status = "store_unavailable" // /healthz leaves the store out
 		}
@@ -260,12 +266,15 @@ func openPG(ctx context.Context, cfg Config, log *slog.Logger, front *starting) 
 	if err != nil {
 		return nil, fmt.Errorf("cluster.postgres_file: %w", err)
 	}
-	// A database still starting is waited for, as the broker would be.
+	// A database that cannot be reached yet (starting, restarting, a
+	// network down) is waited for, as NATS is, backing off to 10 s; one
+	// that refuses the hub (a wrong password, no such database) is an
+	// error at once: waiting would not mend it.
 	for attempt := 1; ; attempt++ {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		st, err := hub.OpenPG(octx, dsn)
 		cancel()
-		if err == nil || errors.Is(err, hub.ErrInvalid) || attempt == 30 || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, hub.ErrStoreUnavailable) || ctx.Err() != nil {
 			return st, err
 		}
 		log.Warn("waiting for PostgreSQL", "attempt", attempt, "err", err)
@@ -273,7 +282,7 @@ func openPG(ctx context.Context, cfg Config, log *slog.Logger, front *starting) 
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(time.Second):
+		case <-time.After(min(time.Duration(attempt)*time.Second, 10*time.Second)):
 		}
 	}
 }
