@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -451,6 +452,17 @@ func TestClusterRecoversADeletedConsumer(t *testing.T) {
 	}
 }
 
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // TestClusterHealthSaysAPermissionIsMissing: a hub user that may not ack
 // the streams stores every message and acks none, which nothing else
 // shows (the messages come back as duplicates): /healthz says so.
@@ -474,5 +486,10 @@ func TestClusterHealthSaysAPermissionIsMissing(t *testing.T) {
 	}
 	if h.Status != "nats_permission_denied" || !strings.Contains(h.Message, "$JS.ACK") {
 		t.Fatalf("health %+v, want nats_permission_denied naming the refused ack", h)
+	}
+	rec := httptest.NewRecorder()
+	svc.Metrics().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !regexp.MustCompile(`(?m)^sortie_hub_nats_permission_denials_total [1-9]`).MatchString(rec.Body.String()) {
+		t.Errorf("/metrics does not count the refusals:\n%s", grepLines(rec.Body.String(), "nats_permission"))
 	}
 }

@@ -63,6 +63,14 @@ func newHubMetrics(s *Service) *hubMetrics {
 			}
 			return 0
 		}),
+		metrics.NewCounterFunc(ns+"_nats_permission_denials_total",
+			"Permission violations NATS reported to the hub's user (the cluster mode; 0 otherwise): any is a misconfigured user, see docs/cluster.md.",
+			func() float64 {
+				if l, ok := s.link.(*natsLink); ok {
+					return float64(l.violations.Load())
+				}
+				return 0
+			}),
 		metrics.NewGoCollector(), metrics.NewProcessCollector())
 	return m
 }
