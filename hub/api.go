@@ -101,9 +101,7 @@ func NewAPI(svc *Service, opts APIOptions) *API { return NewAPIOn(svc, svc.Store
 
 // NewAPIOn returns the handler for any backend and store (cluster mode).
 func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
-	if opts.KeepAlive <= 0 {
-		opts.KeepAlive = 15 * time.Second
-	}
+	orDefault(&opts.KeepAlive, 15*time.Second)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -61,23 +61,19 @@ const (
 )
 
 func (o *ClusterOptions) withDefaults() {
-	if o.Replicas <= 0 {
-		o.Replicas = 3
-	}
-	if o.MaxAge <= 0 {
-		o.MaxAge = 7 * 24 * time.Hour
-	}
-	if o.MaxBytes <= 0 {
-		o.MaxBytes = 1 << 30
-	}
-	if o.AckWait <= 0 {
-		o.AckWait = 30 * time.Second
-	}
-	if o.MaxAckPending <= 0 {
-		o.MaxAckPending = 8192
-	}
-	if o.Fetch <= 0 {
-		o.Fetch = 512
+	orDefault(&o.Replicas, 3)
+	orDefault(&o.MaxAge, 7*24*time.Hour)
+	orDefault(&o.MaxBytes, 1<<30)
+	orDefault(&o.AckWait, 30*time.Second)
+	orDefault(&o.MaxAckPending, 8192)
+	orDefault(&o.Fetch, 512)
+}
+
+// orDefault sets *v to d when it is not positive: the options' zero
+// value, or a nonsense one, means the default.
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }
 

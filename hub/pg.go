@@ -566,10 +566,7 @@ func (s *PGStore) Gateway(id string) (_ Gateway, err error) {
 // does (the same cursors).
 func (s *PGStore) Missions(q Query) (_ []Mission, _ string, err error) {
 	defer unavailable(&err)
-	if q.Limit <= 0 {
-		q.Limit = 50
-	}
-	q.Limit = min(q.Limit, MaxLimit)
+	q.Limit = q.page()
 	var curNS int64
 	var curKey []byte
 	if q.Cursor != "" {

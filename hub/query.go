@@ -29,6 +29,13 @@ type Query struct {
 // MaxLimit caps a page of missions.
 const MaxLimit = 500
 
+// page is the page size q asks for: Limit, 50 by default, at most
+// MaxLimit.
+func (q Query) page() int {
+	orDefault(&q.Limit, 50)
+	return min(q.Limit, MaxLimit)
+}
+
 func (q Query) match(m *Mission) bool {
 	if q.Gateway != "" && m.Gateway != q.Gateway {
 		return false
@@ -42,10 +49,7 @@ func (q Query) match(m *Mission) bool {
 // Missions returns missions matching q, newest first, and the cursor of
 // the next page ("" when there is none).
 func (s *Store) Missions(q Query) ([]Mission, string, error) {
-	if q.Limit <= 0 {
-		q.Limit = 50
-	}
-	q.Limit = min(q.Limit, MaxLimit)
+	q.Limit = q.page()
 	var start []byte
 	if q.Cursor != "" {
 		c, err := base64.RawURLEncoding.DecodeString(q.Cursor)

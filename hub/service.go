@@ -137,21 +137,11 @@ func NewService(st Backing, opts ServiceOptions) *Service {
 	if opts.ClientID == "" {
 		opts.ClientID = "sortie-hub"
 	}
-	if opts.ControlResend <= 0 {
-		opts.ControlResend = 2 * time.Second
-	}
-	if opts.ControlTimeout <= 0 {
-		opts.ControlTimeout = 10 * time.Second
-	}
-	if opts.Queue <= 0 {
-		opts.Queue = 4096
-	}
-	if opts.Group <= 0 {
-		opts.Group = 512
-	}
-	if opts.PruneEvery <= 0 {
-		opts.PruneEvery = time.Hour
-	}
+	orDefault(&opts.ControlResend, 2*time.Second)
+	orDefault(&opts.ControlTimeout, 10*time.Second)
+	orDefault(&opts.Queue, 4096)
+	orDefault(&opts.Group, 512)
+	orDefault(&opts.PruneEvery, time.Hour)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

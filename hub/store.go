@@ -178,9 +178,7 @@ type Store struct {
 // Open opens or creates the store at path, creating its directory and
 // buckets.
 func Open(path string, opts Options) (*Store, error) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = 5 * time.Second
-	}
+	orDefault(&opts.Timeout, 5*time.Second)
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open hub store: %w", err)
 	}
