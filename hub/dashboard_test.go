@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/clustertest"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -90,14 +91,7 @@ func TestDashboard(t *testing.T) {
 // needChromium returns the browser's path, or skips (fails in CI).
 func needChromium(t *testing.T) string {
 	t.Helper()
-	bin := findChromium()
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium not found and CI=true: install it (apt-get install -y chromium)")
-		}
-		t.Skip("chromium not found; install it with apt-get install -y chromium (required when CI=true)")
-	}
-	return bin
+	return clustertest.Need(t, "chromium", findChromium(), "chromium")
 }
 
 // openDashboard starts Chromium on url and waits for the page to be

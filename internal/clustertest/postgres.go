@@ -291,14 +291,21 @@ func postgresCredential() (*syscall.Credential, error) {
 // skips the test (fails it when CI=true) when there is none.
 func needPostgres(tb testing.TB) string {
 	tb.Helper()
-	bin := findPostgres()
-	if bin == "" {
+	return Need(tb, "PostgreSQL", findPostgres(), "postgresql")
+}
+
+// Need returns found, the path of what a test needs, or when it is ""
+// skips the test, and fails it when CI=true: CI installs Debian's
+// package pkg, so a missing program there is a broken set-up.
+func Need(tb testing.TB, what, found, pkg string) string {
+	tb.Helper()
+	if found == "" {
 		if os.Getenv("CI") == "true" {
-			tb.Fatal("PostgreSQL not found and CI=true: install it (apt-get install -y postgresql)")
+			tb.Fatalf("%s not found and CI=true: install it (apt-get install -y %s)", what, pkg)
 		}
-		tb.Skip("PostgreSQL not found; install it with apt-get install -y postgresql (required when CI=true)")
+		tb.Skipf("%s not found; install it with apt-get install -y %s (required when CI=true)", what, pkg)
 	}
-	return bin
+	return found
 }
 
 // findPostgres returns the bin directory of the newest PostgreSQL under
