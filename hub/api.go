@@ -208,12 +208,17 @@ func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // authorized says whether r carries the API token.
-func (a *API) authorized(r *http.Request) bool {
+func (a *API) authorized(r *http.Request) bool { return Authorized(r, a.opts.Token) }
+
+// Authorized says whether r carries token, as the API takes it: a
+// bearer token, or ?token= on /api/stream (EventSource sets no headers).
+// An empty token authorizes nothing.
+func Authorized(r *http.Request, token string) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok && r.URL.Path == "/api/stream" {
 		got, ok = r.URL.Query().Get("token"), true
 	}
-	return ok && a.opts.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) == 1
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // health answers with check: 200 when ok, else 503 with the reason.

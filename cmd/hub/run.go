@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
@@ -245,7 +244,7 @@ func (s *starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status, msg := "starting", "starting"
 	if why := s.waiting.Load(); why != nil {
 		msg = "waiting for the store"
-		if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && s.token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1 {
+		if hub.Authorized(r, s.token) {
 			msg = *why // it names hosts and users
 		}
 		if r.URL.Path == "/readyz" {
