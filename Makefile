@@ -13,7 +13,7 @@ ifeq ($(ENABLE_RACE),true)
 RACE := -race
 endif
 
-.PHONY: all fmt fmt-check vet lint test cluster-test build run demo-hub sim cross bench clean
+.PHONY: all fmt fmt-check vet lint test cluster-test build run run-mixed demo-hub sim cross bench clean
 
 all: build
 
@@ -56,6 +56,11 @@ build:
 # go_home triggered and followed step by step. Ctrl-C stops it cleanly.
 run: build
 	./bin/agent run -config configs/agent.toml -progress -trigger go_home -log-level warn
+
+# The mixed demo: native devices beside Zigbee2MQTT ones (docs/devices.md),
+# go_home triggered and followed step by step.
+run-mixed: build
+	./bin/agent run -config configs/mixed/agent.toml -progress -trigger go_home -log-level warn
 
 # The hub (its embedded broker on 127.0.0.1:1884, dashboard on
 # http://127.0.0.1:8090/?token=demo-token-change-me) and the demo agent

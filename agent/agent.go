@@ -199,7 +199,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.dev, err = devices.Dial(ctx, devices.Options{
 		Local: local, Broker: brokerURL, ClientID: "sortie-" + o.Gateway + "-devices", Username: user,
 		Password: password, TLS: tlsCfg, Prefix: o.Broker.Prefix, AckTimeout: o.Broker.AckTimeout,
-		Logger: log,
+		Logger: log, Registry: a.reg,
 		// A device coming online or reporting state may unblock the steps
 		// waiting on that device (and only those).
 		OnChange:     drv.Wake,

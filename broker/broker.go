@@ -145,6 +145,30 @@ func (b *Broker) Subscribe(filter string, handle func(topic string, payload []by
 	return func() { _ = b.srv.Unsubscribe(filter, id) }, nil
 }
 
+// SubscribeRetained is Subscribe with the message's retain flag, as a
+// client over MQTT 3.1.1 would see it: set on the retained messages
+// replayed before it returns, clear on every message forwarded as it is
+// published (mochi hands its in-process subscribers the publisher's flag,
+// which a device adapter must not take for a replay).
+func (b *Broker) SubscribeRetained(filter string, handle func(topic string, payload []byte, retained bool)) (func(), error) {
+	var replaying atomic.Bool
+	replaying.Store(true)
+	id := int(b.subID.Add(1))
+	err := b.srv.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+		// A message published while the replay runs may be marked
+		// retained too: it reports the same state an instant later,
+		// and no command can be waiting before the first subscription
+		// returns.
+		handle(pk.TopicName, pk.Payload, pk.FixedHeader.Retain && replaying.Load())
+	})
+	replaying.Store(false)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
+	}
+	b.subsAdded.Add(1)
+	return func() { _ = b.srv.Unsubscribe(filter, id) }, nil
+}
+
 // Tap calls handle with each message published on a topic matching
 // filter as the broker takes it in (devices.LocalTap): once the
 // publisher's access is checked, but before the broker acknowledges it

@@ -156,6 +156,10 @@ type Options struct {
 	// on), one for a command ID this client does not know (see
 	// Stats.UnknownAcks), or a duplicate. It must not block.
 	OnStrayAck func(deviceID string, ack wire.Ack, duplicate bool)
+	// Registry, when set, names the devices that speak another
+	// ecosystem's dialect (Device.Protocol): the client subscribes to
+	// what their adapters read and sends their commands with PostState.
+	Registry *Registry
 	// OnAckTimeout, if set, is called with the device's ID each time a
 	// command to it gives up waiting for its ack (counted in
 	// Stats.Timeouts). It runs on the goroutine that gave up, and must
@@ -280,6 +284,14 @@ type Client struct {
 	gaveUp  keyRing
 	devices map[string]*deviceEntry
 
+	// ecos are the adapters of the ecosystems the registry's devices
+	// speak, ecoOf each such device's; both are fixed at Dial. expect
+	// holds the command in flight to each such device (ecoclient.go).
+	ecos          []*ecosystem
+	ecoOf         map[string]*ecosystem
+	expect        map[string]*expectation
+	localRetained LocalRetained
+
 	stats stats
 }
 
@@ -304,8 +316,23 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		recentQ: make([]ackKey, opts.AckCache),
 		gaveUp:  newKeyRing(opts.AckCache),
 		devices: make(map[string]*deviceEntry),
+		ecoOf:   make(map[string]*ecosystem),
+		expect:  make(map[string]*expectation),
+	}
+	if opts.Registry != nil {
+		ecos, err := opts.Registry.adapters()
+		if err != nil {
+			return nil, fmt.Errorf("dial: %w", err)
+		}
+		c.ecos = ecos
+		for _, e := range ecos {
+			for _, d := range e.devices {
+				c.ecoOf[d] = e
+			}
+		}
 	}
 	if opts.Local != nil {
+		c.localRetained, _ = opts.Local.(LocalRetained)
 		return c, c.dialLocal()
 	}
 	mc, err := mqttc.New(mqttc.Options{
@@ -331,6 +358,10 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 			c.shutdown()
 			return nil, fmt.Errorf("subscribe: %w", err)
 		}
+	}
+	if err := c.subscribeEcosystems(); err != nil {
+		c.shutdown()
+		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
 	defer cancel()
@@ -366,6 +397,10 @@ func (c *Client) dialLocal() error {
 		c.mu.Lock()
 		c.unsub = append(c.unsub, cancel)
 		c.mu.Unlock()
+	}
+	if err := c.subscribeEcosystems(); err != nil {
+		c.shutdown()
+		return err
 	}
 	c.mu.Lock()
 	c.conns, c.connected = 1, true
@@ -427,6 +462,9 @@ func (c *Client) shutdown() {
 	c.pending = make(map[ackKey]chan wire.Ack)
 	unsub := c.unsub
 	c.unsub = nil
+	for _, x := range c.expect {
+		stopTimer(x)
+	}
 	c.mu.Unlock()
 	for _, ch := range pending {
 		close(ch)
@@ -662,19 +700,8 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDon
 	}
 	key := ackKey{deviceID, cmd.ID}
 	c.mu.Lock()
-	switch {
-	case c.closed:
-		c.mu.Unlock()
-		return wire.Ack{}, false, ErrClosed
-	case c.recent[key].reusable:
-		r := c.recent[key]
-		c.mu.Unlock()
-		c.stats.cached.Add(1)
-		ack, err := c.finish(deviceID, r.ack)
-		return ack, true, err
-	case c.local == nil && !c.connected:
-		c.mu.Unlock()
-		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
+	if ack, done, err := c.postableLocked(key); done || err != nil {
+		return ack, done, err
 	}
 	if _, busy := c.pending[key]; busy {
 		c.mu.Unlock()
@@ -691,20 +718,7 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDon
 	delete(c.recent, key)
 	c.gaveUp.take(key)
 	c.mu.Unlock()
-	var perr error
-	if c.local != nil {
-		perr = c.local.Publish(c.topics.Command(deviceID), payload, false, 1)
-	} else {
-		// The connection writes the publish from its own goroutine; one
-		// lost with the connection shows as a missing ack.
-		tok := c.mc.PublishAsync(c.topics.Command(deviceID), payload, false, 1)
-		select {
-		case <-tok.Done():
-			perr = tok.Error()
-		default:
-		}
-	}
-	if perr != nil {
+	if perr := c.publish(c.topics.Command(deviceID), payload); perr != nil {
 		c.mu.Lock()
 		delete(c.posted, key)
 		c.mu.Unlock()
@@ -712,6 +726,44 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDon
 	}
 	c.stats.sent.Add(1)
 	return wire.Ack{}, false, nil
+}
+
+// postableLocked says whether a command may be posted under key: not
+// when the client is closed or its connection down (an error), nor when
+// the ack of the ID is known already (done, with that ack). Caller holds
+// mu; postableLocked releases it when it returns done or an error.
+func (c *Client) postableLocked(key ackKey) (wire.Ack, bool, error) {
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return wire.Ack{}, false, ErrClosed
+	case c.recent[key].reusable:
+		r := c.recent[key]
+		c.mu.Unlock()
+		c.stats.cached.Add(1)
+		ack, err := c.finish(key.device, r.ack)
+		return ack, true, err
+	case c.local == nil && !c.connected:
+		c.mu.Unlock()
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", key.id, key.device, ErrNotConnected)
+	}
+	return wire.Ack{}, false, nil
+}
+
+// publish sends a command at QoS 1, not retained, without waiting for
+// the broker: the connection writes it from its own goroutine, and one
+// lost with the connection shows as a missing ack.
+func (c *Client) publish(topic string, payload []byte) error {
+	if c.local != nil {
+		return c.local.Publish(topic, payload, false, 1)
+	}
+	tok := c.mc.PublishAsync(topic, payload, false, 1)
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	default:
+		return nil
+	}
 }
 
 // Collect returns the ack of command id sent to device by Post, once it
@@ -744,6 +796,7 @@ func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error)
 	if waiting {
 		delete(c.posted, key)
 		c.gaveUp.add(key)
+		c.dropExpectation(key)
 	}
 	c.mu.Unlock()
 	if waiting && done != nil {
@@ -808,6 +861,12 @@ func (c *Client) handleAck(topic, device string, payload []byte) {
 	// The decoded maps are this function's own: normalized in place.
 	normalizeOwned(ack.State)
 	normalizeOwned(ack.Prior)
+	c.applyAck(topic, device, ack)
+}
+
+// applyAck settles the command an ack answers: a native device's, or
+// one an ecosystem adapter's report stands for.
+func (c *Client) applyAck(topic, device string, ack wire.Ack) {
 	key := ackKey{device, ack.ID}
 	reusable := ack.OK || (ack.Error != nil && !wire.RetryableCode(ack.Error.Code))
 	c.mu.Lock()

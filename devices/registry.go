@@ -83,6 +83,12 @@ type Device struct {
 	Link string `toml:"link"`
 	// MaxInFlight overrides the type's.
 	MaxInFlight int `toml:"max_in_flight"`
+	// Protocol is the dialect the device speaks: ProtocolSortie (the
+	// default, docs/protocol.md) or an ecosystem's (docs/devices.md).
+	Protocol string `toml:"protocol"`
+	// Address is the device's name in its ecosystem (a Zigbee2MQTT
+	// friendly name, ...); required with any protocol but Sortie's.
+	Address string `toml:"address"`
 }
 
 // Link is a shared path to several devices that takes only so much at
@@ -108,6 +114,9 @@ type Registry struct {
 	Types   map[string]*DeviceType `toml:"types"`
 	Devices []Device               `toml:"devices"`
 	Links   map[string]*Link       `toml:"links"`
+	// Protocols holds each ecosystem's settings, by protocol name
+	// ([protocols.zigbee2mqtt] base_topic = ...).
+	Protocols map[string]map[string]any `toml:"protocols"`
 
 	source string
 	byID   map[string]int
@@ -263,9 +272,12 @@ func (r *Registry) validate() error {
 		if d.MaxInFlight < 0 || d.MaxInFlight > 10000 {
 			return fmt.Errorf("%s: max_in_flight: %d is not between 0 (the type's) and 10000", where, d.MaxInFlight)
 		}
+		if err := r.checkProtocol(d, where); err != nil {
+			return err
+		}
 		r.byID[d.ID] = i
 	}
-	return nil
+	return r.checkProtocols()
 }
 
 func (p *Param) validate() error {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+
+	"github.com/sortie-edge/sortie/devices/adapter"
 )
 
 // normalize turns the json.Number values that the strict decoders produce
@@ -128,6 +130,33 @@ func matches(got, want map[string]any) bool {
 	for k, w := range want {
 		g, ok := got[k]
 		if !ok || !sameValue(g, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// matchesWithin is matches with the rounding an ecosystem's units
+// bring (adapter.Tolerance): a light asked for 2700 K reports 370
+// mireds, which is 2703 K.
+func matchesWithin(got, want map[string]any) bool {
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			return false
+		}
+		if sameValue(g, w) {
+			continue
+		}
+		fg, okG := asFloat(g)
+		fw, okW := asFloat(w)
+		if !okG || !okW || math.Abs(fg-fw) > adapter.Tolerance(k, fw) {
+			return false
+		}
+	}
+	// A cover still travelling has not arrived, whatever it says now.
+	if moving, _ := got["moving"].(bool); moving {
+		if _, asked := want["moving"]; !asked {
 			return false
 		}
 	}

@@ -38,6 +38,11 @@ type HomeConfig struct {
 	Devices []DeviceConfig `toml:"device"`
 	// Bridges are shared radios in front of some devices.
 	Bridges []BridgeConfig `toml:"bridge"`
+	// Zigbee2MQTT are simulated Zigbee2MQTT bridges and their devices,
+	// which speak Zigbee2MQTT's MQTT API rather than Sortie's.
+	Zigbee2MQTT []Z2MConfig `toml:"zigbee2mqtt"`
+	// Tasmota are simulated Tasmota devices, each its own MQTT client.
+	Tasmota []TasmotaConfig `toml:"tasmota"`
 
 	// Username and Password log every device in, for a broker that
 	// wants them.
@@ -125,8 +130,29 @@ func (c *HomeConfig) Validate() error {
 	if err := checkPrefix(c.Prefix); err != nil {
 		return &ConfigError{Field: "prefix", Err: err}
 	}
-	if len(c.Devices) == 0 {
-		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]]")}
+	if len(c.Devices) == 0 && len(c.Zigbee2MQTT) == 0 && len(c.Tasmota) == 0 {
+		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]], [[zigbee2mqtt]] bridge or [[tasmota]]")}
+	}
+	tasmotas := make(map[string]bool)
+	for i, tc := range c.Tasmota {
+		if err := tc.check(); err != nil {
+			return &ConfigError{Field: fmt.Sprintf("tasmota[%d]", i), Err: err}
+		}
+		if tasmotas[tc.Topic] {
+			return &ConfigError{Field: fmt.Sprintf("tasmota[%d].topic", i), Err: fmt.Errorf("%q is another device's", tc.Topic)}
+		}
+		tasmotas[tc.Topic] = true
+	}
+	z2mIDs := make(map[string]bool)
+	for i, z := range c.Zigbee2MQTT {
+		if err := z.check(); err != nil {
+			return &ConfigError{Field: fmt.Sprintf("zigbee2mqtt[%d]", i), Err: err}
+		}
+		id := z.clientID()
+		if z2mIDs[id] {
+			return &ConfigError{Field: fmt.Sprintf("zigbee2mqtt[%d].client_id", i), Err: fmt.Errorf("%q is another bridge's", id)}
+		}
+		z2mIDs[id] = true
 	}
 	bridges := make(map[string]bool, len(c.Bridges))
 	for _, b := range c.Bridges {
@@ -256,6 +282,8 @@ func LoadHome(path string) (HomeConfig, error) {
 type Home struct {
 	cfg  HomeConfig
 	devs []*Device
+	z2m  []*Zigbee2MQTT
+	tas  []*Tasmota
 	byID map[string]*Device
 	log  *slog.Logger
 
@@ -328,6 +356,28 @@ func (h *Home) Start(ctx context.Context) error {
 			d.log.Info("faults", "faults", f)
 		}
 	}
+	for i, zc := range h.cfg.Zigbee2MQTT {
+		zc.Broker, zc.Username, zc.Password, zc.Logger = h.cfg.Broker, h.cfg.Username, h.cfg.Password, h.log
+		zc.Seed = uint64(h.cfg.Seed) + uint64(i)
+		z, err := StartZigbee2MQTT(ctx, zc)
+		if err != nil {
+			return fmt.Errorf("start home: zigbee2mqtt bridge %s: %w", zc.clientID(), err)
+		}
+		h.mu.Lock()
+		h.z2m = append(h.z2m, z)
+		h.mu.Unlock()
+	}
+	for i, tc := range h.cfg.Tasmota {
+		tc.Broker, tc.Username, tc.Password, tc.Logger = h.cfg.Broker, h.cfg.Username, h.cfg.Password, h.log
+		tc.Seed = uint64(h.cfg.Seed) + 1000 + uint64(i)
+		d, err := StartTasmota(ctx, tc)
+		if err != nil {
+			return fmt.Errorf("start home: tasmota %s: %w", tc.Topic, err)
+		}
+		h.mu.Lock()
+		h.tas = append(h.tas, d)
+		h.mu.Unlock()
+	}
 	for _, d := range h.devs {
 		if err := d.WaitOnline(ctx); err != nil {
 			return fmt.Errorf("start home: %w", err)
@@ -348,12 +398,35 @@ func (h *Home) Close() error {
 	}
 	h.closed = true
 	cancel := h.cancel
+	z2m, tas := h.z2m, h.tas
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
+	for _, z := range z2m {
+		z.Close()
+	}
+	for _, d := range tas {
+		d.Close()
+	}
 	h.wg.Wait()
 	return nil
+}
+
+// Zigbee2MQTTBridges returns the home's running Zigbee2MQTT bridges, in
+// config order.
+func (h *Home) Zigbee2MQTTBridges() []*Zigbee2MQTT {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.z2m)
+}
+
+// TasmotaDevices returns the home's running Tasmota devices, in config
+// order.
+func (h *Home) TasmotaDevices() []*Tasmota {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.tas)
 }
 
 // Device returns the device with the given ID, or nil.

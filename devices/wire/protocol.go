@@ -95,6 +95,7 @@ const (
 	CodeBusy          = "busy"           // retryable: try again later
 	CodeExpired       = "expired"        // retryable: the command arrived after Expires
 	CodeInternal      = "internal"       // retryable: transient device fault
+	CodeUnreachable   = "unreachable"    // retryable: the device did not answer its bridge or network in time
 	CodeInvalidParam  = "invalid_param"  // permanent: a param is missing, of the wrong type, or out of range
 	CodeUnknownAction = "unknown_action" // permanent: the device has no such action
 	CodeJammed        = "jammed"         // permanent: hardware fault (e.g. a jammed lock)
@@ -106,7 +107,7 @@ const (
 // understand risks repeating a harmful effect.
 func RetryableCode(code string) bool {
 	switch code {
-	case CodeBusy, CodeExpired, CodeInternal:
+	case CodeBusy, CodeExpired, CodeInternal, CodeUnreachable:
 		return true
 	}
 	return false

@@ -173,9 +173,12 @@ type Client struct {
 
 // sub is one subscription: a filter and its handler.
 type sub struct {
-	filter    string
-	qos       byte
-	handle    func(topic string, payload []byte)
+	filter string
+	qos    byte
+	handle func(topic string, payload []byte)
+	// handleMsg, when set, is called instead of handle, with the
+	// message's retain flag (see SubscribeRetained).
+	handleMsg func(topic string, payload []byte, retained bool)
 	cancelled atomic.Bool
 }
 
@@ -255,10 +258,16 @@ func (c *Client) Subscribe(filter string, handle func(topic string, payload []by
 // subscription a JetStream consumer), for messages the sender repeats
 // until it hears back anyway.
 func (c *Client) SubscribeQoS(filter string, qos byte, handle func(topic string, payload []byte)) (cancel func(), err error) {
+	return c.add(&sub{filter: filter, qos: min(qos, 1), handle: handle})
+}
+
+// add records s and, once started, makes it on the broker (see
+// SubscribeQoS).
+func (c *Client) add(s *sub) (cancel func(), err error) {
+	filter := s.filter
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	s := &sub{filter: filter, qos: min(qos, 1), handle: handle}
 	c.mu.Lock()
 	if old := c.subs[filter]; old != nil {
 		old.cancelled.Store(true)
@@ -348,6 +357,10 @@ func (c *Client) route(s *sub) paho.MessageHandler {
 		c.gate.RLock()
 		defer c.gate.RUnlock()
 		if c.stopped || s.cancelled.Load() {
+			return
+		}
+		if s.handleMsg != nil {
+			s.handleMsg(m.Topic(), m.Payload(), m.Retained())
 			return
 		}
 		s.handle(m.Topic(), m.Payload())

@@ -1,0 +1,274 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/mqttc"
+	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// z2mHomeScenes drive the Zigbee2MQTT devices of the mixed demo home
+// (configs/mixed/devices.toml).
+const z2mHomeScenes = `
+[[scene]]
+name = "z_home"
+deadline = "30s"
+[[scene.step]]
+id = "light"
+device = "hall-light"
+action = "turn_on"
+params = { brightness = 60 }
+compensate = "restore"
+[[scene.step]]
+id = "blind"
+device = "living-blind"
+action = "set"
+params = { position = 80 }
+compensate = "restore"
+[[scene.step]]
+id = "door"
+device = "front-door"
+action = "unlock"
+retry = { max_attempts = 2, initial_backoff = "20ms" }
+
+[[scene]]
+name = "z_away"
+deadline = "30s"
+[[scene.step]]
+device = "hall-light"
+action = "turn_off"
+[[scene.step]]
+device = "living-blind"
+action = "set"
+params = { position = 10 }
+[[scene.step]]
+device = "front-door"
+action = "lock"
+`
+
+// TestGoHomeOnZigbee2MQTTDevices runs scenes over real TCP on devices
+// behind a simulated Zigbee2MQTT bridge, on the embedded broker and on
+// Debian's mosquitto: a run succeeds with the devices in the state it
+// asked; a run whose third step fails (a jammed lock) undoes the first
+// two to the state the devices really had before; and a step for a
+// device whose bridge went away waits, and ends well once it is back.
+func TestGoHomeOnZigbee2MQTTDevices(t *testing.T) {
+	for _, bk := range []string{"embedded", "mosquitto"} {
+		t.Run(bk, func(t *testing.T) {
+			reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cat, err := scenes.Parse([]byte(z2mHomeScenes), "z2m-scenes.toml", reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ends := newEnds()
+			opts := agent.Options{
+				Gateway: "z2m", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
+				Broker:        agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0", AckTimeout: 5 * time.Second},
+				Driver:        agent.DriverOptions{StepTimeout: 20 * time.Second, StopGrace: time.Second},
+				Observers:     []driver.Observer{ends},
+				QuietMissions: true,
+			}
+			if bk == "mosquitto" {
+				opts.Broker = agent.BrokerOptions{URL: brokertest.Mosquitto(t), AckTimeout: 5 * time.Second}
+			}
+			a, err := agent.New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(a.Close)
+			if err := a.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan error, 1)
+			go func() { ran <- a.Run(ctx) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-ran; err != nil {
+					t.Errorf("agent: %v", err)
+				}
+			})
+			url := a.Addrs().BrokerURL
+			bridge := func() *simulator.Zigbee2MQTT {
+				z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{
+					Broker: url, Timeout: 200 * time.Millisecond, Seed: 7,
+					Devices: []simulator.Z2MDevice{
+						{Name: "Hall/Ceiling", Kind: "light", Delay: 50 * time.Millisecond, Jitter: 100 * time.Millisecond},
+						{Name: "Living/Blind", Kind: "cover", Delay: 50 * time.Millisecond, Travel: 200 * time.Millisecond},
+						{Name: "Front door", Kind: "lock", Delay: 300 * time.Millisecond},
+						{Name: "Living/Radiator", Kind: "thermostat", Delay: 100 * time.Millisecond},
+					},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return z
+			}
+			z := bridge()
+			t.Cleanup(func() { z.Close() })
+			app := triggerClient(t, url)
+			trigger := func(scene, req string) {
+				t.Helper()
+				payload := fmt.Appendf(nil, `{"scene":%q,"request_id":%q}`, scene, req)
+				if err := app.Publish(a.Addrs().TriggerTopic, payload, false, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			trigger("z_away", "r0")
+			if got := ends.await(t, "z_away"); got != driver.StateSucceeded {
+				t.Fatalf("z_away ended %s: %q", got, ends.failures())
+			}
+			trigger("z_home", "r1")
+			if got := ends.await(t, "z_home"); got != driver.StateSucceeded {
+				t.Fatalf("z_home ended %s", got)
+			}
+			if st := z.State("Hall/Ceiling"); st["state"] != "ON" || st["brightness"] != 152.0 {
+				t.Errorf("bulb %v, want ON at 152 of 254 (60%%)", st)
+			}
+			if st := z.State("Living/Blind"); st["position"] != 80.0 || st["moving"] != "STOP" {
+				t.Errorf("blind %v, want stopped at 80", st)
+			}
+			if st := z.State("Front door"); st["lock_state"] != "unlocked" {
+				t.Errorf("door %v, want unlocked", st)
+			}
+
+			trigger("z_away", "r2")
+			if got := ends.await(t, "z_away"); got != driver.StateSucceeded {
+				t.Fatalf("z_away ended %s", got)
+			}
+			z.SetFaults("Front door", 0, 0, true)
+			trigger("z_home", "r3")
+			if got := ends.await(t, "z_home"); got != driver.StateFailed {
+				t.Fatalf("z_home with a jammed lock ended %s, want FAILED", got)
+			}
+			if st := z.State("Hall/Ceiling"); st["state"] != "OFF" {
+				t.Errorf("bulb %v after the undo, want OFF as before the run", st)
+			}
+			if st := z.State("Living/Blind"); st["position"] != 10.0 {
+				t.Errorf("blind %v after the undo, want back at 10", st)
+			}
+			if st := z.State("Front door"); st["lock_state"] != "locked" {
+				t.Errorf("door %v, want still locked", st)
+			}
+
+			// The bridge goes away: its devices are offline, and a run
+			// waits for them instead of spending its attempts.
+			z.Kill()
+			waitOffline(t, a, "hall-light")
+			trigger("z_home", "r4")
+			ends.notYet(t, "z_home", 300*time.Millisecond)
+			z = bridge()
+			t.Cleanup(func() { z.Close() })
+			// The new bridge's lock is not jammed: the run ends well.
+			if got := ends.await(t, "z_home"); got != driver.StateSucceeded {
+				t.Fatalf("z_home after the bridge came back ended %s", got)
+			}
+			if st := z.State("Hall/Ceiling"); st["state"] != "ON" {
+				t.Errorf("bulb %v, want ON once the bridge was back", st)
+			}
+		})
+	}
+}
+
+// ends records the terminal state of each mission, by scene.
+type ends struct {
+	mu   sync.Mutex
+	errs []string
+	ch   map[string]chan driver.State
+	seen map[string]bool
+}
+
+func newEnds() *ends { return &ends{ch: map[string]chan driver.State{}, seen: map[string]bool{}} }
+
+func (e *ends) of(scene string) chan driver.State {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ch[scene] == nil {
+		e.ch[scene] = make(chan driver.State, 16)
+	}
+	return e.ch[scene]
+}
+
+func (e *ends) Observe(ev driver.Event, m *driver.Mission) {
+	if ev.Input == driver.InStepError {
+		e.mu.Lock()
+		e.errs = append(e.errs, fmt.Sprintf("%s %s: %s %s", m.Type, ev.StepID, ev.Code, ev.Error))
+		e.mu.Unlock()
+	}
+	if ev.To.Terminal() {
+		e.of(m.Type) <- ev.To
+	}
+}
+
+// failures lists the step errors seen, for a failing test's message.
+func (e *ends) failures() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.errs...)
+}
+
+func (e *ends) await(t *testing.T, scene string) driver.State {
+	t.Helper()
+	select {
+	case s := <-e.of(scene):
+		return s
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s run ended in 30s", scene)
+		return ""
+	}
+}
+
+// notYet checks that no run of scene ends within d: a bounded wait for
+// an event that must not come.
+func (e *ends) notYet(t *testing.T, scene string, d time.Duration) {
+	t.Helper()
+	select {
+	case s := <-e.of(scene):
+		t.Fatalf("a %s run ended %s while its devices were offline", scene, s)
+	case <-time.After(d):
+	}
+}
+
+func triggerClient(t *testing.T, url string) *mqttc.Client {
+	t.Helper()
+	c, err := mqttc.New(mqttc.Options{Broker: url, ClientID: "z2m-test-app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func waitOffline(t *testing.T, a *agent.Agent, id string) {
+	t.Helper()
+	// Nothing signals the agent's view of a device to a test: polled,
+	// bounded.
+	for range 5000 {
+		for _, d := range a.Heartbeat(context.Background()).Devices {
+			if d.ID == id && !d.Online {
+				return
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("%s never went offline to the agent", id)
+}

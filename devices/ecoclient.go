@@ -1,0 +1,336 @@
+package devices
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sortie-edge/sortie/devices/adapter"
+	"github.com/sortie-edge/sortie/devices/wire"
+)
+
+// A device of another ecosystem (docs/devices.md) has no command IDs
+// and, but for Shelly, no reply: the Client turns what its adapter reads
+// into the acks a native device would send, so that the handlers, the
+// driver's parks and wakes and the admission of turns work unchanged.
+//
+// One command is in flight per such device (the registry allows no
+// more); its expectation is the state it should lead to. The first
+// message published after it, not replayed as retained, that shows every
+// expected value, and the device not moving, is its positive ack; the
+// ecosystem's failure signal is a negative one; silence is a timeout,
+// retried. A retry (or the first attempt after a restart) reads the
+// device first, and a device already in the wanted state counts as done
+// without another command.
+
+// probeWindow bounds how long a retry waits for the answer to its read
+// before it sends the command anyway.
+const probeWindow = 2 * time.Second
+
+// expectation is a command to an ecosystem device awaiting its outcome.
+type expectation struct {
+	key  ackKey
+	want map[string]any
+	eco  *ecosystem
+	// probing: the read before a retry is out and the command is not;
+	// cmd is what to send when the read does not show want.
+	probing bool
+	cmd     []adapter.Message
+	timer   *time.Timer
+	// prior is the device's state before the command, for the ack: taken
+	// at a first attempt only (a retry's device may have applied it).
+	prior map[string]any
+	first bool
+}
+
+// Speaks reports whether the device speaks another ecosystem's dialect
+// (PostState, not Post, sends its commands).
+func (c *Client) Speaks(deviceID string) bool {
+	_, ok := c.ecoOf[deviceID]
+	return ok
+}
+
+// subscribeEcosystems subscribes to what each adapter reads.
+func (c *Client) subscribeEcosystems() error {
+	for _, e := range c.ecos {
+		for _, f := range e.proto.Filters() {
+			handle := func(topic string, payload []byte, retained bool) {
+				c.onEcoMessage(e, adapter.Message{Topic: topic, Payload: payload, Retained: retained})
+			}
+			var cancel func()
+			var err error
+			switch {
+			case c.mc != nil:
+				cancel, err = c.mc.SubscribeRetained(f, handle)
+			case c.localRetained != nil:
+				cancel, err = c.localRetained.SubscribeRetained(f, c.gated(handle))
+			default:
+				cancel, err = c.local.Subscribe(f, func(topic string, payload []byte) {
+					c.gated(handle)(topic, payload, false)
+				})
+			}
+			if err != nil {
+				return fmt.Errorf("subscribe %s (%s): %w", f, e.name, err)
+			}
+			c.mu.Lock()
+			c.unsub = append(c.unsub, cancel)
+			c.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// gated keeps Close's promise for in-process handlers (see dialLocal).
+func (c *Client) gated(h func(string, []byte, bool)) func(string, []byte, bool) {
+	return func(topic string, payload []byte, retained bool) {
+		c.gate.RLock()
+		defer c.gate.RUnlock()
+		if !c.stopped {
+			h(topic, payload, retained)
+		}
+	}
+}
+
+// LocalRetained is a Local broker that tells a retained message replayed
+// at subscription from one published since (see broker.Broker).
+type LocalRetained interface {
+	SubscribeRetained(filter string, handle func(topic string, payload []byte, retained bool)) (cancel func(), err error)
+}
+
+// onEcoMessage applies what one message says. It runs on the receive
+// path and must not block: it decodes one bounded payload and publishes
+// without waiting.
+func (c *Client) onEcoMessage(e *ecosystem, m adapter.Message) {
+	e.mu.Lock()
+	reports, err := e.proto.Decode(m)
+	e.mu.Unlock()
+	if err != nil {
+		c.malformed(e.name, m.Topic, "", m.Payload, err)
+		return
+	}
+	for _, r := range reports {
+		if c.ecoOf[r.Device] != e {
+			continue // an adapter speaks only for its own devices
+		}
+		if r.Availability != adapter.Unknown {
+			online := r.Availability == adapter.Online
+			if c.update(r.Device, "availability", func(d *deviceEntry) bool {
+				changed := !d.availKnown || d.online != online
+				d.availKnown, d.online = true, online
+				return changed
+			}) {
+				c.log.Info("device availability", "device", r.Device, "online", online, "protocol", e.name)
+			}
+		}
+		if r.State != nil {
+			c.ecoState(r.Device, r.State, m.Retained)
+		}
+		if r.Failure != nil && !m.Retained {
+			c.ecoFailed(r.Device, "", r.Failure, nil)
+		}
+		if r.Reply != nil && !m.Retained {
+			c.ecoFailed(r.Device, r.Reply.ID, r.Reply.Failure, r.Reply.Prior)
+		}
+	}
+}
+
+// ecoState merges a report into the device's state (a report may carry
+// only some keys) and settles the command waiting on it.
+func (c *Client) ecoState(device string, report map[string]any, retained bool) {
+	var st map[string]any
+	c.update(device, "state", func(d *deviceEntry) bool {
+		// Replaced, never changed in place: sharedState's callers keep it.
+		next := make(map[string]any, len(d.state)+len(report))
+		for k, v := range d.state {
+			next[k] = v
+		}
+		changed := d.state == nil
+		for k, v := range report {
+			if old, ok := d.state[k]; !ok || !sameValue(old, v) {
+				changed = true
+			}
+			next[k] = v
+		}
+		d.state = next
+		st = next
+		return changed
+	})
+	if retained || st == nil {
+		return // the past: it confirms no command sent since
+	}
+	c.mu.Lock()
+	x := c.expect[device]
+	if x == nil {
+		c.mu.Unlock()
+		return
+	}
+	if matchesWithin(st, x.want) {
+		c.mu.Unlock()
+		c.ecoAck(device, x, wire.Ack{ID: x.key.id, OK: true, State: cloneMap(st), Prior: x.prior})
+		return
+	}
+	if !x.probing {
+		c.mu.Unlock()
+		return
+	}
+	// The read shows the device elsewhere: the command goes now.
+	cmd := x.cmd
+	x.probing = false
+	if x.first {
+		x.prior = cloneMap(st)
+	}
+	stopTimer(x)
+	c.mu.Unlock()
+	_ = c.ecoPublish(device, cmd) // lost with the connection: shows as the ack's timeout, retried
+}
+
+// ecoFailed settles the waiting command with the ecosystem's refusal.
+// id, when set, must be the command's (a reply to another request is
+// not its answer); a reply without a failure is a positive ack.
+func (c *Client) ecoFailed(device, id string, f *adapter.Failure, prior map[string]any) {
+	c.mu.Lock()
+	x := c.expect[device]
+	if x == nil || (id != "" && id != x.key.id) || x.probing {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if prior == nil {
+		prior = x.prior
+	}
+	if f == nil {
+		c.ecoAck(device, x, wire.Ack{ID: x.key.id, OK: true, Prior: prior})
+		return
+	}
+	c.ecoAck(device, x, wire.Ack{ID: x.key.id, Error: &wire.AckError{Code: f.Code, Message: f.Message}, Prior: prior})
+}
+
+// ecoAck hands the outcome over as the device's ack, once.
+func (c *Client) ecoAck(device string, x *expectation, ack wire.Ack) {
+	c.mu.Lock()
+	if c.expect[device] != x {
+		c.mu.Unlock()
+		return // settled already, or given up on
+	}
+	delete(c.expect, device)
+	stopTimer(x)
+	c.mu.Unlock()
+	c.applyAck("", device, ack)
+}
+
+func stopTimer(x *expectation) {
+	if x.timer != nil {
+		x.timer.Stop()
+		x.timer = nil
+	}
+}
+
+// PostState is Post for a device of another ecosystem: it sends what
+// brings the device to want (keys of the common vocabulary, see package
+// adapter) and returns at once; the outcome comes as an ack, through
+// OnChange(AckKey(deviceID, id)) and Collect, as for Post. attempt above
+// 1 reads the device first: a device already in the wanted state is done
+// without a command.
+func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int, giveUp time.Time, onDone func()) (ack wire.Ack, done bool, err error) {
+	e := c.ecoOf[deviceID]
+	if e == nil {
+		return wire.Ack{}, false, fmt.Errorf("send: %w: device %s speaks no other protocol", ErrInvalidCommand, deviceID)
+	}
+	if err := validateCommandID(id); err != nil {
+		return wire.Ack{}, false, fmt.Errorf("send: %w", err)
+	}
+	if len(want) == 0 {
+		return wire.Ack{}, false, fmt.Errorf("send: %w: nothing to set on %s", ErrInvalidCommand, deviceID)
+	}
+	cmd, err := e.proto.Command(deviceID, want, id)
+	if err != nil {
+		return wire.Ack{}, false, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
+	}
+	key := ackKey{deviceID, id}
+	c.mu.Lock()
+	var known map[string]any
+	if d := c.devices[deviceID]; d != nil {
+		known = d.state
+	}
+	c.mu.Unlock()
+	// A retry reads the device first (its command may have been applied
+	// with its confirmation lost), and so does a command to a device
+	// whose state is not known yet, whose undo needs it.
+	var probe []adapter.Message
+	if attempt > 1 || known == nil {
+		probe = e.proto.Probe(deviceID, id)
+	}
+	c.mu.Lock()
+	if ack, done, err := c.postableLocked(key); done || err != nil {
+		return ack, done, err
+	}
+	if _, busy := c.posted[key]; busy || c.expect[deviceID] != nil {
+		c.mu.Unlock()
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", id, deviceID, ErrInFlight)
+	}
+	x := &expectation{key: key, want: cloneMap(want), eco: e, first: attempt <= 1}
+	if d := c.devices[deviceID]; d != nil && d.state != nil && x.first {
+		x.prior = cloneMap(d.state)
+	}
+	// Already there, by a report since the last command: nothing to send.
+	if d := c.devices[deviceID]; d != nil && d.state != nil && attempt > 1 && matchesWithin(d.state, x.want) {
+		st := cloneMap(d.state)
+		c.mu.Unlock()
+		return wire.Ack{ID: id, OK: true, State: st}, true, nil
+	}
+	c.posted[key] = onDone
+	delete(c.recent, key)
+	c.gaveUp.take(key)
+	c.expect[deviceID] = x
+	send := cmd
+	if len(probe) > 0 {
+		x.probing, x.cmd, send = true, cmd, probe
+		wait := min(max(time.Until(giveUp)/3, 0), probeWindow)
+		x.timer = time.AfterFunc(wait, func() { c.probeUnanswered(deviceID, x) })
+	}
+	c.mu.Unlock()
+	if err := c.ecoPublish(deviceID, send); err != nil {
+		c.mu.Lock()
+		if c.expect[deviceID] == x {
+			delete(c.expect, deviceID)
+			stopTimer(x)
+		}
+		delete(c.posted, key)
+		c.mu.Unlock()
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: publish: %w: %w", id, deviceID, ErrNotConnected, err)
+	}
+	return wire.Ack{}, false, nil
+}
+
+// probeUnanswered sends the command of a retry whose read went
+// unanswered.
+func (c *Client) probeUnanswered(device string, x *expectation) {
+	c.mu.Lock()
+	if c.expect[device] != x || !x.probing {
+		c.mu.Unlock()
+		return
+	}
+	x.probing, x.timer = false, nil
+	cmd := x.cmd
+	c.mu.Unlock()
+	_ = c.ecoPublish(device, cmd) // lost with the connection: shows as the ack's timeout, retried
+}
+
+// ecoPublish sends an adapter's messages: at QoS 1, never retained.
+func (c *Client) ecoPublish(device string, msgs []adapter.Message) error {
+	for _, m := range msgs {
+		if err := c.publish(m.Topic, m.Payload); err != nil {
+			return err
+		}
+		c.stats.sent.Add(1)
+	}
+	c.log.Debug("ecosystem command", "device", device, "messages", len(msgs))
+	return nil
+}
+
+// dropExpectation forgets the command a step gave up on. Caller holds mu.
+func (c *Client) dropExpectation(key ackKey) {
+	if x := c.expect[key.device]; x != nil && x.key == key {
+		delete(c.expect, key.device)
+		stopTimer(x)
+	}
+}
