@@ -291,6 +291,12 @@ type Client struct {
 	ecoOf         map[string]*ecosystem
 	expect        map[string]*expectation
 	localRetained LocalRetained
+	// heard is when each ecosystem device last said anything (not a
+	// retained replay); probes counts the probes at connect, whose
+	// timers Close stops.
+	heard       map[string]time.Time
+	probes      int
+	probeTimers []*time.Timer
 
 	stats stats
 }
@@ -318,6 +324,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		devices: make(map[string]*deviceEntry),
 		ecoOf:   make(map[string]*ecosystem),
 		expect:  make(map[string]*expectation),
+		heard:   make(map[string]time.Time),
 	}
 	if opts.Registry != nil {
 		ecos, err := opts.Registry.adapters()
@@ -407,6 +414,7 @@ func (c *Client) dialLocal() error {
 	close(c.ready)
 	c.mu.Unlock()
 	c.log.Info("connected to the broker in process")
+	c.probeOnConnect()
 	return nil
 }
 
@@ -427,6 +435,7 @@ func (c *Client) onConnect() {
 		close(c.ready)
 	}
 	c.mu.Unlock()
+	c.probeOnConnect()
 	if c.opts.OnChange != nil {
 		c.opts.OnChange(ConnectedKey)
 	}
@@ -464,6 +473,9 @@ func (c *Client) shutdown() {
 	c.unsub = nil
 	for _, x := range c.expect {
 		stopTimer(x)
+	}
+	for _, t := range c.probeTimers {
+		t.Stop()
 	}
 	c.mu.Unlock()
 	for _, ch := range pending {

@@ -22,6 +22,10 @@ import (
 // device first, and a device already in the wanted state counts as done
 // without another command.
 
+// probeSuffix tells a read's request ID from its command's, for the
+// ecosystems whose requests carry one.
+const probeSuffix = "~read"
+
 // probeWindow bounds how long a retry waits for the answer to its read
 // before it sends the command anyway.
 const probeWindow = 2 * time.Second
@@ -110,6 +114,11 @@ func (c *Client) onEcoMessage(e *ecosystem, m adapter.Message) {
 	for _, r := range reports {
 		if c.ecoOf[r.Device] != e {
 			continue // an adapter speaks only for its own devices
+		}
+		if !m.Retained {
+			c.mu.Lock()
+			c.heard[r.Device] = time.Now()
+			c.mu.Unlock()
 		}
 		if r.Availability != adapter.Unknown {
 			online := r.Availability == adapter.Online
@@ -241,7 +250,9 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	if len(want) == 0 {
 		return wire.Ack{}, false, fmt.Errorf("send: %w: nothing to set on %s", ErrInvalidCommand, deviceID)
 	}
+	e.mu.Lock()
 	cmd, err := e.proto.Command(deviceID, want, id)
+	e.mu.Unlock()
 	if err != nil {
 		return wire.Ack{}, false, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
 	}
@@ -257,7 +268,9 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	// whose state is not known yet, whose undo needs it.
 	var probe []adapter.Message
 	if attempt > 1 || known == nil {
-		probe = e.proto.Probe(deviceID, id)
+		e.mu.Lock()
+		probe = e.proto.Probe(deviceID, id+probeSuffix)
+		e.mu.Unlock()
 	}
 	c.mu.Lock()
 	if ack, done, err := c.postableLocked(key); done || err != nil {
@@ -332,5 +345,49 @@ func (c *Client) dropExpectation(key ackKey) {
 	if x := c.expect[key.device]; x != nil && x.key == key {
 		delete(c.expect, key.device)
 		stopTimer(x)
+	}
+}
+
+// probeOnConnect asks every device of the ecosystems that want it
+// (adapter.Prober) for its state when a connection is up, and takes
+// those that said nothing by their deadline offline.
+func (c *Client) probeOnConnect() {
+	for _, e := range c.ecos {
+		pr, ok := e.proto.(adapter.Prober)
+		if !ok {
+			continue
+		}
+		sent := time.Now()
+		c.mu.Lock()
+		c.probes++
+		seq := c.probes
+		c.mu.Unlock()
+		for _, d := range e.devices {
+			e.mu.Lock()
+			msgs := e.proto.Probe(d, fmt.Sprintf("connect-%d-%s", seq, d))
+			e.mu.Unlock()
+			_ = c.ecoPublish(d, msgs) // a connection lost again probes again when it is back
+		}
+		devs := e.devices
+		timer := time.AfterFunc(pr.ProbeOnConnect(), func() {
+			for _, d := range devs {
+				c.mu.Lock()
+				silent := !c.closed && c.heard[d].Before(sent)
+				c.mu.Unlock()
+				if !silent {
+					continue
+				}
+				if c.update(d, "availability", func(x *deviceEntry) bool {
+					changed := !x.availKnown || x.online
+					x.availKnown, x.online = true, false
+					return changed
+				}) {
+					c.log.Info("device availability", "device", d, "online", false, "protocol", e.name, "why", "no answer to the probe at connect")
+				}
+			}
+		})
+		c.mu.Lock()
+		c.probeTimers = append(c.probeTimers, timer)
+		c.mu.Unlock()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sortie-edge/sortie/devices/adapter"
+	"github.com/sortie-edge/sortie/devices/shelly"
 	"github.com/sortie-edge/sortie/devices/tasmota"
 	"github.com/sortie-edge/sortie/devices/zigbee2mqtt"
 )
@@ -44,6 +45,15 @@ var protocols = map[string]protocol{
 		// declares [links.zigbee2mqtt] to raise it.
 		link:     zigbee2mqtt.Name,
 		linkSpec: Link{Description: "the Zigbee2MQTT bridge's coordinator (default)", MaxInFlight: 4},
+	},
+	shelly.Name: {
+		build: func(m map[string]any, devs []adapter.Device) (adapter.Protocol, error) {
+			s, err := shelly.ParseSettings(m)
+			if err != nil {
+				return nil, err
+			}
+			return shelly.New(s, devs)
+		},
 	},
 	tasmota.Name: {
 		build: func(m map[string]any, devs []adapter.Device) (adapter.Protocol, error) {

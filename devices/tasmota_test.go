@@ -44,8 +44,9 @@ func newTasmotaRig(t *testing.T, mod func(lamp, shutter *simulator.TasmotaConfig
 	t.Helper()
 	r := newEcoRig(t, nil, tasmotaRegistry)
 	b, c := r.broker, r.client
-	lc := simulator.TasmotaConfig{Broker: b.URL(), Topic: "tasmota_5E1A2B", Kind: "dimmer", Delay: 30 * time.Millisecond, Dimmer: 20}
-	sc := simulator.TasmotaConfig{Broker: b.URL(), Topic: "tasmota_77AA01", Kind: "shutter", Delay: 30 * time.Millisecond, Travel: 300 * time.Millisecond}
+	conn := simulator.Conn{Broker: b.URL()}
+	lc := simulator.TasmotaConfig{Conn: conn, Topic: "tasmota_5E1A2B", Kind: "dimmer", WiFiFaults: simulator.WiFiFaults{Delay: 30 * time.Millisecond}, Dimmer: 20}
+	sc := simulator.TasmotaConfig{Conn: conn, Topic: "tasmota_77AA01", Kind: "shutter", WiFiFaults: simulator.WiFiFaults{Delay: 30 * time.Millisecond, Travel: 300 * time.Millisecond}}
 	if mod != nil {
 		mod(&lc, &sc)
 	}
@@ -107,7 +108,7 @@ func TestTasmotaRetryQueriesFirstAndSendsNothingAgain(t *testing.T) {
 	r, lamp, _ := newTasmotaRig(t, nil)
 	lamp.SetLoss(0, 1)
 	req := driver.StepRequest{MissionID: "m1", IdempotencyKey: "c1", Attempt: 1,
-		Params: mustJSON(t, map[string]any{"device": "desk-lamp", "action": "turn_off", "ack_timeout": "200ms"})}
+		Params: mustJSON(t, map[string]any{"device": "desk-lamp", "action": "turn_on", "ack_timeout": "200ms"})}
 	if _, err := r.run(t, devices.KindCommand, req); !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("first attempt: %v, want an ack timeout (the lamp's answer was lost)", err)
 	}

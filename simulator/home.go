@@ -43,6 +43,8 @@ type HomeConfig struct {
 	Zigbee2MQTT []Z2MConfig `toml:"zigbee2mqtt"`
 	// Tasmota are simulated Tasmota devices, each its own MQTT client.
 	Tasmota []TasmotaConfig `toml:"tasmota"`
+	// Shelly are simulated Shelly Gen2+ devices (RPC over MQTT).
+	Shelly []ShellyConfig `toml:"shelly"`
 
 	// Username and Password log every device in, for a broker that
 	// wants them.
@@ -130,8 +132,18 @@ func (c *HomeConfig) Validate() error {
 	if err := checkPrefix(c.Prefix); err != nil {
 		return &ConfigError{Field: "prefix", Err: err}
 	}
-	if len(c.Devices) == 0 && len(c.Zigbee2MQTT) == 0 && len(c.Tasmota) == 0 {
-		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]], [[zigbee2mqtt]] bridge or [[tasmota]]")}
+	if len(c.Devices) == 0 && len(c.Zigbee2MQTT) == 0 && len(c.Tasmota) == 0 && len(c.Shelly) == 0 {
+		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]], [[zigbee2mqtt]] bridge, [[tasmota]] or [[shelly]]")}
+	}
+	shellys := make(map[string]bool)
+	for i, sc := range c.Shelly {
+		if err := sc.check(); err != nil {
+			return &ConfigError{Field: fmt.Sprintf("shelly[%d]", i), Err: err}
+		}
+		if shellys[sc.ID] {
+			return &ConfigError{Field: fmt.Sprintf("shelly[%d].id", i), Err: fmt.Errorf("%q is another device's", sc.ID)}
+		}
+		shellys[sc.ID] = true
 	}
 	tasmotas := make(map[string]bool)
 	for i, tc := range c.Tasmota {
@@ -284,6 +296,7 @@ type Home struct {
 	devs []*Device
 	z2m  []*Zigbee2MQTT
 	tas  []*Tasmota
+	shl  []*Shelly
 	byID map[string]*Device
 	log  *slog.Logger
 
@@ -378,6 +391,17 @@ func (h *Home) Start(ctx context.Context) error {
 		h.tas = append(h.tas, d)
 		h.mu.Unlock()
 	}
+	for i, sc := range h.cfg.Shelly {
+		sc.Broker, sc.Username, sc.Password, sc.Logger = h.cfg.Broker, h.cfg.Username, h.cfg.Password, h.log
+		sc.Seed = uint64(h.cfg.Seed) + 2000 + uint64(i)
+		d, err := StartShelly(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("start home: shelly %s: %w", sc.ID, err)
+		}
+		h.mu.Lock()
+		h.shl = append(h.shl, d)
+		h.mu.Unlock()
+	}
 	for _, d := range h.devs {
 		if err := d.WaitOnline(ctx); err != nil {
 			return fmt.Errorf("start home: %w", err)
@@ -398,7 +422,7 @@ func (h *Home) Close() error {
 	}
 	h.closed = true
 	cancel := h.cancel
-	z2m, tas := h.z2m, h.tas
+	z2m, tas, shl := h.z2m, h.tas, h.shl
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -407,6 +431,9 @@ func (h *Home) Close() error {
 		z.Close()
 	}
 	for _, d := range tas {
+		d.Close()
+	}
+	for _, d := range shl {
 		d.Close()
 	}
 	h.wg.Wait()

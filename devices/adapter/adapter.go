@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"time"
 )
 
 // Message is one MQTT message, sent or received.
@@ -106,8 +107,8 @@ type Reply struct {
 }
 
 // Protocol speaks one ecosystem's dialect for the devices given when it
-// was made. Package devices calls Decode for each message, in the order
-// the broker delivered them, never concurrently.
+// was made. Package devices calls its methods one at a time, and Decode
+// for each message in the order the broker delivered them.
 type Protocol interface {
 	// Filters lists the topic filters whose messages Decode reads.
 	Filters() []string
@@ -125,6 +126,15 @@ type Protocol interface {
 	// a Shelly GetStatus), or nil if the ecosystem has none. id is as
 	// for Command.
 	Probe(device string, id string) []Message
+}
+
+// Prober is implemented by a Protocol whose devices must be asked, when
+// the agent connects, whether they are there: their will is not
+// retained (a Shelly's), so the broker cannot say. Package devices then
+// sends each device its Probe, and a device that has said nothing
+// within ProbeOnConnect counts as offline until it speaks.
+type Prober interface {
+	ProbeOnConnect() time.Duration
 }
 
 // ErrUnsupported is wrapped by errors about keys or values an ecosystem
