@@ -91,7 +91,7 @@ func (r *rig) device(t *testing.T, id string, state map[string]any, script func(
 // (driver.Pending) is called again with Resume set once its key is woken
 // (a wake that came while it was still returning counts) or its time has
 // come.
-func (r *rig) run(t *testing.T, kind string, req driver.StepRequest) (map[string]any, error) {
+func (r *rig) run(t testing.TB, kind string, req driver.StepRequest) (map[string]any, error) {
 	t.Helper()
 	h := r.kinds[kind]
 	if h == nil {

@@ -65,7 +65,7 @@ type z2mRig struct {
 // newEcoRig starts the agent's client and handlers for registry on b
 // (a new broker when nil): devices of other ecosystems then start
 // against it.
-func newEcoRig(t *testing.T, b *broker.Broker, registry string) *rig {
+func newEcoRig(t testing.TB, b *broker.Broker, registry string) *rig {
 	t.Helper()
 	if b == nil {
 		b = brokertest.Start(t)
@@ -109,10 +109,11 @@ func newZ2MRig(t *testing.T, b *broker.Broker, cfg func(*simulator.Z2MConfig)) *
 	return &z2mRig{rig: r, bridge: z}
 }
 
-func z2mCommand(t *testing.T, id, device, action string, params map[string]any, attempt int) driver.StepRequest {
+func z2mCommand(t testing.TB, id, device, action string, params map[string]any, attempt int) driver.StepRequest {
 	t.Helper()
 	return driver.StepRequest{MissionID: "m-" + id, IdempotencyKey: id, Attempt: attempt,
-		Params: mustJSON(t, map[string]any{"device": device, "action": action, "params": params})}
+		Params:  mustJSON(t, map[string]any{"device": device, "action": action, "params": params}),
+		Started: time.Now(), Deadline: time.Now().Add(30 * time.Second)}
 }
 
 func TestZigbee2MQTTCommandConfirmedByTheBridgesStatePublish(t *testing.T) {
@@ -264,7 +265,7 @@ func TestZigbee2MQTTJammedLockFailsAndUndoRestoresTheRealPriorState(t *testing.T
 	}
 }
 
-func mustJSON(t *testing.T, v any) json.RawMessage {
+func mustJSON(t testing.TB, v any) json.RawMessage {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
