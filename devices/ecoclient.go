@@ -284,8 +284,9 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	if d := c.devices[deviceID]; d != nil && d.state != nil && x.first {
 		x.prior = cloneMap(d.state)
 	}
-	// Already there, by a report since the last command: nothing to send.
-	if d := c.devices[deviceID]; d != nil && d.state != nil && attempt > 1 && matchesWithin(d.state, x.want) {
+	// Already there, by a report since the last command (a retry), or
+	// by the last report of a device that cannot be read: nothing to send.
+	if d := c.devices[deviceID]; d != nil && d.state != nil && (attempt > 1 || e.blind) && matchesWithin(d.state, x.want) {
 		st := cloneMap(d.state)
 		c.mu.Unlock()
 		return wire.Ack{ID: id, OK: true, State: st}, true, nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sortie-edge/sortie/devices/adapter"
+	"github.com/sortie-edge/sortie/devices/esphome"
 	"github.com/sortie-edge/sortie/devices/shelly"
 	"github.com/sortie-edge/sortie/devices/tasmota"
 	"github.com/sortie-edge/sortie/devices/zigbee2mqtt"
@@ -26,6 +27,10 @@ type protocol struct {
 	// Zigbee2MQTT bridge's coordinator takes a few commands at once).
 	link     string
 	linkSpec Link
+	// blind ecosystems cannot read a device's state on demand (Probe is
+	// nil): a device whose last report shows the wanted state is done
+	// without a command, since it may not report again.
+	blind bool
 }
 
 // protocols are the ecosystems a registry may name. They are compiled
@@ -45,6 +50,15 @@ var protocols = map[string]protocol{
 		// declares [links.zigbee2mqtt] to raise it.
 		link:     zigbee2mqtt.Name,
 		linkSpec: Link{Description: "the Zigbee2MQTT bridge's coordinator (default)", MaxInFlight: 4},
+	},
+	esphome.Name: {
+		build: func(m map[string]any, devs []adapter.Device) (adapter.Protocol, error) {
+			if err := esphome.ParseSettings(m); err != nil {
+				return nil, err
+			}
+			return esphome.New(devs)
+		},
+		blind: true,
 	},
 	shelly.Name: {
 		build: func(m map[string]any, devs []adapter.Device) (adapter.Protocol, error) {
@@ -130,6 +144,7 @@ type ecosystem struct {
 	// handlers from each publisher's goroutine.
 	mu      sync.Mutex
 	name    string
+	blind   bool
 	proto   adapter.Protocol
 	devices []string
 }
@@ -154,7 +169,7 @@ func (r *Registry) adapters() ([]*ecosystem, error) {
 		if err != nil {
 			return nil, fmt.Errorf("protocol %s: %w", name, err)
 		}
-		e := &ecosystem{name: name, proto: p}
+		e := &ecosystem{name: name, proto: p, blind: protocols[name].blind}
 		for _, d := range devs {
 			e.devices = append(e.devices, d.ID)
 		}

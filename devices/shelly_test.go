@@ -10,22 +10,10 @@ import (
 	"github.com/sortie-edge/sortie/simulator"
 )
 
-const shellyRegistry = `
+const shellyRegistry = ecoTypes + `
 [protocols.shelly]
 src = "sortie-test"
 probe_timeout = "300ms"
-
-[types.relay.actions.turn_on]
-expect = { power = "on" }
-[types.relay.actions.turn_off]
-expect = { power = "off" }
-[types.relay.actions.set]
-params.power = { type = "enum", values = ["on", "off"] }
-
-[types.cover.actions.set_position]
-params.position = { type = "int", min = 0, max = 100, required = true }
-[types.cover.actions.set]
-params.position = { type = "int", min = 0, max = 100 }
 
 [[devices]]
 id = "pump"
@@ -35,7 +23,7 @@ address = "shellyplus1-4855199bc0e8"
 
 [[devices]]
 id = "awning"
-type = "cover"
+type = "curtain"
 protocol = "shelly"
 address = "shellyplus2pm-c4d8d5:0"
 

@@ -10,30 +10,16 @@ import (
 	"github.com/sortie-edge/sortie/simulator"
 )
 
-const tasmotaRegistry = `
-[types.lamp.actions.turn_on]
-expect = { power = "on" }
-params.brightness = { type = "int", min = 1, max = 100 }
-[types.lamp.actions.turn_off]
-expect = { power = "off" }
-[types.lamp.actions.set]
-params.power = { type = "enum", values = ["on", "off"] }
-params.brightness = { type = "int", min = 0, max = 100 }
-
-[types.shutter.actions.set_position]
-params.position = { type = "int", min = 0, max = 100, required = true }
-[types.shutter.actions.set]
-params.position = { type = "int", min = 0, max = 100 }
-
+const tasmotaRegistry = ecoTypes + `
 [[devices]]
 id = "desk-lamp"
-type = "lamp"
+type = "light"
 protocol = "tasmota"
 address = "tasmota_5E1A2B"
 
 [[devices]]
 id = "shutter"
-type = "shutter"
+type = "curtain"
 protocol = "tasmota"
 address = "tasmota_77AA01"
 `

@@ -13,8 +13,9 @@ import (
 	"github.com/sortie-edge/sortie/simulator"
 )
 
-// z2mRegistry is a home of Zigbee devices behind one Zigbee2MQTT bridge.
-const z2mRegistry = `
+// ecoTypes are the device types of the ecosystem tests' registries: a
+// light, a lock, a curtain and a relay, in the common vocabulary.
+const ecoTypes = `
 [types.light.actions.turn_on]
 expect = { power = "on" }
 params.brightness = { type = "int", min = 1, max = 100 }
@@ -38,6 +39,16 @@ params.position = { type = "int", min = 0, max = 100, required = true }
 [types.curtain.actions.set]
 params.position = { type = "int", min = 0, max = 100 }
 
+[types.relay.actions.turn_on]
+expect = { power = "on" }
+[types.relay.actions.turn_off]
+expect = { power = "off" }
+[types.relay.actions.set]
+params.power = { type = "enum", values = ["on", "off"] }
+`
+
+// z2mRegistry is a home of Zigbee devices behind one Zigbee2MQTT bridge.
+const z2mRegistry = ecoTypes + `
 [[devices]]
 id = "hall-bulb"
 type = "light"

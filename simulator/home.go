@@ -45,6 +45,8 @@ type HomeConfig struct {
 	Tasmota []TasmotaConfig `toml:"tasmota"`
 	// Shelly are simulated Shelly Gen2+ devices (RPC over MQTT).
 	Shelly []ShellyConfig `toml:"shelly"`
+	// ESPHome are simulated ESPHome nodes with the MQTT component.
+	ESPHome []ESPHomeConfig `toml:"esphome"`
 
 	// Username and Password log every device in, for a broker that
 	// wants them.
@@ -132,8 +134,18 @@ func (c *HomeConfig) Validate() error {
 	if err := checkPrefix(c.Prefix); err != nil {
 		return &ConfigError{Field: "prefix", Err: err}
 	}
-	if len(c.Devices) == 0 && len(c.Zigbee2MQTT) == 0 && len(c.Tasmota) == 0 && len(c.Shelly) == 0 {
-		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]], [[zigbee2mqtt]] bridge, [[tasmota]] or [[shelly]]")}
+	if len(c.Devices) == 0 && len(c.Zigbee2MQTT) == 0 && len(c.Tasmota) == 0 && len(c.Shelly) == 0 && len(c.ESPHome) == 0 {
+		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]], [[zigbee2mqtt]] bridge, [[tasmota]], [[shelly]] or [[esphome]] node")}
+	}
+	nodes := make(map[string]bool)
+	for i, ec := range c.ESPHome {
+		if err := ec.check(); err != nil {
+			return &ConfigError{Field: fmt.Sprintf("esphome[%d]", i), Err: err}
+		}
+		if nodes[ec.Name] {
+			return &ConfigError{Field: fmt.Sprintf("esphome[%d].name", i), Err: fmt.Errorf("%q is another node's", ec.Name)}
+		}
+		nodes[ec.Name] = true
 	}
 	shellys := make(map[string]bool)
 	for i, sc := range c.Shelly {
@@ -297,6 +309,7 @@ type Home struct {
 	z2m  []*Zigbee2MQTT
 	tas  []*Tasmota
 	shl  []*Shelly
+	esp  []*ESPHome
 	byID map[string]*Device
 	log  *slog.Logger
 
@@ -402,6 +415,17 @@ func (h *Home) Start(ctx context.Context) error {
 		h.shl = append(h.shl, d)
 		h.mu.Unlock()
 	}
+	for i, ec := range h.cfg.ESPHome {
+		ec.Broker, ec.Username, ec.Password, ec.Logger = h.cfg.Broker, h.cfg.Username, h.cfg.Password, h.log
+		ec.Seed = uint64(h.cfg.Seed) + 3000 + uint64(i)
+		n, err := StartESPHome(ctx, ec)
+		if err != nil {
+			return fmt.Errorf("start home: esphome %s: %w", ec.Name, err)
+		}
+		h.mu.Lock()
+		h.esp = append(h.esp, n)
+		h.mu.Unlock()
+	}
 	for _, d := range h.devs {
 		if err := d.WaitOnline(ctx); err != nil {
 			return fmt.Errorf("start home: %w", err)
@@ -422,7 +446,7 @@ func (h *Home) Close() error {
 	}
 	h.closed = true
 	cancel := h.cancel
-	z2m, tas, shl := h.z2m, h.tas, h.shl
+	z2m, tas, shl, esp := h.z2m, h.tas, h.shl, h.esp
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -435,6 +459,9 @@ func (h *Home) Close() error {
 	}
 	for _, d := range shl {
 		d.Close()
+	}
+	for _, n := range esp {
+		n.Close()
 	}
 	h.wg.Wait()
 	return nil

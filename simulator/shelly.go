@@ -168,7 +168,7 @@ func (d *Shelly) handle(f shelly.Frame, replyLost bool) {
 		case params.Pos == nil || *params.Pos < 0 || *params.Pos > 100:
 			rpcErr = &shelly.RPCError{Code: -103, Message: "Invalid argument 'pos'!"}
 		default:
-			d.travelTo(*params.Pos, d.cfg.prefix()+"/events/rpc", d.notification)
+			d.travelTo(*params.Pos, func() map[string][]byte { return map[string][]byte{d.cfg.prefix() + "/events/rpc": d.notification()} })
 			d.applied = append(d.applied, fmt.Sprintf("Cover.GoToPosition pos=%d", *params.Pos))
 			changed = true
 		}

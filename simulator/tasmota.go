@@ -202,7 +202,9 @@ func (d *Tasmota) execute(cmd, arg string) (result []byte, powerChanged bool) {
 		if err != nil || v < 0 || v > 100 {
 			return state(), false // Tasmota ignores a value out of range and answers with what it has
 		}
-		d.travelTo(v, d.s.Topic("stat", d.cfg.Topic, "RESULT"), d.shutterJSON)
+		d.travelTo(v, func() map[string][]byte {
+			return map[string][]byte{d.s.Topic("stat", d.cfg.Topic, "RESULT"): d.shutterJSON()}
+		})
 		d.applied = append(d.applied, "ShutterPosition1 "+arg)
 		return fmt.Appendf(nil, `{"ShutterPosition1":%d}`, v), false
 	case cmd == "STATUS" && arg == "10":

@@ -57,6 +57,9 @@ type wifiDevice struct {
 	// serve carries out one command after its delay; answerLost says
 	// its answer must not go out.
 	serve func(topic string, payload []byte, answerLost bool)
+	// retainStates publishes a moving device's reports retained (an
+	// ESPHome's states are).
+	retainStates bool
 
 	mu     sync.Mutex
 	faults WiFiFaults
@@ -72,15 +75,15 @@ type queued struct {
 	answerLost bool
 }
 
-// start starts the worker and connects with opts, subscribed to filter.
-func (w *wifiDevice) start(ctx context.Context, opts mqttc.Options, filter string) error {
+// start starts the worker and connects with opts, subscribed to filters.
+func (w *wifiDevice) start(ctx context.Context, opts mqttc.Options, filters ...string) error {
 	w.queue = make(chan queued, 64)
 	w.ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	w.wg.Go(w.work)
 	c, err := mqttc.New(opts)
 	if err == nil {
 		w.client = c
-		err = subscribeAndConnect(ctx, c, filter, w.onMessage)
+		err = subscribeAndConnect(ctx, c, w.onMessage, filters...)
 	}
 	if err != nil {
 		w.cancel()
@@ -123,9 +126,9 @@ func (w *wifiDevice) work() {
 }
 
 // travelTo sets the position moving to to; report is called with mu
-// held at every tenth of the travel and at the arrival, and its
-// payload published on topic. Caller holds mu.
-func (w *wifiDevice) travelTo(to int, topic string, report func() []byte) {
+// held at every tenth of the travel and at the arrival, and what it
+// returns (payloads by topic) published. Caller holds mu.
+func (w *wifiDevice) travelTo(to int, report func() map[string][]byte) {
 	now := time.Now()
 	from := w.pos
 	if w.move != nil {
@@ -152,9 +155,11 @@ func (w *wifiDevice) travelTo(to int, topic string, report func() []byte) {
 			if arrived {
 				w.pos, w.move = mv.to, nil
 			}
-			b := report()
+			msgs := report()
 			w.mu.Unlock()
-			w.client.PublishAsync(topic, b, false, 0)
+			for topic, b := range msgs {
+				w.client.PublishAsync(topic, b, w.retainStates, 0)
+			}
 			if arrived {
 				return
 			}
@@ -210,10 +215,12 @@ func (w *wifiDevice) Close() {
 
 // subscribeAndConnect subscribes a simulated device's client to the
 // topics it takes commands on and connects it; on failure it closes it.
-func subscribeAndConnect(ctx context.Context, c *mqttc.Client, filter string, handle func(string, []byte)) error {
-	if _, err := c.Subscribe(filter, handle); err != nil {
-		c.Close()
-		return err
+func subscribeAndConnect(ctx context.Context, c *mqttc.Client, handle func(string, []byte), filters ...string) error {
+	for _, f := range filters {
+		if _, err := c.Subscribe(f, handle); err != nil {
+			c.Close()
+			return err
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

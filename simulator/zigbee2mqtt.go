@@ -234,7 +234,7 @@ func StartZigbee2MQTT(ctx context.Context, cfg Z2MConfig) (*Zigbee2MQTT, error) 
 		return nil, err
 	}
 	z.client = c
-	if err := subscribeAndConnect(ctx, c, cfg.Base+"/#", z.onMessage); err != nil {
+	if err := subscribeAndConnect(ctx, c, z.onMessage, cfg.Base+"/#"); err != nil {
 		return nil, err
 	}
 	return z, nil
