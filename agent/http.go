@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/internal/httpjson"
 )
 
@@ -46,6 +48,10 @@ func (a *Agent) startHTTP() error {
 		Registry: a.reg, Catalog: a.cat, Trigger: a.trig.Call, Backup: a.db.BackupFile,
 		Why: a.Why, RecentWhy: a.RecentWhy, Declined: a.trig.declined(viaAPI), Schedules: a.sched.list,
 		WriteError: a.db.WriteError,
+		Discover: func(ctx context.Context, window time.Duration) (devices.Discovery, error) {
+			base, _ := a.reg.Protocols["zigbee2mqtt"]["base_topic"].(string)
+			return a.dev.Discover(ctx, devices.DiscoverOptions{Window: window, Z2MBase: base})
+		},
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metrics.reg)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
@@ -84,23 +86,7 @@ func TestGoHomeOnZigbee2MQTTDevices(t *testing.T) {
 			if bk == "mosquitto" {
 				opts.Broker = agent.BrokerOptions{URL: brokertest.Mosquitto(t), AckTimeout: 5 * time.Second}
 			}
-			a, err := agent.New(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(a.Close)
-			if err := a.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			ran := make(chan error, 1)
-			go func() { ran <- a.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-ran; err != nil {
-					t.Errorf("agent: %v", err)
-				}
-			})
+			a := runAgent(t, opts)
 			url := a.Addrs().BrokerURL
 			bridge := func() *simulator.Zigbee2MQTT {
 				z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{
@@ -271,4 +257,70 @@ func waitOffline(t *testing.T, a *agent.Agent, id string) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	t.Fatalf("%s never went offline to the agent", id)
+}
+
+// TestDiscoverThroughTheAPIProposesOnlyNewDevices: the mixed demo's
+// registry on an agent with its API, a Zigbee2MQTT bridge with the
+// registry's devices and one just paired: POST /api/devices/discover
+// proposes the new bulb, with a type, and lists the others as known.
+func TestDiscoverThroughTheAPIProposesOnlyNewDevices(t *testing.T) {
+	reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := scenes.Parse([]byte(z2mHomeScenes), "z2m-scenes.toml", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := runAgent(t, agent.Options{
+		Gateway: "disc", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
+		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
+		HTTP:   agent.HTTPOptions{Listen: "127.0.0.1:0"}, QuietMissions: true,
+	})
+	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: a.Addrs().BrokerURL, Devices: []simulator.Z2MDevice{
+		{Name: "Hall/Ceiling", Kind: "light"}, {Name: "Front door", Kind: "lock"}, {Name: "Porch/Light", Kind: "light"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(z.Close)
+	c := &api.Client{Base: a.Addrs().API}
+	var res api.DiscoverResult
+	if _, err := c.Call(t.Context(), "POST", "/api/devices/discover", api.DiscoverRequest{Seconds: 1}, &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`# already in the registry: hall-light (zigbee2mqtt "Hall/Ceiling")`, `id = "porch-light"`, `address = "Porch/Light"`, "[types.light_ct]"} {
+		if !strings.Contains(res.TOML, want) {
+			t.Errorf("the proposal lacks %q:\n%s", want, res.TOML)
+		}
+	}
+	if strings.Count(res.TOML, "[[devices]]") != 1 {
+		t.Errorf("want exactly the new bulb proposed:\n%s", res.TOML)
+	}
+	if _, err := c.Call(t.Context(), "POST", "/api/devices/discover", api.DiscoverRequest{Seconds: 90}, nil); err == nil || !strings.Contains(err.Error(), "1 to 60") {
+		t.Errorf("a 90 s window: %v, want it refused", err)
+	}
+}
+
+// runAgent starts an agent and runs it until the test ends.
+func runAgent(t *testing.T, opts agent.Options) *agent.Agent {
+	t.Helper()
+	a, err := agent.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	return a
 }

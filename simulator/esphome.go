@@ -124,6 +124,9 @@ func (n *ESPHome) base(e ESPHomeEntity) string { return n.cfg.Name + "/" + e.Typ
 func (n *ESPHome) announce() {
 	n.client.PublishAsync(n.cfg.Name+"/status", []byte("online"), true, 1)
 	for _, e := range n.cfg.Entities {
+		n.client.PublishAsync("homeassistant/"+e.Type+"/"+n.cfg.Name+"/"+e.ObjectID+"/config", n.discoveryJSON(e), true, 1)
+	}
+	for _, e := range n.cfg.Entities {
 		n.mu.Lock()
 		msgs := n.stateMessages(e)
 		n.mu.Unlock()
@@ -240,4 +243,27 @@ func (n *ESPHome) State(objectID string) map[string]any {
 		}
 	}
 	return nil
+}
+
+// discoveryJSON is the Home Assistant discovery config ESPHome publishes
+// for an entity (discovery: true, abbreviated keys).
+func (n *ESPHome) discoveryJSON(e ESPHomeEntity) []byte {
+	b := n.base(e)
+	c := map[string]any{
+		"name": strings.ReplaceAll(e.ObjectID, "_", " "), "uniq_id": "ESP" + e.Type + e.ObjectID, "avty_t": n.cfg.Name + "/status",
+		"dev": map[string]any{"ids": n.cfg.Name, "name": n.cfg.Name, "sw": "esphome v2025.11.0", "mf": "espressif", "mdl": "esp32dev"},
+	}
+	switch e.Type {
+	case "cover":
+		c["cmd_t"], c["stat_t"], c["pos_t"], c["set_pos_t"] = b+"/command", b+"/state", b+"/position/state", b+"/position/command"
+	case "climate":
+		c["mode_cmd_t"], c["mode_stat_t"] = b+"/mode/command", b+"/mode/state"
+		c["temp_cmd_t"], c["temp_stat_t"] = b+"/target_temperature/command", b+"/target_temperature/state"
+	case "light":
+		c["cmd_t"], c["stat_t"], c["schema"], c["brightness"] = b+"/command", b+"/state", "json", true
+	default:
+		c["cmd_t"], c["stat_t"] = b+"/command", b+"/state"
+	}
+	j, _ := json.Marshal(c) // strings and maps of strings always encode
+	return j
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -101,6 +102,7 @@ func StartTasmota(ctx context.Context, cfg TasmotaConfig) (*Tasmota, error) {
 
 func (d *Tasmota) announce() {
 	d.client.PublishAsync(d.s.Topic("tele", d.cfg.Topic, "LWT"), []byte("Online"), true, 1)
+	d.client.PublishAsync("tasmota/discovery/"+d.mac()+"/config", d.discoveryJSON(), true, 1)
 	d.client.PublishAsync(d.s.Topic("cmnd", d.cfg.Topic, "POWER"), nil, false, 0)
 }
 
@@ -230,4 +232,36 @@ func (d *Tasmota) Applied() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]string(nil), d.applied...)
+}
+
+// mac is the device's MAC, made from its topic.
+func (d *Tasmota) mac() string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(d.cfg.Topic)) // a hash's Write does not fail
+	return fmt.Sprintf("A4CF12%06X", h.Sum32()&0xffffff)
+}
+
+// discoveryJSON is Tasmota's own discovery config (xdrv_12_discovery):
+// its topic, FullTopic, prefixes, relay types and light subtype.
+func (d *Tasmota) discoveryJSON() []byte {
+	rl := make([]int, 8)
+	lt := 0
+	switch d.cfg.Kind {
+	case "plug":
+		rl[0] = 1
+	case "dimmer":
+		rl[0], lt = 2, 1
+	case "light":
+		rl[0], lt = 2, 2
+	case "shutter":
+		rl[0], rl[1] = 3, 3
+	}
+	b, _ := json.Marshal(map[string]any{
+		"ip": "192.0.2.10", "dn": "Tasmota " + d.cfg.Topic, "fn": []string{"Tasmota " + d.cfg.Topic}, "hn": d.cfg.Topic, "mac": d.mac(),
+		"md": map[string]string{"plug": "Sonoff Basic", "dimmer": "Sonoff D1", "light": "Generic CT bulb", "shutter": "Shelly 2.5 (Tasmota)"}[d.cfg.Kind],
+		"ty": 0, "if": 0, "ofln": "Offline", "onln": "Online", "state": []string{"OFF", "ON", "TOGGLE", "HOLD"}, "sw": "14.3.0",
+		"t": d.cfg.Topic, "ft": "%prefix%/%topic%/", "tp": []string{"cmnd", "stat", "tele"}, "rl": rl, "swc": []int{-1, -1, -1, -1, -1, -1, -1, -1},
+		"lk": 0, "lt_st": lt, "so": map[string]int{"4": map[bool]int{true: 1, false: 0}[d.cfg.SetOption4], "11": 0, "13": 0, "17": 0, "20": 0, "30": 0, "68": 0, "73": 0, "82": 0, "114": 0, "117": 0},
+	}) // maps of strings, numbers and slices always encode
+	return b
 }

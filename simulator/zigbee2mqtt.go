@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -252,6 +253,7 @@ func (z *Zigbee2MQTT) availability(online bool) []byte {
 // device's availability and cached state (cache_state_send_on_startup).
 func (z *Zigbee2MQTT) announce() {
 	z.publish(z.cfg.Base+"/bridge/state", z.availability(true), true)
+	z.publish(z.cfg.Base+"/bridge/devices", z.devicesJSON(), true)
 	z.mu.Lock()
 	names := make([]string, 0, len(z.devs))
 	for n := range z.devs {
@@ -602,4 +604,48 @@ func clipText(b []byte) string {
 		return string(b[:64]) + "…"
 	}
 	return string(b)
+}
+
+// devicesJSON is bridge/devices: the coordinator, then each device with
+// its definition's exposes, in the shape Zigbee2MQTT publishes.
+func (z *Zigbee2MQTT) devicesJSON() []byte {
+	bin := func(prop, on, off string) map[string]any {
+		return map[string]any{"type": "binary", "name": prop, "property": prop, "value_on": on, "value_off": off, "access": 7}
+	}
+	numeric := func(prop string, lo, hi int) map[string]any {
+		return map[string]any{"type": "numeric", "name": prop, "property": prop, "value_min": lo, "value_max": hi, "access": 7}
+	}
+	list := []map[string]any{{"ieee_address": "0x00124b0000000000", "type": "Coordinator", "friendly_name": "Coordinator", "supported": true, "disabled": false}}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	i := 0
+	for _, name := range slices.Sorted(maps.Keys(z.devs)) {
+		d := z.devs[name]
+		i++
+		var exposes []map[string]any
+		model := map[string]string{"light": "LED1545G12", "switch": "E1603", "lock": "YRD256HA20BP", "cover": "E1757", "thermostat": "TS0601_thermostat"}[d.cfg.Kind]
+		switch d.cfg.Kind {
+		case "light":
+			exposes = []map[string]any{{"type": "light", "features": []any{bin("state", "ON", "OFF"), numeric("brightness", 0, 254), numeric("color_temp", 250, 454)}}}
+		case "switch":
+			exposes = []map[string]any{{"type": "switch", "features": []any{bin("state", "ON", "OFF")}}}
+		case "lock":
+			exposes = []map[string]any{{"type": "lock", "features": []any{bin("state", "LOCK", "UNLOCK"),
+				map[string]any{"type": "enum", "name": "lock_state", "property": "lock_state", "values": []string{"not_fully_locked", "locked", "unlocked"}, "access": 1}}}}
+		case "cover":
+			exposes = []map[string]any{{"type": "cover", "features": []any{
+				map[string]any{"type": "enum", "name": "state", "property": "state", "values": []string{"OPEN", "CLOSE", "STOP"}, "access": 3},
+				numeric("position", 0, 100)}}}
+		case "thermostat":
+			exposes = []map[string]any{{"type": "climate", "features": []any{numeric("occupied_heating_setpoint", 5, 30),
+				map[string]any{"type": "enum", "name": "system_mode", "property": "system_mode", "values": []string{"off", "heat", "auto"}, "access": 7}}}}
+		}
+		list = append(list, map[string]any{
+			"ieee_address": fmt.Sprintf("0x00158d00000%05x", i), "type": "Router", "friendly_name": name,
+			"supported": true, "disabled": false, "interview_completed": true,
+			"definition": map[string]any{"model": model, "vendor": "Simulated", "description": d.cfg.Kind, "exposes": exposes},
+		})
+	}
+	b, _ := json.Marshal(list) // maps of strings, numbers and slices always encode
+	return b
 }

@@ -89,6 +89,9 @@ type Options struct {
 	Declined  func(tr scenes.Trigger, rep scenes.Reply)
 	// Schedules lists the scenes' schedules with their next n firings.
 	Schedules func(n int) []ScheduleItem
+	// Discover, when set, listens for window to what the device
+	// ecosystems announce (devices.Client.Discover).
+	Discover func(ctx context.Context, window time.Duration) (devices.Discovery, error)
 	// WriteError, when set, says why the store's writes are failing (nil
 	// when they are not): /readyz is then not ready, since a store that
 	// reads but cannot write takes no trigger.
@@ -149,6 +152,7 @@ func (s *Handler) Register(mux *http.ServeMux) {
 	route("POST", "/api/missions/{id}/priority", s.setPriority)
 	route("POST", "/api/missions/{id}/{action}", s.control)
 	route("GET", "/api/devices", s.listDevices)
+	route("POST", "/api/devices/discover", s.discover)
 	route("GET", "/api/scenes", s.listScenes)
 	route("GET", "/api/backup", s.backup)
 	route("GET", "/api/why", s.whyList)
@@ -595,6 +599,44 @@ func (s *Handler) listDevices(w http.ResponseWriter, _ *http.Request) {
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// DiscoverRequest is the body of POST /api/devices/discover.
+type DiscoverRequest struct {
+	// Seconds is how long to listen: 1 to 60, default 5.
+	Seconds int `json:"seconds,omitempty"`
+}
+
+// DiscoverResult is the answer of POST /api/devices/discover: what the
+// ecosystems announced, and a registry TOML proposing every device the
+// registry does not name yet.
+type DiscoverResult struct {
+	devices.Discovery
+	TOML string `json:"toml"`
+}
+
+func (s *Handler) discover(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Discover == nil {
+		writeError(w, http.StatusNotFound, CodeNotFound, "this agent does not discover devices")
+		return
+	}
+	var req DiscoverRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Seconds == 0:
+		req.Seconds = 5
+	case req.Seconds < 1 || req.Seconds > 60:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("seconds: %d is not 1 to 60", req.Seconds))
+		return
+	}
+	d, err := s.opts.Discover(r.Context(), time.Duration(req.Seconds)*time.Second)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, CodeInternal, "discover: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, DiscoverResult{Discovery: d, TOML: devices.RegistryTOML(d, s.opts.Registry)})
 }
 
 // SceneItem is one scene of GET /api/scenes.

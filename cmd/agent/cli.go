@@ -353,6 +353,9 @@ func paramValue(v string) any {
 
 // cmdDevices lists the registry's devices with their last known state.
 func cmdDevices(ctx context.Context, e *cli.Env, args []string) error {
+	if len(args) > 0 && args[0] == "discover" {
+		return cmdDiscover(ctx, e, args[1:])
+	}
 	o := newCLIOut(e)
 	var list api.DeviceList
 	var warned error

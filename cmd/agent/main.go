@@ -106,8 +106,8 @@ var program = &cli.Program{
 			Help: "Runs SCENE with its parameters, as an MQTT trigger would. Values that look\n" +
 				"like numbers or true/false are sent as such; quote them, key='\"42\"', to\nsend a string.",
 			ArgValues: []cli.Values{cli.Dynamic("scenes")}, Run: cmdTrigger},
-		{Name: "devices", Args: "[-json]", Summary: "devices, availability, last state",
-			Help: "Lists the registry's devices: whether each is online, and its last\nreported state.", Run: cmdDevices},
+		{Name: "devices", Args: "[discover [-for D]] [-json]", Summary: "devices, availability, last state; discover new ones",
+			Help: "Lists the registry's devices: whether each is online, and its last\nreported state. \"devices discover\" listens for D (default 5s) to what\nZigbee2MQTT, Tasmota, Shelly and ESPHome devices announce and prints a\nregistry TOML of the devices the registry does not name yet.", Run: cmdDevices},
 		{Name: "scenes", Args: "[-json]", Summary: "scenes and their parameters",
 			Help: "Lists the scenes the agent can run: mode, priority, deadline, steps and\nparameters.", Run: cmdScenes},
 		{Name: "schedules", Args: "[-next N] [-json]", Summary: "scenes' schedules and their next firings", Run: cmdSchedules},

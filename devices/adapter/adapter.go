@@ -178,3 +178,20 @@ func Number(v any) (f float64, ok bool) {
 	}
 	return f, ok && !math.IsNaN(f) && !math.IsInf(f, 0)
 }
+
+// Found is a device an ecosystem announced (Zigbee2MQTT's bridge/devices,
+// Tasmota's discovery, an ESPHome node's Home Assistant discovery, a
+// Shelly answering a probe), as discovery reports it.
+type Found struct {
+	// Protocol and Address are what a registry entry for it names.
+	Protocol string `json:"protocol"`
+	Address  string `json:"address"`
+	// Name is the device's own name, when it has one; Model its make.
+	Name  string `json:"name,omitempty"`
+	Model string `json:"model,omitempty"`
+	// Kind is relay, light, lock, curtain or thermostat: the registry
+	// type a discovery proposes for it.
+	Kind string `json:"kind"`
+	// Keys are the keys of the common vocabulary it can set.
+	Keys []string `json:"keys"`
+}

@@ -354,3 +354,81 @@ func onOff(v any) (string, error) {
 
 // Probe is nil: ESPHome has no way to ask an entity for its state.
 func (p *Protocol) Probe(string, string) []adapter.Message { return nil }
+
+// DiscoveryFilters are where Home Assistant discovery configs are
+// published (ESPHome publishes them by default, retained, with
+// abbreviated keys).
+var DiscoveryFilters = []string{"homeassistant/+/+/config", "homeassistant/+/+/+/config"}
+
+// DecodeDiscovery reads a Home Assistant discovery config and reports
+// the entity when it is an ESPHome node's: its state and command topics
+// are <prefix>/<type>/<object id>/state and /command (or a cover's
+// /position/...), its availability <prefix>/status. Configs of others
+// are not an error: ok is false.
+func DecodeDiscovery(topic string, payload []byte) (f adapter.Found, ok bool, err error) {
+	if len(payload) == 0 {
+		return f, false, nil // a removed entity
+	}
+	if len(payload) > MaxPayload {
+		return f, false, fmt.Errorf("discovery %s: %d bytes (max %d)", topic, len(payload), MaxPayload)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		return f, false, fmt.Errorf("discovery %s: %w", topic, err)
+	}
+	str := func(long, short string) string {
+		v, _ := raw[long].(string)
+		if v == "" {
+			v, _ = raw[short].(string)
+		}
+		// "~" stands for the base topic at either end of a *_topic value.
+		if base, _ := raw["~"].(string); base != "" {
+			if strings.HasPrefix(v, "~") {
+				v = base + v[1:]
+			} else if strings.HasSuffix(v, "~") {
+				v = v[:len(v)-1] + base
+			}
+		}
+		return v
+	}
+	levels := strings.Split(topic, "/")
+	comp := levels[1]
+	cmd := str("command_topic", "cmd_t")
+	if comp == "cover" && str("set_position_topic", "set_pos_t") == "" {
+		return f, false, nil // a cover without position: nothing Sortie sets
+	}
+	if comp == "climate" {
+		cmd = strings.TrimSuffix(str("mode_command_topic", "mode_cmd_t"), "/mode/command") + "/command"
+	}
+	base, isCmd := strings.CutSuffix(cmd, "/command")
+	avty := str("availability_topic", "avty_t")
+	bl := strings.Split(base, "/")
+	if !isCmd || len(bl) < 3 || bl[len(bl)-2] != comp || !slices.Contains(Components, comp) ||
+		avty != strings.Join(bl[:len(bl)-2], "/")+"/status" {
+		return f, false, nil
+	}
+	name := str("name", "name")
+	if dev, _ := raw["device"].(map[string]any); dev != nil {
+		if n, _ := dev["name"].(string); n != "" && name != "" {
+			name = n + " " + name
+		}
+	} else if dev, _ := raw["dev"].(map[string]any); dev != nil {
+		if n, _ := dev["name"].(string); n != "" && name != "" {
+			name = n + " " + name
+		}
+	}
+	f = adapter.Found{Protocol: Name, Address: base, Name: name, Model: "ESPHome " + comp}
+	switch comp {
+	case "switch":
+		f.Kind, f.Keys = "relay", []string{"power"}
+	case "light":
+		f.Kind, f.Keys = "light", []string{"power", "brightness"}
+	case "lock":
+		f.Kind, f.Keys = "lock", []string{"locked"}
+	case "cover":
+		f.Kind, f.Keys = "curtain", []string{"position"}
+	case "climate":
+		f.Kind, f.Keys = "thermostat", []string{"mode", "target"}
+	}
+	return f, true, nil
+}

@@ -461,3 +461,59 @@ func (p *Protocol) ProbeOnConnect() time.Duration {
 	}
 	return p.s.ProbeTimeout
 }
+
+// DiscoveryFilters catch Shelly devices that announce themselves while
+// discovery listens: their online message and notifications, under a
+// one-level topic prefix (the default, the device's ID).
+var DiscoveryFilters = []string{"+/online", "+/events/rpc"}
+
+// StatusRequest is a Shelly.GetStatus request with id, answered on
+// <src>/rpc: discovery asks each candidate for its components.
+func StatusRequest(src, id string) []byte {
+	b, _ := json.Marshal(map[string]any{"id": id, "src": src, "method": "Shelly.GetStatus"}) // strings always encode
+	return b
+}
+
+// DecodeComponents reads the reply to StatusRequest from the device at
+// prefix: one Found per switch, light and cover component.
+func DecodeComponents(prefix string, reply []byte) ([]adapter.Found, error) {
+	var f Frame
+	if err := json.Unmarshal(reply, &f); err != nil {
+		return nil, fmt.Errorf("shelly status: %w", err)
+	}
+	if f.Error != nil || len(f.Result) == 0 {
+		return nil, nil
+	}
+	var comps map[string]json.RawMessage
+	if err := json.Unmarshal(f.Result, &comps); err != nil {
+		return nil, fmt.Errorf("shelly status: %w", err)
+	}
+	var out []adapter.Found
+	for _, key := range slices.Sorted(mapKeys(comps)) {
+		kind, n, ok := strings.Cut(key, ":")
+		if !ok {
+			continue
+		}
+		id, err := strconv.Atoi(n)
+		if err != nil || id < 0 || id > 15 {
+			continue
+		}
+		found := adapter.Found{Protocol: Name, Address: prefix, Name: f.Src, Model: "Shelly " + kind}
+		if id > 0 || slices.ContainsFunc(slices.Collect(mapKeys(comps)), func(k string) bool { return strings.HasPrefix(k, kind+":") && k != key }) {
+			found.Address = fmt.Sprintf("%s:%d", prefix, id)
+			found.Name = fmt.Sprintf("%s %s", f.Src, key)
+		}
+		switch kind {
+		case "switch":
+			found.Kind, found.Keys = "relay", []string{"power"}
+		case "light":
+			found.Kind, found.Keys = "light", []string{"power", "brightness"}
+		case "cover":
+			found.Kind, found.Keys = "curtain", []string{"position"}
+		default:
+			continue
+		}
+		out = append(out, found)
+	}
+	return out, nil
+}

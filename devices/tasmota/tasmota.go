@@ -451,3 +451,73 @@ func (p *Protocol) Probe(device string, _ string) []adapter.Message {
 	}
 	return []adapter.Message{{Topic: p.s.Topic(p.s.Prefixes[0], d.topic, "State")}}
 }
+
+// DiscoveryFilter is where Tasmota's own discovery publishes each
+// device's config (retained; SetOption19 0, the default).
+const DiscoveryFilter = "tasmota/discovery/+/config"
+
+// DecodeDiscovery reads a tasmota/discovery/<MAC>/config message: the
+// device's topic, name and relays (rl: 1 relay, 2 light, 3 shutter),
+// one device a relay or light, one a shutter pair. Devices whose
+// FullTopic or prefixes are not the defaults are found with a note in
+// Model: the registry needs [protocols.tasmota] for them.
+func DecodeDiscovery(payload []byte) ([]adapter.Found, error) {
+	if len(payload) > MaxPayload {
+		return nil, fmt.Errorf("tasmota discovery: %d bytes (max %d)", len(payload), MaxPayload)
+	}
+	var c struct {
+		Topic     string   `json:"t"`
+		FullTopic string   `json:"ft"`
+		Prefixes  []string `json:"tp"`
+		Device    string   `json:"dn"`
+		Model     string   `json:"md"`
+		Relays    []int    `json:"rl"`
+		LightType int      `json:"lt_st"`
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return nil, fmt.Errorf("tasmota discovery: %w", err)
+	}
+	if _, _, err := parseAddress(c.Topic); err != nil {
+		return nil, fmt.Errorf("tasmota discovery: topic: %w", err)
+	}
+	model := c.Model
+	if c.FullTopic != "" && c.FullTopic != DefaultFullTopic || len(c.Prefixes) == 3 && (c.Prefixes[0] != "cmnd" || c.Prefixes[1] != "stat" || c.Prefixes[2] != "tele") {
+		model = strings.TrimSpace(model + fmt.Sprintf(" (FullTopic %q, prefixes %q: set [protocols.tasmota])", c.FullTopic, c.Prefixes))
+	}
+	relays, shutters := 0, 0
+	var out []adapter.Found
+	for _, r := range c.Relays {
+		switch r {
+		case 1, 2:
+			relays++
+		case 3:
+			shutters++
+		}
+	}
+	for i, r := range c.Relays {
+		if r != 1 && r != 2 {
+			continue
+		}
+		n := i + 1 // POWER<n> is the relay's place in rl
+		addr, name := c.Topic, c.Device
+		if relays > 1 {
+			addr, name = fmt.Sprintf("%s:%d", c.Topic, n), fmt.Sprintf("%s %d", c.Device, n)
+		}
+		f := adapter.Found{Protocol: Name, Address: addr, Name: name, Model: model, Kind: "relay", Keys: []string{"power"}}
+		if r == 2 {
+			f.Kind, f.Keys = "light", []string{"power", "brightness"}
+			if c.LightType >= 2 { // a CT or RGBCCT light
+				f.Keys = append(f.Keys, "color_temp")
+			}
+		}
+		out = append(out, f)
+	}
+	for i := range shutters / 2 {
+		addr := c.Topic
+		if shutters > 2 {
+			addr = fmt.Sprintf("%s:%d", c.Topic, i+1)
+		}
+		out = append(out, adapter.Found{Protocol: Name, Address: addr, Name: c.Device, Model: model, Kind: "curtain", Keys: []string{"position"}})
+	}
+	return out, nil
+}

@@ -557,3 +557,87 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// DevicesTopic is where the bridge publishes its devices (retained).
+func (s Settings) DevicesTopic() string { return s.Base + "/bridge/devices" }
+
+// DecodeDevices reads the bridge's bridge/devices list: each device's
+// friendly name and, from its definition's exposes, what it can be
+// commanded to do. The coordinator, disabled and unsupported devices,
+// and devices with nothing Sortie can command are left out.
+func DecodeDevices(payload []byte) ([]adapter.Found, error) {
+	if len(payload) > 4<<20 {
+		return nil, fmt.Errorf("bridge/devices: %d bytes (max 4 MiB)", len(payload))
+	}
+	var list []struct {
+		FriendlyName string `json:"friendly_name"`
+		Type         string `json:"type"`
+		Supported    *bool  `json:"supported"`
+		Disabled     bool   `json:"disabled"`
+		Definition   *struct {
+			Model   string   `json:"model"`
+			Vendor  string   `json:"vendor"`
+			Exposes []expose `json:"exposes"`
+		} `json:"definition"`
+	}
+	if err := json.Unmarshal(payload, &list); err != nil {
+		return nil, fmt.Errorf("bridge/devices: %w", err)
+	}
+	var out []adapter.Found
+	for _, d := range list {
+		if d.Type == "Coordinator" || d.Disabled || d.Definition == nil || (d.Supported != nil && !*d.Supported) || checkTopic(d.FriendlyName) != nil {
+			continue
+		}
+		kind, keys := "", []string(nil)
+		for _, e := range d.Definition.Exposes {
+			if k, ks := e.kind(); k != "" {
+				kind, keys = k, ks
+				break
+			}
+		}
+		if kind == "" {
+			continue
+		}
+		out = append(out, adapter.Found{Protocol: Name, Address: d.FriendlyName, Name: d.FriendlyName,
+			Model: strings.TrimSpace(d.Definition.Vendor + " " + d.Definition.Model), Kind: kind, Keys: keys})
+	}
+	return out, nil
+}
+
+// expose is an entry of a definition's exposes.
+type expose struct {
+	Type     string   `json:"type"`
+	Features []expose `json:"features"`
+	Property string   `json:"property"`
+}
+
+// kind says what a specific expose lets Sortie command.
+func (e expose) kind() (string, []string) {
+	has := func(p string) bool {
+		return slices.ContainsFunc(e.Features, func(f expose) bool { return f.Property == p })
+	}
+	switch e.Type {
+	case "switch":
+		return "relay", []string{"power"}
+	case "light":
+		keys := []string{"power"}
+		if has("brightness") {
+			keys = append(keys, "brightness")
+		}
+		if has("color_temp") {
+			keys = append(keys, "color_temp")
+		}
+		return "light", keys
+	case "lock":
+		return "lock", []string{"locked"}
+	case "cover":
+		if has("position") {
+			return "curtain", []string{"position"}
+		}
+	case "climate":
+		if has("occupied_heating_setpoint") && has("system_mode") {
+			return "thermostat", []string{"mode", "target"}
+		}
+	}
+	return "", nil
+}
