@@ -17,7 +17,6 @@ import (
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
-	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/internal/mqttc"
 )
 
@@ -479,7 +478,7 @@ func (p *proxy) pipe(dst, src net.Conn) {
 // TestRefusedSubscriptionIsAnError: paho reports a SUBACK refusal as a
 // success; Subscribe says it was refused, and the filter is not kept.
 func TestRefusedSubscriptionIsAnError(t *testing.T) {
-	b := startACLBroker(t, func(topic string) bool { return !strings.HasPrefix(topic, "secret") })
+	b := brokertest.StartACL(t, "u", "pw", func(topic string, _ bool) bool { return !strings.HasPrefix(topic, "secret") })
 	in := make(inbox, 4)
 	c := newClient(t, mqttc.Options{Broker: b.URL(), ClientID: "u", Username: "u", Password: "pw", Ordered: true})
 	connect(t, c)
@@ -497,7 +496,7 @@ func TestRefusedSubscriptionIsAnError(t *testing.T) {
 // Client is up and gets its messages.
 func TestRefusalAtConnectionIsRetriedUntilItPasses(t *testing.T) {
 	var allowed atomic.Bool
-	b := startACLBroker(t, func(string) bool { return allowed.Load() })
+	b := brokertest.StartACL(t, "u", "pw", func(string, bool) bool { return allowed.Load() })
 	var logs logBuf
 	in := make(inbox, 4)
 	c := newClient(t, mqttc.Options{Broker: b.URL(), ClientID: "u", Username: "u", Password: "pw", Logger: logs.logger()})
@@ -524,28 +523,4 @@ func TestRefusalAtConnectionIsRetriedUntilItPasses(t *testing.T) {
 	if n := len(logs.lines("subscribe failed; retrying until it succeeds")); n != 1 {
 		t.Errorf("the refusal logged %d times, want once:\n%s", n, logs.String())
 	}
-}
-
-// startACLBroker starts a broker with one user, u (password pw), who
-// may publish and subscribe where allow says.
-func startACLBroker(t *testing.T, allow func(topic string) bool) *broker.Broker {
-	t.Helper()
-	hash, err := passwd.HashCost("pw", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cred, err := passwd.Parse(hash)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := passwd.NewBook()
-	users.Add("u", cred)
-	auth, err := broker.NewAuth(broker.AuthOptions{
-		Users: users,
-		Allow: func(_, topic string, _ bool) bool { return allow(topic) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return brokertest.StartWith(t, broker.Options{Auth: auth})
 }
