@@ -99,6 +99,39 @@ func killLoop(t *testing.T, url string, kills int) {
 		kills, kills+1, kills+1, resumed, elapsed.Round(time.Millisecond), len(ids), len(resent), len(perRequest))
 }
 
+// TestAgentWaitsForItsBrokerAndStopsCleanly: the agent binary started
+// before its broker listens neither exits nor fails: /readyz says what
+// it waits for, and SIGTERM meanwhile is a clean stop (exit 0), as a
+// supervisor stopping it expects.
+func TestAgentWaitsForItsBrokerAndStopsCleanly(t *testing.T) {
+	e := newBareEnv(t, "early")
+	e.writeConfig(fmt.Sprintf("embedded = false\nurl = \"tcp://%s\"\n", freeAddr(t)), "")
+	p := e.launch()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p.mu.Lock()
+		addr := p.http
+		p.mu.Unlock()
+		var r api.Readiness
+		if addr != "" && e.get("/readyz", &r) == 503 && len(r.Reasons) == 1 && strings.HasPrefix(r.Reasons[0], "starting: devices: ") {
+			t.Logf("/readyz: %s", r.Reasons[0])
+			break
+		}
+		select {
+		case err := <-p.exited:
+			t.Fatalf("agent exited while its broker was not up: %v\n%s", err, p.log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never said the agent waits for its broker\n%s", p.log())
+		}
+		time.Sleep(50 * time.Millisecond) // polling, as a supervisor does
+	}
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d on SIGTERM while waiting for the broker, want 0\n%s", code, p.log())
+	}
+}
+
 // triggerApp is an app as docs/protocol.md asks for one: it publishes
 // triggers at QoS 1, with a persistent session for its replies, and
 // sends a request again when no reply comes. It comes back by itself
