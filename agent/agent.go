@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -66,7 +67,16 @@ type Agent struct {
 	metrics *instruments
 	http    *http.Server
 	httpLn  net.Listener
+	handler atomic.Pointer[http.Handler] // the stand-in while starting, then the API
+	served  chan error                   // Serve's end
+	httpWG  sync.WaitGroup
 	up      *hubsync.Uplink
+
+	// link is the agent's own connection to an external broker (nil with
+	// the embedded one), and waiting what start-up waits for, if
+	// anything: both for /readyz.
+	link    *mqttc.Client
+	waiting atomic.Pointer[func() error]
 
 	closeMu sync.Mutex
 	closers []func()
@@ -134,6 +144,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	// the answers it gives while it stops.
 	a.traces = newTracer(a.db, log.With("component", "traces"), o.Traces.FlushInterval)
 	a.onClose(func() { _ = a.traces.flush() }) // a failure is logged by flush; nothing more to do at close
+	if o.HTTP.Listen != "" {
+		if err := a.listenHTTP(); err != nil {
+			return err
+		}
+	}
 
 	brokerURL, user, password, tlsCfg := o.Broker.URL, o.Broker.Username, o.Broker.Password, o.Broker.TLS
 	if o.Broker.Embedded {
@@ -196,7 +211,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.broker != nil && !o.OverTCP {
 		local = a.broker
 	}
-	a.dev, err = devices.Dial(ctx, devices.Options{
+	a.dev, err = a.dialDevices(ctx, devices.Options{
 		Local: local, Broker: brokerURL, ClientID: "sortie-" + o.Gateway + "-devices", Username: user,
 		Password: password, TLS: tlsCfg, Prefix: o.Broker.Prefix, AckTimeout: o.Broker.AckTimeout,
 		Logger: log, Registry: a.reg,
@@ -223,7 +238,7 @@ func (a *Agent) Start(ctx context.Context) error {
 			return err
 		}
 		a.onClose(mc.Close)
-		a.conn, external = mc, mc
+		a.conn, external, a.link = mc, mc, mc
 	}
 	pub := linkPublisher{a.conn}
 	a.trig = newTriggers(log.With("component", "triggers"), a.cat, drv, pub, a.topics, a.metrics)
@@ -289,17 +304,19 @@ func (a *Agent) Start(ctx context.Context) error {
 	if external == nil {
 		a.onClose(cancel)
 	}
-	if o.HTTP.Listen != "" {
-		if err := a.startHTTP(); err != nil {
-			return err
-		}
-	}
 	if external != nil {
 		// Last: what the session kept is acked as it is queued for the
 		// trigger workers, so no later step may fail and leave it there.
+		// A broker that refuses (a subscription, the login) or is not up
+		// yet holds the start, with /readyz saying why, and never ends it.
+		a.waitFor(func() error { return fmt.Errorf("broker: %w", external.Problem()) })
 		if err := external.Connect(ctx); err != nil {
 			return err
 		}
+		a.waitFor(nil)
+	}
+	if a.http != nil {
+		a.mountHTTP()
 	}
 	log.Info("agent ready", "gateway", o.Gateway, "version", o.Version, "scenes", strings.Join(a.cat.Names(), ","), "trigger_topic", a.topics.Trigger())
 	return nil
@@ -332,8 +349,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.arb.Run(gctx) })
 	if a.http != nil {
 		g.Go(func() error {
-			if err := a.http.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("http: %w", err)
+			select {
+			case err := <-a.served:
+				if err != nil {
+					return fmt.Errorf("http: %w", err)
+				}
+			case <-gctx.Done():
 			}
 			return nil
 		})
@@ -422,3 +443,58 @@ func (a *Agent) Broker() *broker.Broker { return a.broker }
 // Driver is the mission driver, for an embedder that submits, controls
 // or observes missions directly; nil before Start.
 func (a *Agent) Driver() *driver.Driver { return a.drv }
+
+// dialDevices connects the devices client. A broker that is not up yet
+// or refuses the connection is tried again, for as long as ctx lasts,
+// with the cause logged once and shown in /readyz: a gateway whose
+// broker starts after it, or comes back after it, waits instead of
+// exiting. Invalid options end the start.
+func (a *Agent) dialDevices(ctx context.Context, o devices.Options) (*devices.Client, error) {
+	var logged string
+	for {
+		dev, err := devices.Dial(ctx, o)
+		if err == nil || o.Local != nil || errors.Is(err, mqttc.ErrOptions) || ctx.Err() != nil {
+			a.waitFor(nil)
+			return dev, err
+		}
+		a.waitFor(func() error { return fmt.Errorf("devices: %w", err) })
+		if err.Error() != logged {
+			logged = err.Error()
+			a.log.Warn("cannot connect to the broker for the devices; retrying until it answers", "err", err)
+		}
+		// Dial itself retried for its ConnectTimeout: a pause, then again.
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// waitFor records what start-up waits for (nil: nothing), for /readyz.
+func (a *Agent) waitFor(why func() error) {
+	if why == nil {
+		a.waiting.Store(nil)
+		return
+	}
+	a.waiting.Store(&why)
+}
+
+// waitingFor says what start-up waits for; nil when nothing.
+func (a *Agent) waitingFor() error {
+	if f := a.waiting.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
+}
+
+// linkProblem says why the link to an external broker is not up; nil
+// when it is, or with the embedded broker.
+func (a *Agent) linkProblem() error {
+	if a.link == nil {
+		return nil
+	}
+	return a.link.Problem()
+}

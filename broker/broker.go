@@ -81,6 +81,10 @@ func Start(opts Options) (*Broker, error) {
 	if err := srv.AddHook(hook, nil); err != nil {
 		return nil, fmt.Errorf("broker auth hook: %w", err)
 	}
+	// Client and broker number their packets independently (packetid.go).
+	if err := srv.AddHook(newPacketIDs(), nil); err != nil {
+		return nil, fmt.Errorf("broker packet id hook: %w", err)
+	}
 	b := &Broker{srv: srv, closing: closing}
 	// After the auth hook: mochi checks access before any publish hook.
 	if err := srv.AddHook(&tapHook{b: b}, nil); err != nil {

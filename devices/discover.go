@@ -173,10 +173,10 @@ func (c *Client) Discover(ctx context.Context, o DiscoverOptions) (Discovery, er
 // subscribeAll subscribes handle to filter on the client's connection
 // for a while (see Discover), retained messages included. Over a
 // connection it subscribes at QoS 0: announcements are repeated or
-// retained, and a burst of retained configs at QoS 1 would hold packet
-// identifiers that mochi v2.7.9 then refuses the next SUBSCRIBE for
-// (0x91: it checks a client's SUBSCRIBE against its own messages in
-// flight to the client).
+// retained, so a lost one costs nothing, and a burst of retained
+// configs at QoS 1 would only hold the broker's packet identifiers
+// (mochi v2.7.9 refused a SUBSCRIBE numbered like one of them, 0x91,
+// until broker/packetid.go; another broker may do the same).
 func (c *Client) subscribeAll(filter string, handle func(topic string, payload []byte)) (func(), error) {
 	if c.mc != nil {
 		return c.mc.SubscribeQoS(filter, 0, handle)

@@ -696,7 +696,7 @@ const pruneBatch = 2000
 
 // pruneLock is the advisory lock that keeps retention to one replica at
 // a time (its value is arbitrary, fixed for every replica).
-const pruneLock = 0x736f72746965 // "sortie"
+const pruneLock int64 = 0x736f72746965 // "sortie"; int64, PostgreSQL's bigint, on 32-bit builds too
 
 // Prune removes finished missions and their events per r, as
 // Store.Prune does, and trigger records by age. It deletes in batches,

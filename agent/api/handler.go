@@ -49,6 +49,7 @@ const (
 	CodeConflict         = "conflict"
 	CodeTooLarge         = "too_large"
 	CodeShuttingDown     = "shutting_down"
+	CodeStarting         = "starting"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal"
 )
@@ -96,6 +97,10 @@ type Options struct {
 	// when they are not): /readyz is then not ready, since a store that
 	// reads but cannot write takes no trigger.
 	WriteError func() error
+	// Broker, when set, says why the agent's own link to an external
+	// broker (its triggers, replies and events) is not up, nil when it
+	// is: /readyz is then not ready.
+	Broker func() error
 }
 
 // Handler is the management API, an http.Handler: JSON under /api/ and
@@ -207,7 +212,8 @@ func (s *Handler) guard(h http.HandlerFunc) http.Handler {
 }
 
 // readyz reports whether the agent can take and run missions: the store
-// answers, the devices connection is up and the server is not stopping
+// answers, the devices connection and the agent's link are up and the
+// server is not stopping
 // (the driver is started before the listener opens and stopped after
 // it closes).
 func (s *Handler) readyz(w http.ResponseWriter, r *http.Request) {
@@ -222,6 +228,11 @@ func (s *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.opts.Devices.Connected() {
 		reasons = append(reasons, "devices: not connected to the broker")
+	}
+	if s.opts.Broker != nil {
+		if err := s.opts.Broker(); err != nil {
+			reasons = append(reasons, "broker: "+err.Error())
+		}
 	}
 	if s.stopping.Load() {
 		reasons = append(reasons, "driver: shutting down")

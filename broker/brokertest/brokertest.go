@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/passwd"
 )
 
 // Start starts a broker on a free port of 127.0.0.1 that lets every
@@ -42,6 +43,31 @@ func StartWith(tb testing.TB, opts broker.Options) *broker.Broker {
 		}
 	})
 	return b
+}
+
+// StartACL starts a broker like Start with one user, who logs in with
+// password and may publish and subscribe where allow says (write is
+// true for a publish).
+func StartACL(tb testing.TB, user, password string, allow func(topic string, write bool) bool) *broker.Broker {
+	tb.Helper()
+	hash, err := passwd.HashCost(password, 1) // the lowest cost: tests log in often
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cred, err := passwd.Parse(hash)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	users := passwd.NewBook()
+	users.Add(user, cred)
+	auth, err := broker.NewAuth(broker.AuthOptions{
+		Users: users,
+		Allow: func(_, topic string, write bool) bool { return allow(topic, write) },
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return StartWith(tb, broker.Options{Auth: auth})
 }
 
 // SelfSigned writes a certificate for 127.0.0.1 and localhost and its

@@ -343,8 +343,9 @@ func TestSceneModes(t *testing.T) {
 	}
 }
 
-// TestCompactCommand: `agent compact` refuses while the agent runs and
-// shrinks the database once it is stopped.
+// TestCompactCommand: `agent compact` refuses while the agent runs,
+// shrinks the database once it is stopped, and keeps a file it cannot
+// shrink, saying so.
 func TestCompactCommand(t *testing.T) {
 	e := newEnv(t, "")
 	p := e.start()
@@ -359,6 +360,12 @@ func TestCompactCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "compacted") {
 		t.Fatalf("compact: %v\n%s", err, out)
 	}
+	// Compacted already, the file has nothing to give back: kept, and said.
+	out, err = exec.Command(agentBin, "compact", "-config", e.cfgPath).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "kept") || !strings.Contains(string(out), "no smaller") {
+		t.Fatalf("compact of a compacted file: %v\n%s", err, out)
+	}
+	t.Logf("compact again: %s", strings.TrimSpace(string(out)))
 	e.start()
 	var m map[string]any
 	if code := e.get("/api/missions/"+id, &m); code != 200 {

@@ -12,17 +12,23 @@ import (
 
 // cmdCompact rewrites the mission database without its free pages. bbolt
 // never shrinks its file by itself; after retention has deleted many
-// missions this gives the space back. The agent must be stopped.
+// missions this gives the space back. A rewrite that would not shrink
+// the file is dropped, and the command says so. The agent must be
+// stopped.
 func cmdCompact(_ context.Context, e *cli.Env, args []string) error {
 	path, _, err := offlineDB(e, args, 0)
 	if err != nil {
 		return err
 	}
-	before, after, err := store.Compact(path, store.Options{})
+	res, err := store.Compact(path, store.Options{})
 	if err != nil {
 		return stopFirst(err)
 	}
-	_, err = fmt.Fprintf(e.Stdout, "compacted %s: %s -> %s\n", path, humanBytes(before), humanBytes(after))
+	if res.Kept {
+		_, err = fmt.Fprintf(e.Stdout, "kept %s as it was (%s): compacted it would be %s, no smaller\n", path, humanBytes(res.Before), humanBytes(res.Copy))
+		return err
+	}
+	_, err = fmt.Fprintf(e.Stdout, "compacted %s: %s -> %s\n", path, humanBytes(res.Before), humanBytes(res.After))
 	return err
 }
 

@@ -156,6 +156,12 @@ func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
 	}
 	defer a.Close()
 	if err := a.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped by a signal while waiting for the broker: a clean
+			// stop, not a failure for the supervisor to report.
+			log.Info("agent stopped while starting", "err", err)
+			return nil
+		}
 		return err
 	}
 	// Start-up's garbage (the config, the catalog, opening the store)

@@ -366,10 +366,11 @@ func BenchmarkFootprint(b *testing.B) {
 		again.stop(b)
 		// Without the free pages the burst's live missions left, as
 		// retention's Reclaim (or agent compact) leaves it.
-		_, compacted, err := store.Compact(db, store.Options{})
+		res, err := store.Compact(db, store.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
+		compacted := res.After
 
 		big := filepath.Join(dir, "big")
 		copyMissions(b, db, filepath.Join(big, "missions.db"), 10*n)

@@ -219,6 +219,21 @@ func (e *testEnv) replyChan(id string) chan map[string]any {
 // start runs the agent binary and waits until it says it is ready.
 func (e *testEnv) start(args ...string) *agentProc {
 	e.t.Helper()
+	p := e.launch(args...)
+	select {
+	case <-p.ready:
+	case err := <-p.exited:
+		e.t.Fatalf("agent exited before ready: %v\n%s", err, p.log())
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("agent not ready\n%s", p.log())
+	}
+	e.awaitRetained()
+	return p
+}
+
+// launch runs the agent binary, with its log read as it comes.
+func (e *testEnv) launch(args ...string) *agentProc {
+	e.t.Helper()
 	cmd := exec.Command(agentBin, append([]string{"run", "-config", e.cfgPath}, args...)...)
 	p := &agentProc{cmd: cmd, exited: make(chan error, 1), ready: make(chan struct{}), stdout: new(strings.Builder)}
 	stderr, err := cmd.StderrPipe()
@@ -271,14 +286,6 @@ func (e *testEnv) start(args ...string) *agentProc {
 			e.t.Logf("agent log:\n%s", p.log())
 		}
 	})
-	select {
-	case <-p.ready:
-	case err := <-p.exited:
-		e.t.Fatalf("agent exited before ready: %v\n%s", err, p.log())
-	case <-time.After(30 * time.Second):
-		e.t.Fatalf("agent not ready\n%s", p.log())
-	}
-	e.awaitRetained()
 	return p
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -9,15 +8,9 @@ import (
 	"os/user"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
-
-	"github.com/sortie-edge/sortie/agent/api"
 )
 
 // mosquitto is Debian's mosquitto on a port of 127.0.0.1, keeping its
@@ -120,55 +113,8 @@ func TestMosquittoRestartsLoseNoTrigger(t *testing.T) {
 	e.writeConfig(fmt.Sprintf("embedded = false\nurl = %q\n", mq.url()), "")
 	e.start()
 
-	base := "sortie/gateways/mq"
-	var mu sync.Mutex
-	replies := map[string]map[string]any{}
-	opts := paho.NewClientOptions().AddBroker(mq.url()).SetClientID("chaos-app").
-		SetCleanSession(false).SetAutoReconnect(true).SetMaxReconnectInterval(100 * time.Millisecond).
-		SetConnectRetry(true).SetConnectRetryInterval(100 * time.Millisecond).SetOrderMatters(false)
-	opts.SetOnConnectHandler(func(c paho.Client) {
-		c.Subscribe(base+"/replies/+", 1, func(_ paho.Client, m paho.Message) {
-			var r map[string]any
-			if json.Unmarshal(m.Payload(), &r) != nil {
-				return
-			}
-			mu.Lock()
-			replies[strings.TrimPrefix(m.Topic(), base+"/replies/")] = r
-			mu.Unlock()
-		})
-	})
-	app := paho.NewClient(opts)
-	if tok := app.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("app connect: %v", tok.Error())
-	}
-	defer app.Disconnect(50)
-	send := func(id string) bool {
-		payload := fmt.Sprintf(`{"scene":"all_off","request_id":%q,"source":"chaos"}`, id)
-		tok := app.Publish(base+"/trigger", 1, false, payload)
-		return tok.WaitTimeout(2*time.Second) && tok.Error() == nil
-	}
-
-	var acked []string
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			id := fmt.Sprintf("chaos-%04d", i)
-			if send(id) {
-				mu.Lock()
-				acked = append(acked, id)
-				mu.Unlock()
-			}
-		}
-	}()
+	app := newTriggerApp(t, mq.url(), "mq")
+	app.flow(50 * time.Millisecond)
 	for i := range 20 {
 		time.Sleep(300 * time.Millisecond) // triggers flow between restarts
 		mq.stop()
@@ -179,59 +125,23 @@ func TestMosquittoRestartsLoseNoTrigger(t *testing.T) {
 		mq.start()
 	}
 	time.Sleep(500 * time.Millisecond) // a last stretch with the broker up
-	close(stop)
-	<-done
+	ids := app.halt()
 
 	// Replies come by subscription; one the agent published while the
 	// broker was going down can be lost, and the app then sends the same
 	// request again, as docs/protocol.md says. The answer to that must be
 	// a duplicate: the trigger itself was not lost.
-	mu.Lock()
-	ids := append([]string(nil), acked...)
-	mu.Unlock()
-	unanswered := func() (missing []string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, id := range ids {
-			if replies[id] == nil {
-				missing = append(missing, id)
-			}
-		}
-		return missing
-	}
-	for deadline := time.Now().Add(15 * time.Second); len(unanswered()) > 0 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond) // replies arrive by subscription
-	}
-	resent := unanswered()
-	for round := 0; round < 20 && len(unanswered()) > 0; round++ {
-		for _, id := range unanswered() {
-			send(id)
-		}
-		time.Sleep(500 * time.Millisecond) // replies arrive by subscription; this paces the resends
-	}
-	mu.Lock()
+	resent := app.answerAll(ids)
 	for _, id := range ids {
-		switch r := replies[id]; {
+		switch r := app.reply(id); {
 		case r == nil:
 			t.Errorf("acknowledged trigger %s got no reply, even sent again", id)
 		case slices.Contains(resent, id) && r["duplicate"] != true && r["status"] == "accepted":
 			t.Errorf("trigger %s, acknowledged by the broker, was lost: sent again, it made its first mission (%v)", id, r)
 		}
 	}
-	mu.Unlock()
 
-	// No request became two missions.
-	perRequest := map[string]int{}
-	for cursor := ""; ; {
-		var page api.MissionList
-		e.get("/api/missions?limit=1000&cursor="+cursor, &page)
-		for _, m := range page.Missions {
-			perRequest[m.RequestID]++
-		}
-		if cursor = page.NextCursor; cursor == "" {
-			break
-		}
-	}
+	perRequest, _ := e.missionsByRequest()
 	for id, n := range perRequest {
 		if n > 1 {
 			t.Errorf("request %s made %d missions", id, n)

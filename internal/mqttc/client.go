@@ -168,7 +168,10 @@ type Client struct {
 	up      chan struct{} // closed while cur is set; replaced at each loss
 	first   chan struct{} // closed once Connect has its answer
 	firstOK bool          // the first connection was made (Once: or its error is in lastErr)
-	lastErr error         // the last failed attempt's
+	lastErr error         // why the Client is not up: the last failed attempt's, or the loss's
+	// loggedSubErr is the last subscription failure logged, so that one
+	// refused again and again is logged once; "" once all are made.
+	loggedSubErr string
 }
 
 // sub is one subscription: a filter and its handler.
@@ -241,6 +244,25 @@ func (c *Client) Connect(ctx context.Context) error {
 
 // Connected reports whether the connection is up and subscribed.
 func (c *Client) Connected() bool { return c.cur.Load() != nil && !c.closed.Load() }
+
+// Problem says why the Client is not connected and subscribed: nil when
+// it is, else the last failed connection attempt's or subscription's
+// error, the loss's, ErrClosed, or ErrNotConnected before any attempt
+// has ended.
+func (c *Client) Problem() error {
+	switch {
+	case c.closed.Load():
+		return ErrClosed
+	case c.cur.Load() != nil:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastErr != nil {
+		return c.lastErr
+	}
+	return ErrNotConnected
+}
 
 // Subscribe calls handle with each message on a topic matching filter,
 // now and on every later connection, until cancel. Before Start it only

@@ -11,12 +11,12 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
-	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/internal/mqttc"
 )
 
@@ -478,24 +478,7 @@ func (p *proxy) pipe(dst, src net.Conn) {
 // TestRefusedSubscriptionIsAnError: paho reports a SUBACK refusal as a
 // success; Subscribe says it was refused, and the filter is not kept.
 func TestRefusedSubscriptionIsAnError(t *testing.T) {
-	hash, err := passwd.HashCost("pw", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cred, err := passwd.Parse(hash)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := passwd.NewBook()
-	users.Add("u", cred)
-	auth, err := broker.NewAuth(broker.AuthOptions{
-		Users: users,
-		Allow: func(_, topic string, _ bool) bool { return !strings.HasPrefix(topic, "secret") },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := brokertest.StartWith(t, broker.Options{Auth: auth})
+	b := brokertest.StartACL(t, "u", "pw", func(topic string, _ bool) bool { return !strings.HasPrefix(topic, "secret") })
 	in := make(inbox, 4)
 	c := newClient(t, mqttc.Options{Broker: b.URL(), ClientID: "u", Username: "u", Password: "pw", Ordered: true})
 	connect(t, c)
@@ -504,5 +487,40 @@ func TestRefusedSubscriptionIsAnError(t *testing.T) {
 	}
 	if _, err := c.Subscribe("open", in.handle); err != nil {
 		t.Fatalf("allowed subscription: %v", err)
+	}
+}
+
+// TestRefusalAtConnectionIsRetriedUntilItPasses: a subscription the
+// broker refuses when the Client connects holds Connect, is retried,
+// shows in Problem and is logged once; once the broker grants it the
+// Client is up and gets its messages.
+func TestRefusalAtConnectionIsRetriedUntilItPasses(t *testing.T) {
+	var allowed atomic.Bool
+	b := brokertest.StartACL(t, "u", "pw", func(string, bool) bool { return allowed.Load() })
+	var logs logBuf
+	in := make(inbox, 4)
+	c := newClient(t, mqttc.Options{Broker: b.URL(), ClientID: "u", Username: "u", Password: "pw", Logger: logs.logger()})
+	if _, err := c.Subscribe("triggers", in.handle); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := c.Connect(ctx); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, mqttc.ErrRefused) {
+		t.Fatalf("Connect with the subscription refused: %v; want it to wait, naming the refusal", err)
+	}
+	if err := c.Problem(); !errors.Is(err, mqttc.ErrRefused) || !strings.Contains(err.Error(), "triggers") {
+		t.Errorf("Problem() = %v, want the refusal of triggers", err)
+	}
+	allowed.Store(true)
+	connect(t, c)
+	if err := c.Problem(); err != nil {
+		t.Errorf("Problem() = %v once up", err)
+	}
+	if err := b.Publish("triggers", []byte("go"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	in.expect(t, "triggers go")
+	if n := len(logs.lines("subscribe failed; retrying until it succeeds")); n != 1 {
+		t.Errorf("the refusal logged %d times, want once:\n%s", n, logs.String())
 	}
 }

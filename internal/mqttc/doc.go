@@ -34,7 +34,12 @@
 // The Client owns its subscriptions (Subscribe, at QoS 1) and makes them
 // again after every connection, from its own goroutine and before
 // Options.OnConnect runs, so they survive any reconnect; a refused or
-// unanswered subscription is retried while the connection lasts. No paho
+// unanswered subscription is retried while the connection lasts, and
+// on the next one, for as long as the Client runs: Connect waits
+// through it, Problem says why the Client is not up meanwhile, and each
+// cause is logged once. A broker's refusal can pass: an ACL put right,
+// a broker that confused its packet identifiers with the client's
+// (package broker's packetid.go). No paho
 // handler ever waits for the broker. Handlers run on paho's goroutines:
 // with Options.Ordered one at a time in arrival order, otherwise each
 // message on a goroutine of its own. They must not block, and no handler

@@ -2,6 +2,7 @@ package mqttc
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -92,6 +93,9 @@ func (c *Client) connectOnce(wasUp *bool, lostAt *time.Time, fails int) error {
 	select {
 	case <-cn.lost:
 		c.down()
+		c.mu.Lock()
+		c.lastErr = fmt.Errorf("connection lost: %w", cn.lostErr)
+		c.mu.Unlock()
 		*lostAt = time.Now()
 		if !c.opts.Once {
 			c.log.Warn("broker connection lost", "broker", c.opts.Broker, "err", cn.lostErr)
@@ -124,6 +128,7 @@ func (c *Client) resubscribe(cn *conn) error {
 		if len(todo) == 0 {
 			c.cur.Store(cn)
 			close(c.up)
+			c.lastErr, c.loggedSubErr = nil, ""
 			c.mu.Unlock()
 			return nil
 		}
@@ -136,14 +141,14 @@ func (c *Client) resubscribe(cn *conn) error {
 			n = 0
 			continue
 		}
-		if errors.Is(err, ErrRefused) {
-			// A broker that refuses a subscription (its ACL) will refuse
-			// it again: Connect says so, rather than wait forever.
-			c.mu.Lock()
-			c.lastErr = err
-			c.mu.Unlock()
-			c.answer(false)
-		}
+		// Connect keeps waiting: a refusal may pass (an ACL put right, a
+		// broker's packet identifier conflict), and Problem says why the
+		// Client is not up meanwhile.
+		c.mu.Lock()
+		c.lastErr = err
+		logIt := c.loggedSubErr != err.Error()
+		c.loggedSubErr = err.Error()
+		c.mu.Unlock()
 		select {
 		case <-cn.lost:
 			return cn.lostErr
@@ -153,7 +158,9 @@ func (c *Client) resubscribe(cn *conn) error {
 		}
 		wait := backoff(n, subBackoff, maxSubBackoff)
 		n++
-		c.log.Warn("subscribe failed; retrying", "broker", c.opts.Broker, "err", err, "retry_in", wait)
+		if logIt {
+			c.log.Warn("subscribe failed; retrying until it succeeds", "broker", c.opts.Broker, "err", err)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
