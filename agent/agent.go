@@ -57,6 +57,7 @@ type Agent struct {
 	drv    *driver.Driver
 	cat    *scenes.Catalog
 	reg    *devices.Registry
+	ha     *homeAssistant // nil unless Options.HomeAssistant
 	topics agentTopics
 	trig   *Triggers
 	traces *tracer
@@ -233,7 +234,13 @@ func (a *Agent) Start(ctx context.Context) error {
 		// Connected once the trigger subscription is recorded, below: the
 		// triggers its session kept while the agent was away arrive right
 		// after the broker accepts the connection.
-		mc, err := newLink(brokerURL, "sortie-"+o.Gateway+"-agent", user, password, tlsCfg, log.With("component", "mqtt"))
+		var will *mqttc.Will
+		if o.HomeAssistant != nil {
+			// Home Assistant shows the scenes unavailable when the agent
+			// is gone, however it went.
+			will = &mqttc.Will{Topic: a.topics.base + "/ha/availability", Payload: []byte("offline"), QoS: 1, Retained: true}
+		}
+		mc, err := newLink(brokerURL, "sortie-"+o.Gateway+"-agent", user, password, tlsCfg, will, log.With("component", "mqtt"))
 		if err != nil {
 			return err
 		}
@@ -262,6 +269,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	for _, obs := range o.Observers {
 		drv.Observe(obs)
+	}
+	if o.HomeAssistant != nil {
+		a.ha = newHomeAssistant(*o.HomeAssistant, log.With("component", "homeassistant"), a.conn, a.cat, a.topics, o.Gateway,
+			func(p []byte) { a.trig.onMessage("", p) }, o.Clock.Now)
+		drv.Observe(a.ha)
 	}
 	active, err := a.db.Active(ctx)
 	if err != nil {
@@ -315,6 +327,12 @@ func (a *Agent) Start(ctx context.Context) error {
 		}
 		a.waitFor(nil)
 	}
+	if a.ha != nil {
+		if err := a.ha.start(); err != nil {
+			return err
+		}
+		a.onClose(a.ha.stop)
+	}
 	if a.http != nil {
 		a.mountHTTP()
 	}
@@ -346,6 +364,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return a.trig.Run(gctx) })
 	g.Go(func() error { return a.feed.Run(gctx) })
+	if a.ha != nil {
+		g.Go(func() error { return a.ha.Run(gctx) })
+	}
 	g.Go(func() error { return a.arb.Run(gctx) })
 	if a.http != nil {
 		g.Go(func() error {

@@ -33,9 +33,9 @@ func (p linkPublisher) Publish(topic string, qos byte, retained bool, payload []
 // its subscriptions are recorded; the connection then comes back by
 // itself and keeps its subscriptions, and its session keeps the
 // triggers published while it is away.
-func newLink(url, clientID, user, password string, tlsCfg *tls.Config, log *slog.Logger) (*mqttc.Client, error) {
+func newLink(url, clientID, user, password string, tlsCfg *tls.Config, will *mqttc.Will, log *slog.Logger) (*mqttc.Client, error) {
 	return mqttc.New(mqttc.Options{
-		Broker: url, ClientID: clientID, Username: user, Password: password, TLS: tlsCfg, Logger: log,
+		Broker: url, ClientID: clientID, Username: user, Password: password, TLS: tlsCfg, Logger: log, Will: will,
 		// Triggers an app publishes while the agent is away (a broker
 		// restart, the agent's own) wait in the session for it.
 		Persistent: true,

@@ -36,6 +36,9 @@ type Options struct {
 	// Hub, when set, syncs mission events to a hub and takes its
 	// control requests.
 	Hub *HubOptions
+	// HomeAssistant, when set, announces the scenes to Home Assistant
+	// (a button to run each, a sensor with its last run).
+	HomeAssistant *HomeAssistantOptions
 	// Location places the gateway for sun schedules and names its time
 	// zone; required when a scene has a sun schedule.
 	Location *LocationOptions

@@ -2,8 +2,11 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,14 +70,7 @@ action = "lock"
 func TestGoHomeOnZigbee2MQTTDevices(t *testing.T) {
 	for _, bk := range []string{"embedded", "mosquitto"} {
 		t.Run(bk, func(t *testing.T) {
-			reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cat, err := scenes.Parse([]byte(z2mHomeScenes), "z2m-scenes.toml", reg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			reg, cat := mixedHome(t)
 			ends := newEnds()
 			opts := agent.Options{
 				Gateway: "z2m", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
@@ -264,14 +260,7 @@ func waitOffline(t *testing.T, a *agent.Agent, id string) {
 // registry's devices and one just paired: POST /api/devices/discover
 // proposes the new bulb, with a type, and lists the others as known.
 func TestDiscoverThroughTheAPIProposesOnlyNewDevices(t *testing.T) {
-	reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := scenes.Parse([]byte(z2mHomeScenes), "z2m-scenes.toml", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, cat := mixedHome(t)
 	a := runAgent(t, agent.Options{
 		Gateway: "disc", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
 		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
@@ -323,4 +312,98 @@ func runAgent(t *testing.T, opts agent.Options) *agent.Agent {
 		}
 	})
 	return a
+}
+
+// TestHomeAssistantRunsScenesFromItsButtons: with Home Assistant
+// discovery on, the agent announces a button and a sensor per scene
+// (retained, available while it runs), removes the entities of a scene
+// it no longer has, runs a scene when its button is pressed, and
+// publishes the run's outcome on the scene's sensor.
+func TestHomeAssistantRunsScenesFromItsButtons(t *testing.T) {
+	reg, cat := mixedHome(t)
+	b := brokertest.Start(t)
+	ha := triggerClient(t, b.URL())
+	// A scene of an earlier configuration, announced then.
+	if err := ha.Publish("homeassistant/button/sortie_ha/old_scene/config", []byte(`{"name":"old_scene"}`), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan [2]string, 64)
+	if _, err := ha.Subscribe("homeassistant/#", func(topic string, p []byte) { seen <- [2]string{topic, string(p)} }); err != nil {
+		t.Fatal(err)
+	}
+	states := make(chan string, 16)
+	if _, err := ha.Subscribe("sortie/gateways/ha/ha/scene/z_away", func(_ string, p []byte) { states <- string(p) }); err != nil {
+		t.Fatal(err)
+	}
+	ends := newEnds()
+	runAgent(t, agent.Options{
+		Gateway: "ha", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
+		Broker:        agent.BrokerOptions{URL: b.URL(), AckTimeout: 5 * time.Second},
+		HomeAssistant: &agent.HomeAssistantOptions{Version: "test"}, Observers: []driver.Observer{ends}, QuietMissions: true,
+	})
+	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: b.URL(), Devices: []simulator.Z2MDevice{
+		{Name: "Hall/Ceiling", Kind: "light"}, {Name: "Living/Blind", Kind: "cover"}, {Name: "Front door", Kind: "lock"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(z.Close)
+	want := map[string]bool{
+		"homeassistant/button/sortie_ha/z_home/config": false, "homeassistant/sensor/sortie_ha/z_home_last/config": false,
+		"homeassistant/button/sortie_ha/z_away/config": false, "homeassistant/sensor/sortie_ha/z_away_last/config": false,
+	}
+	removed := false
+	var button map[string]any
+	for deadline := time.After(10 * time.Second); !removed || slices.Contains(slices.Collect(maps.Values(want)), false); {
+		select {
+		case m := <-seen:
+			if _, ok := want[m[0]]; ok && m[1] != "" {
+				want[m[0]] = true
+				if m[0] == "homeassistant/button/sortie_ha/z_away/config" {
+					if err := json.Unmarshal([]byte(m[1]), &button); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if m[0] == "homeassistant/button/sortie_ha/old_scene/config" && m[1] == "" {
+				removed = true
+			}
+		case <-deadline:
+			t.Fatalf("configs seen %v, old scene removed %v", want, removed)
+		}
+	}
+	if button["avty_t"] != "sortie/gateways/ha/ha/availability" || button["pl_prs"] != "PRESS" {
+		t.Errorf("button config %v", button)
+	}
+	cmd, _ := button["cmd_t"].(string)
+	if err := ha.Publish(cmd, []byte("PRESS"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := ends.await(t, "z_away"); got != driver.StateSucceeded {
+		t.Fatalf("z_away from its button ended %s: %q", got, ends.failures())
+	}
+	select {
+	case s := <-states:
+		var st map[string]any
+		if err := json.Unmarshal([]byte(s), &st); err != nil || st["state"] != "SUCCEEDED" || st["source"] != "homeassistant" {
+			t.Errorf("the sensor's state %s", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no state on the scene's sensor")
+	}
+}
+
+// mixedHome is the mixed demo's registry with the Zigbee2MQTT scenes of
+// these tests.
+func mixedHome(t *testing.T) (*devices.Registry, *scenes.Catalog) {
+	t.Helper()
+	reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := scenes.Parse([]byte(z2mHomeScenes), "z2m-scenes.toml", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, cat
 }

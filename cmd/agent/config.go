@@ -38,6 +38,8 @@ type Config struct {
 	Retention RetentionConfig `toml:"retention"`
 	Traces    TracesConfig    `toml:"traces"`
 	Location  LocationConfig  `toml:"location"`
+	// HomeAssistant announces the scenes to Home Assistant.
+	HomeAssistant HomeAssistantConfig `toml:"homeassistant"`
 
 	// dir is the directory of the config file; relative paths in it are
 	// resolved against it so the agent can be started from anywhere.
@@ -113,6 +115,13 @@ type DriverConfig struct {
 // SimulatorConfig runs a simulated home inside the agent (the demo).
 type SimulatorConfig struct {
 	Home string `toml:"home"` // "" disables it
+}
+
+// HomeAssistantConfig is [homeassistant]: the scenes announced through
+// Home Assistant's MQTT discovery (docs/devices.md).
+type HomeAssistantConfig struct {
+	Discovery bool   `toml:"discovery"`
+	Prefix    string `toml:"prefix"`
 }
 
 // HubConfig connects the agent to a hub (store-and-forward sync).
@@ -198,6 +207,7 @@ func DefaultConfig() Config {
 		Traces: TracesConfig{
 			MaxAge: driver.Duration(7 * 24 * time.Hour), FailedMaxAge: driver.Duration(30 * 24 * time.Hour), MaxBytes: 4 << 20,
 		},
+		HomeAssistant: HomeAssistantConfig{Prefix: "homeassistant"},
 	}
 }
 
@@ -342,6 +352,9 @@ func (c Config) Validate(file string) error {
 		bad("traces.max_bytes", "%s is below 64KiB", c.Traces.MaxBytes)
 	} else if c.Retention.MaxBytes != 0 && c.Traces.MaxBytes > c.Retention.MaxBytes/2 {
 		bad("traces.max_bytes", "%s is more than half of retention.max_bytes (%s), which counts it", c.Traces.MaxBytes, c.Retention.MaxBytes)
+	}
+	if p := c.HomeAssistant.Prefix; p == "" || strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
+		bad("homeassistant.prefix", "%q is not a topic prefix (no wildcards, no leading or trailing '/')", p)
 	}
 	l := c.Location
 	if (l.Latitude == nil) != (l.Longitude == nil) {

@@ -61,7 +61,7 @@ func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
 		"missions priority": "usage: agent missions priority ID N [-json]",
 		"missions watch":    "usage: agent missions watch [ID]",
 		"trigger":           "usage: agent trigger SCENE [key=value ...] [-request-id R] [-wait]",
-		"devices":           "usage: agent devices [-json]",
+		"devices":           "usage: agent devices [discover [-for D]] [-json]",
 		"scenes":            "usage: agent scenes [-json]",
 		"schedules":         "usage: agent schedules [-next N] [-json]",
 		"why":               "usage: agent why [REQUEST_ID] [-v] [-ok] [-limit N] [-json]",

@@ -101,6 +101,10 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 		o.Hub = ho
 	}
 
+	if cfg.HomeAssistant.Discovery {
+		o.HomeAssistant = &agent.HomeAssistantOptions{Prefix: cfg.HomeAssistant.Prefix, Version: Version}
+	}
+
 	if cfg.Simulator.Home != "" {
 		hc, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home))
 		if err != nil {
