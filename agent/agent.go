@@ -155,7 +155,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	if o.Broker.Embedded {
 		bopts := broker.Options{Addr: o.Broker.Listen, TLS: o.Broker.ServerTLS, Logger: log.With("component", "broker")}
 		if len(o.Broker.Users) > 0 {
-			auth, internal, err := newBrokerAuth(o.Broker, o.Gateway, log.With("component", "broker"))
+			src := "sortie" // the Shelly adapter's default src
+			if v, ok := o.Registry.Protocols["shelly"]["src"].(string); ok && v != "" {
+				src = v
+			}
+			auth, internal, err := newBrokerAuth(o.Broker, o.Gateway, src, log.With("component", "broker"))
 			if err != nil {
 				return err
 			}

@@ -29,10 +29,29 @@ const (
 	RoleApp = "app"
 	// RoleAdmin may do anything, like a client of an open broker.
 	RoleAdmin = "admin"
+	// RoleZigbee2MQTT is a Zigbee2MQTT bridge: it may publish and
+	// subscribe under its base topic (BrokerUser.Scope, default
+	// "zigbee2mqtt"), and publish Home Assistant discovery configs and
+	// read Home Assistant's status, as its Home Assistant integration does.
+	RoleZigbee2MQTT = "zigbee2mqtt"
+	// RoleTasmota is one Tasmota device with the default FullTopic: its
+	// %topic% is Scope. It may publish its stat/ and tele/ topics, its own
+	// cmnd/<topic>/POWER (which it sends itself at connect) and its
+	// tasmota/discovery config, and read its cmnd/ topics and the group
+	// topic cmnd/tasmotas/.
+	RoleTasmota = "tasmota"
+	// RoleShelly is one Shelly Gen2+ device whose topic prefix is Scope:
+	// it may publish and subscribe under it, read shellies/command, and
+	// publish on the agent's reply topic, <src>/rpc, only.
+	RoleShelly = "shelly"
+	// RoleESPHome is one ESPHome node whose topic prefix is Scope: it may
+	// publish and subscribe under it, publish its Home Assistant discovery
+	// configs (node id Scope) and read Home Assistant's status.
+	RoleESPHome = "esphome"
 )
 
 // Roles lists the roles a BrokerUser may have.
-var Roles = []string{RoleDevice, RoleApp, RoleAdmin}
+var Roles = []string{RoleDevice, RoleApp, RoleAdmin, RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome}
 
 // BrokerUser is a client of the embedded broker.
 type BrokerUser struct {
@@ -42,15 +61,26 @@ type BrokerUser struct {
 	Role string
 	// PasswordHash is made by broker/passwd (the "agent passwd" command).
 	PasswordHash string
+	// Scope is where an ecosystem device's topics are: a Zigbee2MQTT
+	// bridge's base topic, a Tasmota's topic, a Shelly's or an ESPHome
+	// node's topic prefix. Only the ecosystem roles have one.
+	Scope string
 }
+
+// ecosystemRoles are the roles confined to a Scope.
+var ecosystemRoles = []string{RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome}
 
 // brokerAuth is the embedded broker's access control when users are
 // configured: broker.Auth with the agent's roles as its rule.
 type brokerAuth struct {
 	hook  *broker.Auth
 	roles map[string]string
-	dev   wire.Topics
-	agent agentTopics
+	// scopes are the ecosystem users' scopes; shellySrc is the agent's
+	// reply topic prefix for Shelly RPC.
+	scopes    map[string]string
+	shellySrc string
+	dev       wire.Topics
+	agent     agentTopics
 	// refusals counts what the hook refused, by reason.
 	refusals *metrics.CounterVec
 }
@@ -99,6 +129,16 @@ func CheckUsers(users []BrokerUser) []*UserError {
 		if !slices.Contains(Roles, u.Role) {
 			bad(i, "role", "%q must be one of %s", u.Role, strings.Join(Roles, ", "))
 		}
+		switch eco := slices.Contains(ecosystemRoles, u.Role); {
+		case !eco && u.Scope != "":
+			bad(i, "scope", "only the roles %s have one", strings.Join(ecosystemRoles, ", "))
+		case eco && u.Scope == "" && u.Role != RoleZigbee2MQTT:
+			bad(i, "scope", "a %s user needs its topic (prefix) here", u.Role)
+		case eco && (strings.ContainsAny(u.Scope, "+#\x00") || strings.HasPrefix(u.Scope, "/") || strings.HasSuffix(u.Scope, "/")):
+			bad(i, "scope", "%q is not a topic prefix (no wildcards, no leading or trailing '/')", u.Scope)
+		case u.Role == RoleTasmota && strings.Contains(u.Scope, "/"):
+			bad(i, "scope", "%q: a Tasmota topic has no '/'", u.Scope)
+		}
 		if u.PasswordHash == "" {
 			bad(i, "password_hash", "must be set (make one with \"agent passwd\"; the config holds no passwords)")
 		} else if _, err := passwd.Parse(u.PasswordHash); err != nil {
@@ -124,9 +164,9 @@ func CheckDeviceUsers(users []BrokerUser, reg *devices.Registry) error {
 // newBrokerAuth returns the access control for the configured users
 // (already validated) and the agent's internal password, made anew at
 // every start.
-func newBrokerAuth(b BrokerOptions, gateway string, log *slog.Logger) (*brokerAuth, string, error) {
+func newBrokerAuth(b BrokerOptions, gateway, shellySrc string, log *slog.Logger) (*brokerAuth, string, error) {
 	a := &brokerAuth{
-		roles: map[string]string{},
+		roles: map[string]string{}, scopes: map[string]string{}, shellySrc: shellySrc,
 		dev:   wire.Topics{Prefix: b.Prefix},
 		agent: newAgentTopics(b.Prefix, gateway),
 		refusals: metrics.NewCounterVec(namespace+"_broker_refusals_total",
@@ -141,6 +181,10 @@ func newBrokerAuth(b BrokerOptions, gateway string, log *slog.Logger) (*brokerAu
 		}
 		book.Add(u.Name, c)
 		a.roles[u.Name] = u.Role
+		a.scopes[u.Name] = u.Scope
+		if u.Role == RoleZigbee2MQTT && u.Scope == "" {
+			a.scopes[u.Name] = "zigbee2mqtt"
+		}
 	}
 	secret := make([]byte, 24)
 	if _, err := rand.Read(secret); err != nil {
@@ -180,6 +224,44 @@ func (a *brokerAuth) may(user, topic string, write bool) bool {
 			return topic == a.agent.Trigger()
 		}
 		return a.appReads(topic)
+	case RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome:
+		return a.ecosystemMay(a.roles[user], a.scopes[user], topic, write)
+	}
+	return false
+}
+
+// under says whether filter (a topic, or a subscription's filter) has
+// all its matches at prefix or below it: a wildcard may come only after
+// the prefix's levels.
+func under(filter, prefix string) bool {
+	return filter == prefix || strings.HasPrefix(filter, prefix+"/")
+}
+
+// ecosystemMay is may for the ecosystem roles, confined to scope.
+func (a *brokerAuth) ecosystemMay(role, scope, topic string, write bool) bool {
+	switch role {
+	case RoleZigbee2MQTT:
+		if write && strings.HasPrefix(topic, "homeassistant/") && !strings.ContainsAny(topic, "+#") {
+			return true
+		}
+		return under(topic, scope) || !write && topic == "homeassistant/status"
+	case RoleTasmota:
+		if write {
+			return under(topic, "stat/"+scope) || under(topic, "tele/"+scope) || strings.EqualFold(topic, "cmnd/"+scope+"/POWER") ||
+				strings.HasPrefix(topic, "tasmota/discovery/") && !strings.ContainsAny(topic, "+#")
+		}
+		return under(topic, "cmnd/"+scope) || under(topic, "cmnd/tasmotas")
+	case RoleShelly:
+		if write {
+			return under(topic, scope) || topic == a.shellySrc+"/rpc"
+		}
+		return under(topic, scope) || topic == "shellies/command"
+	case RoleESPHome:
+		if write && strings.HasPrefix(topic, "homeassistant/") {
+			levels := strings.Split(topic, "/")
+			return len(levels) >= 4 && levels[2] == scope && !strings.ContainsAny(topic, "+#")
+		}
+		return under(topic, scope) || !write && topic == "homeassistant/status"
 	}
 	return false
 }

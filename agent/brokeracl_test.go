@@ -22,7 +22,7 @@ func TestBrokerAuthRoles(t *testing.T) {
 		{Name: "living-light", Role: RoleDevice, PasswordHash: testHash(t, "light-password")},
 		{Name: "ops", Role: RoleAdmin, PasswordHash: testHash(t, "ops-password")},
 	}}
-	a, internal, err := newBrokerAuth(b, "home", slog.New(slog.DiscardHandler))
+	a, internal, err := newBrokerAuth(b, "home", "sortie", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,5 +81,69 @@ func TestBrokerAuthRoles(t *testing.T) {
 	}
 	if internal == "" || len(internal) < 16 {
 		t.Errorf("internal password %q is too short", internal)
+	}
+}
+
+// TestEcosystemRolesKeepEachDeviceToItsOwnTopics: a Zigbee2MQTT bridge,
+// a Tasmota, a Shelly and an ESPHome node may publish and subscribe where
+// their firmware does, and nowhere else: not another device's topics,
+// not the agent's, not a wildcard reaching beyond their own.
+func TestEcosystemRolesKeepEachDeviceToItsOwnTopics(t *testing.T) {
+	b := BrokerOptions{Prefix: "sortie", Users: []BrokerUser{
+		{Name: "z2m", Role: RoleZigbee2MQTT, PasswordHash: testHash(t, "z")},
+		{Name: "plug", Role: RoleTasmota, Scope: "tasmota_5E1A2B", PasswordHash: testHash(t, "t")},
+		{Name: "pump", Role: RoleShelly, Scope: "shellyplus1-4855199bc0e8", PasswordHash: testHash(t, "s")},
+		{Name: "garage", Role: RoleESPHome, Scope: "garage-node", PasswordHash: testHash(t, "e")},
+	}}
+	a, _, err := newBrokerAuth(b, "home", "sortie-home", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		user, topic string
+		write, want bool
+	}{
+		{"z2m", "zigbee2mqtt/#", false, true},
+		{"z2m", "zigbee2mqtt/Hall/Bulb", true, true},
+		{"z2m", "zigbee2mqtt/bridge/state", true, true},
+		{"z2m", "homeassistant/light/0x00158d/light/config", true, true},
+		{"z2m", "homeassistant/status", false, true},
+		{"z2m", "#", false, false},
+		{"z2m", "sortie/gateways/home/trigger", true, false},
+		{"z2m", "cmnd/tasmota_5E1A2B/POWER", true, false},
+		{"plug", "cmnd/tasmota_5E1A2B/+", false, true},
+		{"plug", "cmnd/tasmotas/+", false, true},
+		{"plug", "cmnd/+/POWER", false, false},
+		{"plug", "stat/tasmota_5E1A2B/RESULT", true, true},
+		{"plug", "tele/tasmota_5E1A2B/LWT", true, true},
+		{"plug", "cmnd/tasmota_5E1A2B/POWER", true, true},
+		{"plug", "cmnd/tasmota_5E1A2B/Dimmer", true, false},
+		{"plug", "tasmota/discovery/A4CF12000001/config", true, true},
+		{"plug", "stat/tasmota_OTHER/RESULT", true, false},
+		{"pump", "shellyplus1-4855199bc0e8/rpc", false, true},
+		{"pump", "shellyplus1-4855199bc0e8/events/rpc", true, true},
+		{"pump", "sortie-home/rpc", true, true},
+		{"pump", "sortie-home/rpc", false, false},
+		{"pump", "other-agent/rpc", true, false},
+		{"pump", "shellies/command", false, true},
+		{"garage", "garage-node/+/+/command", false, true},
+		{"garage", "garage-node/switch/light/state", true, true},
+		{"garage", "homeassistant/switch/garage-node/light/config", true, true},
+		{"garage", "homeassistant/switch/other-node/light/config", true, false},
+		{"garage", "other-node/status", true, false},
+	} {
+		if got := a.may(c.user, c.topic, c.write); got != c.want {
+			t.Errorf("%s %s (write %v): %v, want %v", c.user, c.topic, c.write, got, c.want)
+		}
+	}
+	for _, bad := range [][]BrokerUser{
+		{{Name: "plug", Role: RoleTasmota, PasswordHash: testHash(t, "t")}},
+		{{Name: "plug", Role: RoleTasmota, Scope: "a/b", PasswordHash: testHash(t, "t")}},
+		{{Name: "pump", Role: RoleShelly, Scope: "x/#", PasswordHash: testHash(t, "s")}},
+		{{Name: "voice", Role: RoleApp, Scope: "x", PasswordHash: testHash(t, "v")}},
+	} {
+		if errs := CheckUsers(bad); len(errs) == 0 {
+			t.Errorf("CheckUsers(%+v) found nothing wrong", bad[0])
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/mqttc"
@@ -406,4 +407,83 @@ func mixedHome(t *testing.T) (*devices.Registry, *scenes.Catalog) {
 		t.Fatal(err)
 	}
 	return reg, cat
+}
+
+// TestEcosystemDevicesLogInWithTheirOwnRoles: with the embedded broker's
+// access control on, a Zigbee2MQTT bridge, a Tasmota and a Shelly log in
+// with their own users and roles, and scenes on them succeed: each may
+// do what its firmware does, within its own topics.
+func TestEcosystemDevicesLogInWithTheirOwnRoles(t *testing.T) {
+	reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := scenes.Parse([]byte(z2mHomeScenes+`
+[[scene]]
+name = "wifi_on"
+[[scene.step]]
+devices = ["desk-lamp", "garden-pump"]
+action = "turn_on"
+`), "scenes.toml", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := func(pw string) string {
+		h, err := passwd.HashCost(pw, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	ends := newEnds()
+	a := runAgent(t, agent.Options{
+		Gateway: "acl", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
+		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0", AckTimeout: 5 * time.Second, Users: []agent.BrokerUser{
+			{Name: "bridge", Role: agent.RoleZigbee2MQTT, PasswordHash: hash("bridge-pw")},
+			{Name: "lamp", Role: agent.RoleTasmota, Scope: "tasmota_5E1A2B", PasswordHash: hash("lamp-pw")},
+			{Name: "pump", Role: agent.RoleShelly, Scope: "shellyplus1-4855199bc0e8", PasswordHash: hash("pump-pw")},
+			{Name: "app", Role: agent.RoleApp, PasswordHash: hash("app-pw")},
+		}},
+		Observers: []driver.Observer{ends}, QuietMissions: true,
+	})
+	url := a.Addrs().BrokerURL
+	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: url, Username: "bridge", Password: "bridge-pw",
+		Devices: []simulator.Z2MDevice{{Name: "Hall/Ceiling", Kind: "light"}, {Name: "Living/Blind", Kind: "cover"}, {Name: "Front door", Kind: "lock"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(z.Close)
+	lamp, err := simulator.StartTasmota(t.Context(), simulator.TasmotaConfig{Conn: simulator.Conn{Broker: url, Username: "lamp", Password: "lamp-pw"},
+		Topic: "tasmota_5E1A2B", Kind: "dimmer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lamp.Close)
+	pump, err := simulator.StartShelly(t.Context(), simulator.ShellyConfig{Conn: simulator.Conn{Broker: url, Username: "pump", Password: "pump-pw"},
+		ID: "shellyplus1-4855199bc0e8", Kind: "switch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pump.Close)
+	app, err := mqttc.New(mqttc.Options{Broker: url, ClientID: "acl-app", Username: "app", Password: "app-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := app.Connect(cctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Close)
+	for _, scene := range []string{"z_away", "wifi_on"} {
+		if err := app.Publish(a.Addrs().TriggerTopic, fmt.Appendf(nil, `{"scene":%q,"request_id":"acl-%s"}`, scene, scene), false, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := ends.await(t, scene); got != driver.StateSucceeded {
+			t.Fatalf("%s ended %s: %q", scene, got, ends.failures())
+		}
+	}
+	if !lamp.Power() || !pump.On() {
+		t.Errorf("lamp on %v, pump on %v", lamp.Power(), pump.On())
+	}
 }

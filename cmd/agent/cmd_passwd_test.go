@@ -44,7 +44,7 @@ func TestPasswdCommand(t *testing.T) {
 
 	for _, args := range [][]string{{}, {"a", "b"}, {"-role", "guest", "voice"}, {"-role", "device", "a/b"}, {"-nope", "x"}} {
 		code, _, errb := runPasswd("a-long-password\n", args...)
-		if code != cli.ExitUsage || !strings.Contains(errb, "usage: agent passwd [-role app|device|admin] [-generate] NAME") {
+		if code != cli.ExitUsage || !strings.Contains(errb, "usage: agent passwd [-role R] [-scope S] [-generate] NAME") {
 			t.Errorf("passwd %q: exit %d, want %d and passwd's usage; stderr:\n%s", args, code, cli.ExitUsage, errb)
 		}
 	}

@@ -81,8 +81,11 @@ type BrokerConfig struct {
 type BrokerUser struct {
 	// Name is the MQTT user name; a device's is its ID.
 	Name string `toml:"name"`
-	// Role is "device", "app" or "admin".
+	// Role is "device", "app" or "admin", or an ecosystem's:
+	// "zigbee2mqtt", "tasmota", "shelly", "esphome" (with Scope).
 	Role string `toml:"role"`
+	// Scope is an ecosystem device's topic or topic prefix.
+	Scope string `toml:"scope"`
 	// PasswordHash is made by "agent passwd".
 	PasswordHash string `toml:"password_hash"`
 }
@@ -430,7 +433,7 @@ func (b BrokerConfig) password(c Config) (string, error) {
 func brokerUsers(b BrokerConfig) []agent.BrokerUser {
 	out := make([]agent.BrokerUser, 0, len(b.Users))
 	for _, u := range b.Users {
-		out = append(out, agent.BrokerUser{Name: u.Name, Role: u.Role, PasswordHash: u.PasswordHash})
+		out = append(out, agent.BrokerUser{Name: u.Name, Role: u.Role, PasswordHash: u.PasswordHash, Scope: u.Scope})
 	}
 	return out
 }

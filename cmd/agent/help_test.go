@@ -49,7 +49,7 @@ func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
 		"validate":          "usage: agent validate [-config FILE]",
 		"compact":           "usage: agent compact [-config FILE] [-data DIR]",
 		"restore":           "usage: agent restore [-config FILE] [-data DIR] BACKUP",
-		"passwd":            "usage: agent passwd [-role app|device|admin] [-generate] NAME",
+		"passwd":            "usage: agent passwd [-role R] [-scope S] [-generate] NAME",
 		"version":           "usage: agent version [-json]",
 		"missions":          "agent missions priority ID N [-json]",
 		"missions list":     "usage: agent missions list [-state S[,S]] [-scene X] [-since T] [-limit N] [-cursor C] [-json]",

@@ -81,7 +81,7 @@ var program = &cli.Program{
 		{Name: "restore", Args: "[-config FILE] [-data DIR] BACKUP", Summary: "put a backup in place (agent stopped)",
 			Help:      "Puts BACKUP (a file \"agent backup\" wrote) in place of the stopped agent's\nmission database, keeping the database it replaces beside it.",
 			ArgValues: []cli.Values{cli.Files}, Run: cmdRestore},
-		{Name: "passwd", Args: "[-role app|device|admin] [-generate] NAME", Summary: "a [[broker.users]] entry for the embedded broker",
+		{Name: "passwd", Args: "[-role R] [-scope S] [-generate] NAME", Summary: "a [[broker.users]] entry for the embedded broker",
 			Help: passwdHelp, Run: cmdPasswd},
 		{Name: "version", Args: "[-json]", Summary: "print the version", Run: cmdVersion},
 
