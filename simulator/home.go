@@ -483,6 +483,14 @@ func (h *Home) TasmotaDevices() []*Tasmota {
 	return slices.Clone(h.tas)
 }
 
+// ShellyDevices returns the home's running Shelly devices, in config
+// order.
+func (h *Home) ShellyDevices() []*Shelly {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.shl)
+}
+
 // Device returns the device with the given ID, or nil.
 func (h *Home) Device(id string) *Device { return h.byID[id] }
 

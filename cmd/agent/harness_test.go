@@ -68,14 +68,17 @@ func repoPath(t testing.TB, p string) string {
 // testEnv is one agent process, a broker and a simulated home in the
 // test process (so they survive the agent's restarts), and an app client.
 type testEnv struct {
-	t       *testing.T
-	scenes  string // the scene directory; "" for configs/scenes
-	gw      string
-	dir     string
-	broker  *broker.Broker
-	home    *simulator.Home
-	app     paho.Client
-	cfgPath string
+	t      *testing.T
+	scenes string // the scene directory; "" for configs/scenes
+	// devices is the registry; "" for configs/devices.toml. ackTimeout
+	// is [broker] ack_timeout; "" for 300ms.
+	devices, ackTimeout string
+	gw                  string
+	dir                 string
+	broker              *broker.Broker
+	home                *simulator.Home
+	app                 paho.Client
+	cfgPath             string
 
 	mu      sync.Mutex
 	replies map[string]chan map[string]any
@@ -190,7 +193,7 @@ data_dir = %q
 devices = %q
 scenes = %q
 [broker]
-%sack_timeout = "300ms"
+%sack_timeout = %q
 [http]
 listen = "127.0.0.1:0"
 [log]
@@ -199,7 +202,7 @@ format = "json"
 [driver]
 stop_grace = "5s"
 %s
-`, e.gw, filepath.Join(e.dir, "data"), repoPath(t, "configs/devices.toml"), cmp.Or(e.scenes, repoPath(t, "configs/scenes")), broker, extraConfig)
+`, e.gw, filepath.Join(e.dir, "data"), cmp.Or(e.devices, repoPath(t, "configs/devices.toml")), cmp.Or(e.scenes, repoPath(t, "configs/scenes")), broker, cmp.Or(e.ackTimeout, "300ms"), extraConfig)
 	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -40,19 +40,35 @@ func TestSIGKILLLoopEveryRestartComesBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs the agent dozens of times")
 	}
-	t.Run("embedded", func(t *testing.T) { killLoop(t, brokertest.Start(t).URL(), *kills) })
-	t.Run("mosquitto", func(t *testing.T) { killLoop(t, startMosquitto(t).url(), *kills) })
+	t.Run("embedded", func(t *testing.T) { killLoop(t, brokertest.Start(t).URL(), *kills, killHome{}) })
+	t.Run("mosquitto", func(t *testing.T) { killLoop(t, startMosquitto(t).url(), *kills, killHome{}) })
 }
 
-func killLoop(t *testing.T, url string, kills int) {
+// killHome is the home a kill loop runs on: the demo home by default.
+type killHome struct {
+	// start, when set, starts the devices on the broker instead of
+	// configs/home.toml's, and sets the env's registry and scenes.
+	start func(e *testEnv, url string)
+	// scenes are the scenes the app triggers in turn (default all_off).
+	scenes []string
+	// check, when set, checks the devices once every mission ended.
+	check func(e *testEnv)
+}
+
+func killLoop(t *testing.T, url string, kills int, h killHome) {
 	gw := fmt.Sprintf("kill%d", rand.IntN(1e6))
 	e := newBareEnv(t, gw)
-	e.connect(url)
+	if h.start != nil {
+		h.start(e, url)
+	} else {
+		e.connect(url)
+	}
 	e.writeConfig(fmt.Sprintf("embedded = false\nurl = %q\n", url), "")
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	app := newTriggerApp(t, url, gw)
+	app.scenes = h.scenes
 	app.flow(30 * time.Millisecond)
 
 	began, resumed := time.Now(), 0
@@ -96,6 +112,9 @@ func killLoop(t *testing.T, url string, kills int) {
 		if n > 1 {
 			t.Errorf("request %s made %d missions", id, n)
 		}
+	}
+	if h.check != nil {
+		h.check(e)
 	}
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit %d on SIGTERM after the loop", code)
@@ -145,6 +164,8 @@ type triggerApp struct {
 	t    *testing.T
 	c    paho.Client
 	base string
+	// scenes are what the flow triggers, in turn; none means all_off.
+	scenes []string
 
 	mu      sync.Mutex
 	acked   []string                  // request IDs the broker acknowledged
@@ -178,10 +199,16 @@ func newTriggerApp(t *testing.T, url, gw string) *triggerApp {
 	return a
 }
 
-// send publishes an all_off trigger and reports whether the broker
-// acknowledged it.
+// send publishes a trigger of all_off, or of the app's scenes in turn,
+// and reports whether the broker acknowledged it.
 func (a *triggerApp) send(id string) bool {
-	payload := fmt.Sprintf(`{"scene":"all_off","request_id":%q,"source":"chaos"}`, id)
+	scene := "all_off"
+	if len(a.scenes) > 0 {
+		var n int
+		_, _ = fmt.Sscanf(id, "chaos-%d", &n) // an id of another shape takes the first scene
+		scene = a.scenes[n%len(a.scenes)]
+	}
+	payload := fmt.Sprintf(`{"scene":%q,"request_id":%q,"source":"chaos"}`, scene, id)
 	tok := a.c.Publish(a.base+"/trigger", 1, false, payload)
 	return tok.WaitTimeout(2*time.Second) && tok.Error() == nil
 }
