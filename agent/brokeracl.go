@@ -138,6 +138,8 @@ func CheckUsers(users []BrokerUser) []*UserError {
 			bad(i, "scope", "%q is not a topic prefix (no wildcards, no leading or trailing '/')", u.Scope)
 		case u.Role == RoleTasmota && strings.Contains(u.Scope, "/"):
 			bad(i, "scope", "%q: a Tasmota topic has no '/'", u.Scope)
+		case eco && (u.Scope == "homeassistant" || u.Scope == "sortie" || strings.HasPrefix(u.Scope, "sortie/") || strings.HasPrefix(u.Scope, "homeassistant/")):
+			bad(i, "scope", "%q would reach Sortie's or Home Assistant's own topics", u.Scope)
 		}
 		if u.PasswordHash == "" {
 			bad(i, "password_hash", "must be set (make one with \"agent passwd\"; the config holds no passwords)")
@@ -241,8 +243,11 @@ func under(filter, prefix string) bool {
 func (a *brokerAuth) ecosystemMay(role, scope, topic string, write bool) bool {
 	switch role {
 	case RoleZigbee2MQTT:
-		if write && strings.HasPrefix(topic, "homeassistant/") && !strings.ContainsAny(topic, "+#") {
-			return true
+		if write && strings.HasPrefix(topic, "homeassistant/") {
+			// Its Home Assistant integration's configs, not Home
+			// Assistant's own status nor the agent's entities.
+			levels := strings.Split(topic, "/")
+			return len(levels) >= 4 && !strings.HasPrefix(levels[2], "sortie_") && !strings.ContainsAny(topic, "+#")
 		}
 		return under(topic, scope) || !write && topic == "homeassistant/status"
 	case RoleTasmota:

@@ -108,6 +108,8 @@ func TestEcosystemRolesKeepEachDeviceToItsOwnTopics(t *testing.T) {
 		{"z2m", "zigbee2mqtt/bridge/state", true, true},
 		{"z2m", "homeassistant/light/0x00158d/light/config", true, true},
 		{"z2m", "homeassistant/status", false, true},
+		{"z2m", "homeassistant/status", true, false},
+		{"z2m", "homeassistant/button/sortie_home/go_home/config", true, false},
 		{"z2m", "#", false, false},
 		{"z2m", "sortie/gateways/home/trigger", true, false},
 		{"z2m", "cmnd/tasmota_5E1A2B/POWER", true, false},

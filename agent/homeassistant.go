@@ -48,6 +48,10 @@ type homeAssistant struct {
 	// latest run of a scene matters.
 	last map[string][]byte
 	wake chan struct{}
+	// reannounce and gone are work the link's handlers leave to Run:
+	// they must not block on publishing.
+	reannounce bool
+	gone       []string
 }
 
 func newHomeAssistant(o HomeAssistantOptions, log *slog.Logger, conn link, cat *scenes.Catalog, topics agentTopics, gateway string,
@@ -93,7 +97,10 @@ func (h *homeAssistant) start() error {
 		h.base + "/run/+": h.pressed,
 		h.prefix + "/status": func(_ string, p []byte) {
 			if string(p) == "online" {
-				h.announce()
+				h.mu.Lock()
+				h.reannounce = true
+				h.mu.Unlock()
+				h.poke()
 			}
 		},
 		h.prefix + "/button/" + h.node + "/+/config": h.stale,
@@ -109,7 +116,32 @@ func (h *homeAssistant) start() error {
 		h.mu.Unlock()
 	}
 	h.announce()
+	h.removeGone()
 	return nil
+}
+
+// poke wakes Run.
+func (h *homeAssistant) poke() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// removeGone removes the entities of scenes no longer in the catalog
+// (an empty retained config deletes an entity in Home Assistant).
+func (h *homeAssistant) removeGone() {
+	h.mu.Lock()
+	gone := h.gone
+	h.gone = nil
+	h.mu.Unlock()
+	for _, topic := range gone {
+		if err := h.link.Publish(topic, nil, true, 1); err != nil {
+			h.log.Warn("home assistant: stale config not removed", "topic", topic, "err", err)
+			continue
+		}
+		h.log.Info("home assistant: removed the entity of a scene that is gone", "topic", topic)
+	}
 }
 
 // stop says the agent is offline and forgets its subscriptions.
@@ -153,23 +185,23 @@ func (h *homeAssistant) announce() {
 	}
 }
 
-// stale removes the entities of a scene the catalog no longer has: an
-// empty retained config deletes an entity in Home Assistant.
+// stale marks for removal the entities of a scene the catalog no
+// longer has; Run (or start) removes them.
 func (h *homeAssistant) stale(topic string, payload []byte) {
 	if len(payload) == 0 {
 		return
 	}
-	object := strings.TrimSuffix(strings.TrimSuffix(topic, "/config")[strings.LastIndexByte(strings.TrimSuffix(topic, "/config"), '/')+1:], "_last")
 	for _, name := range h.cat.Names() {
-		if discoveryID(name) == object {
+		if topic == h.configTopic("button", name, "") || topic == h.configTopic("sensor", name, "_last") {
 			return
 		}
 	}
-	if err := h.link.Publish(topic, nil, true, 1); err != nil {
-		h.log.Warn("home assistant: stale config not removed", "topic", topic, "err", err)
-		return
+	h.mu.Lock()
+	if len(h.gone) < 1000 {
+		h.gone = append(h.gone, topic)
 	}
-	h.log.Info("home assistant: removed the entity of a scene that is gone", "topic", topic)
+	h.mu.Unlock()
+	h.poke()
 }
 
 // pressed runs the scene whose button was pressed, with a request ID of
@@ -199,10 +231,7 @@ func (h *homeAssistant) Observe(ev driver.Event, m *driver.Mission) {
 	h.mu.Lock()
 	h.last[m.Type] = b
 	h.mu.Unlock()
-	select {
-	case h.wake <- struct{}{}:
-	default:
-	}
+	h.poke()
 }
 
 // Run publishes the scenes' last runs as Observe records them, until ctx
@@ -215,9 +244,13 @@ func (h *homeAssistant) Run(ctx context.Context) error {
 			return nil
 		}
 		h.mu.Lock()
-		last := h.last
-		h.last = make(map[string][]byte)
+		last, again := h.last, h.reannounce
+		h.last, h.reannounce = make(map[string][]byte), false
 		h.mu.Unlock()
+		if again {
+			h.announce()
+		}
+		h.removeGone()
 		for scene, b := range last {
 			if err := h.link.Publish(h.stateTopic(scene), b, true, 1); err != nil {
 				h.log.Debug("home assistant: last run not published", "scene", scene, "err", err)

@@ -296,7 +296,7 @@ type Client struct {
 	// timers Close stops.
 	heard       map[string]time.Time
 	probes      int
-	probeTimers []*time.Timer
+	probeTimers map[string]*time.Timer
 
 	stats stats
 }
@@ -325,6 +325,8 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		ecoOf:   make(map[string]*ecosystem),
 		expect:  make(map[string]*expectation),
 		heard:   make(map[string]time.Time),
+
+		probeTimers: make(map[string]*time.Timer),
 	}
 	if opts.Registry != nil {
 		ecos, err := opts.Registry.adapters()
@@ -880,6 +882,9 @@ func (c *Client) handleAck(topic, device string, payload []byte) {
 // one an ecosystem adapter's report stands for.
 func (c *Client) applyAck(topic, device string, ack wire.Ack) {
 	key := ackKey{device, ack.ID}
+	c.mu.Lock()
+	c.dropExpectation(key) // settled, whoever settled it
+	c.mu.Unlock()
 	reusable := ack.OK || (ack.Error != nil && !wire.RetryableCode(ack.Error.Code))
 	c.mu.Lock()
 	ch, waiting := c.pending[key]

@@ -153,6 +153,14 @@ func (c *Client) ecoState(device string, report map[string]any, retained bool) {
 			next[k] = v
 		}
 		changed := d.state == nil
+		if _, pos := report["position"]; pos {
+			if _, mv := report["moving"]; !mv && next["moving"] == true {
+				// A position reported apart from the movement (ESPHome's
+				// topics) says nothing of it: not still moving for ever.
+				delete(next, "moving")
+				changed = true
+			}
+		}
 		for k, v := range report {
 			if old, ok := d.state[k]; !ok || !sameValue(old, v) {
 				changed = true
@@ -182,6 +190,10 @@ func (c *Client) ecoState(device string, report map[string]any, retained bool) {
 		return
 	}
 	// The read shows the device elsewhere: the command goes now.
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
 	cmd := x.cmd
 	x.probing = false
 	if x.first {
@@ -276,9 +288,19 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	if ack, done, err := c.postableLocked(key); done || err != nil {
 		return ack, done, err
 	}
-	if _, busy := c.posted[key]; busy || c.expect[deviceID] != nil {
+	if _, busy := c.posted[key]; busy {
 		c.mu.Unlock()
 		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", id, deviceID, ErrInFlight)
+	}
+	if old := c.expect[deviceID]; old != nil {
+		if _, live := c.posted[old.key]; live {
+			c.mu.Unlock()
+			return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", id, deviceID, ErrInFlight)
+		}
+		// Its command was settled or given up on another way: the device
+		// is not waiting on it any more.
+		delete(c.expect, deviceID)
+		stopTimer(old)
 	}
 	x := &expectation{key: key, want: cloneMap(want), eco: e, first: attempt <= 1}
 	if d := c.devices[deviceID]; d != nil && d.state != nil && x.first {
@@ -319,7 +341,7 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 // unanswered.
 func (c *Client) probeUnanswered(device string, x *expectation) {
 	c.mu.Lock()
-	if c.expect[device] != x || !x.probing {
+	if c.closed || c.expect[device] != x || !x.probing {
 		c.mu.Unlock()
 		return
 	}
@@ -388,7 +410,10 @@ func (c *Client) probeOnConnect() {
 			}
 		})
 		c.mu.Lock()
-		c.probeTimers = append(c.probeTimers, timer)
+		if old := c.probeTimers[e.name]; old != nil {
+			old.Stop() // a reconnection's probe supersedes the last one
+		}
+		c.probeTimers[e.name] = timer
 		c.mu.Unlock()
 	}
 }

@@ -155,6 +155,9 @@ func Tolerance(key string, want float64) float64 {
 		return 1
 	case "target":
 		return 0.25
+	case "position":
+		// Covers stop within a step of their target.
+		return 1
 	}
 	return 0
 }

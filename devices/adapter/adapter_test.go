@@ -12,7 +12,7 @@ func TestToleranceCoversTheRoundTripOfConvertedUnits(t *testing.T) {
 			t.Fatalf("%v K -> %v mireds -> %v K is beyond the tolerance %v", k, m, back, Tolerance("color_temp", k))
 		}
 	}
-	if Tolerance("power", 1) != 0 || Tolerance("position", 50) != 0 {
+	if Tolerance("power", 1) != 0 || Tolerance("locked", 1) != 0 {
 		t.Error("keys that are not converted must match exactly")
 	}
 }

@@ -28,6 +28,7 @@
 package shelly
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,8 +104,12 @@ type Protocol struct {
 	order    []*device
 	// pending maps a request's id to its device, oldest first in ring.
 	pending map[string]pendingReq
-	ring    []string
-	next    int
+	// srcOf is each prefix's device ID, as its notifications (on its own
+	// topics, which only it may publish) name it: a reply must come from
+	// it, not from another device that can publish on Sortie's src.
+	srcOf map[string]string
+	ring  []string
+	next  int
 }
 
 type pendingReq struct {
@@ -126,7 +131,7 @@ func (d *device) key() string { return d.comp + ":" + strconv.Itoa(d.n) }
 // ":N" for its component N on a device that has several.
 func New(s Settings, devs []adapter.Device) (*Protocol, error) {
 	p := &Protocol{s: s, byID: make(map[string]*device), byPrefix: make(map[string][]*device),
-		pending: make(map[string]pendingReq), ring: make([]string, maxPending)}
+		pending: make(map[string]pendingReq), ring: make([]string, maxPending), srcOf: make(map[string]string)}
 	seen := make(map[string]bool)
 	for _, d := range devs {
 		prefix, n := d.Address, 0
@@ -237,6 +242,9 @@ func (p *Protocol) Decode(m adapter.Message) ([]adapter.Report, error) {
 			if err := json.Unmarshal(m.Payload, &f); err != nil {
 				return nil, fmt.Errorf("shelly: %s: %w", m.Topic, err)
 			}
+			if f.Src != "" && len(f.Src) <= 128 {
+				p.srcOf[prefix] = f.Src
+			}
 			if f.Method != "NotifyStatus" && f.Method != "NotifyFullStatus" {
 				return nil, nil
 			}
@@ -330,8 +338,11 @@ func (p *Protocol) reply(payload []byte) ([]adapter.Report, error) {
 	if !ok {
 		return nil, nil // forgotten, or another client's with our src
 	}
-	delete(p.pending, id)
 	d := req.dev
+	if want := cmp.Or(p.srcOf[d.prefix], d.prefix); f.Src != want {
+		return nil, nil // not from the device asked: ignored, and still awaited
+	}
+	delete(p.pending, id)
 	if req.probe {
 		// Shelly.GetStatus: the device is there, and says its state.
 		if f.Error != nil {

@@ -36,6 +36,7 @@ func newTestProtocol(t testing.TB) *Protocol {
 		{ID: "relay", Address: "shellyplus1-4855199bc0e8", Keys: []string{"power"}},
 		{ID: "mini", Address: "shelly1pmminig3-543204xxxxxx", Keys: []string{"power"}},
 		{ID: "blind", Address: "shellyplus2pm-aabbcc:0", Keys: []string{"position"}},
+		{ID: "pro", Address: "shellypro4pm-f008d1d8b8b8", Keys: []string{"power"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestReplyIsTheAckAndCarriesThePriorState(t *testing.T) {
 
 func TestErrorReplyIsClassified(t *testing.T) {
 	p := newTestProtocol(t)
-	if _, err := p.Command("mini", map[string]any{"power": "on"}, "c1"); err != nil {
+	if _, err := p.Command("pro", map[string]any{"power": "on"}, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := p.Decode(adapter.Message{Topic: "sortie/rpc", Payload: golden(t, "reply-error-103.json")})
@@ -99,6 +100,23 @@ func TestErrorReplyIsClassified(t *testing.T) {
 		if got := Classify(code); got != want {
 			t.Errorf("Classify(%d) = %s, want %s", code, got, want)
 		}
+	}
+}
+
+func TestAReplyFromAnotherDeviceIsIgnored(t *testing.T) {
+	p := newTestProtocol(t)
+	if _, err := p.Command("relay", map[string]any{"power": "off"}, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	// Another Shelly, which may also publish on Sortie's src, answers
+	// for the relay.
+	forged := []byte(`{"id":"c1","src":"shellypro4pm-f008d1d8b8b8","dst":"sortie","result":{"was_on":true}}`)
+	if got, _ := p.Decode(adapter.Message{Topic: "sortie/rpc", Payload: forged}); len(got) != 0 {
+		t.Fatalf("a reply from another device was taken: %+v", got)
+	}
+	// The relay's own still counts.
+	if got, _ := p.Decode(adapter.Message{Topic: "sortie/rpc", Payload: golden(t, "reply-switch-set.json")}); len(got) != 1 {
+		t.Fatalf("the relay's own reply: %+v", got)
 	}
 }
 

@@ -11,8 +11,9 @@
 // with Direction 0, not when it starts moving.
 //
 // What counts as failure: {"Command":"Unknown"} (the device has no
-// such command; no retry changes that: "unsupported"), and silence (a
-// timeout, retried with a query first).
+// such command; it names none, so it may answer another client's: the
+// attempt fails at once and is retried), and silence (a timeout,
+// retried with a query first).
 //
 // How offline is seen: tele/<topic>/LWT, retained: "Online" published
 // by the device at connect, "Offline" its will (the payloads may be
@@ -284,7 +285,9 @@ func (p *Protocol) decodeFor(d *device, kind int, name string, payload []byte) (
 	}
 	rep := &adapter.Report{Device: d.id}
 	if unknown {
-		rep.Failure = &adapter.Failure{Code: "unsupported", Message: "Tasmota answered {\"Command\":\"Unknown\"}"}
+		// It names no command: it may answer another client's, or another
+		// relay's. The attempt fails at once, and is retried.
+		rep.Failure = &adapter.Failure{Code: "internal", Message: "Tasmota answered {\"Command\":\"Unknown\"}"}
 	}
 	if len(st) > 0 {
 		rep.State = st
@@ -341,12 +344,18 @@ func DecodeResult(payload []byte, relay, shutter int) (st map[string]any, unknow
 	str := func(key string) (string, bool) {
 		var s string
 		v, ok := raw[key]
-		return s, ok && json.Unmarshal(v, &s) == nil
+		if !ok || json.Unmarshal(v, &s) != nil {
+			return "", false
+		}
+		return s, true
 	}
 	number := func(key string) (float64, bool) {
 		var f float64
 		v, ok := raw[key]
-		return f, ok && json.Unmarshal(v, &f) == nil && !math.IsNaN(f)
+		if !ok || json.Unmarshal(v, &f) != nil || math.IsNaN(f) {
+			return 0, false
+		}
+		return f, true
 	}
 	if shutter == 0 {
 		names := []string{"POWER" + strconv.Itoa(relay)}

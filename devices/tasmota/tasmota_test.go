@@ -65,7 +65,7 @@ func TestDecodeTranslatesGoldenPayloads(t *testing.T) {
 		{"moving shutter", "stat/tasmota_D4/RESULT", "result-shutter-moving.json", one("shutter", map[string]any{"position": int64(98), "moving": true})},
 		{"shutter's echo is its target, not its position", "stat/tasmota_D4/RESULT", "result-shutterposition-echo.json", nil},
 		{"unknown command", "stat/tasmota_A1/RESULT", "result-unknown.json",
-			[]adapter.Report{{Device: "plug", State: nil, Failure: &adapter.Failure{Code: "unsupported", Message: `Tasmota answered {"Command":"Unknown"}`}}}},
+			[]adapter.Report{{Device: "plug", State: nil, Failure: &adapter.Failure{Code: "internal", Message: `Tasmota answered {"Command":"Unknown"}`}}}},
 		{"telemetry", "tele/tasmota_A1/STATE", "tele-state.json", one("plug", map[string]any{"power": "off"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -102,7 +102,11 @@ func checkTopic(t string) error {
 // Protocol is the adapter for one bridge's devices. Decode is not safe
 // for concurrent use (package devices calls it in order); the rest is.
 type Protocol struct {
-	s      Settings
+	s Settings
+	// sent holds the Zigbee2MQTT keys of each device's last command: a
+	// bridge error about another key (someone else's command) is not
+	// Sortie's command's failure.
+	sent   map[string][]string
 	byName map[string]*device // friendly name → device
 	byID   map[string]*device
 	order  []*device // registry order, for bridge-wide reports
@@ -119,7 +123,7 @@ type device struct {
 // New makes the adapter for devs, which must each name their friendly
 // name as Address and set only keys this package translates.
 func New(s Settings, devs []adapter.Device) (*Protocol, error) {
-	p := &Protocol{s: s, byName: make(map[string]*device), byID: make(map[string]*device)}
+	p := &Protocol{s: s, byName: make(map[string]*device), byID: make(map[string]*device), sent: make(map[string][]string)}
 	for _, d := range devs {
 		if err := checkTopic(d.Address); err != nil {
 			return nil, fmt.Errorf("device %s: address (its friendly name): %w", d.ID, err)
@@ -290,14 +294,16 @@ func DecodeState(payload []byte, lock bool) (map[string]any, error) {
 			delete(st, "locked")
 		}
 	}
-	if lock {
-		// lock_state is the lock's own report; "state" may be what was
-		// asked of it.
-		switch raw["lock_state"] {
+	if ls, ok := raw["lock_state"]; lock && ok {
+		// lock_state is the lock's own report, and decides; "state" may
+		// be what was asked of it. not_fully_locked (a jam) is neither.
+		switch ls {
 		case "locked":
 			st["locked"] = true
 		case "unlocked":
 			st["locked"] = false
+		default:
+			delete(st, "locked")
 		}
 	}
 	if b, ok := num(raw["brightness"]); ok && b >= 0 && b <= 254 {
@@ -374,11 +380,14 @@ func (p *Protocol) legacyLog(payload []byte) ([]adapter.Report, error) {
 	if d == nil {
 		return p.failure(msg), nil
 	}
+	if key := failedKey(msg); key != "" && !slices.Contains(p.sent[d.name], key) {
+		return nil, nil // another client's command failed
+	}
 	return []adapter.Report{{Device: d.id, Failure: &adapter.Failure{Code: Classify(msg), Message: msg}}}, nil
 }
 
 // failure finds the device a bridge error names, if it is one of ours
-// and the error is about a command to it.
+// and the error is about a key Sortie's last command to it sent.
 func (p *Protocol) failure(msg string) []adapter.Report {
 	name, ok := FailedDevice(msg)
 	if !ok {
@@ -387,6 +396,9 @@ func (p *Protocol) failure(msg string) []adapter.Report {
 	d := p.byName[name]
 	if d == nil {
 		return nil
+	}
+	if key := failedKey(msg); key != "" && !slices.Contains(p.sent[name], key) {
+		return nil // another client's command failed
 	}
 	return []adapter.Report{{Device: d.id, Failure: &adapter.Failure{Code: Classify(msg), Message: msg}}}
 }
@@ -433,6 +445,21 @@ func FailedDevice(msg string) (name string, ok bool) {
 	return "", false
 }
 
+// failedKey reads the key a bridge error is about ("Publish 'set'
+// 'state' to …", "No converter available for 'state' on …"), "" when it
+// names none.
+func failedKey(msg string) string {
+	for _, pre := range []string{"Publish 'set' '", "No converter available for '"} {
+		if i := strings.Index(msg, pre); i >= 0 {
+			rest := msg[i+len(pre):]
+			if j := strings.IndexByte(rest, '\''); j >= 0 {
+				return rest[:j]
+			}
+		}
+	}
+	return ""
+}
+
 // Classify turns a bridge error into a devices/wire code: what no retry
 // can change is "unsupported"; everything else (timeouts, "MAC no ack",
 // "No network route", a busy coordinator) is "unreachable", retried.
@@ -456,6 +483,9 @@ func (p *Protocol) Command(device string, want map[string]any, _ string) ([]adap
 	if err != nil {
 		return nil, fmt.Errorf("zigbee2mqtt: device %s: %w", device, err)
 	}
+	var keys map[string]any
+	_ = json.Unmarshal(payload, &keys) // our own encoding
+	p.sent[d.name] = sortedKeys(keys)
 	return []adapter.Message{{Topic: p.s.Base + "/" + d.name + "/set", Payload: payload}}, nil
 }
 

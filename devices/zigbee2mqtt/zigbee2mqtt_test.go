@@ -46,6 +46,12 @@ func newTestProtocol(t *testing.T) *Protocol {
 
 func TestDecodeTranslatesGoldenPayloadsIntoTheCommonVocabulary(t *testing.T) {
 	p := newTestProtocol(t)
+	// The bridge's errors below are about commands Sortie sent: a set of
+	// state and brightness to the bulb, and of state to x.
+	if _, err := p.Command("bulb", map[string]any{"power": "on", "brightness": 10}, ""); err != nil {
+		t.Fatal(err)
+	}
+	p.sent["x"] = []string{"state"}
 	fail := func(dev, code string) []adapter.Report {
 		return []adapter.Report{{Device: dev, Failure: &adapter.Failure{Code: code}}}
 	}
@@ -82,6 +88,30 @@ func TestDecodeTranslatesGoldenPayloadsIntoTheCommonVocabulary(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestABridgeErrorAboutAnotherClientsCommandIsNotOurs(t *testing.T) {
+	p := newTestProtocol(t)
+	if _, err := p.Command("bulb", map[string]any{"power": "on"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Home Assistant set the bulb's color_temp, which failed: Sortie sent
+	// only its state.
+	got, err := p.Decode(adapter.Message{Topic: "zigbee2mqtt/bridge/logging",
+		Payload: []byte(`{"level":"error","message":"Publish 'set' 'color_temp' to 'Hall/Bulb' failed: 'Timeout'"}`)})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("got %+v, %v: another client's failure taken for Sortie's", got, err)
+	}
+}
+
+func TestALockThatIsNotFullyLockedIsNotLocked(t *testing.T) {
+	st, err := DecodeState([]byte(`{"state":"LOCK","lock_state":"not_fully_locked"}`), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st["locked"]; ok {
+		t.Errorf("state %v: a jammed lock reported as locked or unlocked", st)
 	}
 }
 
