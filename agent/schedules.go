@@ -401,24 +401,16 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 	}
 	if passedOld > 0 {
 		from = e.when.Next(latestOld, e.loc)
-		late := now.Sub(e.fireAt(latestOld))
-		id := firingID(e.s, latestOld)
-		if !sc.handled(ctx, id) {
-			msg := fmt.Sprintf("the firing of %s (%s) was missed by %s, beyond catch_up_window (%s)",
-				latestOld.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), late.Round(time.Second), e.s.CatchUpWindow)
-			if passedOld > 1 {
-				msg += fmt.Sprintf("; so were the %d before it, from %s", passedOld-1, oldest.In(e.loc).Format(time.DateTime+" MST"))
-			}
-			sc.traces.record(store.Evaluation{RequestID: id, At: sc.clock.Now(), Via: viaSchedule, Scene: e.s.Scene, Source: "schedule",
-				Outcome: outcomeSkipped, Reason: reasonMissed, Message: msg})
-		}
+		sc.passOver(ctx, e, now, oldest, latestOld, passedOld, fmt.Sprintf("beyond catch_up_window (%s)", e.s.CatchUpWindow))
 		sc.log.Warn("schedule: firings missed beyond the catch-up window were not run", "schedule", e.s.ID(), "count", passedOld, "latest", latestOld, "window", e.s.CatchUpWindow.String())
-		sc.advance(e, latestOld, id)
 	}
 	// First pass: the latest missed firings, which the policy picks from
 	// (no policy runs more than MaxCatchUp of them), and which are
-	// recorded one by one; older ones are passed over with a log line.
+	// recorded one by one; older ones are passed over like those beyond
+	// the window, the latest recorded for all of them.
 	var latest []time.Time
+	var oldestPassed, latestPassed time.Time
+	passed := 0
 	onTime := false
 	for t := from; isDue(t); t = e.when.Next(t, e.loc) {
 		if !missed(t) {
@@ -426,9 +418,20 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 			continue
 		}
 		if len(latest) == scenes.MaxCatchUp {
+			if passed == 0 {
+				oldestPassed = latest[0]
+			}
+			latestPassed = latest[0]
+			passed++
 			latest = append(latest[:0], latest[1:]...)
 		}
 		latest = append(latest, t)
+	}
+	if passed > 0 {
+		from = e.when.Next(latestPassed, e.loc)
+		sc.passOver(ctx, e, now, oldestPassed, latestPassed, passed,
+			fmt.Sprintf("behind the latest %d missed firings, the most catch_up = %q decides on", scenes.MaxCatchUp, e.s.CatchUp))
+		sc.log.Warn("schedule: missed firings beyond the latest ones the catch-up policy decides on were not run", "schedule", e.s.ID(), "count", passed, "latest", latestPassed, "catch_up", string(e.s.CatchUp))
 	}
 	run := map[time.Time]bool{}
 	switch {
@@ -442,20 +445,11 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 			run[t] = true
 		}
 	}
-	passed := 0
 	for t := from; isDue(t); t = e.when.Next(t, e.loc) {
-		if missed(t) && t.Before(latest[0]) {
-			passed++
-			sc.advance(e, t, "")
-			continue
-		}
 		late := now.Sub(e.fireAt(t))
 		if !sc.fire(ctx, e, t, late, !missed(t) || run[t]) {
 			return // tried again later, from this firing
 		}
-	}
-	if passed > 0 {
-		sc.log.Warn("schedule: missed firings passed over without a record of each", "schedule", e.s.ID(), "count", passed, "catch_up", string(e.s.CatchUp))
 	}
 	if len(latest) > 0 || passedOld > 0 {
 		// What a catch-up decided is written at once, not with the next
@@ -464,6 +458,25 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 		// piling up past what is recorded one by one.
 		_ = sc.traces.flush() // logged there; the batch is kept and written later
 	}
+}
+
+// passOver moves e's cursor past n missed firings, from oldest to
+// latest, that are not run one by one: latest is recorded as skipped for
+// all of them, why saying why, so that every firing up to the cursor
+// has a mission or a record that accounts for it. The record goes before
+// the cursor, in the same batch or an earlier one.
+func (sc *scheduler) passOver(ctx context.Context, e *scheduleEntry, now, oldest, latest time.Time, n int, why string) {
+	id := firingID(e.s, latest)
+	if !sc.handled(ctx, id) {
+		msg := fmt.Sprintf("the firing of %s (%s) was missed by %s, %s",
+			latest.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), now.Sub(e.fireAt(latest)).Round(time.Second), why)
+		if n > 1 {
+			msg += fmt.Sprintf("; so were the %d before it, from %s", n-1, oldest.In(e.loc).Format(time.DateTime+" MST"))
+		}
+		sc.traces.record(store.Evaluation{RequestID: id, At: sc.clock.Now(), Via: viaSchedule, Scene: e.s.Scene, Source: "schedule",
+			Outcome: outcomeSkipped, Reason: reasonMissed, Message: msg})
+	}
+	sc.advance(e, latest, id)
 }
 
 // fire handles one firing: runs it as a trigger, or records why not. It
