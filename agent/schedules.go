@@ -390,35 +390,21 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 	// are passed over, the latest of them recorded as skipped (with how
 	// many it stands for), not each one.
 	windowStart := now.Add(-e.s.CatchUpWindow - e.s.Jitter)
-	var oldest, latestOld time.Time
-	passedOld := 0
-	for t := from; !t.IsZero() && t.Before(windowStart) && passedOld < maxPassed; t = e.when.Next(t, e.loc) {
-		if passedOld == 0 {
-			oldest = t
-		}
-		latestOld = t
-		passedOld++
+	var old passedFirings
+	for t := from; !t.IsZero() && t.Before(windowStart) && old.n < maxPassed; t = e.when.Next(t, e.loc) {
+		old.add(t)
 	}
-	if passedOld > 0 {
-		from = e.when.Next(latestOld, e.loc)
-		late := now.Sub(e.fireAt(latestOld))
-		id := firingID(e.s, latestOld)
-		if !sc.handled(ctx, id) {
-			msg := fmt.Sprintf("the firing of %s (%s) was missed by %s, beyond catch_up_window (%s)",
-				latestOld.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), late.Round(time.Second), e.s.CatchUpWindow)
-			if passedOld > 1 {
-				msg += fmt.Sprintf("; so were the %d before it, from %s", passedOld-1, oldest.In(e.loc).Format(time.DateTime+" MST"))
-			}
-			sc.traces.record(store.Evaluation{RequestID: id, At: sc.clock.Now(), Via: viaSchedule, Scene: e.s.Scene, Source: "schedule",
-				Outcome: outcomeSkipped, Reason: reasonMissed, Message: msg})
-		}
-		sc.log.Warn("schedule: firings missed beyond the catch-up window were not run", "schedule", e.s.ID(), "count", passedOld, "latest", latestOld, "window", e.s.CatchUpWindow.String())
-		sc.advance(e, latestOld, id)
+	if old.n > 0 {
+		from = e.when.Next(old.latest(), e.loc)
+		sc.passOver(ctx, e, now, &old, fmt.Sprintf("beyond catch_up_window (%s)", e.s.CatchUpWindow))
+		sc.log.Warn("schedule: firings missed beyond the catch-up window were not run", "schedule", e.s.ID(), "count", old.n, "latest", old.latest(), "window", e.s.CatchUpWindow.String())
 	}
 	// First pass: the latest missed firings, which the policy picks from
 	// (no policy runs more than MaxCatchUp of them), and which are
-	// recorded one by one; older ones are passed over with a log line.
+	// recorded one by one; older ones are passed over like those beyond
+	// the window, the latest recorded for all of them.
 	var latest []time.Time
+	var passed passedFirings
 	onTime := false
 	for t := from; isDue(t); t = e.when.Next(t, e.loc) {
 		if !missed(t) {
@@ -426,9 +412,23 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 			continue
 		}
 		if len(latest) == scenes.MaxCatchUp {
+			passed.add(latest[0])
 			latest = append(latest[:0], latest[1:]...)
 		}
 		latest = append(latest, t)
+	}
+	if passed.n > 0 {
+		from = e.when.Next(passed.latest(), e.loc)
+		sc.passOver(ctx, e, now, &passed,
+			fmt.Sprintf("behind the latest %d missed firings, the most catch_up = %q decides on", scenes.MaxCatchUp, e.s.CatchUp))
+		sc.log.Warn("schedule: missed firings beyond the latest ones the catch-up policy decides on were not run", "schedule", e.s.ID(), "count", passed.n, "latest", passed.latest(), "catch_up", string(e.s.CatchUp))
+	}
+	if old.n > 0 || passed.n > 0 {
+		// Written before any catch-up runs: an agent killed while it
+		// catches up would otherwise leave the cursor behind the firings
+		// it ran, and the next start would find the latest passed over
+		// already run, with nothing to record for those before it.
+		_ = sc.traces.flush() // logged there; the batch is kept and written later
 	}
 	run := map[time.Time]bool{}
 	switch {
@@ -442,28 +442,70 @@ func (sc *scheduler) handle(ctx context.Context, e *scheduleEntry, now time.Time
 			run[t] = true
 		}
 	}
-	passed := 0
 	for t := from; isDue(t); t = e.when.Next(t, e.loc) {
-		if missed(t) && t.Before(latest[0]) {
-			passed++
-			sc.advance(e, t, "")
-			continue
-		}
 		late := now.Sub(e.fireAt(t))
 		if !sc.fire(ctx, e, t, late, !missed(t) || run[t]) {
 			return // tried again later, from this firing
 		}
 	}
-	if passed > 0 {
-		sc.log.Warn("schedule: missed firings passed over without a record of each", "schedule", e.s.ID(), "count", passed, "catch_up", string(e.s.CatchUp))
-	}
-	if len(latest) > 0 || passedOld > 0 {
+	if len(latest) > 0 {
 		// What a catch-up decided is written at once, not with the next
 		// batch: an agent that crashes again within the batch's interval
 		// would otherwise decide it again each time, its missed firings
 		// piling up past what is recorded one by one.
 		_ = sc.traces.flush() // logged there; the batch is kept and written later
 	}
+}
+
+// passedFirings are missed firings passed over together: how many, the
+// oldest, and the latest few.
+type passedFirings struct {
+	n      int
+	oldest time.Time
+	tail   []time.Time // the latest passedTail, oldest first
+}
+
+// passedTail bounds the latest passed firings looked at for one not yet
+// handled, to record.
+const passedTail = 16
+
+func (p *passedFirings) add(t time.Time) {
+	if p.n == 0 {
+		p.oldest = t
+	}
+	p.n++
+	if len(p.tail) == passedTail {
+		p.tail = append(p.tail[:0], p.tail[1:]...)
+	}
+	p.tail = append(p.tail, t)
+}
+
+func (p *passedFirings) latest() time.Time { return p.tail[len(p.tail)-1] }
+
+// passOver moves e's cursor past the firings p that are not run one by
+// one: the latest of them not yet handled is recorded as skipped for
+// itself and all before it, why saying why, so that every firing up to
+// the cursor has a mission or a record that accounts for it. (A later
+// one was handled when the latest were run by a run of the agent that
+// did not live to write its cursor.) The record goes before the cursor,
+// in the same batch or an earlier one.
+func (sc *scheduler) passOver(ctx context.Context, e *scheduleEntry, now time.Time, p *passedFirings, why string) {
+	for i := len(p.tail) - 1; i >= 0; i-- {
+		at := p.tail[i]
+		id := firingID(e.s, at)
+		if sc.handled(ctx, id) {
+			continue
+		}
+		msg := fmt.Sprintf("the firing of %s (%s) was missed by %s, %s",
+			at.In(e.loc).Format(time.DateTime+" MST"), e.s.When(), now.Sub(e.fireAt(at)).Round(time.Second), why)
+		if before := p.n - len(p.tail) + i; before > 0 {
+			msg += fmt.Sprintf("; so were the %d before it, from %s", before, p.oldest.In(e.loc).Format(time.DateTime+" MST"))
+		}
+		sc.traces.record(store.Evaluation{RequestID: id, At: sc.clock.Now(), Via: viaSchedule, Scene: e.s.Scene, Source: "schedule",
+			Outcome: outcomeSkipped, Reason: reasonMissed, Message: msg})
+		break
+	}
+	sc.advance(e, p.latest(), firingID(e.s, p.latest()))
 }
 
 // fire handles one firing: runs it as a trigger, or records why not. It

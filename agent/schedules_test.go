@@ -263,6 +263,64 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 	}
 }
 
+// TestFiringsMissedBehindTheLatestHundredAreRecordedByTheLatestOfThem:
+// after three hours away, an every-minute schedule records each of the
+// latest 100 missed firings (catch_up decides on those), and the older
+// ones, passed over, by the latest of them: every firing up to the
+// cursor has a mission or a record that accounts for it.
+func TestFiringsMissedBehindTheLatestHundredAreRecordedByTheLatestOfThem(t *testing.T) {
+	cat, reg := loadTestScenes(t, `
+[[scene]]
+name = "tick"
+mode = "parallel"
+[[scene.step]]
+delay = "1ms"
+[[scene.schedule]]
+cron = "* * * * *"
+timezone = "UTC"
+catch_up = "skip"
+catch_up_window = "24h"
+`)
+	dir := t.TempDir()
+	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
+	clock := newManualClock(t0)
+	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 100)}
+	tune := func(o *agent.Options) {
+		o.Clock = clock
+		o.Observers = []driver.Observer{seen}
+	}
+	id := func(at time.Time) string { return "sched-tick-1-" + at.Format("20060102T150405Z") }
+	a := startAgent(t, dir, cat, reg, tune)
+	clock.set(t0.Add(30 * time.Second))
+	seen.await(t, id(time.Date(2026, 3, 1, 10, 1, 0, 0, time.UTC)))
+	a.stop()
+
+	// 10:02 to 12:59 missed (178), 13:00 on time; handled oldest first,
+	// so its mission comes after every missed firing was decided.
+	clock.set(time.Date(2026, 3, 1, 13, 0, 30, 0, time.UTC))
+	a = startAgent(t, dir, cat, reg, tune)
+	onTime := time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC)
+	seen.await(t, id(onTime))
+	ctx := context.Background()
+	summary := onTime.Add(-101 * time.Minute) // 11:19, behind the latest 100
+	for at := time.Date(2026, 3, 1, 10, 2, 0, 0, time.UTC); at.Before(onTime); at = at.Add(time.Minute) {
+		w, err := a.Why(ctx, id(at))
+		if at.Before(summary) {
+			if !errors.Is(err, driver.ErrNotFound) {
+				t.Errorf("%s: %+v, %v; want no record of its own", at.Format(time.TimeOnly), w, err)
+			}
+			continue
+		}
+		if err != nil || w.Outcome != "skipped" || w.Reason != "schedule_missed" {
+			t.Errorf("%s: %+v, %v; want skipped/schedule_missed", at.Format(time.TimeOnly), w, err)
+			continue
+		}
+		if at.Equal(summary) && !strings.Contains(w.Explanation, "so were the 77 before it, from 2026-03-01 10:02:00 UTC") {
+			t.Errorf("the record of the firings passed over: %q", w.Explanation)
+		}
+	}
+}
+
 const overloadScenes = `
 [[scene]]
 name = "hold"
