@@ -568,12 +568,13 @@ func (s *Service) report(res Result) {
 			s.acks[gw] = a
 		}
 		for gw, ta := range res.TraceAcks {
-			a := s.acks[gw]
-			if ta.Upto > 0 || !a.hasTraces && a.upto == 0 {
+			a, ok := s.acks[gw]
+			if ta.Upto > 0 || !ok {
 				a = a.about(ta.Outbox)
 			}
-			// else only that the hub takes records, whichever store.
-			a.traces, a.hasTraces = max(a.traces, ta.Upto), true
+			// else only an ack to send (every ack says the hub takes
+			// records), about whichever store the pending one counts.
+			a.traces = max(a.traces, ta.Upto)
 			s.acks[gw] = a
 		}
 		s.ackMu.Unlock()
@@ -621,20 +622,18 @@ func (s *Service) announce(u Update) {
 }
 
 // pendingAck is what the next ack to a gateway says: events stored up
-// to upto and, when hasTraces, trigger records up to traces.
+// to upto and trigger records up to traces, of the store named outbox.
 type pendingAck struct {
 	outbox       string
 	upto, traces uint64
-	hasTraces    bool
 }
 
 // about returns a for the store named outbox: the counts it holds for
 // another store are other seqs and are dropped (a later ack makes up for
-// them), but not that the hub takes records: a gateway sends none until
-// an ack says so, and the hub says it only when the gateway comes online.
+// them).
 func (a pendingAck) about(outbox string) pendingAck {
 	if a.outbox != outbox {
-		return pendingAck{outbox: outbox, hasTraces: a.hasTraces}
+		return pendingAck{outbox: outbox}
 	}
 	return a
 }
@@ -655,11 +654,12 @@ func (s *Service) ackLoop(ctx context.Context) error {
 		s.ackMu.Unlock()
 		waits := make(map[string]func(context.Context) error, len(acks))
 		for gw, pa := range acks {
-			a := uplink.Ack{Upto: pa.upto, Outbox: &pa.outbox}
-			if pa.hasTraces {
-				a.Traces = &pa.traces
-			}
-			b, _ := json.Marshal(a)
+			// Every ack carries the trace cursor, 0 when this one moved
+			// none: that the hub takes trigger records must reach a
+			// gateway that missed the ack of its coming online (QoS 0,
+			// maybe sent before it listened), and it hears one at every
+			// batch.
+			b, _ := json.Marshal(uplink.Ack{Upto: pa.upto, Outbox: &pa.outbox, Traces: &pa.traces})
 			waits[gw] = s.link.publish(s.topics.Ack(gw), b)
 			s.metrics.acks.Inc()
 		}

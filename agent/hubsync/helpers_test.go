@@ -115,6 +115,7 @@ type hub struct {
 	beats     []uplink.Heartbeat
 	results   []uplink.ControlResult
 	traces    []uplink.TraceRecord
+	traceQoS  []byte // of each trace batch, in arrival order
 	malformed int
 	// links are the batches' After (-1 when absent), Acked and last seq;
 	// outboxes the outbox each names.
@@ -200,6 +201,7 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 		case h.topics.Traces(gw):
 			if b, err := uplink.DecodeTraceBatch(p); err == nil {
 				h.traces = append(h.traces, b.Traces...)
+				h.traceQoS = append(h.traceQoS, m.Qos())
 			} else {
 				h.malformed++
 			}

@@ -384,11 +384,11 @@ func (u *Uplink) publish(ctx context.Context, client *mqttc.Client, topic string
 	if err != nil {
 		return fmt.Errorf("encode for %s: %w", topic, err)
 	}
-	return u.publishRaw(ctx, client, topic, retained, b)
+	return u.publishRaw(ctx, client, topic, retained, 1, b)
 }
 
-func (u *Uplink) publishRaw(ctx context.Context, client *mqttc.Client, topic string, retained bool, b []byte) error {
-	if err := mqttc.Wait(ctx, client.PublishAsync(topic, b, retained, 1), u.opts.Timeout); err != nil {
+func (u *Uplink) publishRaw(ctx context.Context, client *mqttc.Client, topic string, retained bool, qos byte, b []byte) error {
+	if err := mqttc.Wait(ctx, client.PublishAsync(topic, b, retained, qos), u.opts.Timeout); err != nil {
 		return fmt.Errorf("publish %s: %w", topic, err)
 	}
 	return nil
@@ -404,9 +404,10 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 		u.log.Warn("bad ack from hub", "err", err)
 		return
 	}
-	if a.Traces != nil {
-		// That the hub takes records holds whichever store it counts.
-		u.tracesOK.Store(true)
+	if a.Traces != nil && !u.tracesOK.Swap(true) {
+		// That the hub takes records holds whichever store it counts;
+		// records held back (or sent at QoS 0 to ask) go now.
+		signal(u.wake)
 	}
 	if !u.ours(a.Outbox) {
 		// Meant for the store this one replaced (sent before the hub

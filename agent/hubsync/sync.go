@@ -103,6 +103,11 @@ func (s *sender) connection(ctx context.Context) {
 	}
 	s.up = false
 	s.gen = gen
+	// Whether the hub takes trigger records is learnt again on each
+	// connection (the hub behind it may have changed), from any ack that
+	// comes after this: forgotten before the status goes out, since the
+	// hub may answer it before its PUBACK arrives.
+	u.tracesOK.Store(false)
 	gw := u.opts.Gateway
 	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
 	if err := u.publish(ctx, s.client, u.topics.Status(gw), !u.opts.NoRetain, st); err != nil {
@@ -111,10 +116,6 @@ func (s *sender) connection(ctx context.Context) {
 		return
 	}
 	s.up, s.retryN = true, 0
-	// Whether the hub takes trigger records is learnt again on each
-	// connection (from the ack of this status): the hub behind it may
-	// have changed.
-	u.tracesOK.Store(false)
 	u.log.Info("connected to hub", "broker", u.opts.Broker, "backlog", u.opts.Source.OutboxLen())
 	u.update(func(st *Stats) { st.Connected = true; st.Connects++ })
 	s.restart()
@@ -212,7 +213,7 @@ func (s *sender) fill(ctx context.Context) {
 		if last := es[n-1].Seq; last > u.maxSent.Load() {
 			u.maxSent.Store(last)
 		}
-		if err := u.publishRaw(ctx, s.client, u.topics.Events(u.opts.Gateway), false, payload); err != nil {
+		if err := u.publishRaw(ctx, s.client, u.topics.Events(u.opts.Gateway), false, 1, payload); err != nil {
 			u.log.Warn("publish batch", "err", err)
 			// The connection is probably going; a reconnect resends, and
 			// a retry covers the case where it is not.
