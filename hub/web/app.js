@@ -213,6 +213,8 @@ function gatewayInfo(g) {
   const head = el("div");
   head.append(el("strong", g.id), " ", badge(g.state));
   if (!on && isTime(g.since)) head.append(" ", timeEl("span", g.since));
+  const why = {connection_lost: "connection lost", stopped: "stopped", heartbeats_stopped: "heartbeats stopped"}[g.why];
+  if (!on && why) head.append(" ", el("span", "(" + why + ")", "meta"));
   out.push(head);
   const hb = g.heartbeat || {};
   const meta = el("div", "version " + (g.version || "?") + " · heartbeat ", "meta");
