@@ -353,3 +353,33 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Errorf("second Run: %v, want ErrRunning", err)
 	}
 }
+
+// TestUplinkTriesTheHubsAddressesInTurn: a gateway that knows two
+// addresses of its hub (two nodes of a cluster, here two brokers a hub
+// listens on) moves to the second when the first goes down, says where
+// it is, and what it sends reaches the hub there.
+func TestUplinkTriesTheHubsAddressesInTurn(t *testing.T) {
+	b1, b2 := brokertest.Start(t), brokertest.Start(t)
+	h1, h2 := newHub(t, b1.URL()), newHub(t, b2.URL())
+	w := newWorld(t)
+	px := startProxy(t, b1.Addr())
+	opts := testOptions(px.URL(), w)
+	opts.Brokers = []string{b2.URL(), px.URL()}
+	u, _ := start(t, opts)
+	waitStats(t, u, "connected to the first address", func(s Stats) bool { return s.Connected && s.Broker == px.URL() })
+	w.steps(1, 2)
+	u.Notify()
+	h1.waitFor("two events through the first", h1.has(2))
+
+	px.setDown(true)
+	px.cut()
+	waitStats(t, u, "connected to the second address", func(s Stats) bool { return s.Connected && s.Broker == b2.URL() && s.Connects == 2 })
+	w.steps(1, 2)
+	u.Notify()
+	h2.waitFor("the events through the second", h2.has(4))
+	h2.mu.Lock()
+	if n := len(h2.statuses); n == 0 || h2.statuses[n-1].State != uplink.StateOnline {
+		t.Errorf("statuses at the second address: %+v, want online", h2.statuses)
+	}
+	h2.mu.Unlock()
+}

@@ -122,7 +122,7 @@ func (s *sender) fillTraces(ctx context.Context) {
 	if !ok {
 		qos = 0
 	}
-	if err := u.publishRaw(ctx, s.client, u.topics.Traces(u.opts.Gateway), false, qos, payload); err != nil {
+	if err := u.publishRaw(ctx, u.topics.Traces(u.opts.Gateway), false, qos, payload); err != nil {
 		u.log.Warn("publish trigger records", "err", err)
 		s.backoff()
 		return
