@@ -12,6 +12,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/clustertest"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -194,7 +195,7 @@ func TestPresence(t *testing.T) {
 	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
-	px := startProxy(t, b.Addr())
+	px := clustertest.StartProxy(t, b.Addr())
 	u, stop := start(t, testOptions(px.URL(), w))
 	waitStats(t, u, "connected", func(s Stats) bool { return s.Connected })
 	lastState := func(h *hub, want string) func() bool {
@@ -214,11 +215,11 @@ func TestPresence(t *testing.T) {
 	// The link dies without a DISCONNECT: the broker publishes the will.
 	// (The link stays down meanwhile: a client that reconnects at once
 	// takes over its session, and mochi then drops the will.)
-	px.setDown(true)
-	px.cut()
+	px.SetDown(true)
+	px.Cut()
 	h.waitFor("offline (will)", lastState(h, uplink.StateOffline))
 	waitStats(t, u, "disconnected", func(s Stats) bool { return !s.Connected })
-	px.setDown(false)
+	px.SetDown(false)
 	h.waitFor("online again", lastState(h, uplink.StateOnline))
 	waitStats(t, u, "reconnected", func(s Stats) bool { return s.Connects == 2 && s.Connected })
 
@@ -362,7 +363,7 @@ func TestUplinkTriesTheHubsAddressesInTurn(t *testing.T) {
 	b1, b2 := brokertest.Start(t), brokertest.Start(t)
 	h1, h2 := newHub(t, b1.URL()), newHub(t, b2.URL())
 	w := newWorld(t)
-	px := startProxy(t, b1.Addr())
+	px := clustertest.StartProxy(t, b1.Addr())
 	opts := testOptions(px.URL(), w)
 	opts.Brokers = []string{b2.URL(), px.URL()}
 	u, _ := start(t, opts)
@@ -371,8 +372,8 @@ func TestUplinkTriesTheHubsAddressesInTurn(t *testing.T) {
 	u.Notify()
 	h1.waitFor("two events through the first", h1.has(2))
 
-	px.setDown(true)
-	px.cut()
+	px.SetDown(true)
+	px.Cut()
 	waitStats(t, u, "connected to the second address", func(s Stats) bool { return s.Connected && s.Broker == b2.URL() && s.Connects == 2 })
 	w.steps(1, 2)
 	u.Notify()
