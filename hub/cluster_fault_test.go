@@ -119,9 +119,10 @@ func TestClusterNodeKilledUnderLoad(t *testing.T) {
 		silent := rec.Since.Sub(rec.LastSeen)
 		t.Logf("%s shown offline %v after it was last heard (%v after the kill)", g.id, silent.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 		// The window, a look's period, and a replica's own reconnection
-		// (its silence is not the gateway's) at most.
-		if rec.Why != OfflineSilent || silent < offlineAfter || silent > 3*offlineAfter+2*time.Second {
-			t.Errorf("%s: why %q after %v of silence; want %q after %v to %v", g.id, rec.Why, silent, OfflineSilent, offlineAfter, 3*offlineAfter+2*time.Second)
+		// (its silence is not the gateway's) at most, with room for a
+		// loaded machine.
+		if most := 3*offlineAfter + 4*time.Second; rec.Why != OfflineSilent || silent < offlineAfter || silent > most {
+			t.Errorf("%s: why %q after %v of silence; want %q after %v to %v", g.id, rec.Why, silent, OfflineSilent, offlineAfter, most)
 		}
 		for i, r := range c.replicas {
 			status, body := r.call("POST", "/api/gateways/"+g.id+"/control", `{"action":"cancel","mission_id":"`+g.id+`-m0"}`)
