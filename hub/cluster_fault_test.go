@@ -149,9 +149,20 @@ func TestClusterNodeKilledUnderLoad(t *testing.T) {
 			t.Errorf("%s is on %q, want the next address of its list, %q", g.id, st.Broker, way.URL())
 		}
 		for i, r := range c.replicas {
-			status, body := r.call("POST", "/api/gateways/"+g.id+"/control", `{"action":"cancel","mission_id":"`+g.id+`-m0"}`)
-			if status != http.StatusOK || !strings.Contains(body, `"ok":true`) {
-				t.Errorf("control to %s back online through replica %d: %d %s", g.id, i, status, body)
+			// The cluster may still be electing the leaders the dead
+			// node had: a node then closes connections whose PUBACK
+			// waits past js_api_timeout, and the gateway is offline
+			// (its will) until it is back. Refused meanwhile, never
+			// timed out.
+			for until := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) { // a retry's pause, as a client's
+				status, body := r.call("POST", "/api/gateways/"+g.id+"/control", `{"action":"cancel","mission_id":"`+g.id+`-m0"}`)
+				if status == http.StatusOK && strings.Contains(body, `"ok":true`) {
+					break
+				}
+				if status != http.StatusServiceUnavailable || !strings.Contains(body, `"gateway_offline"`) || time.Now().After(until) {
+					t.Errorf("control to %s back online through replica %d: %d %s", g.id, i, status, body)
+					break
+				}
 			}
 		}
 	}
