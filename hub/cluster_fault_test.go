@@ -134,7 +134,9 @@ func TestClusterNodeKilledUnderLoad(t *testing.T) {
 
 	way.SetDown(false)
 	for _, g := range victims {
-		c.waitGateway(t, g.id, "back online", 60*time.Second, func(g Gateway) bool { return g.State == StateOnline })
+		c.waitGateway(t, g.id, "back online through its next address", 60*time.Second, func(rec Gateway) bool {
+			return rec.State == StateOnline && rec.Broker == way.URL()
+		})
 		// The hub may hear the status before the gateway its PUBACK.
 		var st hubsync.Stats
 		for until := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // polled: another goroutine's state

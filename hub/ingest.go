@@ -200,14 +200,22 @@ func (a *applier) apply(m *Inbound) error {
 		if err != nil {
 			return err
 		}
-		if m.Received.Before(g.PresenceAt) {
-			// Older news than what the record says (replicas apply out of
-			// order): its state is stale, but a protocol the record lacks
-			// (a heartbeat came first) is still the gateway's.
-			if g.Protocol == 0 {
-				g.Protocol = m.Status.Protocol
+		// What only a status says (the gateway's protocol, start and the
+		// address it is on) comes from the newest status, even when a
+		// heartbeat sent after it was applied first (replicas apply out
+		// of order); its state only when it is the newest presence news.
+		if !m.Received.Before(g.StatusAt) {
+			g.StatusAt = m.Received
+			g.Protocol = m.Status.Protocol
+			if !m.Status.Started.IsZero() {
+				g.Started = m.Status.Started
 			}
-			return nil
+			if m.Status.State == StateOnline {
+				g.Broker = m.Status.Broker
+			}
+		}
+		if m.Received.Before(g.PresenceAt) {
+			return nil // older news than the record's state
 		}
 		g.PresenceAt = m.Received
 		if g.State != m.Status.State {
@@ -224,10 +232,6 @@ func (a *applier) apply(m *Inbound) error {
 		}
 		if m.Status.Version != "" {
 			g.Version = m.Status.Version
-		}
-		g.Protocol = m.Status.Protocol
-		if !m.Status.Started.IsZero() {
-			g.Started = m.Status.Started
 		}
 		// A retained "offline" replayed to a restarted hub says nothing
 		// about when the gateway was last heard from.
@@ -258,6 +262,9 @@ func (a *applier) apply(m *Inbound) error {
 		g.LastHeartbeat, g.LastSeen = m.Received, m.Received
 		if hb.Version != "" {
 			g.Version = hb.Version
+		}
+		if hb.Broker != "" {
+			g.Broker = hb.Broker
 		}
 		// A heartbeat proves the gateway is up even if its retained
 		// status was lost (an external broker restarted without state).

@@ -64,11 +64,17 @@ type Gateway struct {
 	// Why says, while State is offline, what made it so: OfflineWill,
 	// OfflineGoodbye, OfflineSilent ("" for records from before it).
 	Why string `json:"why,omitempty"`
+	// Broker is the address the gateway last said it connected to (its
+	// online status): which node of a cluster it is on.
+	Broker string `json:"broker,omitempty"`
 	// PresenceAt is when the last status or heartbeat applied was
 	// received (in the cluster mode, stored by the stream): one received
 	// before it is older news, applied late by another replica, and
 	// changes nothing.
 	PresenceAt time.Time `json:"presence_at,omitzero"`
+	// StatusAt is the same for the last status applied: what only a
+	// status says (Protocol, Started, Broker) is the newest status's.
+	StatusAt time.Time `json:"status_at,omitzero"`
 	// Heartbeat is the last one received: backlog, active missions,
 	// uptime and the device inventory.
 	Heartbeat *uplink.Heartbeat `json:"heartbeat,omitempty"`

@@ -379,8 +379,8 @@ func TestUplinkTriesTheHubsAddressesInTurn(t *testing.T) {
 	u.Notify()
 	h2.waitFor("the events through the second", h2.has(4))
 	h2.mu.Lock()
-	if n := len(h2.statuses); n == 0 || h2.statuses[n-1].State != uplink.StateOnline {
-		t.Errorf("statuses at the second address: %+v, want online", h2.statuses)
+	if n := len(h2.statuses); n == 0 || h2.statuses[n-1].State != uplink.StateOnline || h2.statuses[n-1].Broker != b2.URL() {
+		t.Errorf("statuses at the second address: %+v, want online, saying it is on %s", h2.statuses, b2.URL())
 	}
 	h2.mu.Unlock()
 }

@@ -107,14 +107,14 @@ func (s *sender) connection(ctx context.Context) {
 	// hub may answer it before its PUBACK arrives.
 	u.tracesOK.Store(false)
 	gw := u.opts.Gateway
-	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
+	broker := u.broker()
+	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now(), Broker: broker}
 	if err := u.publish(ctx, u.topics.Status(gw), !u.opts.NoRetain, st); err != nil {
 		u.log.Warn("hub connection setup failed; retrying", "err", err)
 		s.backoff()
 		return
 	}
 	s.up, s.retryN = true, 0
-	broker := u.broker()
 	u.log.Info("connected to hub", "broker", broker, "backlog", u.opts.Source.OutboxLen())
 	u.update(func(st *Stats) { st.Connected, st.Broker = true, broker; st.Connects++ })
 	s.restart()
@@ -277,7 +277,7 @@ func (s *sender) heartbeat(ctx context.Context) {
 	}
 	h.Uptime = now.Sub(u.started).Seconds()
 	h.Backlog = u.opts.Source.OutboxLen()
-	h.Time = now
+	h.Time, h.Broker = now, u.broker()
 	if h.Devices == nil {
 		h.Devices = []uplink.DeviceState{}
 	}

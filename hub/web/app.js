@@ -219,6 +219,7 @@ function gatewayInfo(g) {
   const hb = g.heartbeat || {};
   const meta = el("div", "version " + (g.version || "?") + " · heartbeat ", "meta");
   meta.append(timeEl("span", g.last_heartbeat), " · backlog " + (hb.backlog ?? "?") + " · active " + (hb.active_missions ?? "?"));
+  if (on && g.broker) meta.append(" · via " + g.broker);
   out.push(meta);
   const filled = g.gaps_filled || 0;
   out.push(el("div", "events " + g.events + " · duplicates " + g.duplicates + " · gaps " + g.gaps +
