@@ -111,7 +111,7 @@ func (a *Agent) startUplink() error {
 	h := a.opts.Hub
 	var err error
 	a.up, err = hubsync.New(hubsync.Options{
-		Broker: h.URL, Gateway: a.opts.Gateway, ClientID: h.ClientID, NoRetain: h.NoRetain, Username: h.Username, Password: h.Password, TLS: h.TLS,
+		Broker: h.URL, Brokers: h.URLs, Gateway: a.opts.Gateway, ClientID: h.ClientID, NoRetain: h.NoRetain, Username: h.Username, Password: h.Password, TLS: h.TLS,
 		Prefix: h.Prefix, Source: a.db, Traces: a.db, Heartbeat: a, Control: a,
 		Logger: a.log, Version: a.opts.Version, HeartbeatInterval: h.Heartbeat,
 	})

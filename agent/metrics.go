@@ -287,6 +287,7 @@ var (
 	descCompacted  = metrics.NewDesc(namespace+"_outbox_compacted_total", "Outbox events dropped by compaction (the outbox was full; each mission kept its latest).", metrics.TypeCounter)
 	descSyncLag    = metrics.NewDesc(namespace+"_hub_sync_lag_seconds", "Age of the oldest event the hub has not acknowledged; 0 when in sync.", metrics.TypeGauge)
 	descHubUp      = metrics.NewDesc(namespace+"_hub_connected", "1 when the connection to the hub is up.", metrics.TypeGauge)
+	descHubBroker  = metrics.NewDesc(namespace+"_hub_broker", "1 for the hub address the connection is up to (one of [hub] urls); absent while down.", metrics.TypeGauge, "broker")
 	descHubAcked   = metrics.NewDesc(namespace+"_hub_acked_entries_total", "Outbox entries the hub acknowledged.", metrics.TypeCounter)
 	descHubResends = metrics.NewDesc(namespace+"_hub_resends_total", "Times unacknowledged events were sent to the hub again.", metrics.TypeCounter)
 )
@@ -298,7 +299,7 @@ type syncCollector struct {
 }
 
 func (c *syncCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descOutbox, descCompacted, descSyncLag, descHubUp, descHubAcked, descHubResends}
+	return []*metrics.Desc{descOutbox, descCompacted, descSyncLag, descHubUp, descHubBroker, descHubAcked, descHubResends}
 }
 
 func (c *syncCollector) Collect(sc *metrics.Scrape) {
@@ -312,6 +313,9 @@ func (c *syncCollector) Collect(sc *metrics.Scrape) {
 	sc.Emit(descCompacted, float64(ob.Compacted))
 	sc.Emit(descSyncLag, st.Lag.Seconds())
 	sc.Emit(descHubUp, up)
+	if st.Connected && st.Broker != "" {
+		sc.Emit(descHubBroker, 1, st.Broker)
+	}
 	sc.Emit(descHubAcked, float64(st.Acked))
 	sc.Emit(descHubResends, float64(st.Resends))
 }

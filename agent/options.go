@@ -158,6 +158,9 @@ type TraceOptions struct {
 type HubOptions struct {
 	// URL is the hub's broker. Required.
 	URL string
+	// URLs are more addresses of the same hub (the nodes of a NATS
+	// cluster), tried in turn after URL (hubsync.Options.Brokers).
+	URLs []string
 	// Username defaults to the gateway ID, which the hub's ACL expects.
 	Username string
 	Password string

@@ -387,7 +387,11 @@ func (a *API) control(w http.ResponseWriter, r *http.Request) {
 	// clean) and the caller would wait out the timeout for nothing.
 	if g.State != uplink.StateOnline {
 		a.svc.Refused(req.Action, ErrOffline)
-		writeError(w, http.StatusServiceUnavailable, "gateway_offline", fmt.Sprintf("gateway %s is %s; try again when it is online", gw, g.State))
+		why := ""
+		if g.Why != "" {
+			why = fmt.Sprintf(" (%s, since %s)", g.Why, g.Since.UTC().Format(time.RFC3339))
+		}
+		writeError(w, http.StatusServiceUnavailable, "gateway_offline", fmt.Sprintf("gateway %s is %s%s; try again when it is online", gw, g.State, why))
 		return
 	}
 	res, err := a.svc.Control(r.Context(), gw, uplink.Control{

@@ -273,8 +273,10 @@ func TestControlWhileTheStoreIsDownRepeatsOnlyToProtocol2(t *testing.T) {
 			var st *unreadable
 			wrapStore = func(b Backing) Backing { st = &unreadable{Backing: b}; return st }
 			defer func() { wrapStore = nil }()
+			// The timeout also bounds the first copy's PUBACK: a short
+			// one, on a loaded machine, can end before any repeat.
 			e := newEnvWith(t, func(o *ServiceOptions) {
-				o.ControlResend, o.ControlTimeout = 10*time.Millisecond, 300*time.Millisecond
+				o.ControlResend, o.ControlTimeout = 10*time.Millisecond, 2*time.Second
 			}, "home")
 			g := newGateway(t, e.broker.URL(), "home")
 			g.publish(t, g.topics.Status("home"), true, uplink.Status{Gateway: "home", State: uplink.StateOnline, Protocol: proto})

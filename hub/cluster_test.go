@@ -31,11 +31,14 @@ type cluster struct {
 	nats     *clustertest.NATS
 	pg       *clustertest.Postgres
 	replicas []*clusterReplica
+	// tune, when set, changes each replica's options.
+	tune func(*ServiceOptions)
 }
 
 type clusterReplica struct {
 	st     *PGStore
 	svc    *Service
+	api    *API
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -68,6 +71,13 @@ func hubNATSUser() clustertest.User {
 
 func startCluster(t *testing.T, nodes, replicas int, gateways []string) *cluster {
 	t.Helper()
+	return startClusterWith(t, nodes, replicas, gateways, nil)
+}
+
+// startClusterWith is startCluster with each replica's options changed
+// by tune.
+func startClusterWith(t *testing.T, nodes, replicas int, gateways []string, tune func(*ServiceOptions)) *cluster {
+	t.Helper()
 	users := []clustertest.User{hubNATSUser()}
 	for _, gw := range gateways {
 		users = append(users, gatewayUser(gw))
@@ -75,6 +85,7 @@ func startCluster(t *testing.T, nodes, replicas int, gateways []string) *cluster
 	c := &cluster{
 		nats: clustertest.StartNATS(t, nodes, clustertest.NATSOptions{Users: users}),
 		pg:   clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}}),
+		tune: tune,
 	}
 	for range replicas {
 		c.startReplica(t, gateways)
@@ -91,16 +102,21 @@ func (c *cluster) startReplica(t *testing.T, gateways []string) *clusterReplica 
 	if err := st.Register(time.Now(), gateways...); err != nil {
 		t.Fatal(err)
 	}
-	svc := NewService(st, ServiceOptions{
+	opts := ServiceOptions{
 		Cluster: &ClusterOptions{
 			NATS: c.nats.ClientURLs(), User: hubNATSUser().Name, Password: hubNATSUser().Password,
 			Replicas: min(3, len(c.nats.Nodes)), AckWait: 5 * time.Second,
 		},
 		ControlTimeout: 20 * time.Second, ControlResend: 250 * time.Millisecond,
 		Logger: testLogger(t),
-	})
+	}
+	if c.tune != nil {
+		c.tune(&opts)
+	}
+	svc := NewService(st, opts)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &clusterReplica{st: st, svc: svc, cancel: cancel, done: make(chan error, 1)}
+	r := &clusterReplica{st: st, svc: svc, api: NewAPI(svc, APIOptions{Token: testToken}), cancel: cancel, done: make(chan error, 1)}
+	t.Cleanup(r.api.Close)
 	go func() { r.done <- svc.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	select {
@@ -126,6 +142,19 @@ func (r *clusterReplica) stop(t *testing.T) {
 	r.cancel = nil
 }
 
+// call makes an API request of the replica and returns the status and
+// body.
+func (r *clusterReplica) call(method, path, body string) (int, string) {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	r.api.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
 // testLogger logs to the test's output when SORTIE_TEST_LOG is set (the
 // chaos test has 200 gateways: too much for every -v run).
 func testLogger(t *testing.T) *slog.Logger {
@@ -148,6 +177,8 @@ type simGateway struct {
 	ctl    *countingControl
 	ms     map[string]*driver.Mission
 	log    *slog.Logger
+	// tune, when set, changes the uplink's options.
+	tune func(*hubsync.Options)
 
 	mu     sync.Mutex
 	up     *hubsync.Uplink
@@ -179,6 +210,13 @@ func (c *countingControl) Control(_ context.Context, r uplink.Control) uplink.Co
 // directory) and starts its uplink to broker.
 func startSimGateway(t *testing.T, id, broker, dir string) *simGateway {
 	t.Helper()
+	return startSimGatewayWith(t, id, broker, dir, nil)
+}
+
+// startSimGatewayWith is startSimGateway with the uplink's options
+// changed by tune.
+func startSimGatewayWith(t *testing.T, id, broker, dir string, tune func(*hubsync.Options)) *simGateway {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -186,7 +224,7 @@ func startSimGateway(t *testing.T, id, broker, dir string) *simGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &simGateway{id: id, broker: broker, db: db, ctl: &countingControl{ids: map[string]int{}}, ms: map[string]*driver.Mission{}, log: testLogger(t).With("gw", id)}
+	g := &simGateway{id: id, broker: broker, db: db, ctl: &countingControl{ids: map[string]int{}}, ms: map[string]*driver.Mission{}, log: testLogger(t).With("gw", id), tune: tune}
 	g.startUplink(t)
 	t.Cleanup(func() {
 		g.stopUplink()
@@ -197,16 +235,20 @@ func startSimGateway(t *testing.T, id, broker, dir string) *simGateway {
 
 func (g *simGateway) startUplink(t *testing.T) {
 	t.Helper()
-	up, err := hubsync.New(hubsync.Options{
+	opts := hubsync.Options{
 		// nats-server refuses a "." in an MQTT client ID.
 		Broker: g.broker, Gateway: g.id, ClientID: "sortie-gw-" + strings.ReplaceAll(g.id, ".", "_"), Username: g.id,
-		Password: gatewayPassword(g.id), Source: g.db, Control: g.ctl, Logger: g.log, Version: "test",
+		Password: gatewayPassword(g.id), Source: g.db, Traces: g.db, Control: g.ctl, Logger: g.log, Version: "test",
 		HeartbeatInterval: time.Hour, ResendTimeout: 2 * time.Second, Timeout: 5 * time.Second,
 		MaxReconnectInterval: 500 * time.Millisecond,
 		// As docs/cluster.md advises (the single hub's tests that use
 		// these gateways start the hub first: it hears the status live).
 		NoRetain: true,
-	})
+	}
+	if g.tune != nil {
+		g.tune(&opts)
+	}
+	up, err := hubsync.New(opts)
 	if err != nil {
 		t.Errorf("uplink %s: %v", g.id, err) // may run on a fault's goroutine
 		return

@@ -22,6 +22,10 @@ type Inbound struct {
 	Status    *uplink.Status
 	Heartbeat *uplink.Heartbeat
 	Traces    *uplink.TraceBatch
+	// Silent, set by the hub itself (not a message), marks the gateway
+	// offline (OfflineSilent) if it is online and nothing has been heard
+	// from it since then.
+	Silent *time.Time
 	// Received is when the hub got the message (hub clock).
 	Received time.Time
 	// rawEvents, when set by the service's decoder, holds each entry's
@@ -196,25 +200,38 @@ func (a *applier) apply(m *Inbound) error {
 		if err != nil {
 			return err
 		}
-		if m.Received.Before(g.PresenceAt) {
-			// Older news than what the record says (replicas apply out of
-			// order): its state is stale, but a protocol the record lacks
-			// (a heartbeat came first) is still the gateway's.
-			if g.Protocol == 0 {
-				g.Protocol = m.Status.Protocol
+		// What only a status says (the gateway's protocol, start and the
+		// address it is on) comes from the newest status, even when a
+		// heartbeat sent after it was applied first (replicas apply out
+		// of order); its state only when it is the newest presence news.
+		if !m.Received.Before(g.StatusAt) {
+			g.StatusAt = m.Received
+			g.Protocol = m.Status.Protocol
+			if !m.Status.Started.IsZero() {
+				g.Started = m.Status.Started
 			}
-			return nil
+			if m.Status.State == StateOnline {
+				g.Broker = m.Status.Broker
+			}
+		}
+		if m.Received.Before(g.PresenceAt) {
+			return nil // older news than the record's state
 		}
 		g.PresenceAt = m.Received
 		if g.State != m.Status.State {
 			g.State, g.Since = m.Status.State, m.Received
 		}
+		g.Why = ""
+		if m.Status.State == StateOffline {
+			// The agent's will is encoded before it connects, with no
+			// time; its goodbye has one.
+			g.Why = OfflineGoodbye
+			if m.Status.Time.IsZero() {
+				g.Why = OfflineWill
+			}
+		}
 		if m.Status.Version != "" {
 			g.Version = m.Status.Version
-		}
-		g.Protocol = m.Status.Protocol
-		if !m.Status.Started.IsZero() {
-			g.Started = m.Status.Started
 		}
 		// A retained "offline" replayed to a restarted hub says nothing
 		// about when the gateway was last heard from.
@@ -246,10 +263,13 @@ func (a *applier) apply(m *Inbound) error {
 		if hb.Version != "" {
 			g.Version = hb.Version
 		}
+		if hb.Broker != "" {
+			g.Broker = hb.Broker
+		}
 		// A heartbeat proves the gateway is up even if its retained
 		// status was lost (an external broker restarted without state).
 		if g.State != StateOnline {
-			g.State, g.Since = StateOnline, m.Received
+			g.State, g.Since, g.Why = StateOnline, m.Received, ""
 		}
 	case m.Traces != nil:
 		if m.Traces.Gateway != m.Gateway {
@@ -257,9 +277,30 @@ func (a *applier) apply(m *Inbound) error {
 			return nil
 		}
 		return a.traces(m)
+	case m.Silent != nil:
+		return a.silent(m.Gateway, *m.Silent, m.Received)
 	default:
 		a.reject(m, "empty message")
 	}
+	return nil
+}
+
+// silent marks gateway gw offline if it is online and was last heard
+// from before cutoff; otherwise it changes (and writes) nothing, so that
+// every replica may ask it of every gateway it thinks silent.
+func (a *applier) silent(gw string, cutoff, now time.Time) error {
+	g := a.gws[gw]
+	if g == nil {
+		var err error
+		if g, err = a.r.gateway(gw); err != nil || g == nil {
+			return err
+		}
+	}
+	if g.State != StateOnline || !g.LastSeen.Before(cutoff) {
+		return nil
+	}
+	a.gws[gw] = g
+	g.State, g.Since, g.Why = StateOffline, now, OfflineSilent
 	return nil
 }
 

@@ -131,6 +131,9 @@ type natsLink struct {
 
 	mu    sync.Mutex
 	peers map[string]peer // by replica ID
+	// heard is when this replica began hearing the feed (set up); zero
+	// before.
+	heard time.Time
 	stops []func()
 }
 
@@ -276,6 +279,9 @@ func (l *natsLink) setup(ctx context.Context, nc *nats.Conn, deliver func(inboun
 		err := l.trySetup(ctx, nc, deliver)
 		if err == nil {
 			l.ready.Store(true)
+			l.mu.Lock()
+			l.heard = time.Now()
+			l.mu.Unlock()
 			l.log.Info("cluster link ready", "replica", l.id)
 			// Updates the other replicas sent before this one heard the
 			// feed are missing from its watchers: they reload.
@@ -438,18 +444,31 @@ func (l *natsLink) onFeed(m *nats.Msg) {
 	l.mu.Lock()
 	last, known := l.peers[f.R]
 	l.peers[f.R] = peer{seq: f.Seq, seen: now}
+	var gone []string
 	for id, p := range l.peers {
 		if now.Sub(p.seen) > feedForget {
 			delete(l.peers, id)
+			gone = append(gone, id)
 		}
 	}
+	// A replica is new once this one has heard every live one's beat.
+	joined := !known && f.R != l.id && !l.heard.IsZero() && now.Sub(l.heard) > 2*feedBeat
 	l.mu.Unlock()
 	want := last.seq + 1 // an update follows the last
 	if f.U == nil {
 		want = last.seq // a beat repeats it
 	}
-	if known && f.Seq != want {
+	switch {
+	case known && f.Seq != want:
 		l.gap(fmt.Sprintf("replica %s: seq %d after %d", f.R, f.Seq, last.seq))
+	// A replica killed between its commit and its feed message (or with
+	// them in its connection's buffer) leaves no gap in any sequence: it
+	// is just never heard again. Its successor, or its silence, says it
+	// may have taken updates with it.
+	case joined:
+		l.gap(fmt.Sprintf("replica %s joined the feed (one that left may have taken updates with it)", f.R))
+	case len(gone) > 0:
+		l.gap(fmt.Sprintf("replicas %v left the feed (they may have taken updates with them)", gone))
 	}
 	if f.U != nil && l.broadcast != nil {
 		l.broadcast(*f.U)

@@ -45,16 +45,14 @@ func TestReplacedGatewayStartsANewChain(t *testing.T) {
 
 // TestPendingAcksCountOneOutbox pins how acks waiting to be published
 // merge: an ack about another outbox replaces, never raises, what waits
-// (40 of the old store must not become 40 of the new one) but keeps
-// that the hub takes records (a gateway sends none until told, and is
-// told when it comes online only), and the online ack that says so
-// changes no count.
+// (40 of the old store must not become 40 of the new one), and the
+// online ack that says the hub takes records changes no count.
 func TestPendingAcksCountOneOutbox(t *testing.T) {
 	s := NewService(testStore(t), ServiceOptions{Broker: "tcp://127.0.0.1:1"})
 	s.report(Result{TraceAcks: map[string]OutboxAck{"gw": {}}}) // online: the hub takes records
 	s.report(Result{Acks: map[string]OutboxAck{"gw": {Outbox: "old", Upto: 40}}, TraceAcks: map[string]OutboxAck{"gw": {Outbox: "old", Upto: 7}}})
 	s.report(Result{Acks: map[string]OutboxAck{"gw": {Outbox: "new", Upto: 3}}})
-	want := pendingAck{outbox: "new", upto: 3, hasTraces: true}
+	want := pendingAck{outbox: "new", upto: 3}
 	for _, step := range []string{"the new store's ack", "an online ack naming the old store"} {
 		s.ackMu.Lock()
 		got := s.acks["gw"]

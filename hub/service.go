@@ -45,6 +45,12 @@ type ServiceOptions struct {
 	// its result arrives, to gateways of protocol 2 (which take it at
 	// QoS 0 and answer a repeat from memory); default 2s.
 	ControlResend time.Duration
+	// OfflineAfter is how long a gateway may go unheard (no heartbeat, no
+	// batch, no status) before the hub marks it offline (OfflineSilent),
+	// whatever its connection seems to be: a broker node that dies
+	// publishes no will. Longer than the gateways' heartbeat interval
+	// (two or three of them); default 90s.
+	OfflineAfter time.Duration
 	// Queue is how many inbound messages may wait for the store; when it
 	// is full the MQTT client stops reading, pushing back on gateways.
 	// Default 4096.
@@ -95,6 +101,11 @@ type Service struct {
 
 	watchMu  sync.Mutex
 	watchers map[*watcher]struct{}
+
+	presence presence
+	// storeFailed is when the store last failed to take a group (Unix
+	// nanoseconds): silence since then may be the hub's own.
+	storeFailed atomic.Int64
 }
 
 type inboundRaw struct {
@@ -142,6 +153,7 @@ func NewService(st Backing, opts ServiceOptions) *Service {
 	orDefault(&opts.Queue, 4096)
 	orDefault(&opts.Group, 512)
 	orDefault(&opts.PruneEvery, time.Hour)
+	orDefault(&opts.OfflineAfter, 90*time.Second)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -270,6 +282,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.decodeLoop(gctx, groups, decoded) })
 	g.Go(func() error { return s.ingestLoop(gctx, decoded) })
 	g.Go(func() error { return s.ackLoop(gctx) })
+	g.Go(func() error { return s.presenceLoop(gctx) })
 	if s.opts.Retention != (Retention{}) {
 		g.Go(func() error { return s.pruneLoop(gctx) })
 	}
@@ -521,6 +534,7 @@ func (s *Service) ingestLoop(ctx context.Context, groups <-chan decodedGroup) er
 			r.finish(err == nil || errors.Is(err, ErrInvalid))
 		}
 		if err != nil {
+			s.storeFailed.Store(s.opts.Now().UnixNano())
 			s.log.Error("store messages", "messages", len(g.in), "err", err)
 			if errors.Is(err, ErrInvalid) {
 				s.metrics.rejected.Inc()
@@ -568,12 +582,13 @@ func (s *Service) report(res Result) {
 			s.acks[gw] = a
 		}
 		for gw, ta := range res.TraceAcks {
-			a := s.acks[gw]
-			if ta.Upto > 0 || !a.hasTraces && a.upto == 0 {
+			a, ok := s.acks[gw]
+			if ta.Upto > 0 || !ok {
 				a = a.about(ta.Outbox)
 			}
-			// else only that the hub takes records, whichever store.
-			a.traces, a.hasTraces = max(a.traces, ta.Upto), true
+			// else only an ack to send (every ack says the hub takes
+			// records), about whichever store the pending one counts.
+			a.traces = max(a.traces, ta.Upto)
 			s.acks[gw] = a
 		}
 		s.ackMu.Unlock()
@@ -621,20 +636,18 @@ func (s *Service) announce(u Update) {
 }
 
 // pendingAck is what the next ack to a gateway says: events stored up
-// to upto and, when hasTraces, trigger records up to traces.
+// to upto and trigger records up to traces, of the store named outbox.
 type pendingAck struct {
 	outbox       string
 	upto, traces uint64
-	hasTraces    bool
 }
 
 // about returns a for the store named outbox: the counts it holds for
 // another store are other seqs and are dropped (a later ack makes up for
-// them), but not that the hub takes records: a gateway sends none until
-// an ack says so, and the hub says it only when the gateway comes online.
+// them).
 func (a pendingAck) about(outbox string) pendingAck {
 	if a.outbox != outbox {
-		return pendingAck{outbox: outbox, hasTraces: a.hasTraces}
+		return pendingAck{outbox: outbox}
 	}
 	return a
 }
@@ -655,11 +668,12 @@ func (s *Service) ackLoop(ctx context.Context) error {
 		s.ackMu.Unlock()
 		waits := make(map[string]func(context.Context) error, len(acks))
 		for gw, pa := range acks {
-			a := uplink.Ack{Upto: pa.upto, Outbox: &pa.outbox}
-			if pa.hasTraces {
-				a.Traces = &pa.traces
-			}
-			b, _ := json.Marshal(a)
+			// Every ack carries the trace cursor, 0 when this one moved
+			// none: that the hub takes trigger records must reach a
+			// gateway that missed the ack of its coming online (QoS 0,
+			// maybe sent before it listened), and it hears one at every
+			// batch.
+			b, _ := json.Marshal(uplink.Ack{Upto: pa.upto, Outbox: &pa.outbox, Traces: &pa.traces})
 			waits[gw] = s.link.publish(s.topics.Ack(gw), b)
 			s.metrics.acks.Inc()
 		}
@@ -829,6 +843,9 @@ func (s *Service) dropLocked(w *watcher) {
 }
 
 func (s *Service) broadcast(u Update) {
+	if u.Gateway != nil {
+		s.presence.note(*u.Gateway)
+	}
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
 	for w := range s.watchers {
@@ -841,6 +858,7 @@ func (s *Service) broadcast(u Update) {
 }
 
 func (s *Service) closeWatchers() {
+	s.presence.forget()
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
 	for w := range s.watchers {

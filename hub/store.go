@@ -37,6 +37,19 @@ const (
 	StateUnknown = "unknown"
 )
 
+// Why a gateway is offline (Gateway.Why).
+const (
+	// OfflineWill: the broker published the gateway's last will, its
+	// connection having ended without a goodbye.
+	OfflineWill = "connection_lost"
+	// OfflineGoodbye: the gateway said it was going (it stopped).
+	OfflineGoodbye = "stopped"
+	// OfflineSilent: nothing was heard from it for the hub's OfflineAfter,
+	// whatever its connection says (a broker node that died publishes no
+	// will).
+	OfflineSilent = "heartbeats_stopped"
+)
+
 // Gateway is what the hub knows about one gateway.
 type Gateway struct {
 	ID      string    `json:"id"`
@@ -48,11 +61,20 @@ type Gateway struct {
 	Since         time.Time `json:"since,omitzero"`
 	LastSeen      time.Time `json:"last_seen,omitzero"`
 	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// Why says, while State is offline, what made it so: OfflineWill,
+	// OfflineGoodbye, OfflineSilent ("" for records from before it).
+	Why string `json:"why,omitempty"`
+	// Broker is the address the gateway last said it connected to (its
+	// online status): which node of a cluster it is on.
+	Broker string `json:"broker,omitempty"`
 	// PresenceAt is when the last status or heartbeat applied was
 	// received (in the cluster mode, stored by the stream): one received
 	// before it is older news, applied late by another replica, and
 	// changes nothing.
 	PresenceAt time.Time `json:"presence_at,omitzero"`
+	// StatusAt is the same for the last status applied: what only a
+	// status says (Protocol, Started, Broker) is the newest status's.
+	StatusAt time.Time `json:"status_at,omitzero"`
 	// Heartbeat is the last one received: backlog, active missions,
 	// uptime and the device inventory.
 	Heartbeat *uplink.Heartbeat `json:"heartbeat,omitempty"`

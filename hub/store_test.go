@@ -456,3 +456,26 @@ func TestPresenceIgnoresOlderNews(t *testing.T) {
 		t.Fatalf("after late news: %s since %s, want offline since the will", g.State, g.Since)
 	}
 }
+
+// TestNewestStatusSaysWhereTheGatewayIs: a heartbeat sent after the
+// gateway's status but applied first (another replica's) decides its
+// state; the status, applied late, still says which node it is on and
+// when it started.
+func TestNewestStatusSaysWhereTheGatewayIs(t *testing.T) {
+	st := testStore(t)
+	hb := uplink.Heartbeat{Gateway: "gw"}
+	started := t0.Add(-time.Minute)
+	_, err := st.Apply([]Inbound{
+		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline, Broker: "tcp://n1:1883", Started: started.Add(-time.Hour)}, Received: t0},
+		{Gateway: "gw", Heartbeat: &hb, Received: t0.Add(2 * time.Second)},
+		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline, Broker: "tcp://n2:1883", Started: started, Protocol: uplink.Protocol}, Received: t0.Add(time.Second)},
+		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline, Broker: "tcp://n3:1883"}, Received: t0.Add(time.Second / 2)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := st.Gateway("gw")
+	if g.State != StateOnline || !g.PresenceAt.Equal(t0.Add(2*time.Second)) || g.Broker != "tcp://n2:1883" || !g.Started.Equal(started) || g.Protocol != uplink.Protocol {
+		t.Fatalf("record %+v: want online as of the heartbeat, on n2 (the newest status), started %v, protocol %d", g, started, uplink.Protocol)
+	}
+}

@@ -88,6 +88,10 @@ type Status struct {
 	Version  string    `json:"version,omitempty"`
 	Started  time.Time `json:"started,omitzero"`
 	Time     time.Time `json:"time,omitzero"`
+	// Broker, optional, is the address the gateway connected to, as its
+	// config gives it (without a password): which node of a cluster it
+	// is on.
+	Broker string `json:"broker,omitempty"`
 }
 
 // Heartbeat is a gateway's periodic health report.
@@ -102,6 +106,10 @@ type Heartbeat struct {
 	// picker; older gateways send none.
 	Scenes []SceneInfo `json:"scenes,omitempty"`
 	Time   time.Time   `json:"time"`
+	// Broker is Status.Broker again: a status is sent once per
+	// connection, and a cluster's stream can lose one while it elects a
+	// leader; heartbeats repeat.
+	Broker string `json:"broker,omitempty"`
 }
 
 // SceneInfo is a scene in a heartbeat: its name and the trigger

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -115,6 +114,7 @@ type hub struct {
 	beats     []uplink.Heartbeat
 	results   []uplink.ControlResult
 	traces    []uplink.TraceRecord
+	traceQoS  []byte // of each trace batch, in arrival order
 	malformed int
 	// links are the batches' After (-1 when absent), Acked and last seq;
 	// outboxes the outbox each names.
@@ -200,6 +200,7 @@ func (h *hub) onMessage(_ mqtt.Client, m mqtt.Message) {
 		case h.topics.Traces(gw):
 			if b, err := uplink.DecodeTraceBatch(p); err == nil {
 				h.traces = append(h.traces, b.Traces...)
+				h.traceQoS = append(h.traceQoS, m.Qos())
 			} else {
 				h.malformed++
 			}
@@ -346,83 +347,4 @@ func waitStats(tb testing.TB, u *Uplink, what string, cond func(Stats) bool) Sta
 		tb.Fatalf("timed out waiting for %s; stats %+v", what, s)
 	}
 	return s
-}
-
-// proxy forwards TCP connections to a broker, so a test can cut them as
-// a network failure would: mochi then sees a read error and sends the
-// will (killing the client inside mochi may not: its read loop can see
-// the stop before the error and end cleanly).
-type proxy struct {
-	ln    net.Listener
-	to    string
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
-	down  bool // refuse connections
-}
-
-func startProxy(tb testing.TB, to string) *proxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &proxy{ln: ln, to: to}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				_ = c.Close() // refused: the client sees the broker down
-				continue
-			}
-			up, err := net.Dial("tcp", to)
-			if err != nil {
-				_ = c.Close() // the broker is gone: so is this connection
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			for _, pair := range [][2]net.Conn{{c, up}, {up, c}} {
-				p.wg.Go(func() {
-					_, _ = io.Copy(pair[0], pair[1])
-					// One side ended: end the other; their errors are
-					// the cut the test made.
-					_ = pair[0].Close()
-					_ = pair[1].Close()
-				})
-			}
-		}
-	})
-	tb.Cleanup(func() {
-		_ = ln.Close() // ends the accept loop; nothing else to report
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) URL() string { return "tcp://" + p.ln.Addr().String() }
-
-// cut closes every connection made so far; with down set, it also
-// refuses new ones until setDown(false).
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close() // a cut is the point; a connection already gone is fine
-	}
-	p.conns = nil
-}
-
-func (p *proxy) setDown(v bool) {
-	p.mu.Lock()
-	p.down = v
-	p.mu.Unlock()
 }

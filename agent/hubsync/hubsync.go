@@ -94,6 +94,11 @@ const (
 type Options struct {
 	// Broker is the hub broker's URL, e.g. "tls://hub.example:8883".
 	Broker string
+	// Brokers, optional, are more addresses of the same hub (the other
+	// nodes of a NATS cluster): each connection attempt, and each
+	// reconnection after a loss, takes the next address in turn, Broker
+	// first.
+	Brokers []string
 	// Gateway is this gateway's ID; it names its topics.
 	Gateway string
 	// ClientID is the MQTT client ID; default "sortie-gw-" + Gateway. It
@@ -188,6 +193,7 @@ func (o *Options) withDefaults() error {
 // Stats is a snapshot of the uplink, for metrics.
 type Stats struct {
 	Connected bool
+	Broker    string // the address connected to, while Connected
 	Connects  uint64 // connections made, first and re-
 	Batches   uint64 // batches published, resends included
 	Sent      uint64 // entries published, resends included
@@ -228,6 +234,10 @@ type Uplink struct {
 	tracesOK                   atomic.Bool
 	connGen                    atomic.Uint64
 	ran                        atomic.Bool
+	// conn is the connection being made or up, made by dial; nil
+	// before the first.
+	conn atomic.Pointer[mqttc.Client]
+	addr atomic.Value // string: conn's address, redacted
 
 	mu      sync.Mutex
 	stats   Stats
@@ -324,71 +334,54 @@ func (u *Uplink) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("uplink: encode will: %w", err)
 	}
-	o := u.opts
-	client, err := mqttc.New(mqttc.Options{
-		Broker: o.Broker, ClientID: o.ClientID, Username: o.Username, Password: o.Password, TLS: o.TLS,
-		Will:           &mqttc.Will{Topic: u.topics.Status(o.Gateway), Payload: offline, QoS: 1, Retained: !o.NoRetain},
-		ConnectTimeout: o.Timeout, Timeout: o.Timeout, MaxReconnectInterval: o.MaxReconnectInterval,
-		// The subscriptions below are in place when this runs; the sync
-		// loop announces the gateway and sends.
-		OnConnect: func() {
-			u.connGen.Add(1)
-			signal(u.connEv)
-		},
-		OnConnectionLost: func(error) { signal(u.connEv) },
-		Logger:           u.log,
-	})
-	if err != nil {
-		return fmt.Errorf("uplink: %w", err)
-	}
-	// QoS 0: an ack lost is made up by the resend, a control request
-	// lost by the hub sending it again, and a QoS 1 subscription costs a
-	// clustered broker a consumer per gateway (see uplink.Protocol).
-	for filter, handle := range map[string]func(string, []byte){u.topics.Ack(o.Gateway): u.onAck, u.topics.Control(o.Gateway): u.onControl} {
-		if _, err := client.SubscribeQoS(filter, 0, handle); err != nil {
-			return fmt.Errorf("uplink: %w", err)
-		}
-	}
-	// The hub being unreachable is not an error: the client keeps trying,
-	// and OnConnect tells the loop.
-	client.Start()
-
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { u.serveControls(ctx, client) })
-	s := &sender{u: u, client: client}
+	// The hub being unreachable is not an error: dial keeps trying, and
+	// the connection's hooks tell the loop.
+	wg.Go(func() { u.dial(ctx, offline) })
+	wg.Go(func() { u.serveControls(ctx) })
+	s := &sender{u: u}
 	s.run(ctx)
 	cancel()
 	wg.Wait()
-	u.goodbye(client)
+	u.goodbye()
 	return nil
 }
 
 // goodbye publishes the offline status itself, since a clean disconnect
 // suppresses the will, and disconnects.
-func (u *Uplink) goodbye(client *mqttc.Client) {
+func (u *Uplink) goodbye() {
+	client := u.conn.Load()
+	if client == nil {
+		return
+	}
 	if client.Connected() {
 		st := uplink.Status{Gateway: u.opts.Gateway, State: uplink.StateOffline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
-		if err := u.publish(context.Background(), client, u.topics.Status(u.opts.Gateway), !u.opts.NoRetain, st); err != nil {
+		if err := u.publish(context.Background(), u.topics.Status(u.opts.Gateway), !u.opts.NoRetain, st); err != nil {
 			u.log.Warn("publish offline status", "err", err)
 		}
 	}
 	client.Close()
-	u.update(func(s *Stats) { s.Connected = false })
+	u.update(func(s *Stats) { s.Connected, s.Broker = false, "" })
 }
 
 // publish sends one message and waits for the broker to take it, at most
 // Options.Timeout.
-func (u *Uplink) publish(ctx context.Context, client *mqttc.Client, topic string, retained bool, v any) error {
+func (u *Uplink) publish(ctx context.Context, topic string, retained bool, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode for %s: %w", topic, err)
 	}
-	return u.publishRaw(ctx, client, topic, retained, b)
+	return u.publishRaw(ctx, topic, retained, 1, b)
 }
 
-func (u *Uplink) publishRaw(ctx context.Context, client *mqttc.Client, topic string, retained bool, b []byte) error {
-	if err := mqttc.Wait(ctx, client.PublishAsync(topic, b, retained, 1), u.opts.Timeout); err != nil {
+// publishRaw publishes b on the current connection.
+func (u *Uplink) publishRaw(ctx context.Context, topic string, retained bool, qos byte, b []byte) error {
+	client := u.conn.Load()
+	if client == nil {
+		return fmt.Errorf("publish %s: %w", topic, mqttc.ErrNotConnected)
+	}
+	if err := mqttc.Wait(ctx, client.PublishAsync(topic, b, retained, qos), u.opts.Timeout); err != nil {
 		return fmt.Errorf("publish %s: %w", topic, err)
 	}
 	return nil
@@ -404,9 +397,10 @@ func (u *Uplink) onAck(_ string, payload []byte) {
 		u.log.Warn("bad ack from hub", "err", err)
 		return
 	}
-	if a.Traces != nil {
-		// That the hub takes records holds whichever store it counts.
-		u.tracesOK.Store(true)
+	if a.Traces != nil && !u.tracesOK.Swap(true) {
+		// That the hub takes records holds whichever store it counts;
+		// records held back (or sent at QoS 0 to ask) go now.
+		signal(u.wake)
 	}
 	if !u.ours(a.Outbox) {
 		// Meant for the store this one replaced (sent before the hub
@@ -457,7 +451,7 @@ func (u *Uplink) onControl(topic string, payload []byte) {
 // serveControls answers queued control requests one at a time. A
 // request whose ID was answered before (the hub sends it again until it
 // hears back) gets the same answer again without being carried out.
-func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
+func (u *Uplink) serveControls(ctx context.Context) {
 	done := u.memory()
 	for {
 		select {
@@ -475,7 +469,7 @@ func (u *Uplink) serveControls(ctx context.Context, client *mqttc.Client) {
 					done.put(ctx, res)
 				}
 			}
-			if err := u.publish(ctx, client, u.topics.ControlResult(u.opts.Gateway), false, res); err != nil {
+			if err := u.publish(ctx, u.topics.ControlResult(u.opts.Gateway), false, res); err != nil {
 				u.log.Warn("control result not delivered", "id", res.ID, "err", err)
 			}
 			u.update(func(s *Stats) {

@@ -12,6 +12,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/clustertest"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -194,7 +195,7 @@ func TestPresence(t *testing.T) {
 	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
-	px := startProxy(t, b.Addr())
+	px := clustertest.StartProxy(t, b.Addr())
 	u, stop := start(t, testOptions(px.URL(), w))
 	waitStats(t, u, "connected", func(s Stats) bool { return s.Connected })
 	lastState := func(h *hub, want string) func() bool {
@@ -214,11 +215,11 @@ func TestPresence(t *testing.T) {
 	// The link dies without a DISCONNECT: the broker publishes the will.
 	// (The link stays down meanwhile: a client that reconnects at once
 	// takes over its session, and mochi then drops the will.)
-	px.setDown(true)
-	px.cut()
+	px.SetDown(true)
+	px.Cut()
 	h.waitFor("offline (will)", lastState(h, uplink.StateOffline))
 	waitStats(t, u, "disconnected", func(s Stats) bool { return !s.Connected })
-	px.setDown(false)
+	px.SetDown(false)
 	h.waitFor("online again", lastState(h, uplink.StateOnline))
 	waitStats(t, u, "reconnected", func(s Stats) bool { return s.Connects == 2 && s.Connected })
 
@@ -352,4 +353,34 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if err := u.Run(context.Background()); !errors.Is(err, ErrRunning) {
 		t.Errorf("second Run: %v, want ErrRunning", err)
 	}
+}
+
+// TestUplinkTriesTheHubsAddressesInTurn: a gateway that knows two
+// addresses of its hub (two nodes of a cluster, here two brokers a hub
+// listens on) moves to the second when the first goes down, says where
+// it is, and what it sends reaches the hub there.
+func TestUplinkTriesTheHubsAddressesInTurn(t *testing.T) {
+	b1, b2 := brokertest.Start(t), brokertest.Start(t)
+	h1, h2 := newHub(t, b1.URL()), newHub(t, b2.URL())
+	w := newWorld(t)
+	px := clustertest.StartProxy(t, b1.Addr())
+	opts := testOptions(px.URL(), w)
+	opts.Brokers = []string{b2.URL(), px.URL()}
+	u, _ := start(t, opts)
+	waitStats(t, u, "connected to the first address", func(s Stats) bool { return s.Connected && s.Broker == px.URL() })
+	w.steps(1, 2)
+	u.Notify()
+	h1.waitFor("two events through the first", h1.has(2))
+
+	px.SetDown(true)
+	px.Cut()
+	waitStats(t, u, "connected to the second address", func(s Stats) bool { return s.Connected && s.Broker == b2.URL() && s.Connects == 2 })
+	w.steps(1, 2)
+	u.Notify()
+	h2.waitFor("the events through the second", h2.has(4))
+	h2.mu.Lock()
+	if n := len(h2.statuses); n == 0 || h2.statuses[n-1].State != uplink.StateOnline || h2.statuses[n-1].Broker != b2.URL() {
+		t.Errorf("statuses at the second address: %+v, want online, saying it is on %s", h2.statuses, b2.URL())
+	}
+	h2.mu.Unlock()
 }

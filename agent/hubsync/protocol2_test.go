@@ -5,6 +5,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/clustertest"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -185,7 +186,7 @@ func TestAckAndControlTakenAtQoS0(t *testing.T) {
 func TestStatusNotRetainedWhenAsked(t *testing.T) {
 	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
-	px := startProxy(t, b.Addr())
+	px := clustertest.StartProxy(t, b.Addr())
 	opts := testOptions(px.URL(), newWorld(t))
 	opts.NoRetain = true
 	u, _ := start(t, opts)
@@ -194,8 +195,8 @@ func TestStatusNotRetainedWhenAsked(t *testing.T) {
 		return func() bool { return len(h.statuses) > 0 && h.statuses[len(h.statuses)-1].State == want }
 	}
 	h.waitFor("online", state(uplink.StateOnline))
-	px.setDown(true)
-	px.cut() // no DISCONNECT: the broker publishes the will
+	px.SetDown(true)
+	px.Cut() // no DISCONNECT: the broker publishes the will
 	h.waitFor("offline (will)", state(uplink.StateOffline))
 	if kept := b.Server().Topics.Messages(h.topics.Status(gw)); len(kept) != 0 {
 		t.Errorf("the broker keeps %d retained status messages, want none", len(kept))

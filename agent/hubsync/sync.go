@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/store"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -16,8 +15,7 @@ import (
 // fields; the connection's handlers reach it through the Uplink's
 // channels.
 type sender struct {
-	u      *Uplink
-	client *mqttc.Client
+	u *Uplink
 
 	gen     uint64 // connection generation served; 0 before the first
 	up      bool   // connected, subscribed and announced
@@ -91,10 +89,10 @@ func stoppedTimer() *time.Timer {
 func (s *sender) connection(ctx context.Context) {
 	u := s.u
 	gen := u.connGen.Load()
-	if !s.client.Connected() {
+	if c := u.conn.Load(); c == nil || !c.Connected() {
 		if s.up {
 			s.up = false
-			u.update(func(st *Stats) { st.Connected = false })
+			u.update(func(st *Stats) { st.Connected, st.Broker = false, "" })
 		}
 		return
 	}
@@ -103,20 +101,22 @@ func (s *sender) connection(ctx context.Context) {
 	}
 	s.up = false
 	s.gen = gen
+	// Whether the hub takes trigger records is learnt again on each
+	// connection (the hub behind it may have changed), from any ack that
+	// comes after this: forgotten before the status goes out, since the
+	// hub may answer it before its PUBACK arrives.
+	u.tracesOK.Store(false)
 	gw := u.opts.Gateway
-	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now()}
-	if err := u.publish(ctx, s.client, u.topics.Status(gw), !u.opts.NoRetain, st); err != nil {
+	broker := u.broker()
+	st := uplink.Status{Gateway: gw, State: uplink.StateOnline, Protocol: uplink.Protocol, Version: u.opts.Version, Started: u.started, Time: u.opts.Now(), Broker: broker}
+	if err := u.publish(ctx, u.topics.Status(gw), !u.opts.NoRetain, st); err != nil {
 		u.log.Warn("hub connection setup failed; retrying", "err", err)
 		s.backoff()
 		return
 	}
 	s.up, s.retryN = true, 0
-	// Whether the hub takes trigger records is learnt again on each
-	// connection (from the ack of this status): the hub behind it may
-	// have changed.
-	u.tracesOK.Store(false)
-	u.log.Info("connected to hub", "broker", u.opts.Broker, "backlog", u.opts.Source.OutboxLen())
-	u.update(func(st *Stats) { st.Connected = true; st.Connects++ })
+	u.log.Info("connected to hub", "broker", broker, "backlog", u.opts.Source.OutboxLen())
+	u.update(func(st *Stats) { st.Connected, st.Broker = true, broker; st.Connects++ })
 	s.restart()
 	s.heartbeat(ctx)
 }
@@ -212,7 +212,7 @@ func (s *sender) fill(ctx context.Context) {
 		if last := es[n-1].Seq; last > u.maxSent.Load() {
 			u.maxSent.Store(last)
 		}
-		if err := u.publishRaw(ctx, s.client, u.topics.Events(u.opts.Gateway), false, payload); err != nil {
+		if err := u.publishRaw(ctx, u.topics.Events(u.opts.Gateway), false, 1, payload); err != nil {
 			u.log.Warn("publish batch", "err", err)
 			// The connection is probably going; a reconnect resends, and
 			// a retry covers the case where it is not.
@@ -277,11 +277,11 @@ func (s *sender) heartbeat(ctx context.Context) {
 	}
 	h.Uptime = now.Sub(u.started).Seconds()
 	h.Backlog = u.opts.Source.OutboxLen()
-	h.Time = now
+	h.Time, h.Broker = now, u.broker()
 	if h.Devices == nil {
 		h.Devices = []uplink.DeviceState{}
 	}
-	if err := u.publish(ctx, s.client, u.topics.Heartbeat(u.opts.Gateway), false, h); err != nil {
+	if err := u.publish(ctx, u.topics.Heartbeat(u.opts.Gateway), false, h); err != nil {
 		u.log.Warn("publish heartbeat", "err", err)
 	}
 }

@@ -27,6 +27,9 @@ type TraceSource interface {
 type traceSender struct {
 	acked, sent uint64
 	at          time.Time // when the batch in flight was published
+	// probe: the batch in flight went at QoS 0, before an ack said the
+	// hub takes records.
+	probe bool
 }
 
 // encodeTraces encodes as many of rs as fit in MaxMessage (at least
@@ -51,9 +54,8 @@ func (u *Uplink) encodeTraces(rs []store.TraceLogEntry) ([]byte, int, error) {
 }
 
 // onTraceAck records the hub's trace ack (capped by what was sent, as
-// for events) and that the hub takes records at all.
+// for events).
 func (u *Uplink) onTraceAck(upto uint64) {
-	u.tracesOK.Store(true)
 	upto = min(upto, u.maxTraceSent.Load())
 	for {
 		cur := u.traceAckUpto.Load()
@@ -80,15 +82,23 @@ func (s *sender) ackTraces(ctx context.Context) {
 	s.tr.sent = max(s.tr.sent, upto)
 }
 
-// fillTraces publishes the next batch of records once the hub has said
-// it takes them and none is in flight (or the one in flight is overdue).
+// fillTraces publishes the next batch of records when none is in flight
+// (or the one in flight is overdue). Until an ack of this connection
+// says the hub takes records, the batch goes at QoS 0, once per
+// ResendTimeout: it asks the hub, which stores it and answers with an
+// ack that says so, and a broker that refuses the topic (an older hub's)
+// drops it, where a refused QoS 1 publish would cost the connection.
+// Learning it sends the batch again at once, at QoS 1: a lost answer, a
+// lost probe or an ack that came before the gateway listened (all QoS 0)
+// cost at most one ResendTimeout, on every connection.
 func (s *sender) fillTraces(ctx context.Context) {
 	u := s.u
-	if u.opts.Traces == nil || !s.up || s.stalled || !u.tracesOK.Load() || ctx.Err() != nil {
+	if u.opts.Traces == nil || !s.up || s.stalled || ctx.Err() != nil {
 		return
 	}
 	now := u.opts.Now()
-	if s.tr.sent > s.tr.acked && now.Sub(s.tr.at) < u.opts.ResendTimeout {
+	ok := u.tracesOK.Load()
+	if s.tr.sent > s.tr.acked && now.Sub(s.tr.at) < u.opts.ResendTimeout && (!s.tr.probe || !ok) {
 		return
 	}
 	rs, err := u.opts.Traces.TraceLog(ctx, s.tr.acked, u.opts.BatchSize)
@@ -108,12 +118,16 @@ func (s *sender) fillTraces(ctx context.Context) {
 	if last > u.maxTraceSent.Load() {
 		u.maxTraceSent.Store(last)
 	}
-	if err := u.publishRaw(ctx, s.client, u.topics.Traces(u.opts.Gateway), false, payload); err != nil {
+	qos := byte(1)
+	if !ok {
+		qos = 0
+	}
+	if err := u.publishRaw(ctx, u.topics.Traces(u.opts.Gateway), false, qos, payload); err != nil {
 		u.log.Warn("publish trigger records", "err", err)
 		s.backoff()
 		return
 	}
-	s.tr.sent, s.tr.at = last, now
+	s.tr.sent, s.tr.at, s.tr.probe = last, now, !ok
 	s.trResend.Stop()
 	s.trResend.Reset(u.opts.ResendTimeout)
 	u.update(func(st *Stats) { st.TraceRecords += uint64(len(rs)) })

@@ -5,17 +5,20 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/store"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
-// TestTraceRecordsGoOnlyToAHubThatTakesThem: an ack without a trace
-// cursor (a hub from before trigger records, whose broker would refuse
-// the topic) brings no records; one with it brings them all, and its
-// trace ack deletes them from the gateway's log.
-func TestTraceRecordsGoOnlyToAHubThatTakesThem(t *testing.T) {
+// TestTraceRecordsAskTheHubAtQoS0: until an ack carries a trace cursor,
+// records go as one QoS 0 batch per ResendTimeout (a question a hub from
+// before trigger records, whose broker refuses the topic, drops without
+// closing the connection); the first ack that carries one, whichever
+// message it answers, brings them again at once at QoS 1, and its trace
+// ack deletes them from the gateway's log.
+func TestTraceRecordsAskTheHubAtQoS0(t *testing.T) {
 	b := brokertest.Start(t)
 	h := newHub(t, b.URL())
 	w := newWorld(t)
@@ -32,27 +35,30 @@ func TestTraceRecordsGoOnlyToAHubThatTakesThem(t *testing.T) {
 	opts.Traces = w.db
 	u, _ := start(t, opts)
 
-	h.waitFor("the event", h.has(1))
+	h.waitFor("the event and the question", func() bool { return len(h.entries) >= 1 && len(h.traces) == 3 })
 	h.ack(1) // an old hub's ack
 	waitStats(t, u, "1 acked", func(s Stats) bool { return s.Acked == 1 })
 	// A round trip through the uplink's loop after the ack: a new event
 	// sent and seen means the loop has passed the point where records
-	// would have gone.
+	// would have gone again.
 	w.steps(1, 1)
 	u.Notify()
 	h.waitFor("the second event", h.has(2))
 	h.mu.Lock()
-	if len(h.traces) != 0 {
-		t.Errorf("%d trace records sent to a hub whose acks carry no trace cursor", len(h.traces))
+	if len(h.traceQoS) != 1 || h.traceQoS[0] != 0 {
+		t.Errorf("trace batches before an ack with a cursor went at QoS %v, want one at QoS 0 (ResendTimeout is an hour)", h.traceQoS)
 	}
 	h.mu.Unlock()
 
 	zero := uint64(0)
 	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 2, Traces: &zero})
-	h.waitFor("3 records", func() bool { return len(h.traces) == 3 })
+	h.waitFor("the records again", func() bool { return len(h.traces) == 6 })
 	h.mu.Lock()
-	if r := h.traces[0]; r.Seq != 1 || r.RequestID != "r-1" || r.Outcome != "rejected" || r.Reason != "unknown_scene" || !r.At.Equal(t0) {
+	if r := h.traces[3]; r.Seq != 1 || r.RequestID != "r-1" || r.Outcome != "rejected" || r.Reason != "unknown_scene" || !r.At.Equal(t0) {
 		t.Errorf("first record = %+v", r)
+	}
+	if h.traceQoS[1] != 1 {
+		t.Errorf("records after the hub said it takes them went at QoS %d, want 1", h.traceQoS[1])
 	}
 	h.mu.Unlock()
 	three := uint64(3)
@@ -63,6 +69,35 @@ func TestTraceRecordsGoOnlyToAHubThatTakesThem(t *testing.T) {
 	}
 	if rec, err := w.db.Trace(ctx, "r-2"); err != nil || rec.Evaluations[0].Reason != "unknown_scene" {
 		t.Errorf("the gateway's own record after the ack: %+v, %v", rec, err)
+	}
+}
+
+// TestTraceRecordsAskAgainUntilTheHubAnswers: a hub that takes records
+// but whose answers are lost (or who never acked the gateway's coming
+// online) is asked again every ResendTimeout, and its first answer
+// brings the records.
+func TestTraceRecordsAskAgainUntilTheHubAnswers(t *testing.T) {
+	b := brokertest.Start(t)
+	h := newHub(t, b.URL())
+	w := newWorld(t)
+	ctx := context.Background()
+	if err := w.db.AddTraces(ctx, []store.Evaluation{{RequestID: "r-1", At: t0, Via: "mqtt", Scene: "go_home", Outcome: "accepted"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(b.URL(), w)
+	opts.Traces = w.db
+	opts.ResendTimeout = 200 * time.Millisecond
+	u, _ := start(t, opts)
+	h.waitFor("the question asked three times", func() bool { return len(h.traceQoS) >= 3 })
+	one := uint64(1)
+	h.publish(h.topics.Ack(gw), uplink.Ack{Upto: 0, Traces: &one})
+	waitStats(t, u, "the record acked", func(s Stats) bool { return s.TraceAcked == 1 })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, q := range h.traceQoS[:3] {
+		if q != 0 {
+			t.Errorf("question %d went at QoS %d, want 0", i, q)
+		}
 	}
 }
 

@@ -129,7 +129,10 @@ type HomeAssistantConfig struct {
 
 // HubConfig connects the agent to a hub (store-and-forward sync).
 type HubConfig struct {
-	URL string `toml:"url"` // "" disables sync
+	URL string `toml:"url"` // "" (and no urls) disables sync
+	// URLs are more addresses of the same hub (the nodes of a cluster),
+	// tried in turn after URL.
+	URLs []string `toml:"urls"`
 	// ClientID defaults to "sortie-gw-" + the gateway ID.
 	ClientID string `toml:"client_id"`
 	// RetainStatus publishes the gateway's status retained (default):
@@ -149,6 +152,15 @@ type HubConfig struct {
 	// unreachable; past it, each mission keeps only its latest event.
 	OutboxMax int             `toml:"outbox_max"`
 	Heartbeat driver.Duration `toml:"heartbeat"`
+}
+
+// addrs is every address of the hub, url first; none disables sync.
+func (h HubConfig) addrs() []string {
+	var out []string
+	if h.URL != "" {
+		out = append(out, h.URL)
+	}
+	return append(out, h.URLs...)
 }
 
 // broker views the hub connection settings as a BrokerConfig, to share
@@ -327,6 +339,13 @@ func (c Config) Validate(file string) error {
 		if u, err := url.Parse(c.Hub.URL); err != nil || u.Host == "" {
 			bad("hub.url", "%q is not a broker URL like tcp://hub:1883", c.Hub.URL)
 		}
+	}
+	for i, a := range c.Hub.URLs {
+		if u, err := url.Parse(a); err != nil || u.Host == "" {
+			bad(fmt.Sprintf("hub.urls[%d]", i), "%q is not a broker URL like tcp://nats-1:1883", a)
+		}
+	}
+	if len(c.Hub.addrs()) > 0 {
 		if (c.Hub.CertFile == "") != (c.Hub.KeyFile == "") {
 			bad("hub.cert_file", "cert_file and key_file go together")
 		}

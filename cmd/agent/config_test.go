@@ -29,6 +29,7 @@ func TestConfigValidate(t *testing.T) {
 		{"log format", "[log]\nformat = \"xml\"\n", "log.format"},
 		{"workers", "[driver]\nworkers = 0\n", "driver.workers"},
 		{"hub url", "[hub]\nurl = \"::\"\n", "hub.url"},
+		{"hub urls", "[hub]\nurls = [\"tcp://n1:1883\", \"::\"]\n", "hub.urls[1]"},
 		{"retention", "[retention]\nmax_count = -1\n", "retention.max_count"},
 	}
 	for _, c := range cases {

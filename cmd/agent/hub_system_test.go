@@ -325,7 +325,7 @@ func TestHubThreeGateways(t *testing.T) {
 		}
 		// The gateway's sync shows in its metrics.
 		metrics := envs["gw1"].metricsText()
-		for _, want := range []string{"sortie_hub_connected 1", "sortie_outbox_entries", "sortie_hub_sync_lag_seconds", "sortie_outbox_compacted_total 0"} {
+		for _, want := range []string{"sortie_hub_connected 1", `sortie_hub_broker{broker="tcp://` + h.broker + `"} 1`, "sortie_outbox_entries", "sortie_hub_sync_lag_seconds", "sortie_outbox_compacted_total 0"} {
 			if !strings.Contains(metrics, want) {
 				t.Errorf("gw1 /metrics lacks %q", want)
 			}

@@ -83,10 +83,11 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 		}
 	}
 
-	if h := cfg.Hub; h.URL != "" {
+	if h := cfg.Hub; len(h.addrs()) > 0 {
 		hb := h.broker()
+		addrs := h.addrs()
 		ho := &agent.HubOptions{
-			URL: h.URL, ClientID: h.ClientID, NoRetain: !h.RetainStatus, Username: h.Username, Prefix: h.Prefix, OutboxMax: h.OutboxMax, Heartbeat: h.Heartbeat.D(),
+			URL: addrs[0], URLs: addrs[1:], ClientID: h.ClientID, NoRetain: !h.RetainStatus, Username: h.Username, Prefix: h.Prefix, OutboxMax: h.OutboxMax, Heartbeat: h.Heartbeat.D(),
 		}
 		if ho.Password, err = hb.password(cfg); err != nil {
 			return o, fmt.Errorf("hub: %w", err)

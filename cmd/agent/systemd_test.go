@@ -6,10 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sortie-edge/sortie/internal/clustertest"
 )
 
 // The shipped systemd units are valid for systemd itself (every key
-// known, every command present), and their agent commands parse.
+// known, every command present), and their agent commands parse: the
+// gateway's (the agent and its backup) and the hub's (the hub, and a
+// node of its cluster's NATS).
 func TestSystemdUnits(t *testing.T) {
 	sa, err := exec.LookPath("systemd-analyze")
 	if err != nil {
@@ -19,8 +23,12 @@ func TestSystemdUnits(t *testing.T) {
 		t.Skip("systemd-analyze not found")
 	}
 	units, err := filepath.Glob(repoPath(t, "configs/systemd") + "/*")
-	if err != nil || len(units) != 3 {
-		t.Fatalf("units %v (%v), want the service, the backup service and its timer", units, err)
+	if err != nil || len(units) != 5 {
+		t.Fatalf("units %v (%v), want the agent, the backup service and its timer, the hub and a NATS node", units, err)
+	}
+	natsServer, err := clustertest.NATSServer()
+	if err != nil {
+		t.Fatalf("nats-server for its unit: %v", err)
 	}
 	dir := t.TempDir()
 	var files []string
@@ -31,7 +39,8 @@ func TestSystemdUnits(t *testing.T) {
 		}
 		// systemd checks that each command exists: point them at the
 		// binary under test.
-		s := strings.ReplaceAll(string(b), "/usr/local/bin/sortie-agent", agentBin)
+		s := strings.NewReplacer("/usr/local/bin/sortie-agent", agentBin, "/usr/local/bin/sortie-hub", hubBin,
+			"/usr/local/bin/nats-server", natsServer).Replace(string(b))
 		f := filepath.Join(dir, filepath.Base(u))
 		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
 			t.Fatal(err)

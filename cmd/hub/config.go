@@ -30,6 +30,7 @@ type Config struct {
 	Identity  IdentityConfig  `toml:"identity"`
 	HTTP      HTTPConfig      `toml:"http"`
 	Retention RetentionConfig `toml:"retention"`
+	Presence  PresenceConfig  `toml:"presence"`
 	Log       LogConfig       `toml:"log"`
 
 	// Gateways maps each gateway ID (its MQTT user name) to a password
@@ -123,6 +124,14 @@ type RetentionConfig struct {
 	Interval driver.Duration `toml:"interval"`
 }
 
+// PresenceConfig says when a gateway is shown offline without having
+// said so.
+type PresenceConfig struct {
+	// OfflineAfter is how long a gateway may go unheard (heartbeats
+	// included) before it is marked offline.
+	OfflineAfter driver.Duration `toml:"offline_after"`
+}
+
 // LogConfig sets level (debug, info, warn, error) and format (text, json).
 type LogConfig struct {
 	Level  string `toml:"level"`
@@ -149,6 +158,7 @@ func DefaultConfig() Config {
 		Retention: RetentionConfig{
 			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 100_000, Interval: driver.Duration(time.Hour),
 		},
+		Presence: PresenceConfig{OfflineAfter: driver.Duration(90 * time.Second)},
 		Log:      LogConfig{Level: "info", Format: "text"},
 		Gateways: map[string]string{},
 		Cluster: ClusterConfig{
@@ -263,6 +273,9 @@ func (c Config) Validate(file string) error {
 	}
 	if c.Retention.Interval <= 0 {
 		return bad("retention.interval", "must be positive")
+	}
+	if c.Presence.OfflineAfter < driver.Duration(time.Second) {
+		return bad("presence.offline_after", "%s is too short: at least 1s, and longer than the gateways' heartbeat (two or three of them)", c.Presence.OfflineAfter)
 	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(c.Log.Level)); err != nil {

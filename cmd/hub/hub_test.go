@@ -102,6 +102,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad duration", "[http]\ncontrol_timeout = \"soon\"\n" + gw, ""},
 		{"control_resend in its old place", "[cluster]\ncontrol_resend = \"1s\"\n" + gw, "cluster.control_resend"},
 		{"control resent no sooner than it times out", "[http]\ncontrol_timeout = \"2s\"\ncontrol_resend = \"2s\"\n" + gw, "http.control_resend"},
+		{"offline after less than a second", "[presence]\noffline_after = \"500ms\"\n" + gw, "presence.offline_after"},
 		{"cluster without nats", "[cluster]\nenabled = true\n", "cluster.nats"},
 		{"cluster with a broker URL for nats", "[cluster]\nenabled = true\nnats = \"tcp://n1:1883\"\n", "cluster.nats"},
 		{"cluster without a password", "[cluster]\nenabled = true\nnats = \"nats://n1:4222\"\n", "cluster.nats_user"},

@@ -5,7 +5,7 @@
 //	hub run      [-config FILE] [flags]   run the hub (default)
 //	hub validate [-config FILE]           check the configuration
 //	hub passwd   [-generate] GATEWAY      print a credential line for [gateways]
-//	hub nats-user [-generate] [-hub] NAME a NATS user for the cluster mode
+//	hub nats-user [-generate] [-hub|-system] NAME a NATS user for the cluster mode
 //	hub version                           print the version
 //	hub completion bash|zsh               a shell completion script
 package main
@@ -62,11 +62,12 @@ var program = &cli.Program{
 		{Name: "passwd", Args: "[-generate] GATEWAY", Summary: "a gateway's line for [gateways]",
 			Help: "Reads a password (or makes one up with -generate, shown once) and prints\n" +
 				"the line to add under [gateways] for GATEWAY: its ID and the password's hash.", Run: cmdPasswd},
-		{Name: "nats-user", Args: "[-generate] [-hub] [-prefix P] NAME", Summary: "a NATS user for the cluster mode",
+		{Name: "nats-user", Args: "[-generate] [-hub|-system] [-prefix P] NAME", Summary: "a NATS user for the cluster mode",
 			Help: "Reads a password (or makes one up with -generate, shown once) and prints\n" +
 				"the entry to add to the users of the cluster's NATS config (configs/nats.conf)\n" +
 				"for gateway NAME, or with -hub for the hub replicas' user NAME: its\n" +
-				"permissions and the password's bcrypt hash.", Run: cmdNATSUser},
+				"permissions and the password's bcrypt hash. With -system, the entry of a\n" +
+				"user NAME of the system account: its name and the hash.", Run: cmdNATSUser},
 		{Name: "version", Summary: "print the version", Run: cmdVersion},
 	},
 }

@@ -22,7 +22,7 @@ func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
 		{"run", "usage: hub run [-config FILE] [flags]", "-broker-url"},
 		{"validate", "usage: hub validate [-config FILE]", "-config"},
 		{"passwd", "usage: hub passwd [-generate] GATEWAY", "-generate"},
-		{"nats-user", "usage: hub nats-user [-generate] [-hub] [-prefix P] NAME", "-hub"},
+		{"nats-user", "usage: hub nats-user [-generate] [-hub|-system] [-prefix P] NAME", "-system"},
 		{"version", "usage: hub version", ""},
 		{"completion", "usage: hub completion bash|zsh", ""},
 		{"help", "usage: hub help [COMMAND]", ""},

@@ -25,9 +25,16 @@ func cmdNATSUser(_ context.Context, e *cli.Env, args []string) error {
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
 	prefix := fs.String("prefix", uplink.DefaultPrefix, "the topic prefix (the hub config's prefix)")
 	forHub := fs.Bool("hub", false, "the hub replicas' user (NAME is its nats_user) rather than a gateway's")
+	system := fs.Bool("system", false, "a user of the system account (NAME, with no permissions): the entry nats.conf's system_account takes, its password hashed")
 	name, err := idArg(fs, args, "nats-user needs exactly one name: a gateway ID, or the hub's user with -hub")
 	if err != nil {
 		return err
+	}
+	if *forHub && *system {
+		return &usageError{Msg: "-hub and -system are different users: give one"}
+	}
+	if *system {
+		return printSystemUser(e, name, *generate)
 	}
 	if *prefix == "" || strings.ContainsAny(*prefix, "+#") || strings.HasPrefix(*prefix, "/") || strings.HasSuffix(*prefix, "/") {
 		return &usageError{Msg: fmt.Sprintf("prefix %q must be non-empty, without wildcards or a leading/trailing '/'", *prefix)}
@@ -60,6 +67,28 @@ func cmdNATSUser(_ context.Context, e *cli.Env, args []string) error {
 	}
 	_, err = fmt.Fprintf(e.Stdout, "{user: %s, password: %s,\n permissions: {publish: {allow: %s},\n               subscribe: {allow: %s}},\n allowed_connection_types: [%s]}\n",
 		natsString(name), natsString(string(h)), natsList(perms.Publish), natsList(perms.Subscribe), natsString(types))
+	return err
+}
+
+// printSystemUser prints a user entry for the system account: its
+// name and a bcrypt hash of its password, which nats-server takes in
+// place of the plaintext it warns about ($2a$, $2b$, $2x$ or $2y$ and a
+// two-digit cost, as x/crypto/bcrypt writes).
+func printSystemUser(e *cli.Env, name string, generate bool) error {
+	password, err := passwd.Read(e.Stdin, e.Stderr, "the NATS system user "+name, generate)
+	if err != nil {
+		return err
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), natsCost)
+	if err != nil {
+		return fmt.Errorf("hash password: %w", err)
+	}
+	if generate {
+		if _, err := fmt.Fprintf(e.Stdout, "# password for the NATS system user %s (for tools that read the servers' state; it is not shown again): %s\n", name, password); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(e.Stdout, "{user: %s, password: %s}\n", natsString(name), natsString(string(h)))
 	return err
 }
 

@@ -31,7 +31,10 @@ func TestNATSUserLogsIn(t *testing.T) {
 		}
 		return out.String()
 	}
-	users := entry("gw.one") + entry("-hub", "hubuser")
+	users := entry("gw.one") + entry("-hub", "hubuser") + entry("-system", "sysuser")
+	if !strings.Contains(users, `{user: "sysuser", password: "$2a$11$`) {
+		t.Errorf("the system user's entry: want its name and a bcrypt hash, got\n%s", users)
+	}
 	n := clustertest.StartNATS(t, 1, clustertest.NATSOptions{Accounts: "  FLEET {\n    jetstream: enabled\n    users: [\n" + users + "    ]\n  }"})
 	node := n.Nodes[0]
 
@@ -64,6 +67,12 @@ func TestNATSUserLogsIn(t *testing.T) {
 	}
 	defer c.Disconnect(0)
 
+	// The system user's hash is one nats-server takes.
+	sys, err := nats.Connect(node.ClientURL(), nats.UserInfo("sysuser", "pw-sysuser"))
+	if err != nil {
+		t.Fatalf("the system user's login with its hashed password: %v", err)
+	}
+	sys.Close()
 	nc, err := nats.Connect(node.ClientURL(), nats.UserInfo("hubuser", "pw-hubuser"))
 	if err != nil {
 		t.Fatalf("the hub's login: %v", err)

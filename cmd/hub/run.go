@@ -178,9 +178,10 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 	sopts := hub.ServiceOptions{
 		ClientID: cfg.Identity.ClientID, Username: cfg.Identity.Username, Prefix: cfg.Prefix,
 		ControlTimeout: cfg.HTTP.ControlTimeout.D(), ControlResend: cfg.HTTP.ControlResend.D(),
-		Retention:  hub.Retention{MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount},
-		PruneEvery: cfg.Retention.Interval.D(),
-		Logger:     log.With("component", "service"),
+		Retention:    hub.Retention{MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount},
+		PruneEvery:   cfg.Retention.Interval.D(),
+		OfflineAfter: cfg.Presence.OfflineAfter.D(),
+		Logger:       log.With("component", "service"),
 	}
 	if sopts.Password, err = cfg.secret(cfg.Identity.Password, cfg.Identity.PasswordFile); err != nil {
 		return fmt.Errorf("identity.password_file: %w", err)

@@ -213,10 +213,13 @@ function gatewayInfo(g) {
   const head = el("div");
   head.append(el("strong", g.id), " ", badge(g.state));
   if (!on && isTime(g.since)) head.append(" ", timeEl("span", g.since));
+  const why = {connection_lost: "connection lost", stopped: "stopped", heartbeats_stopped: "heartbeats stopped"}[g.why];
+  if (!on && why) head.append(" ", el("span", "(" + why + ")", "meta"));
   out.push(head);
   const hb = g.heartbeat || {};
   const meta = el("div", "version " + (g.version || "?") + " · heartbeat ", "meta");
   meta.append(timeEl("span", g.last_heartbeat), " · backlog " + (hb.backlog ?? "?") + " · active " + (hb.active_missions ?? "?"));
+  if (on && g.broker) meta.append(" · via " + g.broker);
   out.push(meta);
   const filled = g.gaps_filled || 0;
   out.push(el("div", "events " + g.events + " · duplicates " + g.duplicates + " · gaps " + g.gaps +
