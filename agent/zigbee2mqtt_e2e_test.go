@@ -394,15 +394,19 @@ func TestHomeAssistantRunsScenesFromItsButtons(t *testing.T) {
 	}
 }
 
-// mixedHome is the mixed demo's registry with the Zigbee2MQTT scenes of
-// these tests.
-func mixedHome(t *testing.T) (*devices.Registry, *scenes.Catalog) {
+// mixedHome is the mixed demo's registry with the scenes given, or the
+// Zigbee2MQTT scenes of these tests.
+func mixedHome(t *testing.T, sceneTOML ...string) (*devices.Registry, *scenes.Catalog) {
 	t.Helper()
 	reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := scenes.Parse([]byte(z2mHomeScenes), "z2m-scenes.toml", reg)
+	src := z2mHomeScenes
+	if len(sceneTOML) > 0 {
+		src = sceneTOML[0]
+	}
+	cat, err := scenes.Parse([]byte(src), "scenes.toml", reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,20 +418,13 @@ func mixedHome(t *testing.T) (*devices.Registry, *scenes.Catalog) {
 // with their own users and roles, and scenes on them succeed: each may
 // do what its firmware does, within its own topics.
 func TestEcosystemDevicesLogInWithTheirOwnRoles(t *testing.T) {
-	reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := scenes.Parse([]byte(z2mHomeScenes+`
+	reg, cat := mixedHome(t, z2mHomeScenes+`
 [[scene]]
 name = "wifi_on"
 [[scene.step]]
 devices = ["desk-lamp", "garden-pump"]
 action = "turn_on"
-`), "scenes.toml", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	hash := func(pw string) string {
 		h, err := passwd.HashCost(pw, 1000)
 		if err != nil {
@@ -485,5 +482,125 @@ action = "turn_on"
 	}
 	if !lamp.Power() || !pump.On() {
 		t.Errorf("lamp on %v, pump on %v", lamp.Power(), pump.On())
+	}
+}
+
+// wifiScenes drive the mixed home's Wi-Fi devices: a Tasmota dimmer, a
+// Shelly relay and an ESPHome node's switch and cover.
+const wifiScenes = `
+[[scene]]
+name = "wifi_on"
+deadline = "30s"
+[[scene.step]]
+device = "desk-lamp"
+action = "turn_on"
+params = { brightness = 70 }
+compensate = "restore"
+[[scene.step]]
+device = "garden-pump"
+action = "turn_on"
+compensate = "restore"
+[[scene.step]]
+device = "garage-light"
+action = "turn_on"
+
+[[scene]]
+name = "wifi_door"
+deadline = "30s"
+[[scene.step]]
+device = "desk-lamp"
+action = "turn_off"
+compensate = "restore"
+[[scene.step]]
+device = "garden-pump"
+action = "turn_off"
+compensate = "restore"
+[[scene.step]]
+device = "garage-door"
+action = "open"
+ack_timeout = "300ms"
+retry = { max_attempts = 1 }
+`
+
+// TestScenesOnWiFiDevicesOnEveryBroker runs scenes on a Tasmota, a
+// Shelly and an ESPHome node over real TCP, on the embedded broker and
+// on Debian's mosquitto: a run succeeds with the devices where it asked;
+// a run whose third step fails (a garage door slower than its step
+// allows) undoes the first two to the state they really had; a step for
+// a device that went away waits, and ends well once it is back.
+func TestScenesOnWiFiDevicesOnEveryBroker(t *testing.T) {
+	for _, bk := range []string{"embedded", "mosquitto"} {
+		t.Run(bk, func(t *testing.T) {
+			reg, cat := mixedHome(t, wifiScenes)
+			ends := newEnds()
+			opts := agent.Options{
+				Gateway: "wifi", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
+				Broker:    agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0", AckTimeout: 5 * time.Second},
+				Observers: []driver.Observer{ends}, QuietMissions: true,
+			}
+			if bk == "mosquitto" {
+				opts.Broker = agent.BrokerOptions{URL: brokertest.Mosquitto(t), AckTimeout: 5 * time.Second}
+			}
+			a := runAgent(t, opts)
+			conn := simulator.Conn{Broker: a.Addrs().BrokerURL}
+			wifi := simulator.WiFiFaults{Delay: 50 * time.Millisecond, Jitter: 100 * time.Millisecond}
+			lamp, err := simulator.StartTasmota(t.Context(), simulator.TasmotaConfig{Conn: conn, Topic: "tasmota_5E1A2B", Kind: "dimmer", WiFiFaults: wifi, Dimmer: 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(lamp.Close)
+			pump, err := simulator.StartShelly(t.Context(), simulator.ShellyConfig{Conn: conn, ID: "shellyplus1-4855199bc0e8", Kind: "switch", WiFiFaults: wifi})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pump.Close)
+			nodeCfg := simulator.ESPHomeConfig{Conn: conn, Name: "garage-node", WiFiFaults: simulator.WiFiFaults{Delay: 50 * time.Millisecond, Travel: 2 * time.Second},
+				Entities: []simulator.ESPHomeEntity{{Type: "switch", ObjectID: "garage_light"}, {Type: "cover", ObjectID: "garage_door"}}}
+			node, err := simulator.StartESPHome(t.Context(), nodeCfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { node.Close() })
+			app := triggerClient(t, a.Addrs().BrokerURL)
+			run := func(scene, req string) driver.State {
+				t.Helper()
+				if err := app.Publish(a.Addrs().TriggerTopic, fmt.Appendf(nil, `{"scene":%q,"request_id":%q}`, scene, req), false, 1); err != nil {
+					t.Fatal(err)
+				}
+				return ends.await(t, scene)
+			}
+
+			if got := run("wifi_on", "w1"); got != driver.StateSucceeded {
+				t.Fatalf("wifi_on ended %s: %q", got, ends.failures())
+			}
+			if !lamp.Power() || lamp.Dimmer() != 70 || !pump.On() || node.State("garage_light")["state"] != "ON" {
+				t.Errorf("after wifi_on: lamp %v/%d, pump %v, garage light %v", lamp.Power(), lamp.Dimmer(), pump.On(), node.State("garage_light"))
+			}
+			// The door needs 2 s, its step allows 300 ms once: the run
+			// fails, and the lamp and the pump go back on, as they were.
+			if got := run("wifi_door", "w2"); got != driver.StateFailed {
+				t.Fatalf("wifi_door ended %s, want FAILED", got)
+			}
+			if !lamp.Power() || !pump.On() {
+				t.Errorf("after the undo: lamp on %v, pump on %v; want both back on", lamp.Power(), pump.On())
+			}
+			if pump.Toggles() != 0 {
+				t.Errorf("the pump got %d toggles", pump.Toggles())
+			}
+
+			// The node goes away: its light's step waits until it is back.
+			node.Kill()
+			waitOffline(t, a, "garage-light")
+			if err := app.Publish(a.Addrs().TriggerTopic, []byte(`{"scene":"wifi_on","request_id":"w3"}`), false, 1); err != nil {
+				t.Fatal(err)
+			}
+			ends.notYet(t, "wifi_on", 300*time.Millisecond)
+			if node, err = simulator.StartESPHome(t.Context(), nodeCfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := ends.await(t, "wifi_on"); got != driver.StateSucceeded {
+				t.Fatalf("wifi_on after the node came back ended %s: %q", got, ends.failures())
+			}
+		})
 	}
 }
