@@ -48,10 +48,15 @@ const (
 	// publish and subscribe under it, publish its Home Assistant discovery
 	// configs (node id Scope) and read Home Assistant's status.
 	RoleESPHome = "esphome"
+	// RoleHomeAssistant is a device known to Home Assistant through MQTT
+	// discovery (protocol "homeassistant") whose topics are under Scope:
+	// the same confinement as an ESPHome node's, its discovery configs
+	// with node id Scope.
+	RoleHomeAssistant = "homeassistant"
 )
 
 // Roles lists the roles a BrokerUser may have.
-var Roles = []string{RoleDevice, RoleApp, RoleAdmin, RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome}
+var Roles = []string{RoleDevice, RoleApp, RoleAdmin, RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome, RoleHomeAssistant}
 
 // BrokerUser is a client of the embedded broker.
 type BrokerUser struct {
@@ -68,7 +73,7 @@ type BrokerUser struct {
 }
 
 // ecosystemRoles are the roles confined to a Scope.
-var ecosystemRoles = []string{RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome}
+var ecosystemRoles = []string{RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome, RoleHomeAssistant}
 
 // brokerAuth is the embedded broker's access control when users are
 // configured: broker.Auth with the agent's roles as its rule.
@@ -226,7 +231,7 @@ func (a *brokerAuth) may(user, topic string, write bool) bool {
 			return topic == a.agent.Trigger()
 		}
 		return a.appReads(topic)
-	case RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome:
+	case RoleZigbee2MQTT, RoleTasmota, RoleShelly, RoleESPHome, RoleHomeAssistant:
 		return a.ecosystemMay(a.roles[user], a.scopes[user], topic, write)
 	}
 	return false
@@ -261,7 +266,7 @@ func (a *brokerAuth) ecosystemMay(role, scope, topic string, write bool) bool {
 			return under(topic, scope) || topic == a.shellySrc+"/rpc"
 		}
 		return under(topic, scope) || topic == "shellies/command"
-	case RoleESPHome:
+	case RoleESPHome, RoleHomeAssistant:
 		if write && strings.HasPrefix(topic, "homeassistant/") {
 			levels := strings.Split(topic, "/")
 			return len(levels) >= 4 && levels[2] == scope && !strings.ContainsAny(topic, "+#")

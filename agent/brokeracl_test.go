@@ -85,7 +85,8 @@ func TestBrokerAuthRoles(t *testing.T) {
 }
 
 // TestEcosystemRolesKeepEachDeviceToItsOwnTopics: a Zigbee2MQTT bridge,
-// a Tasmota, a Shelly and an ESPHome node may publish and subscribe where
+// a Tasmota, a Shelly, an ESPHome node and a device known to Home
+// Assistant may publish and subscribe where
 // their firmware does, and nowhere else: not another device's topics,
 // not the agent's, not a wildcard reaching beyond their own.
 func TestEcosystemRolesKeepEachDeviceToItsOwnTopics(t *testing.T) {
@@ -94,6 +95,7 @@ func TestEcosystemRolesKeepEachDeviceToItsOwnTopics(t *testing.T) {
 		{Name: "plug", Role: RoleTasmota, Scope: "tasmota_5E1A2B", PasswordHash: testHash(t, "t")},
 		{Name: "pump", Role: RoleShelly, Scope: "shellyplus1-4855199bc0e8", PasswordHash: testHash(t, "s")},
 		{Name: "garage", Role: RoleESPHome, Scope: "garage-node", PasswordHash: testHash(t, "e")},
+		{Name: "workshop", Role: RoleHomeAssistant, Scope: "workshop", PasswordHash: testHash(t, "h")},
 	}}
 	a, _, err := newBrokerAuth(b, "home", "sortie-home", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -133,6 +135,12 @@ func TestEcosystemRolesKeepEachDeviceToItsOwnTopics(t *testing.T) {
 		{"garage", "homeassistant/switch/garage-node/light/config", true, true},
 		{"garage", "homeassistant/switch/other-node/light/config", true, false},
 		{"garage", "other-node/status", true, false},
+		{"workshop", "workshop/+/set", false, true},
+		{"workshop", "workshop/fan/state", true, true},
+		{"workshop", "workshop/availability", true, true},
+		{"workshop", "homeassistant/switch/workshop/fan/config", true, true},
+		{"workshop", "homeassistant/light/garage-node/lamp/config", true, false},
+		{"workshop", "garage-node/switch/light/command", true, false},
 	} {
 		if got := a.may(c.user, c.topic, c.write); got != c.want {
 			t.Errorf("%s %s (write %v): %v, want %v", c.user, c.topic, c.write, got, c.want)

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sortie-edge/sortie/devices/adapter"
 	"github.com/sortie-edge/sortie/devices/esphome"
+	"github.com/sortie-edge/sortie/devices/homeassistant"
 	"github.com/sortie-edge/sortie/devices/shelly"
 	"github.com/sortie-edge/sortie/devices/tasmota"
 	"github.com/sortie-edge/sortie/devices/zigbee2mqtt"
@@ -85,10 +88,31 @@ func (c *Client) Discover(ctx context.Context, o DiscoverOptions) (Discovery, er
 			add(fs, err, topic)
 		},
 	}
-	for _, f := range esphome.DiscoveryFilters {
+	// Home Assistant discovery configs: an ESPHome node's are read as
+	// ESPHome's, a Zigbee2MQTT bridge's are left to its bridge/devices,
+	// and any other usable entity is a homeassistant device.
+	haSettings, err := homeassistant.ParseSettings(c.opts.Registry.Protocols[homeassistant.Name])
+	if err != nil {
+		return Discovery{}, fmt.Errorf("discover: protocols.%s: %w", homeassistant.Name, err)
+	}
+	haFilters := homeassistant.DiscoveryFilters(haSettings.Prefix)
+	if haSettings.Prefix != homeassistant.DefaultPrefix {
+		haFilters = append(haFilters, esphome.DiscoveryFilters...)
+	}
+	for _, f := range haFilters {
 		handlers[f] = func(topic string, payload []byte) {
 			if fd, ok, err := esphome.DecodeDiscovery(topic, payload); ok || err != nil {
 				add([]adapter.Found{fd}, err, topic)
+				return
+			}
+			fs, err := homeassistant.DecodeDiscovery(haSettings.Prefix, topic, payload)
+			fs = slices.DeleteFunc(fs, func(f adapter.Found) bool {
+				return slices.ContainsFunc(homeassistant.CommandTopics(f.Config), func(t string) bool {
+					return strings.HasPrefix(t, z2mBase+"/")
+				})
+			})
+			if len(fs) > 0 || err != nil {
+				add(fs, err, topic)
 			}
 		}
 	}
@@ -323,6 +347,9 @@ func RegistryTOML(d Discovery, reg *Registry) string {
 			fmt.Fprintf(&b, "name = %q\n", f.Name)
 		}
 		fmt.Fprintf(&b, "protocol = %q\naddress = %q\n", f.Protocol, f.Address)
+		if f.Config != nil {
+			fmt.Fprintf(&b, "config = %s\n", tomlInline(f.Config))
+		}
 		if f.Model != "" {
 			fmt.Fprintf(&b, "# %s\n", f.Model)
 		}
@@ -369,4 +396,39 @@ func uniqueID(base string, used map[string]bool) string {
 			return id
 		}
 	}
+}
+
+// tomlInline renders a value decoded from JSON (text, numbers, bools,
+// lists and tables) as a TOML inline value, keys sorted. JSON's string
+// escapes are TOML's basic string escapes.
+func tomlInline(v any) string {
+	switch x := v.(type) {
+	case map[string]any:
+		parts := make([]string, 0, len(x))
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			key := k
+			if k == "" || strings.IndexFunc(k, func(r rune) bool {
+				return r != '_' && r != '-' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9')
+			}) >= 0 { // not a bare key
+				key = tomlInline(k)
+			}
+			parts = append(parts, key+" = "+tomlInline(x[k]))
+		}
+		return "{ " + strings.Join(parts, ", ") + " }"
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, it := range x {
+			parts = append(parts, tomlInline(it))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return strconv.FormatInt(int64(x), 10)
+		}
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case nil:
+		return `""`
+	}
+	b, _ := json.Marshal(v) // text and bools
+	return string(b)
 }

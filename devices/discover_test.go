@@ -12,7 +12,8 @@ import (
 // TestDiscoverFindsEveryEcosystemAndWritesARegistryThatLoads runs a
 // Zigbee2MQTT bridge, a Tasmota plug and shutter, a Shelly relay (that
 // connects while discovery listens) and an ESPHome node, and asks the
-// agent's client what it hears: every device is found with the right
+// agent's client what it hears (with a DIY board announcing itself to
+// Home Assistant): every device is found with the right
 // protocol, address and kind, and the TOML it writes loads as a registry
 // whose devices the adapters accept.
 func TestDiscoverFindsEveryEcosystemAndWritesARegistryThatLoads(t *testing.T) {
@@ -40,6 +41,12 @@ func TestDiscoverFindsEveryEcosystemAndWritesARegistryThatLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
+	ha, err := simulator.StartHA(t.Context(), simulator.HAConfig{Conn: conn, Name: "shed",
+		Entities: []simulator.HAEntity{{Type: "light", ObjectID: "lamp"}, {Type: "climate", ObjectID: "heater"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ha.Close)
 
 	done := make(chan devices.Discovery, 1)
 	failed := make(chan error, 1)
@@ -82,10 +89,16 @@ func TestDiscoverFindsEveryEcosystemAndWritesARegistryThatLoads(t *testing.T) {
 		"esphome garage-node/cover/garage_door":   "curtain",
 		"shelly shellyplus1-4855199bc0e8":         "relay",
 		"zigbee2mqtt Hall/Bulb":                   "light",
+		"homeassistant light/shed/lamp":           "light",
+		"homeassistant climate/shed/heater":       "thermostat",
 	}
 	got := map[string]string{}
 	for _, f := range d.Found {
 		got[f.Protocol+" "+f.Address] = f.Kind
+	}
+	// An ESPHome node's announcements are ESPHome's, not generic ones.
+	if len(got) != len(want) {
+		t.Errorf("found %d devices, want %d: %v", len(got), len(want), got)
 	}
 	for k, kind := range want {
 		if got[k] != kind {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices/adapter"
 	"github.com/sortie-edge/sortie/devices/esphome"
+	"github.com/sortie-edge/sortie/devices/homeassistant"
 	"github.com/sortie-edge/sortie/devices/shelly"
 	"github.com/sortie-edge/sortie/devices/tasmota"
 	"github.com/sortie-edge/sortie/devices/zigbee2mqtt"
@@ -31,6 +32,8 @@ type protocol struct {
 	// nil): a device whose last report shows the wanted state is done
 	// without a command, since it may not report again.
 	blind bool
+	// config says the ecosystem's devices each carry a config table.
+	config bool
 }
 
 // protocols are the ecosystems a registry may name. They are compiled
@@ -60,6 +63,17 @@ var protocols = map[string]protocol{
 		},
 		blind: true,
 	},
+	homeassistant.Name: {
+		build: func(m map[string]any, devs []adapter.Device) (adapter.Protocol, error) {
+			s, err := homeassistant.ParseSettings(m)
+			if err != nil {
+				return nil, err
+			}
+			return homeassistant.New(s, devs)
+		},
+		blind:  true,
+		config: true,
+	},
 	shelly.Name: {
 		build: func(m map[string]any, devs []adapter.Device) (adapter.Protocol, error) {
 			s, err := shelly.ParseSettings(m)
@@ -88,13 +102,17 @@ func protocolNames() string {
 // checkProtocol checks a device's protocol and address.
 func (r *Registry) checkProtocol(d Device, where string) error {
 	if d.Protocol == "" || d.Protocol == ProtocolSortie {
-		if d.Address != "" {
-			return fmt.Errorf("%s: address: only a device of another ecosystem has one (set protocol)", where)
+		if d.Address != "" || d.Config != nil {
+			return fmt.Errorf("%s: address and config: only a device of another ecosystem has them (set protocol)", where)
 		}
 		return nil
 	}
-	if _, ok := protocols[d.Protocol]; !ok {
+	p, ok := protocols[d.Protocol]
+	if !ok {
 		return fmt.Errorf("%s: protocol: unknown %q (want %s)", where, d.Protocol, protocolNames())
+	}
+	if d.Config != nil && !p.config {
+		return fmt.Errorf("%s: config: a %s device has none (its address says where it is)", where, d.Protocol)
 	}
 	if d.Address == "" {
 		return fmt.Errorf("%s: address: missing (the device's name in %s)", where, d.Protocol)
@@ -159,7 +177,7 @@ func (r *Registry) adapters() ([]*ecosystem, error) {
 			continue
 		}
 		byProto[d.Protocol] = append(byProto[d.Protocol], adapter.Device{
-			ID: d.ID, Address: d.Address, Keys: sortedKeys(r.Types[d.Type].Actions[SetAction].Params),
+			ID: d.ID, Address: d.Address, Keys: sortedKeys(r.Types[d.Type].Actions[SetAction].Params), Config: d.Config,
 		})
 	}
 	var out []*ecosystem

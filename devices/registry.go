@@ -89,6 +89,10 @@ type Device struct {
 	// Address is the device's name in its ecosystem (a Zigbee2MQTT
 	// friendly name, ...); required with any protocol but Sortie's.
 	Address string `toml:"address"`
+	// Config is the device's description in its ecosystem's own terms,
+	// for ecosystems that describe each device apart: a Home Assistant
+	// MQTT discovery config (protocol "homeassistant").
+	Config map[string]any `toml:"config"`
 }
 
 // Link is a shared path to several devices that takes only so much at

@@ -61,8 +61,17 @@ func (c ESPHomeConfig) check() error {
 	if c.Name == "" || strings.ContainsAny(c.Name, "+# ") {
 		return fmt.Errorf("name: %q is not an ESPHome node name", c.Name)
 	}
+	if err := checkEntities(c.Entities); err != nil {
+		return err
+	}
+	return c.WiFiFaults.check()
+}
+
+// checkEntities checks a node's entities (an ESPHome's, a Home
+// Assistant device's).
+func checkEntities(entities []ESPHomeEntity) error {
 	covers := 0
-	for _, e := range c.Entities {
+	for _, e := range entities {
 		switch e.Type {
 		case "switch", "light", "lock", "climate":
 		case "cover":
@@ -77,7 +86,23 @@ func (c ESPHomeConfig) check() error {
 	if covers > 1 {
 		return fmt.Errorf("a simulated node has at most one cover, not %d", covers)
 	}
-	return c.WiFiFaults.check()
+	return nil
+}
+
+// initialState is an entity's state when a node starts, in ESPHome's
+// terms (a Home Assistant device's are the same).
+func initialState(typ string) map[string]any {
+	switch typ {
+	case "switch":
+		return map[string]any{"state": "OFF"}
+	case "light":
+		return map[string]any{"state": "OFF", "brightness": 255, "color_temp": 370}
+	case "lock":
+		return map[string]any{"state": "LOCKED"}
+	case "climate":
+		return map[string]any{"mode": "heat", "target": 20.0}
+	}
+	return map[string]any{}
 }
 
 // StartESPHome connects the node.
@@ -91,18 +116,7 @@ func StartESPHome(ctx context.Context, cfg ESPHomeConfig) (*ESPHome, error) {
 	n := &ESPHome{cfg: cfg, state: make(map[string]map[string]any)}
 	n.faults, n.rng = cfg.WiFiFaults, rand.New(rand.NewPCG(cfg.Seed, 0xe5))
 	for _, e := range cfg.Entities {
-		st := map[string]any{}
-		switch e.Type {
-		case "switch":
-			st["state"] = "OFF"
-		case "light":
-			st["state"], st["brightness"], st["color_temp"] = "OFF", 255, 370
-		case "lock":
-			st["state"] = "LOCKED"
-		case "climate":
-			st["mode"], st["target"] = "heat", 20.0
-		}
-		n.state[n.base(e)] = st
+		n.state[n.base(e)] = initialState(e.Type)
 	}
 	n.serve, n.retainStates = n.command, true
 	err := n.start(ctx, mqttc.Options{

@@ -47,6 +47,9 @@ type HomeConfig struct {
 	Shelly []ShellyConfig `toml:"shelly"`
 	// ESPHome are simulated ESPHome nodes with the MQTT component.
 	ESPHome []ESPHomeConfig `toml:"esphome"`
+	// HomeAssistant are simulated devices that announce themselves
+	// through Home Assistant's MQTT discovery.
+	HomeAssistant []HAConfig `toml:"homeassistant"`
 
 	// Username and Password log every device in, for a broker that
 	// wants them.
@@ -134,8 +137,8 @@ func (c *HomeConfig) Validate() error {
 	if err := checkPrefix(c.Prefix); err != nil {
 		return &ConfigError{Field: "prefix", Err: err}
 	}
-	if len(c.Devices) == 0 && len(c.Zigbee2MQTT) == 0 && len(c.Tasmota) == 0 && len(c.Shelly) == 0 && len(c.ESPHome) == 0 {
-		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]], [[zigbee2mqtt]] bridge, [[tasmota]], [[shelly]] or [[esphome]] node")}
+	if len(c.Devices) == 0 && len(c.Zigbee2MQTT) == 0 && len(c.Tasmota) == 0 && len(c.Shelly) == 0 && len(c.ESPHome) == 0 && len(c.HomeAssistant) == 0 {
+		return &ConfigError{Field: "device", Err: errors.New("a home needs at least one [[device]], [[zigbee2mqtt]] bridge, [[tasmota]], [[shelly]], [[esphome]] or [[homeassistant]] node")}
 	}
 	nodes := make(map[string]bool)
 	for i, ec := range c.ESPHome {
@@ -146,6 +149,15 @@ func (c *HomeConfig) Validate() error {
 			return &ConfigError{Field: fmt.Sprintf("esphome[%d].name", i), Err: fmt.Errorf("%q is another node's", ec.Name)}
 		}
 		nodes[ec.Name] = true
+	}
+	for i, hc := range c.HomeAssistant {
+		if err := hc.check(); err != nil {
+			return &ConfigError{Field: fmt.Sprintf("homeassistant[%d]", i), Err: err}
+		}
+		if nodes[hc.Name] {
+			return &ConfigError{Field: fmt.Sprintf("homeassistant[%d].name", i), Err: fmt.Errorf("%q is another node's", hc.Name)}
+		}
+		nodes[hc.Name] = true
 	}
 	shellys := make(map[string]bool)
 	for i, sc := range c.Shelly {
@@ -310,6 +322,7 @@ type Home struct {
 	tas  []*Tasmota
 	shl  []*Shelly
 	esp  []*ESPHome
+	ha   []*HADevice
 	byID map[string]*Device
 	log  *slog.Logger
 
@@ -426,6 +439,17 @@ func (h *Home) Start(ctx context.Context) error {
 		h.esp = append(h.esp, n)
 		h.mu.Unlock()
 	}
+	for i, hc := range h.cfg.HomeAssistant {
+		hc.Broker, hc.Username, hc.Password, hc.Logger = h.cfg.Broker, h.cfg.Username, h.cfg.Password, h.log
+		hc.Seed = uint64(h.cfg.Seed) + 4000 + uint64(i)
+		d, err := StartHA(ctx, hc)
+		if err != nil {
+			return fmt.Errorf("start home: homeassistant %s: %w", hc.Name, err)
+		}
+		h.mu.Lock()
+		h.ha = append(h.ha, d)
+		h.mu.Unlock()
+	}
 	for _, d := range h.devs {
 		if err := d.WaitOnline(ctx); err != nil {
 			return fmt.Errorf("start home: %w", err)
@@ -446,7 +470,7 @@ func (h *Home) Close() error {
 	}
 	h.closed = true
 	cancel := h.cancel
-	z2m, tas, shl, esp := h.z2m, h.tas, h.shl, h.esp
+	z2m, tas, shl, esp, ha := h.z2m, h.tas, h.shl, h.esp, h.ha
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -462,6 +486,9 @@ func (h *Home) Close() error {
 	}
 	for _, n := range esp {
 		n.Close()
+	}
+	for _, d := range ha {
+		d.Close()
 	}
 	h.wg.Wait()
 	return nil
@@ -489,6 +516,14 @@ func (h *Home) ShellyDevices() []*Shelly {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.shl)
+}
+
+// HADevices returns the home's running Home Assistant MQTT devices, in
+// config order.
+func (h *Home) HADevices() []*HADevice {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.ha)
 }
 
 // Device returns the device with the given ID, or nil.

@@ -19,7 +19,7 @@ const passwdHelp = `Prints a [[broker.users]] entry for the embedded broker's co
 password is typed twice at a terminal (or read from the first line of
 stdin), or made up with -generate and shown once. A device's NAME is its
 device ID. R is app (default), device, admin, or an ecosystem's role
-(zigbee2mqtt, tasmota, shelly, esphome) with S its topic or topic
+(zigbee2mqtt, tasmota, shelly, esphome, homeassistant) with S its topic or topic
 prefix. See the README, "Who may use the embedded broker".`
 
 // cmdPasswd prints a [[broker.users]] entry for the embedded broker. The
@@ -30,7 +30,7 @@ func cmdPasswd(_ context.Context, e *cli.Env, args []string) error {
 	fs := e.FlagSet()
 	role := fs.String("role", agent.RoleApp, "the user's role: "+strings.Join(agent.Roles, ", "))
 	generate := fs.Bool("generate", false, "generate a random password and print it once")
-	scope := fs.String("scope", "", "an ecosystem device's topic or topic prefix (roles zigbee2mqtt, tasmota, shelly, esphome)")
+	scope := fs.String("scope", "", "an ecosystem device's topic or topic prefix (roles zigbee2mqtt, tasmota, shelly, esphome, homeassistant)")
 	bad := func(msg string) error { return &usageError{Msg: msg} }
 	pos, err := cli.Parse(fs, args)
 	switch {

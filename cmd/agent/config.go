@@ -82,7 +82,7 @@ type BrokerUser struct {
 	// Name is the MQTT user name; a device's is its ID.
 	Name string `toml:"name"`
 	// Role is "device", "app" or "admin", or an ecosystem's:
-	// "zigbee2mqtt", "tasmota", "shelly", "esphome" (with Scope).
+	// "zigbee2mqtt", "tasmota", "shelly", "esphome", "homeassistant" (with Scope).
 	Role string `toml:"role"`
 	// Scope is an ecosystem device's topic or topic prefix.
 	Scope string `toml:"scope"`

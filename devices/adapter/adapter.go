@@ -55,6 +55,10 @@ type Device struct {
 	// Keys are the state keys (of the common vocabulary) the device's
 	// type sets: its registry type's "set" parameters.
 	Keys []string
+	// Config is the device's own description in its ecosystem's terms,
+	// for ecosystems where each device is described apart (a Home
+	// Assistant MQTT discovery config), or nil.
+	Config map[string]any
 }
 
 // Availability is what a report says of a device's connection.
@@ -197,4 +201,7 @@ type Found struct {
 	Kind string `json:"kind"`
 	// Keys are the keys of the common vocabulary it can set.
 	Keys []string `json:"keys"`
+	// Config is what a registry entry's config table holds for it, for
+	// ecosystems whose devices carry one (see Device.Config).
+	Config map[string]any `json:"config,omitempty"`
 }
