@@ -92,8 +92,7 @@ func (a *Agent) mountHTTP() {
 		Why: a.Why, RecentWhy: a.RecentWhy, Declined: a.trig.declined(viaAPI), Schedules: a.sched.list,
 		WriteError: a.db.WriteError, Broker: a.linkProblem,
 		Discover: func(ctx context.Context, window time.Duration) (devices.Discovery, error) {
-			base, _ := a.reg.Protocols["zigbee2mqtt"]["base_topic"].(string)
-			return a.dev.Discover(ctx, devices.DiscoverOptions{Window: window, Z2MBase: base})
+			return a.dev.Discover(ctx, devices.DiscoverOptions{Window: window})
 		},
 	})
 	mux := http.NewServeMux()

@@ -259,7 +259,8 @@ func waitOffline(t *testing.T, a *agent.Agent, id string) {
 // TestDiscoverThroughTheAPIProposesOnlyNewDevices: the mixed demo's
 // registry on an agent with its API, a Zigbee2MQTT bridge with the
 // registry's devices and one just paired: POST /api/devices/discover
-// proposes the new bulb, with a type, and lists the others as known.
+// proposes the new bulb, with a type, and lists the others as known;
+// GET /api/devices lists it as announced and not in the registry.
 func TestDiscoverThroughTheAPIProposesOnlyNewDevices(t *testing.T) {
 	reg, cat := mixedHome(t)
 	a := runAgent(t, agent.Options{
@@ -289,6 +290,15 @@ func TestDiscoverThroughTheAPIProposesOnlyNewDevices(t *testing.T) {
 	}
 	if _, err := c.Call(t.Context(), "POST", "/api/devices/discover", api.DiscoverRequest{Seconds: 90}, nil); err == nil || !strings.Contains(err.Error(), "1 to 60") {
 		t.Errorf("a 90 s window: %v, want it refused", err)
+	}
+	// The agent follows the announcements as it runs: GET /api/devices
+	// lists the bulb the registry does not name.
+	var list api.DeviceList
+	if _, err := c.Call(t.Context(), "GET", "/api/devices", nil, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Announced) != 1 || list.Announced[0].Found.Address != "Porch/Light" || list.Announced[0].Gone {
+		t.Errorf("announced: %+v, want the new bulb", list.Announced)
 	}
 }
 

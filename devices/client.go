@@ -165,6 +165,10 @@ type Options struct {
 	// Stats.Timeouts). It runs on the goroutine that gave up, and must
 	// not block.
 	OnAckTimeout func(deviceID string)
+	// OnAnnouncement, if set, is called for each difference between what
+	// the ecosystems announce and the registry, as it appears (see
+	// Announced). It runs on the receive path and must not block.
+	OnAnnouncement func(Announcement)
 }
 
 func (o *Options) withDefaults() {
@@ -287,7 +291,10 @@ type Client struct {
 	// ecos are the adapters of the ecosystems the registry's devices
 	// speak, ecoOf each such device's; both are fixed at Dial. expect
 	// holds the command in flight to each such device (ecoclient.go).
-	ecos          []*ecosystem
+	ecos []*ecosystem
+	// ann follows the ecosystems' announcements once started (annMu).
+	annMu         sync.Mutex
+	ann           *announced
 	ecoOf         map[string]*ecosystem
 	expect        map[string]*expectation
 	localRetained LocalRetained

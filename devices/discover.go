@@ -13,11 +13,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/devices/adapter"
-	"github.com/sortie-edge/sortie/devices/esphome"
-	"github.com/sortie-edge/sortie/devices/homeassistant"
 	"github.com/sortie-edge/sortie/devices/shelly"
-	"github.com/sortie-edge/sortie/devices/tasmota"
-	"github.com/sortie-edge/sortie/devices/zigbee2mqtt"
 )
 
 // Discovery is what Discover heard: the devices the ecosystems announced,
@@ -39,83 +35,26 @@ const discoverSrc = "sortie-discover"
 type DiscoverOptions struct {
 	// Window is how long it listens.
 	Window time.Duration
-	// Z2MBase is Zigbee2MQTT's base topic; "" means zigbee2mqtt.
-	Z2MBase string
 	// OnListening, when set, is called once every subscription is made.
 	OnListening func()
 }
 
 // Discover listens on the client's connection for a while to what the
 // ecosystems announce: Zigbee2MQTT's bridge/devices, Tasmota's
-// discovery, ESPHome nodes' Home Assistant discovery, and Shelly devices
-// (those the registry names, and those heard coming online or notifying
-// meanwhile), which are asked for their components. Retained
-// announcements come at once; the window catches the others.
+// discovery, Home Assistant discovery configs (ESPHome nodes' and any
+// other device's), and Shelly devices (those the registry names, and
+// those heard coming online or notifying meanwhile), which are asked for
+// their components. Retained announcements come at once (the client
+// follows them while it runs: see Announced); the window catches the
+// others.
 func (c *Client) Discover(ctx context.Context, o DiscoverOptions) (Discovery, error) {
-	z2mBase := o.Z2MBase
-	if z2mBase == "" {
-		z2mBase = zigbee2mqtt.DefaultBase
+	if err := c.startAnnouncements(); err != nil {
+		return Discovery{}, fmt.Errorf("discover: %w", err)
 	}
 	var mu sync.Mutex
 	found := make(map[string]adapter.Found)
 	var problems []string
 	shellys := make(map[string]bool)
-	add := func(fs []adapter.Found, err error, topic string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			if len(problems) < 100 {
-				problems = append(problems, fmt.Sprintf("%s: %v", topic, err))
-			}
-			return
-		}
-		for _, f := range fs {
-			if len(found) < maxFound {
-				found[f.Protocol+" "+f.Address] = f
-			}
-		}
-	}
-	z2mSettings := zigbee2mqtt.Settings{Base: z2mBase}
-	handlers := map[string]func(topic string, payload []byte){
-		z2mSettings.DevicesTopic(): func(topic string, payload []byte) { fs, err := zigbee2mqtt.DecodeDevices(payload); add(fs, err, topic) },
-		tasmota.DiscoveryFilter:    func(topic string, payload []byte) { fs, err := tasmota.DecodeDiscovery(payload); add(fs, err, topic) },
-		discoverSrc + "/rpc": func(topic string, payload []byte) {
-			prefix, _, _ := strings.Cut(frameID(payload), "|")
-			if prefix == "" {
-				return
-			}
-			fs, err := shelly.DecodeComponents(prefix, payload)
-			add(fs, err, topic)
-		},
-	}
-	// Home Assistant discovery configs: an ESPHome node's are read as
-	// ESPHome's, a Zigbee2MQTT bridge's are left to its bridge/devices,
-	// and any other usable entity is a homeassistant device.
-	haSettings, err := homeassistant.ParseSettings(c.opts.Registry.Protocols[homeassistant.Name])
-	if err != nil {
-		return Discovery{}, fmt.Errorf("discover: protocols.%s: %w", homeassistant.Name, err)
-	}
-	haFilters := homeassistant.DiscoveryFilters(haSettings.Prefix)
-	if haSettings.Prefix != homeassistant.DefaultPrefix {
-		haFilters = append(haFilters, esphome.DiscoveryFilters...)
-	}
-	for _, f := range haFilters {
-		handlers[f] = func(topic string, payload []byte) {
-			if fd, ok, err := esphome.DecodeDiscovery(topic, payload); ok || err != nil {
-				add([]adapter.Found{fd}, err, topic)
-				return
-			}
-			fs, err := homeassistant.DecodeDiscovery(haSettings.Prefix, topic, payload)
-			fs = slices.DeleteFunc(fs, func(f adapter.Found) bool {
-				return slices.ContainsFunc(homeassistant.CommandTopics(f.Config), func(t string) bool {
-					return strings.HasPrefix(t, z2mBase+"/")
-				})
-			})
-			if len(fs) > 0 || err != nil {
-				add(fs, err, topic)
-			}
-		}
-	}
 	// Probes wait until every subscription is made: a publish in flight
 	// while a SUBSCRIBE goes out has made mochi refuse the SUBSCRIBE as
 	// "packet identifier in use" (0x91).
@@ -137,20 +76,40 @@ func (c *Client) Discover(ctx context.Context, o DiscoverOptions) (Discovery, er
 			send(prefix)
 		}
 	}
-	handlers["+/online"] = func(topic string, payload []byte) {
-		if string(payload) == "true" {
-			probe(strings.TrimSuffix(topic, "/online"))
-		}
+	handlers := map[string]func(topic string, payload []byte){
+		discoverSrc + "/rpc": func(topic string, payload []byte) {
+			prefix, _, _ := strings.Cut(frameID(payload), "|")
+			if prefix == "" {
+				return
+			}
+			fs, err := shelly.DecodeComponents(prefix, payload)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", topic, err))
+				return
+			}
+			for _, f := range fs {
+				if len(found) < maxFound {
+					found[f.Protocol+" "+f.Address] = f
+				}
+			}
+		},
+		"+/online": func(topic string, payload []byte) {
+			if string(payload) == "true" {
+				probe(strings.TrimSuffix(topic, "/online"))
+			}
+		},
+		"+/events/rpc": func(topic string, _ []byte) { probe(strings.TrimSuffix(topic, "/events/rpc")) },
 	}
-	handlers["+/events/rpc"] = func(topic string, _ []byte) { probe(strings.TrimSuffix(topic, "/events/rpc")) }
 	var cancels []func()
 	defer func() {
 		for _, cancel := range cancels {
 			cancel()
 		}
 	}()
-	for filter, h := range handlers {
-		cancel, err := c.subscribeAll(filter, h)
+	for _, filter := range slices.Sorted(maps.Keys(handlers)) {
+		cancel, err := c.subscribeAll(filter, handlers[filter])
 		if err != nil {
 			return Discovery{}, fmt.Errorf("discover: subscribe %s: %w", filter, err)
 		}
@@ -185,22 +144,31 @@ func (c *Client) Discover(ctx context.Context, o DiscoverOptions) (Discovery, er
 	case <-ctx.Done():
 		return Discovery{}, ctx.Err()
 	}
+	announced, unreadable := c.ann.current()
 	mu.Lock()
 	defer mu.Unlock()
-	out := Discovery{Problems: problems}
+	for _, f := range announced {
+		if len(found) < maxFound {
+			found[f.Protocol+" "+f.Address] = f
+		}
+	}
+	out := Discovery{Problems: append(unreadable, problems...)}
+	if len(out.Problems) > 100 {
+		out.Problems = out.Problems[:100]
+	}
 	for _, k := range slices.Sorted(maps.Keys(found)) {
 		out.Found = append(out.Found, found[k])
 	}
 	return out, nil
 }
 
-// subscribeAll subscribes handle to filter on the client's connection
-// for a while (see Discover), retained messages included. Over a
-// connection it subscribes at QoS 0: announcements are repeated or
-// retained, so a lost one costs nothing, and a burst of retained
-// configs at QoS 1 would only hold the broker's packet identifiers
-// (mochi v2.7.9 refused a SUBSCRIBE numbered like one of them, 0x91,
-// until broker/packetid.go; another broker may do the same).
+// subscribeAll subscribes handle to filter on the client's connection,
+// retained messages included. Over a connection it subscribes at QoS 0:
+// announcements are repeated or retained, so a lost one costs nothing,
+// and a burst of retained configs at QoS 1 would only hold the broker's
+// packet identifiers (mochi v2.7.9 refused a SUBSCRIBE numbered like one
+// of them, 0x91, until broker/packetid.go; another broker may do the
+// same).
 func (c *Client) subscribeAll(filter string, handle func(topic string, payload []byte)) (func(), error) {
 	if c.mc != nil {
 		return c.mc.SubscribeQoS(filter, 0, handle)

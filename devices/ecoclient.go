@@ -80,7 +80,7 @@ func (c *Client) subscribeEcosystems() error {
 			c.mu.Unlock()
 		}
 	}
-	return nil
+	return c.followAnnouncements()
 }
 
 // gated keeps Close's promise for in-process handlers (see dialLocal).
@@ -153,10 +153,13 @@ func (c *Client) ecoState(device string, report map[string]any, retained bool) {
 			next[k] = v
 		}
 		changed := d.state == nil
-		if _, pos := report["position"]; pos {
-			if _, mv := report["moving"]; !mv && next["moving"] == true {
+		if p, pos := report["position"]; pos {
+			if _, mv := report["moving"]; !mv && next["moving"] == true && sameValue(d.state["position"], p) {
 				// A position reported apart from the movement (ESPHome's
-				// topics) says nothing of it: not still moving for ever.
+				// and Home Assistant's topics) says nothing of it, but
+				// the same position twice is not a cover still moving
+				// (one whose stop report was lost): a new position, one
+				// step short of the target, is, and must not confirm.
 				delete(next, "moving")
 				changed = true
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -204,24 +205,9 @@ func StartZigbee2MQTT(ctx context.Context, cfg Z2MConfig) (*Zigbee2MQTT, error) 
 		devs: make(map[string]*z2mDev), rng: rand.New(rand.NewPCG(cfg.Seed, 0x2b2)),
 	}
 	for _, d := range cfg.Devices {
-		init, ok := z2mKinds[d.Kind]
-		if !ok {
-			return nil, fmt.Errorf("zigbee2mqtt device %q: kind %q is not light, switch, lock, cover or thermostat", d.Name, d.Kind)
+		if err := z.add(d); err != nil {
+			return nil, err
 		}
-		if _, dup := z.devs[d.Name]; dup || d.Name == "" {
-			return nil, fmt.Errorf("zigbee2mqtt device %q: empty or repeated name", d.Name)
-		}
-		st := maps.Clone(init)
-		for k, v := range d.State {
-			if f, ok := asNumber(v); ok {
-				v = f
-			}
-			st[k] = v
-		}
-		if d.Kind == "cover" && d.Travel > 0 {
-			st["moving"] = "STOP"
-		}
-		z.devs[d.Name] = &z2mDev{cfg: d, state: st}
 	}
 	z.ctx, z.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c, err := mqttc.New(mqttc.Options{
@@ -247,6 +233,73 @@ func (z *Zigbee2MQTT) availability(online bool) []byte {
 		return []byte(s)
 	}
 	return []byte(`{"state":"` + s + `"}`)
+}
+
+// add puts a device on the network. Caller holds mu, or z is not
+// running yet.
+func (z *Zigbee2MQTT) add(d Z2MDevice) error {
+	init, ok := z2mKinds[d.Kind]
+	if !ok {
+		return fmt.Errorf("zigbee2mqtt device %q: kind %q is not light, switch, lock, cover or thermostat", d.Name, d.Kind)
+	}
+	if _, dup := z.devs[d.Name]; dup || d.Name == "" || strings.HasPrefix(d.Name, "bridge/") {
+		return fmt.Errorf("zigbee2mqtt device %q: empty, reserved or repeated name", d.Name)
+	}
+	st := maps.Clone(init)
+	for k, v := range d.State {
+		if f, ok := asNumber(v); ok {
+			v = f
+		}
+		st[k] = v
+	}
+	if d.Kind == "cover" && d.Travel > 0 {
+		st["moving"] = "STOP"
+	}
+	z.devs[d.Name] = &z2mDev{cfg: d, state: st}
+	return nil
+}
+
+// Pair joins a device to the network as Zigbee2MQTT reports it: a
+// device_joined event on bridge/event, then, its interview done, the new
+// bridge/devices (retained) and its state.
+func (z *Zigbee2MQTT) Pair(d Z2MDevice) error {
+	z.mu.Lock()
+	err := z.add(d)
+	z.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ev, _ := json.Marshal(map[string]any{"type": "device_joined", "data": map[string]any{"friendly_name": d.Name, "ieee_address": ieee(d.Name)}})
+	z.publish(z.cfg.Base+"/bridge/event", ev, false)
+	z.publish(z.cfg.Base+"/bridge/devices", z.devicesJSON(), true)
+	return nil
+}
+
+// Remove takes a device off the network (bridge/request/device/remove,
+// or the device leaving): a device_leave event, the new bridge/devices,
+// and its retained availability cleared, as Zigbee2MQTT does.
+func (z *Zigbee2MQTT) Remove(name string) {
+	z.mu.Lock()
+	_, ok := z.devs[name]
+	delete(z.devs, name)
+	z.mu.Unlock()
+	if !ok {
+		return
+	}
+	ev, _ := json.Marshal(map[string]any{"type": "device_leave", "data": map[string]any{"friendly_name": name, "ieee_address": ieee(name)}})
+	z.publish(z.cfg.Base+"/bridge/event", ev, false)
+	z.publish(z.cfg.Base+"/bridge/devices", z.devicesJSON(), true)
+	if z.cfg.Availability {
+		z.publish(z.cfg.Base+"/"+name+"/availability", nil, true)
+	}
+}
+
+// ieee is a device's IEEE address, made from its name so that it stays
+// the same while devices come and go.
+func ieee(name string) string {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("0x%016x", h.Sum64())
 }
 
 // announce runs after every connection: the bridge online, each
@@ -618,10 +671,8 @@ func (z *Zigbee2MQTT) devicesJSON() []byte {
 	list := []map[string]any{{"ieee_address": "0x00124b0000000000", "type": "Coordinator", "friendly_name": "Coordinator", "supported": true, "disabled": false}}
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	i := 0
 	for _, name := range slices.Sorted(maps.Keys(z.devs)) {
 		d := z.devs[name]
-		i++
 		var exposes []map[string]any
 		model := map[string]string{"light": "LED1545G12", "switch": "E1603", "lock": "YRD256HA20BP", "cover": "E1757", "thermostat": "TS0601_thermostat"}[d.cfg.Kind]
 		switch d.cfg.Kind {
@@ -641,7 +692,7 @@ func (z *Zigbee2MQTT) devicesJSON() []byte {
 				map[string]any{"type": "enum", "name": "system_mode", "property": "system_mode", "values": []string{"off", "heat", "auto"}, "access": 7}}}}
 		}
 		list = append(list, map[string]any{
-			"ieee_address": fmt.Sprintf("0x00158d00000%05x", i), "type": "Router", "friendly_name": name,
+			"ieee_address": ieee(name), "type": "Router", "friendly_name": name,
 			"supported": true, "disabled": false, "interview_completed": true,
 			"definition": map[string]any{"model": model, "vendor": "Simulated", "description": d.cfg.Kind, "exposes": exposes},
 		})

@@ -599,6 +599,16 @@ type DeviceList struct {
 	// and state are then as last seen.
 	Connected bool         `json:"connected"`
 	Devices   []DeviceItem `json:"devices"`
+	// Announced are the differences between what the ecosystems announce
+	// and the registry: devices it does not name, and its devices their
+	// ecosystem no longer announces (docs/devices.md).
+	Announced []devices.Announcement `json:"announced,omitempty"`
+}
+
+// announcer is a DeviceStatus that follows the ecosystems'
+// announcements (devices.Client).
+type announcer interface {
+	Announced() []devices.Announcement
 }
 
 func (s *Handler) listDevices(w http.ResponseWriter, _ *http.Request) {
@@ -608,6 +618,9 @@ func (s *Handler) listDevices(w http.ResponseWriter, _ *http.Request) {
 		out.Devices = append(out.Devices, DeviceItem{
 			ID: d.ID, Type: d.Type, Name: d.Name, Room: d.Room, Available: s.opts.Devices.Available(d.ID), State: st,
 		})
+	}
+	if a, ok := s.opts.Devices.(announcer); ok {
+		out.Announced = a.Announced()
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -84,7 +84,30 @@ func Devices(list api.DeviceList) string {
 		tw.row("%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Type, orDash(d.Room), orDash(d.Name), online, state)
 	}
 	tw.flush()
+	var fresh, gone []string
+	for _, a := range list.Announced {
+		f := a.Found
+		if a.Gone {
+			gone = append(gone, fmt.Sprintf("  %s (%s %q), since %s", a.Device, f.Protocol, f.Address, a.Since.UTC().Format("2006-01-02 15:04 UTC")))
+			continue
+		}
+		fresh = append(fresh, fmt.Sprintf("  %s %q: %s%s", f.Protocol, f.Address, f.Kind, orEmpty(" ("+f.Name+")", f.Name)))
+	}
+	if len(fresh) > 0 {
+		fmt.Fprintf(&b, "\nannounced, not in the registry (agent devices discover writes their entries):\n%s\n", strings.Join(fresh, "\n"))
+	}
+	if len(gone) > 0 {
+		fmt.Fprintf(&b, "\nin the registry, no longer announced by their ecosystem:\n%s\n", strings.Join(gone, "\n"))
+	}
 	return trimLines(b.String())
+}
+
+// orEmpty is s, or "" when v is empty.
+func orEmpty(s, v string) string {
+	if v == "" {
+		return ""
+	}
+	return s
 }
 
 // Scenes draws the scenes and their parameters as a table.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/adapter"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 )
@@ -46,6 +48,10 @@ func TestRenderDevicesAndScenes(t *testing.T) {
 	devs := api.DeviceList{Connected: true, Devices: []api.DeviceItem{
 		{ID: "living-light", Type: "light", Room: "living", Name: "Living room light", Available: true, State: map[string]any{"power": "on", "brightness": 80}},
 		{ID: "front-door", Type: "lock", Available: false},
+	}, Announced: []devices.Announcement{
+		{Found: adapter.Found{Protocol: "zigbee2mqtt", Address: "Porch/Light", Kind: "light", Name: "Porch/Light"}},
+		{Found: adapter.Found{Protocol: "zigbee2mqtt", Address: "Hall/Bulb", Kind: "light"}, Device: "hall-bulb", Gone: true,
+			Since: time.Date(2026, 12, 6, 21, 4, 0, 0, time.UTC)},
 	}}
 	sl := api.SceneList{Scenes: []api.SceneItem{
 		{Name: "go_home", Mode: scenes.ModeRestart, Priority: 60, Deadline: driver.Duration(2 * time.Minute), Steps: 3,
