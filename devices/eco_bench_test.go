@@ -19,7 +19,8 @@ import (
 const ecoDelay = 50 * time.Millisecond
 
 // BenchmarkEcosystemStep measures one command step to a device of each
-// ecosystem (Zigbee2MQTT, Tasmota, Shelly, ESPHome) through the production path (Handlers.Command, PostState,
+// ecosystem (Zigbee2MQTT, Tasmota, Shelly, ESPHome, a Home Assistant
+// MQTT device) through the production path (Handlers.Command, PostState,
 // the adapter, the embedded broker, the simulated device, Decode, the
 // ack, Collect) against the raw round trip in the same run: a bare MQTT
 // client that publishes the ecosystem's own command to the same device
@@ -79,6 +80,19 @@ func BenchmarkEcosystemStep(b *testing.B) {
 		}, func(on bool) (string, string, string, string) {
 			s := map[bool]string{true: "ON", false: "OFF"}[on]
 			return "attic/switch/fan/command", s, "attic/switch/fan/state", s
+		}},
+		{"homeassistant", haRegistry, "garage-relay", func(b *testing.B, url string) {
+			d, err := simulator.StartHA(b.Context(), simulator.HAConfig{Conn: simulator.Conn{Broker: url}, Name: "garage",
+				Entities: []simulator.HAEntity{{Type: "switch", ObjectID: "relay"}, {Type: "light", ObjectID: "lamp"},
+					{Type: "lock", ObjectID: "door"}, {Type: "cover", ObjectID: "blind"}},
+				WiFiFaults: simulator.WiFiFaults{Delay: ecoDelay}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(d.Close)
+		}, func(on bool) (string, string, string, string) {
+			s := map[bool]string{true: "ON", false: "OFF"}[on]
+			return "garage/relay/set", s, "garage/relay/state", `"POWER":"` + s + `"`
 		}},
 	} {
 		b.Run(eco.name, func(b *testing.B) {
