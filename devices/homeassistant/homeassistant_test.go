@@ -341,3 +341,46 @@ func FuzzTemplate(f *testing.F) {
 		}
 	})
 }
+
+// TestShellyGen1ThroughItsHomeAssistantConfig: a Shelly Gen1 relay and
+// roller (shellies/<id>/relay/0 "on"/"off", roller/0/pos, the will
+// "false" on shellies/<id>/online), described by the config Home
+// Assistant users write for them, are driven by this adapter.
+func TestShellyGen1ThroughItsHomeAssistantConfig(t *testing.T) {
+	base := "shellies/shellyswitch25-73CDE9"
+	avty := map[string]any{"availability_topic": base + "/online", "payload_available": "true", "payload_not_available": "false"}
+	cfg := func(m map[string]any) map[string]any {
+		for k, v := range avty {
+			m[k] = v
+		}
+		return m
+	}
+	p, err := New(Settings{}, []adapter.Device{
+		{ID: "relay", Address: "switch/shelly_relay", Keys: []string{"power"}, Config: cfg(map[string]any{
+			"command_topic": base + "/relay/0/command", "state_topic": base + "/relay/0", "payload_on": "on", "payload_off": "off"})},
+		{ID: "roller", Address: "cover/shelly_roller", Keys: []string{"position"}, Config: cfg(map[string]any{
+			"command_topic": base + "/roller/0/command", "set_position_topic": base + "/roller/0/command/pos", "position_topic": base + "/roller/0/pos"})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := p.Command("relay", map[string]any{"power": "on"}, "")
+	if err != nil || len(msgs) != 1 || msgs[0].Topic != base+"/relay/0/command" || string(msgs[0].Payload) != "on" {
+		t.Fatalf("relay command %+v, %v", msgs, err)
+	}
+	msgs, err = p.Command("roller", map[string]any{"position": int64(30)}, "")
+	if err != nil || len(msgs) != 1 || msgs[0].Topic != base+"/roller/0/command/pos" || string(msgs[0].Payload) != "30" {
+		t.Fatalf("roller command %+v, %v", msgs, err)
+	}
+	for topic, want := range map[string][]adapter.Report{
+		base + "/relay/0":      {{Device: "relay", State: map[string]any{"power": "on"}}},
+		base + "/roller/0/pos": {{Device: "roller", State: map[string]any{"position": int64(30)}}},
+		base + "/online":       {{Device: "relay", Availability: adapter.Offline}, {Device: "roller", Availability: adapter.Offline}},
+	} {
+		payload := map[string]string{base + "/relay/0": "on", base + "/roller/0/pos": "30", base + "/online": "false"}[topic]
+		got, err := p.Decode(adapter.Message{Topic: topic, Payload: []byte(payload)})
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s %s: got %+v, %v; want %+v", topic, payload, got, err, want)
+		}
+	}
+}
