@@ -17,7 +17,9 @@ import (
 )
 
 // BenchmarkRoundTrip measures command round trips per second through the
-// embedded broker: Client.Send against a raw paho requester that
+// embedded broker: the client's production path (Post, park, Collect
+// when OnChange names the ack, as the command handler does) against a
+// raw paho requester that
 // publishes and correlates acks by ID itself, both answered by the same
 // echo responder, with 1 and 64 commands in flight. The two alternate in
 // ten slices of each run, so load from elsewhere on the machine hits both
@@ -34,7 +36,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		return raw.roundTrip(ctx, "bench", fmt.Sprintf("r%d", seq.Add(1)))
 	}
 	clientOp := func(ctx context.Context) error {
-		_, err := c.Send(ctx, "bench", wire.Command{ID: fmt.Sprintf("c%d", seq.Add(1)), Action: "turn_on"})
+		_, err := send(ctx, c, "bench", wire.Command{ID: fmt.Sprintf("c%d", seq.Add(1)), Action: "turn_on"})
 		return err
 	}
 	for _, inflight := range []int{1, 64} {

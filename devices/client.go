@@ -40,7 +40,7 @@ var (
 	ErrInvalidCommand = errors.New("invalid command")
 )
 
-// RejectedError is returned by Send when the device answered with a
+// RejectedError is returned by Collect when the device answered with a
 // negative ack. Retryable reports whether the code may succeed later.
 type RejectedError struct {
 	Device  string
@@ -125,8 +125,8 @@ type Options struct {
 	TLS *tls.Config
 	// Prefix is the topic prefix; empty means DefaultPrefix.
 	Prefix string
-	// AckTimeout bounds how long Send waits for an ack when the caller's
-	// context has no earlier deadline. Zero means DefaultAckTimeout.
+	// AckTimeout is how long a command step waits for its ack when the
+	// step names no ack_timeout. Zero means DefaultAckTimeout.
 	AckTimeout time.Duration
 	// ConnectTimeout bounds Dial (the first connection, retried within
 	// it, and its subscriptions) and each reconnection attempt. Zero
@@ -236,7 +236,8 @@ type deviceEntry struct {
 // another's command by reusing its ID.
 type ackKey struct{ device, id string }
 
-// recentAck is a final ack remembered after its Send finished or gave up.
+// recentAck is a final ack remembered after its command was collected or
+// given up on.
 type recentAck struct {
 	ack wire.Ack
 	// reusable acks (ok, or a permanent failure) are what the device
@@ -265,10 +266,8 @@ type Client struct {
 
 	mu        sync.Mutex
 	closed    bool
-	ready     chan struct{} // closed while connected and subscribed
-	connected bool          // ready has been closed for this connection
+	connected bool // connected and subscribed
 	conns     int
-	pending   map[ackKey]chan wire.Ack
 	// posted are commands published by Post whose ack has not come,
 	// with what to call once they are not in flight any more. An ack for
 	// one is remembered in recent and announced through OnChange, for
@@ -320,9 +319,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		opts:    opts,
 		topics:  wire.Topics{Prefix: opts.Prefix},
 		log:     opts.Logger.With("component", "devices", "client_id", opts.ClientID),
-		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
-		pending: make(map[ackKey]chan wire.Ack),
 		posted:  make(map[ackKey]func()),
 		collect: make(map[ackKey]wire.Ack),
 		recent:  make(map[ackKey]recentAck, opts.AckCache),
@@ -420,7 +417,6 @@ func (c *Client) dialLocal() error {
 	}
 	c.mu.Lock()
 	c.conns, c.connected = 1, true
-	close(c.ready)
 	c.mu.Unlock()
 	c.log.Info("connected to the broker in process")
 	c.probeOnConnect()
@@ -439,10 +435,7 @@ func (c *Client) onConnect() {
 	if c.conns > 1 {
 		c.stats.reconnects.Add(1)
 	}
-	if !c.connected {
-		c.connected = true
-		close(c.ready)
-	}
+	c.connected = true
 	c.mu.Unlock()
 	c.probeOnConnect()
 	if c.opts.OnChange != nil {
@@ -450,15 +443,12 @@ func (c *Client) onConnect() {
 	}
 }
 
-// onConnectionLost holds Sends back until the next connection is
+// onConnectionLost holds Posts back until the next connection is
 // subscribed: a command published now could not be acked to us.
 func (c *Client) onConnectionLost(error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.connected {
-		c.connected = false
-		c.ready = make(chan struct{})
-	}
+	c.connected = false
 }
 
 // Close disconnects and waits for the client's goroutines. Sends still
@@ -476,8 +466,6 @@ func (c *Client) shutdown() {
 	}
 	c.closed = true
 	close(c.done)
-	pending := c.pending
-	c.pending = make(map[ackKey]chan wire.Ack)
 	unsub := c.unsub
 	c.unsub = nil
 	for _, x := range c.expect {
@@ -487,9 +475,6 @@ func (c *Client) shutdown() {
 		t.Stop()
 	}
 	c.mu.Unlock()
-	for _, ch := range pending {
-		close(ch)
-	}
 	for _, cancel := range unsub {
 		cancel()
 	}
@@ -523,152 +508,6 @@ func validateCommandID(id string) error {
 		return fmt.Errorf("%w: %w", ErrInvalidCommand, err)
 	}
 	return nil
-}
-
-// Send publishes cmd to a device at QoS 1 and waits for its ack, at most
-// until the earlier of ctx's deadline and Options.AckTimeout.
-//
-// It returns the ack and nil when the device applied the command, the ack
-// and a *RejectedError when it refused, or an error wrapping
-// driver.ErrAckTimeout (retryable) when no ack came in time. Retrying
-// with the same cmd.ID is safe: a device applies an ID once and re-acks
-// the first result; and if the first ack arrived after its Send gave up,
-// the retry completes from it without publishing.
-//
-// cmd.Expires is set to when Send stops waiting unless the caller gave an
-// earlier time.
-func (c *Client) Send(ctx context.Context, deviceID string, cmd wire.Command) (wire.Ack, error) {
-	return c.SendTimeout(ctx, deviceID, cmd, 0)
-}
-
-// SendTimeout is Send with its own ack timeout instead of
-// Options.AckTimeout; zero or less means Options.AckTimeout.
-func (c *Client) SendTimeout(ctx context.Context, deviceID string, cmd wire.Command, ackTimeout time.Duration) (wire.Ack, error) {
-	if ackTimeout <= 0 {
-		ackTimeout = c.opts.AckTimeout
-	}
-	if err := c.checkCommand(deviceID, cmd); err != nil {
-		return wire.Ack{}, err
-	}
-	giveUp := time.Now().Add(ackTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(giveUp) {
-		giveUp = d
-	}
-	if cmd.Expires.IsZero() || cmd.Expires.After(giveUp) {
-		cmd.Expires = giveUp
-	}
-	payload, err := cmd.AppendJSON(make([]byte, 0, 256))
-	if err != nil {
-		return wire.Ack{}, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
-	}
-
-	key := ackKey{deviceID, cmd.ID}
-	ch := make(chan wire.Ack, 1)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return wire.Ack{}, ErrClosed
-	}
-	if r, ok := c.recent[key]; ok && r.reusable {
-		c.mu.Unlock()
-		c.stats.cached.Add(1)
-		return c.finish(deviceID, r.ack)
-	}
-	if _, busy := c.pending[key]; busy {
-		c.mu.Unlock()
-		return wire.Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
-	}
-	c.pending[key] = ch
-	c.gaveUp.take(key) // its ack is this attempt's now
-	ready := c.ready
-	c.mu.Unlock()
-
-	timer := time.NewTimer(time.Until(giveUp))
-	defer timer.Stop()
-
-	// Publishing while the connection is down would fail, and after it
-	// comes back our ack subscription may not exist yet, so wait for
-	// readiness first.
-	select {
-	case <-ready:
-	case <-c.done:
-		return wire.Ack{}, ErrClosed
-	case <-ctx.Done():
-		c.abandon(key, ch, false)
-		return wire.Ack{}, fmt.Errorf("send %s to %s: %w: %w", cmd.ID, deviceID, ErrNotConnected, ctx.Err())
-	case <-timer.C:
-		c.abandon(key, ch, false)
-		return wire.Ack{}, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrNotConnected)
-	}
-
-	var tok mqttc.Token
-	var pubDone <-chan struct{} // stays nil in process: nothing to wait for
-	if c.local != nil {
-		if err := c.local.Publish(c.topics.Command(deviceID), payload, false, 1); err != nil {
-			c.abandon(key, ch, false)
-			return wire.Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
-		}
-	} else {
-		tok = c.mc.PublishAsync(c.topics.Command(deviceID), payload, false, 1)
-		pubDone = tok.Done()
-	}
-	c.stats.sent.Add(1)
-	for {
-		select {
-		case ack, ok := <-ch:
-			if !ok {
-				return wire.Ack{}, ErrClosed
-			}
-			c.stats.acked.Add(1)
-			return c.finish(deviceID, ack)
-		case <-pubDone:
-			pubDone = nil // an ack may still come; keep waiting for it
-			if err := tok.Error(); err != nil {
-				// The publish may still have reached the device.
-				if ack, ok := c.abandon(key, ch, true); ok {
-					c.stats.acked.Add(1)
-					return c.finish(deviceID, ack)
-				}
-				return wire.Ack{}, fmt.Errorf("send %s to %s: publish: %w: %w", cmd.ID, deviceID, ErrNotConnected, err)
-			}
-		case <-ctx.Done():
-			return c.timeout(key, ch, deviceID, cmd.ID, ctx.Err())
-		case <-timer.C:
-			return c.timeout(key, ch, deviceID, cmd.ID, nil)
-		}
-	}
-}
-
-// abandon removes a waiter. If the ack raced in just before, it is
-// returned so it is not lost; otherwise, if published is set, the
-// command is recorded as given up on, so that its ack counts as late.
-func (c *Client) abandon(key ackKey, ch chan wire.Ack, published bool) (wire.Ack, bool) {
-	c.mu.Lock()
-	if c.pending[key] == ch {
-		delete(c.pending, key)
-		if published {
-			c.gaveUp.add(key)
-		}
-	}
-	c.mu.Unlock()
-	select {
-	case ack, ok := <-ch:
-		return ack, ok
-	default:
-		return wire.Ack{}, false
-	}
-}
-
-func (c *Client) timeout(key ackKey, ch chan wire.Ack, device, id string, cause error) (wire.Ack, error) {
-	if ack, ok := c.abandon(key, ch, true); ok {
-		c.stats.acked.Add(1)
-		return c.finish(device, ack)
-	}
-	c.timedOut(device)
-	if cause != nil {
-		return wire.Ack{}, fmt.Errorf("command %s to %s: %w: %w", id, device, driver.ErrAckTimeout, cause)
-	}
-	return wire.Ack{}, fmt.Errorf("command %s to %s: %w", id, device, driver.ErrAckTimeout)
 }
 
 func (c *Client) finish(device string, ack wire.Ack) (wire.Ack, error) {
@@ -723,10 +562,6 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDon
 	c.mu.Lock()
 	if ack, done, err := c.postableLocked(key); done || err != nil {
 		return ack, done, err
-	}
-	if _, busy := c.pending[key]; busy {
-		c.mu.Unlock()
-		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", cmd.ID, deviceID, ErrInFlight)
 	}
 	if _, busy := c.posted[key]; busy {
 		c.mu.Unlock()
@@ -835,7 +670,7 @@ func (c *Client) timedOut(device string) {
 	}
 }
 
-// checkCommand checks what Send and Post take from their caller.
+// checkCommand checks what Post takes from its caller.
 func (c *Client) checkCommand(deviceID string, cmd wire.Command) error {
 	if err := wire.ValidateDeviceID(deviceID); err != nil {
 		return fmt.Errorf("send: %w", err)
@@ -894,18 +729,6 @@ func (c *Client) applyAck(topic, device string, ack wire.Ack) {
 	c.mu.Unlock()
 	reusable := ack.OK || (ack.Error != nil && !wire.RetryableCode(ack.Error.Code))
 	c.mu.Lock()
-	ch, waiting := c.pending[key]
-	if waiting {
-		delete(c.pending, key)
-		ch <- ack // buffered, and this is the only send on ch
-		c.remember(key, ack, reusable)
-		c.mu.Unlock()
-		// Let the waiting step have this core now. The receive path
-		// otherwise goes on (a device's state report follows its ack) and
-		// the step waits for it or for an idle core to wake: ~20 µs a step.
-		runtime.Gosched()
-		return
-	}
 	if done, ok := c.posted[key]; ok {
 		delete(c.posted, key)
 		c.collect[key] = ack
@@ -917,8 +740,10 @@ func (c *Client) applyAck(topic, device string, ack wire.Ack) {
 		}
 		if c.opts.OnChange != nil {
 			c.opts.OnChange(AckKey(device, ack.ID))
-			// As for a waiting Send: let the woken step have this core
-			// now, rather than an idle one woken for it (~20 µs a step).
+			// Let the woken step have this core now. The receive path
+			// otherwise goes on (a device's state report follows its
+			// ack) and the step waits for it or for an idle core to
+			// wake: ~20 µs a step.
 			runtime.Gosched()
 		}
 		return

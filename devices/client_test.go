@@ -26,7 +26,7 @@ func TestSendAck(t *testing.T) {
 	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, nil)
 	c := dial(t, b, nil)
 
-	ack, err := c.Send(t.Context(), "lamp", wire.Command{ID: "m1-s1", Action: "turn_on", Params: map[string]any{"brightness": 40}})
+	ack, err := send(t.Context(), c, "lamp", wire.Command{ID: "m1-s1", Action: "turn_on", Params: map[string]any{"brightness": 40}})
 	if err != nil {
 		t.Fatalf("Send: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestRetryAfterLostAck(t *testing.T) {
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 150 * time.Millisecond })
 	cmd := wire.Command{ID: "m1-s1", Action: "turn_on"}
 
-	_, err := c.Send(t.Context(), "lamp", cmd)
+	_, err := send(t.Context(), c, "lamp", cmd)
 	if !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("first Send: err = %v, want ErrAckTimeout", err)
 	}
@@ -65,7 +65,7 @@ func TestRetryAfterLostAck(t *testing.T) {
 		t.Errorf("class = %v, want retryable", class)
 	}
 	cmd.Attempt = 2
-	ack, err := c.Send(t.Context(), "lamp", cmd)
+	ack, err := send(t.Context(), c, "lamp", cmd)
 	if err != nil || !ack.OK {
 		t.Fatalf("retry: ack %+v, err %v", ack, err)
 	}
@@ -96,7 +96,7 @@ func TestRejections(t *testing.T) {
 			id := "dev-" + tc.code
 			dev := startDevice(t, b, id, nil, func(wire.Command, int) reply { return reply{Code: tc.code} })
 			c := dial(t, b, nil)
-			ack, err := c.Send(t.Context(), id, wire.Command{ID: "c1", Action: "lock"})
+			ack, err := send(t.Context(), c, id, wire.Command{ID: "c1", Action: "lock"})
 			var rej *devices.RejectedError
 			if !errors.As(err, &rej) {
 				t.Fatalf("err = %v, want *RejectedError", err)
@@ -126,14 +126,14 @@ func TestLateAckCompletesRetry(t *testing.T) {
 		o.OnStrayAck = func(_ string, _ wire.Ack, dup bool) { stray <- dup }
 	})
 	cmd := wire.Command{ID: "late-1", Action: "lock"}
-	if _, err := c.Send(t.Context(), "lock1", cmd); !errors.Is(err, driver.ErrAckTimeout) {
+	if _, err := send(t.Context(), c, "lock1", cmd); !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("Send: err = %v, want ack timeout", err)
 	}
 	close(hold) // the device answers now, after the sender gave up
 	if dup := <-stray; dup {
 		t.Fatal("late ack reported as duplicate")
 	}
-	ack, err := c.Send(t.Context(), "lock1", cmd)
+	ack, err := send(t.Context(), c, "lock1", cmd)
 	if err != nil || !ack.OK {
 		t.Fatalf("retry: ack %+v, err %v", ack, err)
 	}
@@ -173,7 +173,7 @@ func TestLateAckWakesOnlyAUsableRetry(t *testing.T) {
 		}
 	})
 	for _, id := range []string{"late-busy", "late-ok"} {
-		if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: id, Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
+		if _, err := send(t.Context(), c, "lamp", wire.Command{ID: id, Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
 			t.Fatalf("Send %s: err = %v, want ack timeout", id, err)
 		}
 	}
@@ -194,7 +194,7 @@ func TestDuplicateAckIgnored(t *testing.T) {
 	c := dial(t, b, func(o *devices.Options) {
 		o.OnStrayAck = func(_ string, _ wire.Ack, dup bool) { stray <- dup }
 	})
-	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "d1", Action: "turn_on"}); err != nil {
+	if _, err := send(t.Context(), c, "lamp", wire.Command{ID: "d1", Action: "turn_on"}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
 	if dup := <-stray; !dup {
@@ -215,7 +215,7 @@ func TestAckFromOtherDeviceIgnored(t *testing.T) {
 	thief := startDevice(t, b, "thief", nil, nil)
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 100 * time.Millisecond })
 	thief.publish(c.Topics().Ack("thief"), false, wire.Ack{ID: "x1", OK: true})
-	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "x1", Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
+	if _, err := send(t.Context(), c, "lamp", wire.Command{ID: "x1", Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("err = %v, want ack timeout", err)
 	}
 }
@@ -228,7 +228,7 @@ func TestConcurrentSends(t *testing.T) {
 	errs := make(chan error, 64)
 	for i := range 64 {
 		wg.Go(func() {
-			_, err := c.Send(t.Context(), "lamp", wire.Command{ID: fmt.Sprintf("c%d", i), Action: "set", Params: map[string]any{"brightness": i}})
+			_, err := send(t.Context(), c, "lamp", wire.Command{ID: fmt.Sprintf("c%d", i), Action: "set", Params: map[string]any{"brightness": i}})
 			errs <- err
 		})
 	}
@@ -253,11 +253,11 @@ func TestSameIDInFlight(t *testing.T) {
 	c := dial(t, b, func(o *devices.Options) { o.AckTimeout = 5 * time.Second })
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Send(t.Context(), "lamp", wire.Command{ID: "same", Action: "turn_on"})
+		_, err := send(t.Context(), c, "lamp", wire.Command{ID: "same", Action: "turn_on"})
 		done <- err
 	}()
 	dev.next(t)
-	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "same", Action: "turn_on"}); !errors.Is(err, devices.ErrInFlight) {
+	if _, err := send(t.Context(), c, "lamp", wire.Command{ID: "same", Action: "turn_on"}); !errors.Is(err, devices.ErrInFlight) {
 		t.Errorf("second Send: err = %v, want ErrInFlight", err)
 	}
 	close(hold)
@@ -284,7 +284,7 @@ func TestInvalidRejectedBeforePublish(t *testing.T) {
 		{"no action", "lamp", wire.Command{ID: "a"}, devices.ErrInvalidCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := c.Send(t.Context(), tc.device, tc.cmd); !errors.Is(err, tc.want) {
+			if _, err := send(t.Context(), c, tc.device, tc.cmd); !errors.Is(err, tc.want) {
 				t.Errorf("err = %v, want %v", err, tc.want)
 			}
 		})
@@ -293,7 +293,7 @@ func TestInvalidRejectedBeforePublish(t *testing.T) {
 		t.Errorf("sent %d, want 0", s.Sent)
 	}
 	// Prove the device would have seen a publish: a valid one arrives first.
-	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "ok", Action: "turn_on"}); err != nil {
+	if _, err := send(t.Context(), c, "lamp", wire.Command{ID: "ok", Action: "turn_on"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := dev.next(t).ID; got != "ok" {
@@ -377,7 +377,7 @@ func TestBrokerRestart(t *testing.T) {
 		o.ConnectTimeout = time.Second
 	})
 	cmd := wire.Command{ID: "r1", Action: "turn_on"}
-	if _, err := c.Send(t.Context(), "lamp", cmd); !errors.Is(err, driver.ErrAckTimeout) {
+	if _, err := send(t.Context(), c, "lamp", cmd); !errors.Is(err, driver.ErrAckTimeout) {
 		t.Fatalf("first Send: %v, want ack timeout", err)
 	}
 	dev.next(t)
@@ -398,7 +398,7 @@ func TestBrokerRestart(t *testing.T) {
 	var ack wire.Ack
 	for attempt := 2; ; attempt++ {
 		cmd.Attempt = attempt
-		ack, err = c.Send(ctx, "lamp", cmd)
+		ack, err = send(ctx, c, "lamp", cmd)
 		if err == nil {
 			break
 		}
@@ -431,7 +431,7 @@ func TestClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "a", Action: "x"}); !errors.Is(err, devices.ErrClosed) {
+	if _, err := send(t.Context(), c, "lamp", wire.Command{ID: "a", Action: "x"}); !errors.Is(err, devices.ErrClosed) {
 		t.Errorf("Send after Close: %v, want ErrClosed", err)
 	}
 }

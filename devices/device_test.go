@@ -328,11 +328,27 @@ func dial(t testing.TB, b *broker.Broker, mod func(*devices.Options)) *devices.C
 	if mod != nil {
 		mod(&o)
 	}
+	w := newWaker(o.AckTimeout)
+	own := o.OnChange
+	o.OnChange = func(key string) {
+		if own != nil {
+			own(key)
+		}
+		w.wake(key)
+	}
 	c, err := devices.Dial(t.Context(), o)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	wakersMu.Lock()
+	wakers[c] = w
+	wakersMu.Unlock()
+	t.Cleanup(func() {
+		_ = c.Close()
+		wakersMu.Lock()
+		delete(wakers, c)
+		wakersMu.Unlock()
+	})
 	closeBrokerFirst(t, b)
 	return c
 }

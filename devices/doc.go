@@ -3,12 +3,14 @@
 //
 // A Client (Dial) holds one MQTT connection (an internal/mqttc client,
 // or calls into a broker in this process). It publishes commands at
-// QoS 1 and correlates acks by device and command ID (Send), and it
-// tracks each device's availability and last reported state from their
-// retained topics (Available, State, Changed, Options.OnChange). The
-// command ID is the step's idempotency key: a device applies an ID once
-// and re-acks repeats with its first result, so Send may be retried
-// freely; an ack that arrives after its Send gave up is kept and
+// QoS 1 without waiting (Post, or PostState for a device of another
+// ecosystem), correlates acks by device and command ID, and hands each
+// to the step that parked for it (Options.OnChange names its AckKey;
+// Collect returns it); it tracks each device's availability and last
+// reported state from their retained topics (Available, State, Changed).
+// The command ID is the step's idempotency key: a device applies an ID
+// once and re-acks repeats with its first result, so a command may be
+// retried freely; an ack that arrives after its step gave up is kept and
 // completes the retry without publishing again.
 //
 // A Registry (LoadRegistry) is the catalogue of device types, their

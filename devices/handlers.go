@@ -480,7 +480,7 @@ func (h *Handlers) verified(req driver.StepRequest, p CommandParams, r *driver.P
 	return nil, driver.InFlight(p.Device, until, r.Note, out)
 }
 
-// classifySend maps a Client.Send error to the driver's classes; a
+// classifySend maps a Post or Collect error to the driver's classes; a
 // device's refusal names the device as people know it.
 func (h *Handlers) classifySend(err error) error {
 	var rej *RejectedError

@@ -341,7 +341,7 @@ func TestWaitState(t *testing.T) {
 	_, err = r.run(t, devices.KindWaitState, late)
 	wantClass(t, err, driver.Permanent, devices.CodeWaitTimeout)
 
-	if _, err := r.client.Send(t.Context(), "bedroom-curtain", wire.Command{ID: "open-1", Action: "open"}); err != nil {
+	if _, err := send(t.Context(), r.client, "bedroom-curtain", wire.Command{ID: "open-1", Action: "open"}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, r.client, "bedroom-curtain", "open", func() bool { st, _ := r.client.State("bedroom-curtain"); return st["position"] == int64(100) })

@@ -70,7 +70,7 @@ func TestInProcessRetainedAndClose(t *testing.T) {
 	if c.Connected() {
 		t.Error("connected after Close")
 	}
-	if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: "a1", Action: "turn_on"}); err == nil {
+	if _, err := send(t.Context(), c, "lamp", wire.Command{ID: "a1", Action: "turn_on"}); err == nil {
 		t.Error("Send after Close succeeded")
 	}
 }

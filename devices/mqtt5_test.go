@@ -151,7 +151,7 @@ func TestMQTT5DeviceIsCommandedAndAcked(t *testing.T) {
 	}
 	sent := make(chan result, 1)
 	go func() {
-		ack, err := c.SendTimeout(t.Context(), "lamp5", wire.Command{ID: "v5-1", Action: "turn_on", Params: map[string]any{"brightness": 40}}, 5*time.Second)
+		ack, err := sendTimeout(t.Context(), c, "lamp5", wire.Command{ID: "v5-1", Action: "turn_on", Params: map[string]any{"brightness": 40}}, 5*time.Second)
 		sent <- result{ack, err}
 	}()
 	pk := d.read(packets.Publish)

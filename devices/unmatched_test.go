@@ -54,7 +54,7 @@ func TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight(t *testing.T
 	})
 	done := make(chan error, 1)
 	go func() {
-		ack, err := c.Send(t.Context(), "lamp", wire.Command{ID: "in-flight", Action: "turn_on"})
+		ack, err := send(t.Context(), c, "lamp", wire.Command{ID: "in-flight", Action: "turn_on"})
 		if err == nil && !ack.OK {
 			err = errors.New("negative ack")
 		}
@@ -143,7 +143,7 @@ func TestAckOfAForgottenCommandIsUnknownNotLate(t *testing.T) {
 		o.OnStrayAck = func(_ string, ack wire.Ack, _ bool) { stray <- ack.ID }
 	})
 	for _, id := range []string{"first", "second"} {
-		if _, err := c.Send(t.Context(), "lamp", wire.Command{ID: id, Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
+		if _, err := send(t.Context(), c, "lamp", wire.Command{ID: id, Action: "turn_on"}); !errors.Is(err, driver.ErrAckTimeout) {
 			t.Fatalf("Send %s: err = %v, want ack timeout", id, err)
 		}
 	}
@@ -162,7 +162,7 @@ func TestAckOfAForgottenCommandIsUnknownNotLate(t *testing.T) {
 		t.Errorf("stats = %+v, want 1 late (second), 1 unknown (first, forgotten with a cache of 1), 2 timeouts", s)
 	}
 	// The retry of the late one completes from its ack, unpublished.
-	if ack, err := c.Send(t.Context(), "lamp", wire.Command{ID: "second", Action: "turn_on", Attempt: 2}); err != nil || !ack.OK {
+	if ack, err := send(t.Context(), c, "lamp", wire.Command{ID: "second", Action: "turn_on", Attempt: 2}); err != nil || !ack.OK {
 		t.Fatalf("retry of second: %+v, %v", ack, err)
 	}
 	if s := c.Stats(); s.Sent != 2 || s.Cached != 1 {
