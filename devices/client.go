@@ -14,6 +14,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/fifo"
 	"github.com/sortie-edge/sortie/internal/mqttc"
 )
 
@@ -278,13 +279,11 @@ type Client struct {
 	// never lost because the step it wakes had to wait for a worker. It
 	// holds at most one ack per posted command.
 	collect map[ackKey]wire.Ack
-	recent  map[ackKey]recentAck
-	recentQ []ackKey // FIFO eviction order of recent (ring)
-	recentN int      // next ring slot
+	recent  *fifo.Map[ackKey, recentAck] // the last AckCache final acks
 	// gaveUp holds the commands published and then given up on, as many
 	// as recent: an ack for one of them is late, one for an ID in
 	// neither is unknown.
-	gaveUp  keyRing
+	gaveUp  *fifo.Map[ackKey, struct{}]
 	devices map[string]*deviceEntry
 
 	// ecos are the adapters of the ecosystems the registry's devices
@@ -322,9 +321,8 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		done:    make(chan struct{}),
 		posted:  make(map[ackKey]func()),
 		collect: make(map[ackKey]wire.Ack),
-		recent:  make(map[ackKey]recentAck, opts.AckCache),
-		recentQ: make([]ackKey, opts.AckCache),
-		gaveUp:  newKeyRing(opts.AckCache),
+		recent:  fifo.New[ackKey, recentAck](opts.AckCache),
+		gaveUp:  fifo.New[ackKey, struct{}](opts.AckCache),
 		devices: make(map[string]*deviceEntry),
 		ecoOf:   make(map[string]*ecosystem),
 		expect:  make(map[string]*expectation),
@@ -571,8 +569,8 @@ func (c *Client) Post(deviceID string, cmd wire.Command, giveUp time.Time, onDon
 	// A retryable failure remembered for the ID was not applied: this
 	// attempt's ack is the one to wait for, even if an earlier one was
 	// given up on.
-	delete(c.recent, key)
-	c.gaveUp.take(key)
+	c.recent.Delete(key)
+	c.gaveUp.Delete(key)
 	c.mu.Unlock()
 	if perr := c.publish(c.topics.Command(deviceID), payload); perr != nil {
 		c.mu.Lock()
@@ -593,8 +591,8 @@ func (c *Client) postableLocked(key ackKey) (wire.Ack, bool, error) {
 	case c.closed:
 		c.mu.Unlock()
 		return wire.Ack{}, false, ErrClosed
-	case c.recent[key].reusable:
-		r := c.recent[key]
+	case c.reusable(key):
+		r, _ := c.recent.Get(key)
 		c.mu.Unlock()
 		c.stats.cached.Add(1)
 		ack, err := c.finish(key.device, r.ack)
@@ -637,7 +635,7 @@ func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error)
 		ack, err := c.finish(device, ack)
 		return ack, true, err
 	}
-	if r, ok := c.recent[key]; ok {
+	if r, ok := c.recent.Get(key); ok {
 		if _, waiting := c.posted[key]; !waiting {
 			c.mu.Unlock()
 			ack, err := c.finish(device, r.ack)
@@ -651,7 +649,7 @@ func (c *Client) Collect(device, id string, giveUp bool) (wire.Ack, bool, error)
 	done, waiting := c.posted[key]
 	if waiting {
 		delete(c.posted, key)
-		c.gaveUp.add(key)
+		c.gaveUp.Put(key, struct{}{})
 		c.dropExpectation(key)
 	}
 	c.mu.Unlock()
@@ -748,10 +746,10 @@ func (c *Client) applyAck(topic, device string, ack wire.Ack) {
 		}
 		return
 	}
-	_, dup := c.recent[key]
+	_, dup := c.recent.Get(key)
 	late := false
 	if !dup {
-		late = c.gaveUp.take(key)
+		late = c.gaveUp.Delete(key)
 		c.remember(key, ack, reusable)
 	}
 	c.mu.Unlock()
@@ -783,54 +781,16 @@ func (c *Client) applyAck(topic, device string, ack wire.Ack) {
 	}
 }
 
-// remember stores a final ack in the bounded FIFO cache. Caller holds mu.
+// remember stores a final ack in the bounded cache. Caller holds mu.
 func (c *Client) remember(key ackKey, ack wire.Ack, reusable bool) {
-	if _, ok := c.recent[key]; !ok {
-		if old := c.recentQ[c.recentN]; old != (ackKey{}) {
-			delete(c.recent, old)
-		}
-		c.recentQ[c.recentN] = key
-		c.recentN = (c.recentN + 1) % len(c.recentQ)
-	}
-	c.recent[key] = recentAck{ack: ack, reusable: reusable}
+	c.recent.Put(key, recentAck{ack: ack, reusable: reusable})
 }
 
-// keyRing is a set of ack keys that forgets its oldest beyond its size.
-// It is not safe for concurrent use (the Client holds mu).
-type keyRing struct {
-	slot map[ackKey]int // where each key is in ring
-	ring []ackKey
-	next int
-}
-
-func newKeyRing(size int) keyRing {
-	return keyRing{slot: make(map[ackKey]int), ring: make([]ackKey, size)}
-}
-
-// add puts k in the set, forgetting the oldest key if it is full.
-func (r *keyRing) add(k ackKey) {
-	if _, ok := r.slot[k]; ok {
-		return
-	}
-	// The slot's key may have been taken out since, and even added
-	// again elsewhere: forget it only if it still lives here.
-	if old := r.ring[r.next]; old != (ackKey{}) {
-		if i, ok := r.slot[old]; ok && i == r.next {
-			delete(r.slot, old)
-		}
-	}
-	r.ring[r.next] = k
-	r.slot[k] = r.next
-	r.next = (r.next + 1) % len(r.ring)
-}
-
-// take takes k out of the set and reports whether it was there.
-func (r *keyRing) take(k ackKey) bool {
-	if _, ok := r.slot[k]; !ok {
-		return false
-	}
-	delete(r.slot, k)
-	return true
+// reusable says whether the ack remembered for key settles a command
+// sent again with its ID. Caller holds mu.
+func (c *Client) reusable(key ackKey) bool {
+	r, ok := c.recent.Get(key)
+	return ok && r.reusable
 }
 
 // entry returns the device's entry, creating it if the bound allows.

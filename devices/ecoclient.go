@@ -317,8 +317,8 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 		return wire.Ack{ID: id, OK: true, State: st}, true, nil
 	}
 	c.posted[key] = onDone
-	delete(c.recent, key)
-	c.gaveUp.take(key)
+	c.recent.Delete(key)
+	c.gaveUp.Delete(key)
 	c.expect[deviceID] = x
 	send := cmd
 	if len(probe) > 0 {

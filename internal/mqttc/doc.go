@@ -21,10 +21,11 @@
 // racing its own writer (eclipse-paho/paho.mqtt.golang#703); and its
 // README advises against reusing a client after a disconnect. Every
 // caller here resends from its own state (the outbox, the driver's
-// retries, the device's republished state), so nothing is lost by
-// starting each connection clean: sessions are clean, and a publish in
-// flight when a connection drops fails rather than going out later on
-// the next one.
+// retries, the device's republished state), so nothing is lost when a
+// publish in flight as a connection drops fails rather than going out
+// later on the next one. Sessions are clean unless Options.Persistent
+// asks the broker to keep one (the agent's trigger link does, so that
+// triggers published while it restarts wait for it).
 //
 // Between attempts the Client waits a backoff that doubles up to
 // Options.MaxReconnectInterval, its upper half random.
