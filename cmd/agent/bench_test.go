@@ -257,8 +257,9 @@ func pct(ds []time.Duration, p float64) time.Duration {
 
 // baseline measures, through the same broker and on the same disk as
 // the agent under test, what a device command and a durable write cost
-// at least: a raw paho QoS 1 publish -> echo -> receive round trip, and
-// one small fsync'd bbolt put per transaction. Benchmarks sample it
+// at least: a raw paho QoS 1 publish -> echo -> receive round trip, one
+// small fsync'd bbolt put per transaction, and the raw log append a step
+// really needs (rawAppender). Benchmarks sample it
 // between slices of their own work, so that both see the same machine:
 // on these shared machines either can move by a third within a minute.
 type baseline struct {
@@ -269,6 +270,8 @@ type baseline struct {
 	key       uint64
 	rtts      []time.Duration
 	commits   []time.Duration
+	app       *rawAppender
+	appends   []time.Duration
 }
 
 func newBaseline(b *testing.B, url string) *baseline {
@@ -293,7 +296,9 @@ func newBaseline(b *testing.B, url string) *baseline {
 	})
 	sub(bl.req, "raw/ack", func(paho.Client, paho.Message) { bl.got <- struct{}{} })
 	var err error
-	if bl.db, err = bolt.Open(filepath.Join(b.TempDir(), "raw.db"), 0o600, &bolt.Options{Timeout: time.Second}); err != nil {
+	dir := b.TempDir()
+	bl.app = newRawAppender(b, dir)
+	if bl.db, err = bolt.Open(filepath.Join(dir, "raw.db"), 0o600, &bolt.Options{Timeout: time.Second}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
@@ -334,12 +339,20 @@ func (bl *baseline) sample(n, c int) {
 		}
 		bl.commits = append(bl.commits, time.Since(start))
 	}
+	for range c {
+		start := time.Now()
+		if err := bl.app.append(); err != nil {
+			bl.b.Fatal(err)
+		}
+		bl.appends = append(bl.appends, time.Since(start))
+	}
 }
 
 // rtt and commit are the medians, to compare with the medians of the
 // work measured.
 func (bl *baseline) rtt() time.Duration    { return pct(bl.rtts, 0.5) }
 func (bl *baseline) commit() time.Duration { return pct(bl.commits, 0.5) }
+func (bl *baseline) append() time.Duration { return pct(bl.appends, 0.5) }
 
 // benchSlices is how many times a benchmark alternates its own work with
 // baseline samples.
@@ -395,6 +408,15 @@ func benchEndToEnd(b *testing.B, overTCP bool) {
 	// SUCCEEDED for the last.
 	b.ReportMetric(ms(pct(devSteps, 0.5)), "cmd-to-cmd-p50-ms")
 	b.ReportMetric(float64(pct(devSteps, 0.5))/float64(rtt+commit*12/10), "cmd-to-cmd/(rtt+1.2commit)")
+	// The same against what a step needs at least on any machine: one
+	// round trip and one log append (a bbolt commit's cost varies 3-4x
+	// between machines; a step's durable write is not a bbolt commit).
+	app := bl.append()
+	b.ReportMetric(ms(app), "raw-append-p50-ms")
+	b.ReportMetric(float64(pct(devSteps, 0.5))/float64(rtt+app), "cmd-to-cmd/(rtt+append)")
+	// The trigger's intake needs one append too (the mission's
+	// creation): its p99 is compared with a round trip and an append.
+	b.ReportMetric(float64(pct(firsts, 0.99))/float64(rtt+app), "first-cmd-p99/(rtt+append)")
 	b.ReportMetric(0, "ns/op")
 }
 
