@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,10 +217,20 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.broker != nil && !o.OverTCP {
 		local = a.broker
 	}
+	// Devices of other ecosystems do not say what they were before a
+	// command: the state read then is kept in data_dir/priors.log, for
+	// an undo after a kill (devices.PriorLog).
+	var priors *devices.PriorLog
+	if slices.ContainsFunc(a.reg.Devices, func(d devices.Device) bool { return d.Protocol != "" && d.Protocol != devices.ProtocolSortie }) {
+		if priors, err = devices.OpenPriorLog(filepath.Join(o.DataDir, "priors.log"), 0); err != nil {
+			return err
+		}
+		a.onClose(func() { _ = priors.Close() }) // appended without fsync by design: nothing to flush
+	}
 	a.dev, err = a.dialDevices(ctx, devices.Options{
 		Local: local, Broker: brokerURL, ClientID: "sortie-" + o.Gateway + "-devices", Username: user,
 		Password: password, TLS: tlsCfg, Prefix: o.Broker.Prefix, AckTimeout: o.Broker.AckTimeout,
-		Logger: log, Registry: a.reg,
+		Logger: log, Registry: a.reg, PriorLog: priors,
 		// A device coming online or reporting state may unblock the steps
 		// waiting on that device (and only those).
 		OnChange:     drv.Wake,

@@ -166,6 +166,10 @@ type Options struct {
 	// Stats.Timeouts). It runs on the goroutine that gave up, and must
 	// not block.
 	OnAckTimeout func(deviceID string)
+	// PriorLog, when set, keeps the state a device of another ecosystem
+	// was in before a step's first command, for the step's undo after
+	// the agent was killed while the step was in flight (see PriorLog).
+	PriorLog *PriorLog
 	// OnAnnouncement, if set, is called for each difference between what
 	// the ecosystems announce and the registry, as it appears (see
 	// Announced). It runs on the receive path and must not block.

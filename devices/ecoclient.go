@@ -183,6 +183,12 @@ func (c *Client) ecoState(device string, report map[string]any, retained bool) {
 		c.mu.Unlock()
 		return
 	}
+	if x.first && x.prior == nil && x.probing {
+		// The read of a device whose state was unknown: what it was
+		// before the command, whether or not the command is needed.
+		x.prior = cloneMap(st)
+		c.logPrior(x.key.id, x.prior)
+	}
 	if matchesWithin(st, x.want) {
 		c.mu.Unlock()
 		c.ecoAck(device, x, wire.Ack{ID: x.key.id, OK: true, State: cloneMap(st), Prior: x.prior})
@@ -199,9 +205,6 @@ func (c *Client) ecoState(device string, report map[string]any, retained bool) {
 	}
 	cmd := x.cmd
 	x.probing = false
-	if x.first {
-		x.prior = cloneMap(st)
-	}
 	stopTimer(x)
 	c.mu.Unlock()
 	_ = c.ecoPublish(device, cmd) // lost with the connection: shows as the ack's timeout, retried
@@ -306,8 +309,19 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 		stopTimer(old)
 	}
 	x := &expectation{key: key, want: cloneMap(want), eco: e, first: attempt <= 1}
-	if d := c.devices[deviceID]; d != nil && d.state != nil && x.first {
+	logged := false
+	if c.opts.PriorLog != nil {
+		// What the device was before the step's first attempt, perhaps
+		// in a process since killed (a step recovered after a kill runs
+		// its attempt again, with the same number).
+		var st map[string]any
+		if st, logged = c.opts.PriorLog.Get(id); logged {
+			x.prior, x.first = cloneMap(st), false
+		}
+	}
+	if d := c.devices[deviceID]; !logged && x.first && d != nil && d.state != nil {
 		x.prior = cloneMap(d.state)
+		c.logPrior(id, x.prior)
 	}
 	// Already there, by a report since the last command (a retry), or
 	// by the last report of a device that cannot be read: nothing to send.
@@ -338,6 +352,17 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 		return wire.Ack{}, false, fmt.Errorf("send %s to %s: publish: %w: %w", id, deviceID, ErrNotConnected, err)
 	}
 	return wire.Ack{}, false, nil
+}
+
+// logPrior keeps a step's prior state in the PriorLog, if any. Called
+// with mu held: the append is one write(2) to the page cache.
+func (c *Client) logPrior(id string, prior map[string]any) {
+	if c.opts.PriorLog == nil {
+		return
+	}
+	if err := c.opts.PriorLog.Put(id, prior); err != nil {
+		c.log.Warn("prior state not logged: an undo after a restart would leave the device as it is", "command", id, "err", err)
+	}
 }
 
 // probeUnanswered sends the command of a retry whose read went

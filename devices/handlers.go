@@ -12,6 +12,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/fifo"
 	"github.com/sortie-edge/sortie/internal/jsonenc"
 )
 
@@ -121,9 +122,7 @@ type Handlers struct {
 	owners *owners
 
 	mu     sync.Mutex
-	priors map[string]map[string]any
-	order  []string // FIFO eviction of priors (ring)
-	next   int
+	priors *fifo.Map[string, map[string]any]
 
 	// decoded holds command params decoded and checked against the
 	// registry, by their JSON: a home runs the same few steps over and
@@ -173,8 +172,7 @@ func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
 		client: c, reg: r, opts: opts,
 		admit:   newAdmission(r, opts.Now, c.opts.OnChange, opts.OnTurn),
 		owners:  newOwners(),
-		priors:  make(map[string]map[string]any, opts.PriorCache),
-		order:   make([]string, opts.PriorCache),
+		priors:  fifo.New[string, map[string]any](opts.PriorCache),
 		decoded: make(map[string]checkedParams),
 	}
 }
@@ -514,19 +512,14 @@ func (h *Handlers) classifySend(err error) error {
 func (h *Handlers) prior(key, device string) map[string]any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if st, ok := h.priors[key]; ok {
+	if st, ok := h.priors.Get(key); ok {
 		return st
 	}
 	st := h.client.sharedState(device)
 	if st == nil {
 		return nil
 	}
-	if old := h.order[h.next]; old != "" {
-		delete(h.priors, old)
-	}
-	h.order[h.next] = key
-	h.next = (h.next + 1) % len(h.order)
-	h.priors[key] = st
+	h.priors.Put(key, st)
 	return st
 }
 

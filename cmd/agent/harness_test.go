@@ -145,7 +145,14 @@ func (e *testEnv) connect(url string) {
 			t.Errorf("close home: %v", err)
 		}
 	})
+	e.connectApp(url)
+}
 
+// connectApp connects the app client, which triggers scenes and hears
+// replies and mission events, to the broker at url.
+func (e *testEnv) connectApp(url string) {
+	t := e.t
+	t.Helper()
 	opts := paho.NewClientOptions().AddBroker(url).SetClientID("test-app-" + e.gw).SetOrderMatters(false)
 	e.app = paho.NewClient(opts)
 	if tok := e.app.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {

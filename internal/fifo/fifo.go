@@ -7,6 +7,8 @@
 // of ours (docs/ARCHITECTURE.md).
 package fifo
 
+import "iter"
+
 // Map is a map of at most Size keys; putting a new key into a full Map
 // forgets the key put longest ago. It is not safe for concurrent use.
 type Map[K comparable, V any] struct {
@@ -61,6 +63,22 @@ func (m *Map[K, V]) Delete(k K) bool {
 	}
 	delete(m.entries, k)
 	return true
+}
+
+// All yields the keys and values, oldest put first.
+func (m *Map[K, V]) All() iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		for i := range len(m.ring) {
+			slot := (m.next + i) % len(m.ring)
+			if !m.used[slot] {
+				continue
+			}
+			k := m.ring[slot]
+			if e, ok := m.entries[k]; ok && e.slot == slot && !yield(k, e.v) {
+				return
+			}
+		}
+	}
 }
 
 // Len is the number of keys in the Map.

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/simulator"
+)
+
+// TestUndoAfterAKillRestoresWhatTheDeviceWas: a scene dims a Zigbee2MQTT
+// bulb from 30% to 80%, then unlocks a jammed lock. The agent binary is
+// SIGKILLed while the bulb's command is in flight; the restarted agent
+// finishes the step, the lock fails, and the undo puts the bulb back at
+// 30%: the state it had before the first command, which the killed
+// process had read and logged (data_dir/priors.log), not the 80% the
+// mission left.
+func TestUndoAfterAKillRestoresWhatTheDeviceWas(t *testing.T) {
+	e := newBareEnv(t, "prior")
+	e.broker = brokertest.Start(t)
+	url := e.broker.URL()
+	e.devices = filepath.Join(e.dir, "devices.toml")
+	e.scenes = filepath.Join(e.dir, "scenes")
+	writeFile(t, e.devices, `
+[types.light.actions.set]
+params.power = { type = "enum", values = ["on", "off"] }
+params.brightness = { type = "int", min = 0, max = 100 }
+[types.lock.actions.unlock]
+expect = { locked = false }
+[types.lock.actions.set]
+params.locked = { type = "bool" }
+
+[[devices]]
+id = "hall-bulb"
+type = "light"
+protocol = "zigbee2mqtt"
+address = "Hall/Bulb"
+
+[[devices]]
+id = "front-door"
+type = "lock"
+protocol = "zigbee2mqtt"
+address = "Front door"
+`)
+	if err := os.MkdirAll(e.scenes, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(e.scenes, "evening.toml"), `
+[[scene]]
+name = "evening"
+deadline = "1m"
+[[scene.step]]
+device = "hall-bulb"
+action = "set"
+params = { power = "on", brightness = 80 }
+compensate = "restore"
+ack_timeout = "5s"
+[[scene.step]]
+device = "front-door"
+action = "unlock"
+`)
+	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: url, Devices: []simulator.Z2MDevice{
+		{Name: "Hall/Bulb", Kind: "light", Delay: 1500 * time.Millisecond, State: map[string]any{"state": "ON", "brightness": 76}},
+		{Name: "Front door", Kind: "lock", Jammed: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(z.Close)
+	e.connectApp(url)
+	e.writeConfig(fmt.Sprintf("embedded = false\nurl = %q\n", url), "")
+
+	p := e.start()
+	r := e.trigger("evening", "r-evening", nil)
+	id := r["mission_id"].(string)
+	e.waitEvent(id, func(ev agent.EventMessage) bool { return ev.Input == driver.InBeginStep && ev.Step == 0 }, 20*time.Second)
+	for deadline := time.Now().Add(10 * time.Second); z.Sets() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the bulb's command never reached the bridge")
+		}
+		time.Sleep(5 * time.Millisecond) // the bridge has no event for a received set; polled, bounded
+	}
+	p.stop(t, syscall.SIGKILL) // the bulb has not applied it yet: it answers after 1.5 s
+	e.start()
+	e.waitState(id, driver.StateFailed, 30*time.Second)
+	e.waitEvent(id, func(ev agent.EventMessage) bool { return ev.Input == driver.InRecover }, time.Second)
+	if st := z.State("Hall/Bulb"); st["brightness"] != 76.0 || st["state"] != "ON" {
+		var d api.MissionDetail
+		e.get("/api/missions/"+id, &d)
+		t.Fatalf("bulb after the undo: %v, want it back at 30%% (brightness 76 of 254); results %+v; undo %+v; events %s", st, d.Mission.Results, d.Mission.Undo, e.eventSummary(id))
+	}
+}
