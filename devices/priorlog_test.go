@@ -34,7 +34,7 @@ func TestPriorLogSurvivesReopenAndATornLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l2.Close()
+	defer func() { _ = l2.Close() }()
 	st, ok := l2.Get("cmd-1")
 	if !ok || st["power"] != "on" || st["brightness"] != int64(30) {
 		t.Fatalf("cmd-1 after reopening: %v, %v", st, ok)
@@ -50,7 +50,7 @@ func TestPriorLogFileStaysBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	for i := range 1000 {
 		if err := l.Put(strings.Repeat("k", 1+i%7)+string(rune('a'+i%26))+time.Duration(i).String(), map[string]any{"power": "on"}); err != nil {
 			t.Fatal(err)
@@ -108,7 +108,7 @@ func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer log2.Close()
+	defer func() { _ = log2.Close() }()
 	c2 := dial(t, b, func(o *devices.Options) { o.Registry = reg; o.PriorLog = log2 })
 	wakersMu.Lock()
 	w := wakers[c2]
