@@ -107,7 +107,7 @@ var program = &cli.Program{
 				"like numbers or true/false are sent as such; quote them, key='\"42\"', to\nsend a string.",
 			ArgValues: []cli.Values{cli.Dynamic("scenes")}, Run: cmdTrigger},
 		{Name: "devices", Args: "[discover [-for D]] [-json]", Summary: "devices, availability, last state; discover new ones",
-			Help: "Lists the registry's devices: whether each is online, and its last\nreported state. \"devices discover\" listens for D (default 5s) to what\nZigbee2MQTT, Tasmota, Shelly and ESPHome devices announce and prints a\nregistry TOML of the devices the registry does not name yet.", Run: cmdDevices},
+			Help: "Lists the registry's devices: whether each is online, and its last\nreported state, then the devices announced that the registry does not\nname and those of the registry no longer announced. \"devices discover\"\nlistens for D (default 5s) to what Zigbee2MQTT, Tasmota, Shelly, ESPHome\nand other Home Assistant MQTT devices announce and prints a registry\nTOML of the devices the registry does not name yet.", Run: cmdDevices},
 		{Name: "scenes", Args: "[-json]", Summary: "scenes and their parameters",
 			Help: "Lists the scenes the agent can run: mode, priority, deadline, steps and\nparameters.", Run: cmdScenes},
 		{Name: "schedules", Args: "[-next N] [-json]", Summary: "scenes' schedules and their next firings", Run: cmdSchedules},
