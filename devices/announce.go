@@ -1,6 +1,7 @@
 package devices
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -72,15 +73,20 @@ func announcers(reg *Registry) (map[string]func(topic string, payload []byte) ([
 		out[f] = func(topic string, payload []byte) ([]adapter.Found, error) {
 			// An ESPHome node's configs are ESPHome's; a Zigbee2MQTT
 			// bridge's are left to its bridge/devices.
-			if fd, ok, err := esphome.DecodeDiscovery(topic, payload); ok || err != nil {
-				return []adapter.Found{fd}, err
+			fd, ok, err := esphome.DecodeDiscovery(topic, payload)
+			switch {
+			case ok:
+				return []adapter.Found{fd}, nil
+			case err != nil:
+				return nil, err
 			}
-			fs, err := homeassistant.DecodeDiscovery(ha.Prefix, topic, payload)
-			return slices.DeleteFunc(fs, func(f adapter.Found) bool {
-				return slices.ContainsFunc(homeassistant.CommandTopics(f.Config), func(t string) bool {
-					return strings.HasPrefix(t, z.Base+"/")
-				})
-			}), err
+			var raw map[string]any
+			if json.Unmarshal(payload, &raw) == nil && slices.ContainsFunc(homeassistant.CommandTopics(raw), func(t string) bool {
+				return strings.HasPrefix(t, z.Base+"/")
+			}) {
+				return nil, nil // a Zigbee2MQTT bridge's: its bridge/devices says it
+			}
+			return homeassistant.DecodeDiscovery(ha.Prefix, topic, payload)
 		}
 	}
 	return out, nil
@@ -270,7 +276,9 @@ func (c *Client) startAnnouncements() error {
 	})
 	for _, filter := range slices.Sorted(maps.Keys(decoders)) {
 		decode := decoders[filter]
-		cancel, err := c.subscribeAll(filter, func(topic string, payload []byte) {
+		// Optional: an agent whose broker does not let it read the
+		// announcements still drives its devices.
+		cancel, err := c.subscribeAllOpt(filter, true, func(topic string, payload []byte) {
 			fs, err := decode(topic, payload)
 			if err != nil {
 				if ann.problem(topic, err) {

@@ -170,7 +170,17 @@ func (c *Client) Discover(ctx context.Context, o DiscoverOptions) (Discovery, er
 // of them, 0x91, until broker/packetid.go; another broker may do the
 // same).
 func (c *Client) subscribeAll(filter string, handle func(topic string, payload []byte)) (func(), error) {
+	return c.subscribeAllOpt(filter, false, handle)
+}
+
+// subscribeAllOpt is subscribeAll; an optional subscription that the
+// broker refuses (an ACL) is logged and does not hold the connection
+// back (mqttc.Client.SubscribeOptional).
+func (c *Client) subscribeAllOpt(filter string, optional bool, handle func(topic string, payload []byte)) (func(), error) {
 	if c.mc != nil {
+		if optional {
+			return c.mc.SubscribeOptional(filter, 0, handle)
+		}
 		return c.mc.SubscribeQoS(filter, 0, handle)
 	}
 	return c.local.Subscribe(filter, func(topic string, payload []byte) {
@@ -397,6 +407,29 @@ func tomlInline(v any) string {
 	case nil:
 		return `""`
 	}
-	b, _ := json.Marshal(v) // text and bools
+	if t, ok := v.(string); ok {
+		return tomlString(t)
+	}
+	b, _ := json.Marshal(v) // bools
 	return string(b)
+}
+
+// tomlString is s as a TOML basic string: quotes, backslashes and every
+// control character (DEL included, which JSON leaves as it is) escaped.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\u%04X", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/devices/adapter"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -115,5 +116,24 @@ func TestDiscoverFindsEveryEcosystemAndWritesARegistryThatLoads(t *testing.T) {
 	}
 	if _, err := devices.ParseRegistry([]byte(devices.RegistryTOML(d, nil)), "discovered.toml"); err != nil {
 		t.Fatalf("the discovered registry does not load: %v\n%s", err, devices.RegistryTOML(d, nil))
+	}
+}
+
+// TestRegistryTOMLEscapesWhatTOMLForbids: a discovered config's text
+// with quotes, a backslash and control characters (DEL, which JSON does
+// not escape) still makes a registry that loads, with the text intact.
+func TestRegistryTOMLEscapesWhatTOMLForbids(t *testing.T) {
+	odd := "a\"b\\c\x7fd\x01e"
+	d := devices.Discovery{Found: []adapter.Found{{Protocol: "homeassistant", Address: "switch/odd", Kind: "relay", Keys: []string{"power"},
+		Config: map[string]any{"command_topic": "odd/set", "state_topic": "odd/state", "payload_on": odd}}}}
+	reg, err := devices.ParseRegistry([]byte(devices.RegistryTOML(d, nil)), "discovered.toml")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, devices.RegistryTOML(d, nil))
+	}
+	if len(reg.Devices) != 1 {
+		t.Fatalf("devices %+v", reg.Devices)
+	}
+	if dev := reg.Devices[0]; dev.Config["payload_on"] != odd {
+		t.Errorf("payload_on %q, want %q", dev.Config["payload_on"], odd)
 	}
 }

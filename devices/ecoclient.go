@@ -2,6 +2,7 @@ package devices
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sortie-edge/sortie/devices/adapter"
@@ -53,32 +54,49 @@ func (c *Client) Speaks(deviceID string) bool {
 	return ok
 }
 
-// subscribeEcosystems subscribes to what each adapter reads.
+// subscribeEcosystems subscribes to what each adapter reads. A topic
+// two adapters read (a Zigbee2MQTT bridge's state, which a Home
+// Assistant config's availability may name too) is one subscription
+// whose messages go to both: a second subscription of the same filter
+// would replace the first.
 func (c *Client) subscribeEcosystems() error {
+	readers := make(map[string][]*ecosystem)
+	var filters []string
 	for _, e := range c.ecos {
 		for _, f := range e.proto.Filters() {
-			handle := func(topic string, payload []byte, retained bool) {
+			if readers[f] == nil {
+				filters = append(filters, f)
+			}
+			if !slices.Contains(readers[f], e) {
+				readers[f] = append(readers[f], e)
+			}
+		}
+	}
+	for _, f := range filters {
+		ecos := readers[f]
+		handle := func(topic string, payload []byte, retained bool) {
+			for _, e := range ecos {
 				c.onEcoMessage(e, adapter.Message{Topic: topic, Payload: payload, Retained: retained})
 			}
-			var cancel func()
-			var err error
-			switch {
-			case c.mc != nil:
-				cancel, err = c.mc.SubscribeRetained(f, handle)
-			case c.localRetained != nil:
-				cancel, err = c.localRetained.SubscribeRetained(f, c.gated(handle))
-			default:
-				cancel, err = c.local.Subscribe(f, func(topic string, payload []byte) {
-					c.gated(handle)(topic, payload, false)
-				})
-			}
-			if err != nil {
-				return fmt.Errorf("subscribe %s (%s): %w", f, e.name, err)
-			}
-			c.mu.Lock()
-			c.unsub = append(c.unsub, cancel)
-			c.mu.Unlock()
 		}
+		var cancel func()
+		var err error
+		switch {
+		case c.mc != nil:
+			cancel, err = c.mc.SubscribeRetained(f, handle)
+		case c.localRetained != nil:
+			cancel, err = c.localRetained.SubscribeRetained(f, c.gated(handle))
+		default:
+			cancel, err = c.local.Subscribe(f, func(topic string, payload []byte) {
+				c.gated(handle)(topic, payload, false)
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", f, err)
+		}
+		c.mu.Lock()
+		c.unsub = append(c.unsub, cancel)
+		c.mu.Unlock()
 	}
 	return c.followAnnouncements()
 }
@@ -108,8 +126,9 @@ func (c *Client) onEcoMessage(e *ecosystem, m adapter.Message) {
 	reports, err := e.proto.Decode(m)
 	e.mu.Unlock()
 	if err != nil {
+		// What else the message said still counts (a shared JSON state
+		// whose one value is unreadable).
 		c.malformed(e.name, m.Topic, "", m.Payload, err)
-		return
 	}
 	for _, r := range reports {
 		if c.ecoOf[r.Device] != e {
@@ -187,7 +206,7 @@ func (c *Client) ecoState(device string, report map[string]any, retained bool) {
 		// The read of a device whose state was unknown: what it was
 		// before the command, whether or not the command is needed.
 		x.prior = cloneMap(st)
-		c.logPrior(x.key.id, x.prior)
+		defer c.logPrior(x.key.id, x.prior) // once mu is released
 	}
 	if matchesWithin(st, x.want) {
 		c.mu.Unlock()
@@ -321,7 +340,7 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	}
 	if d := c.devices[deviceID]; !logged && x.first && d != nil && d.state != nil {
 		x.prior = cloneMap(d.state)
-		c.logPrior(id, x.prior)
+		defer c.logPrior(id, x.prior) // once mu is released
 	}
 	// Already there, by a report since the last command (a retry), or
 	// by the last report of a device that cannot be read: nothing to send.
@@ -355,7 +374,8 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 }
 
 // logPrior keeps a step's prior state in the PriorLog, if any. Called
-// with mu held: the append is one write(2) to the page cache.
+// without mu: the append is one write(2) to the page cache, but the
+// log's occasional rewrite is more.
 func (c *Client) logPrior(id string, prior map[string]any) {
 	if c.opts.PriorLog == nil {
 		return

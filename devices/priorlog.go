@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/sortie-edge/sortie/internal/fifo"
@@ -56,6 +58,8 @@ func OpenPriorLog(path string, max int) (*PriorLog, error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		// A scan error (a line beyond 1 MiB, which Put never writes)
+		// ends the reading: what was read is kept.
 		var e priorEntry
 		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		d.UseNumber()
@@ -100,7 +104,7 @@ func (l *PriorLog) Put(key string, st map[string]any) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.entries.Put(key, st)
+	l.entries.Put(key, maps.Clone(st)) // the caller's map goes on into acks and outputs
 	if l.f == nil {
 		return errors.New("prior log: closed")
 	}
@@ -127,12 +131,18 @@ func (l *PriorLog) rewrite() error {
 		b.WriteByte('\n')
 		n++
 	}
+	// Synced, unlike the appends: a power cut during a rewrite must not
+	// leave an empty file in place of every entry.
 	tmp := l.path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err != nil {
+	if err := writeSynced(tmp, b.Bytes()); err != nil {
 		return fmt.Errorf("prior log: %w", err)
 	}
 	if err := os.Rename(tmp, l.path); err != nil {
 		return fmt.Errorf("prior log: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(l.path)); err == nil {
+		_ = d.Sync() // the rename's durability: best effort, as the appends are
+		_ = d.Close()
 	}
 	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
@@ -155,4 +165,17 @@ func (l *PriorLog) Close() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// writeSynced writes data to a new file at path and syncs it.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }

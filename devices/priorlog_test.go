@@ -76,9 +76,11 @@ func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: b.URL(), Devices: []simulator.Z2MDevice{
-		{Name: "Hall/Bulb", Kind: "light", Delay: 300 * time.Millisecond, State: map[string]any{"state": "ON", "brightness": 76}},
-	}})
+	set := make(chan string, 8)
+	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: b.URL(), OnSet: func(n string) { set <- n },
+		Devices: []simulator.Z2MDevice{
+			{Name: "Hall/Bulb", Kind: "light", Delay: 300 * time.Millisecond, State: map[string]any{"state": "ON", "brightness": 76}},
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +97,10 @@ func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 	}
 	// The read is answered and the command sent; the process "dies"
 	// before the bulb has applied it.
-	for deadline := time.Now().Add(5 * time.Second); z.Sets() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the command never reached the bridge")
-		}
-		time.Sleep(5 * time.Millisecond) // the bridge has no event for a received set; polled, bounded
+	select {
+	case <-set:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the command never reached the bridge")
 	}
 	_ = c1.Close()
 	_ = log1.Close()

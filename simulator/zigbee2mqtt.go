@@ -59,9 +59,13 @@ type Z2MConfig struct {
 	// answer before it logs the failure (zigbee-herdsman's 10 s default).
 	Timeout time.Duration `toml:"timeout"`
 	// Seed drives the random faults.
-	Seed    uint64       `toml:"-"`
-	Devices []Z2MDevice  `toml:"device"`
-	Logger  *slog.Logger `toml:"-"`
+	Seed uint64 `toml:"-"`
+	// OnSet, when set, is called with a device's name for each set the
+	// bridge receives (before its delay), for tests that act at that
+	// moment. It must not block.
+	OnSet   func(name string) `toml:"-"`
+	Devices []Z2MDevice       `toml:"device"`
+	Logger  *slog.Logger      `toml:"-"`
 }
 
 // Z2MDevice is one Zigbee device behind the bridge.
@@ -264,14 +268,15 @@ func (z *Zigbee2MQTT) add(d Z2MDevice) error {
 // bridge/devices (retained) and its state.
 func (z *Zigbee2MQTT) Pair(d Z2MDevice) error {
 	z.mu.Lock()
-	err := z.add(d)
-	z.mu.Unlock()
-	if err != nil {
+	defer z.mu.Unlock() // publishes are queued in order: no stale list after a concurrent Remove
+	if err := z.add(d); err != nil {
 		return err
 	}
 	ev, _ := json.Marshal(map[string]any{"type": "device_joined", "data": map[string]any{"friendly_name": d.Name, "ieee_address": ieee(d.Name)}})
 	z.publish(z.cfg.Base+"/bridge/event", ev, false)
-	z.publish(z.cfg.Base+"/bridge/devices", z.devicesJSON(), true)
+	z.publish(z.cfg.Base+"/bridge/devices", z.devicesJSONLocked(), true)
+	st, _ := json.Marshal(z.devs[d.Name].state)
+	z.publish(z.cfg.Base+"/"+d.Name, st, z.cfg.Retain)
 	return nil
 }
 
@@ -280,15 +285,14 @@ func (z *Zigbee2MQTT) Pair(d Z2MDevice) error {
 // and its retained availability cleared, as Zigbee2MQTT does.
 func (z *Zigbee2MQTT) Remove(name string) {
 	z.mu.Lock()
-	_, ok := z.devs[name]
-	delete(z.devs, name)
-	z.mu.Unlock()
-	if !ok {
+	defer z.mu.Unlock()
+	if _, ok := z.devs[name]; !ok {
 		return
 	}
+	delete(z.devs, name)
 	ev, _ := json.Marshal(map[string]any{"type": "device_leave", "data": map[string]any{"friendly_name": name, "ieee_address": ieee(name)}})
 	z.publish(z.cfg.Base+"/bridge/event", ev, false)
-	z.publish(z.cfg.Base+"/bridge/devices", z.devicesJSON(), true)
+	z.publish(z.cfg.Base+"/bridge/devices", z.devicesJSONLocked(), true)
 	if z.cfg.Availability {
 		z.publish(z.cfg.Base+"/"+name+"/availability", nil, true)
 	}
@@ -363,6 +367,9 @@ func (z *Zigbee2MQTT) onMessage(topic string, payload []byte) {
 		z.sets++
 	}
 	z.mu.Unlock()
+	if op == "set" && z.cfg.OnSet != nil {
+		z.cfg.OnSet(name)
+	}
 	if d == nil {
 		z.logError(fmt.Sprintf("Entity '%s' is unknown", name))
 		return
@@ -662,6 +669,13 @@ func clipText(b []byte) string {
 // devicesJSON is bridge/devices: the coordinator, then each device with
 // its definition's exposes, in the shape Zigbee2MQTT publishes.
 func (z *Zigbee2MQTT) devicesJSON() []byte {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.devicesJSONLocked()
+}
+
+// devicesJSONLocked is devicesJSON; caller holds mu.
+func (z *Zigbee2MQTT) devicesJSONLocked() []byte {
 	bin := func(prop, on, off string) map[string]any {
 		return map[string]any{"type": "binary", "name": prop, "property": prop, "value_on": on, "value_off": off, "access": 7}
 	}
@@ -669,8 +683,6 @@ func (z *Zigbee2MQTT) devicesJSON() []byte {
 		return map[string]any{"type": "numeric", "name": prop, "property": prop, "value_min": lo, "value_max": hi, "access": 7}
 	}
 	list := []map[string]any{{"ieee_address": "0x00124b0000000000", "type": "Coordinator", "friendly_name": "Coordinator", "supported": true, "disabled": false}}
-	z.mu.Lock()
-	defer z.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(z.devs)) {
 		d := z.devs[name]
 		var exposes []map[string]any

@@ -118,7 +118,9 @@ type Protocol interface {
 	Filters() []string
 	// Decode reads one message. A message the adapter does not
 	// understand returns an error; one that concerns none of its devices
-	// returns no report.
+	// returns no report. A message understood in part returns the
+	// reports it could read with an error for the rest: they are
+	// applied, and the error logged.
 	Decode(m Message) ([]Report, error)
 	// Command returns the messages that bring device to want, a set of
 	// the device's keys in the common vocabulary. id identifies this

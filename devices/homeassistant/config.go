@@ -62,7 +62,7 @@ func Normalize(raw map[string]any) map[string]any {
 			}
 			if long, ok := abbreviations[k]; ok {
 				if _, both := m[long]; both {
-					continue // the full key wins, as it does in Home Assistant
+					continue // both forms: the full key is the one kept
 				}
 				k = long
 			}
@@ -181,12 +181,12 @@ func (r *reader) value(key string) *valueTemplate {
 	return t
 }
 
-func (r *reader) command(key, variable string) *commandTemplate {
+func (r *reader) command(key string, variables ...string) *commandTemplate {
 	s := r.str(key, "")
 	if s == "" {
 		return nil
 	}
-	t, err := parseCommandTemplate(s, variable)
+	t, err := parseCommandTemplate(s, variables...)
 	if err != nil {
 		r.fail("%s: %v", key, err)
 	}
@@ -264,6 +264,7 @@ type entity struct {
 
 	plLock, plUnlock                          string
 	stLocked, stUnlocked, stLocking, stUnlock string
+	stOpen                                    string
 	stJammed                                  string
 
 	setPos, pos        string
@@ -339,8 +340,10 @@ func parseEntity(id, comp string, cfg map[string]any) (*entity, error) {
 		e.ctKelvin = r.flag("color_temp_kelvin", false)
 		e.plOn, e.plOff = r.str("payload_on", "ON"), r.str("payload_off", "OFF")
 		e.stOn, e.stOff = e.plOn, e.plOff
-		if e.briScale < 1 || e.briScale > 65535 {
-			return nil, fmt.Errorf("brightness_scale: %v is not 1..65535", e.briScale)
+		if e.briScale < 100 || e.briScale > 65535 {
+			// Below 100 steps most percentages cannot be set, nor their
+			// command confirmed.
+			return nil, fmt.Errorf("brightness_scale: %v is not 100..65535 (Sortie's brightness is a percentage)", e.briScale)
 		}
 		e.keys = []string{"power"}
 		if e.brightness {
@@ -353,11 +356,14 @@ func parseEntity(id, comp string, cfg map[string]any) (*entity, error) {
 		e.plLock, e.plUnlock = r.str("payload_lock", "LOCK"), r.str("payload_unlock", "UNLOCK")
 		e.stLocked, e.stUnlocked = r.str("state_locked", "LOCKED"), r.str("state_unlocked", "UNLOCKED")
 		e.stLocking, e.stUnlock = r.str("state_locking", "LOCKING"), r.str("state_unlocking", "UNLOCKING")
+		e.stOpen, e.stOpening = r.str("state_open", "OPEN"), r.str("state_opening", "OPENING")
 		e.stJammed = r.str("state_jammed", "JAMMED")
 		e.keys = []string{"locked"}
 	case "cover":
 		e.setPos, e.pos = r.topic("set_position_topic"), r.topic("position_topic")
-		e.setPosTpl = r.command("set_position_template", "position")
+		// position is the target in percent, value the number sent
+		// without a template (scaled to position_open/closed).
+		e.setPosTpl = r.command("set_position_template", "position", "value")
 		e.posTpl = r.value("position_template")
 		e.posOpen, e.posClosed = r.num("position_open", 100), r.num("position_closed", 0)
 		e.stOpening, e.stClose = r.str("state_opening", "opening"), r.str("state_closing", "closing")

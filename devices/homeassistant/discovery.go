@@ -92,10 +92,15 @@ func decodeDevice(object string, raw map[string]any) ([]adapter.Found, error) {
 		if !slices.Contains(Components, comp) {
 			continue
 		}
-		merged := maps.Clone(c)
-		for k, v := range raw {
-			if _, own := merged[k]; !own && k != "cmps" && k != "components" {
-				merged[k] = v
+		// Each is read on its own (its abbreviations, its "~"), then
+		// takes the device's shared options it does not set itself.
+		merged := Normalize(withBase(c, raw))
+		root := Normalize(raw)
+		for _, k := range append(sharedOptions, "device") { // its name and model, for people
+			if v, ok := root[k]; ok {
+				if _, own := merged[k]; !own {
+					merged[k] = v
+				}
 			}
 		}
 		addr := comp + "/" + object + "/" + id
@@ -114,6 +119,25 @@ func decodeDevice(object string, raw map[string]any) ([]adapter.Found, error) {
 		return out, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return out, nil
+}
+
+// sharedOptions are the options a device-based config's components
+// take from the device when they do not set them.
+var sharedOptions = []string{"availability", "availability_topic", "availability_mode", "availability_template",
+	"payload_available", "payload_not_available", "state_topic", "command_topic", "qos", "encoding"}
+
+// withBase gives a component the device's "~" when it has none.
+func withBase(c, device map[string]any) map[string]any {
+	if _, own := c["~"]; own {
+		return c
+	}
+	base, ok := device["~"]
+	if !ok {
+		return c
+	}
+	out := maps.Clone(c)
+	out["~"] = base
+	return out
 }
 
 // found makes the discovery of the entity at addr from its raw config.

@@ -252,8 +252,8 @@ func (e *entity) decode(role string, payload []byte, rep *adapter.Report) error 
 	}
 	num := func(t *valueTemplate) (float64, bool, error) {
 		s, ok := t.eval(payload)
-		if !ok {
-			return 0, false, nil
+		if s = strings.TrimSpace(s); !ok || s == "" || s == "None" {
+			return 0, false, nil // says nothing of it, as in Home Assistant
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -296,10 +296,10 @@ func (e *entity) decode(role string, payload []byte, rep *adapter.Report) error 
 		case s == e.stLocked:
 			set("locked", true)
 			set("moving", false)
-		case s == e.stUnlocked:
+		case s == e.stUnlocked || s == e.stOpen:
 			set("locked", false)
 			set("moving", false)
-		case s == e.stLocking || s == e.stUnlock:
+		case s == e.stLocking || s == e.stUnlock || s == e.stOpening:
 			set("moving", true)
 		case s == e.stJammed:
 			rep.Failure = &adapter.Failure{Code: "jammed", Message: "the lock reports " + e.stJammed}
@@ -394,7 +394,7 @@ func (p *Protocol) Command(device string, want map[string]any, _ string) ([]adap
 		}
 	}
 	msg := func(topic string, t *commandTemplate, v string) adapter.Message {
-		return adapter.Message{Topic: topic, Payload: []byte(t.render(v))}
+		return adapter.Message{Topic: topic, Payload: []byte(t.render(map[string]string{"value": v}))}
 	}
 	switch e.comp {
 	case "switch":
@@ -421,7 +421,9 @@ func (p *Protocol) Command(device string, want map[string]any, _ string) ([]adap
 			return nil, fmt.Errorf("position: %v is not 0..100", want["position"])
 		}
 		raw := math.Round(e.posClosed + pos*(e.posOpen-e.posClosed)/100)
-		return []adapter.Message{msg(e.setPos, e.setPosTpl, strconv.FormatFloat(raw, 'f', -1, 64))}, nil
+		payload := e.setPosTpl.render(map[string]string{
+			"value": strconv.FormatFloat(raw, 'f', -1, 64), "position": strconv.FormatFloat(math.Round(pos), 'f', -1, 64)})
+		return []adapter.Message{{Topic: e.setPos, Payload: []byte(payload)}}, nil
 	}
 	var out []adapter.Message
 	if v, ok := want["mode"]; ok {

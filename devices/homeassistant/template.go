@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -18,10 +19,12 @@ import (
 //	{{ value_json.a.b }}             a member of the JSON payload
 //	{{ value_json['a'] }}, ["a"]     the same, for keys that are not names
 //	... | lower | upper | int | float | round(n) | default(x)
+//	int(d), float(d): d for what is not a number (without it, as in
+//	Home Assistant, what is not a number says nothing)
 //
 // Command templates are text with placeholders of their variables
 // ({{ value }}, {{ position }}) and nothing else.
-const templateHelp = "Sortie evaluates {{ value }} and {{ value_json.a.b }} (or value_json['a']), with the filters lower, upper, int, float, round(n) and default(x)"
+const templateHelp = "Sortie evaluates {{ value }} and {{ value_json.a.b }} (or value_json['a']), with the filters lower, upper, int, float (each with an optional default), round(n) and default(x)"
 
 // valueTemplate is a parsed value template: a path into the payload and
 // filters to apply to what it finds.
@@ -119,9 +122,16 @@ func parseFilter(s string) (filter, error) {
 		arg = strings.TrimSpace(arg)
 	}
 	switch name {
-	case "lower", "upper", "int", "float":
+	case "lower", "upper":
 		if hasArg && arg != "" {
-			return filter{}, fmt.Errorf("filter %s takes no argument here", name)
+			return filter{}, fmt.Errorf("filter %s takes no argument", name)
+		}
+	case "int", "float":
+		// int(0), float(0): the default for what is not a number.
+		if arg != "" {
+			if _, err := strconv.ParseFloat(arg, 64); err != nil {
+				return filter{}, fmt.Errorf("%s(%s): the default must be a number", name, arg)
+			}
 		}
 	case "round":
 		if !hasArg || arg == "" {
@@ -187,23 +197,46 @@ func (t *valueTemplate) eval(payload []byte) (string, bool) {
 		case "upper":
 			out = strings.ToUpper(out)
 		case "int", "float", "round":
+			if !found {
+				continue
+			}
 			n, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
 			if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
-				n = 0 // as Jinja's int and float do with what is not a number
+				if f.name == "round" || f.arg == "" {
+					// Home Assistant's filters fail to render what is not
+					// a number when given no default: the message says
+					// nothing of the value.
+					out, found = "", false
+					continue
+				}
+				n, _ = strconv.ParseFloat(f.arg, 64)
 			}
 			switch f.name {
 			case "int":
 				out = strconv.FormatInt(int64(n), 10)
 			case "float":
-				out = strconv.FormatFloat(n, 'f', -1, 64)
+				out = pyFloat(n)
 			default:
+				// Home Assistant's round: Python's (half to even), an
+				// integer at precision 0.
 				digits, _ := strconv.Atoi(f.arg)
 				p := math.Pow(10, float64(digits))
-				out = strconv.FormatFloat(math.Round(n*p)/p, 'f', -1, 64)
+				if out = pyFloat(math.RoundToEven(n*p) / p); digits == 0 {
+					out = strconv.FormatFloat(math.RoundToEven(n), 'f', 0, 64)
+				}
 			}
 		}
 	}
 	return out, found
+}
+
+// pyFloat prints a float as Python does: always with a decimal point.
+func pyFloat(n float64) string {
+	t := strconv.FormatFloat(n, 'f', -1, 64)
+	if !strings.Contains(t, ".") {
+		t += ".0"
+	}
+	return t
 }
 
 // render is a JSON value as Jinja prints it: text as itself, numbers as
@@ -226,17 +259,19 @@ func render(v any) (string, bool) {
 	return string(b), true
 }
 
-// commandTemplate is a command template: text with placeholders of one
-// variable.
+// commandTemplate is a command template: text with placeholders of its
+// variables.
 type commandTemplate struct {
-	parts []string // text, then the variable's place, alternately
+	parts []string // text, then a variable's place, alternately
+	vars  []string // the variable of each place
 }
 
 // parseCommandTemplate parses src whose only placeholders are of
-// variable.
-func parseCommandTemplate(src, variable string) (*commandTemplate, error) {
+// variables.
+func parseCommandTemplate(src string, variables ...string) (*commandTemplate, error) {
+	names := "{{ " + strings.Join(variables, " }}, {{ ") + " }}"
 	if strings.Contains(src, "{%") {
-		return nil, fmt.Errorf("command template %q: statements ({%% ... %%}) are not evaluated; only {{ %s }} placeholders in text", src, variable)
+		return nil, fmt.Errorf("command template %q: statements ({%% ... %%}) are not evaluated; only %s placeholders in text", src, names)
 	}
 	t := &commandTemplate{}
 	rest := src
@@ -253,18 +288,28 @@ func parseCommandTemplate(src, variable string) (*commandTemplate, error) {
 		if end < 0 {
 			return nil, fmt.Errorf("command template %q: an unterminated {{", src)
 		}
-		if v := strings.TrimSpace(rest[open+2 : open+end]); v != variable {
-			return nil, fmt.Errorf("command template %q: {{ %s }} is not evaluated; only {{ %s }} placeholders in text", src, v, variable)
+		v := strings.TrimSpace(rest[open+2 : open+end])
+		if !slices.Contains(variables, v) {
+			return nil, fmt.Errorf("command template %q: {{ %s }} is not evaluated; only %s placeholders in text", src, v, names)
 		}
 		t.parts = append(t.parts, rest[:open])
+		t.vars = append(t.vars, v)
 		rest = rest[open+end+2:]
 	}
 }
 
-// render puts value in the template's placeholders.
-func (t *commandTemplate) render(value string) string {
+// render puts the variables' values in the template's places; without
+// a template the payload is value's.
+func (t *commandTemplate) render(values map[string]string) string {
 	if t == nil {
-		return value
+		return values["value"]
 	}
-	return strings.Join(t.parts, value)
+	var b strings.Builder
+	for i, p := range t.parts {
+		b.WriteString(p)
+		if i < len(t.vars) {
+			b.WriteString(values[t.vars[i]])
+		}
+	}
+	return b.String()
 }

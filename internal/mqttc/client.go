@@ -182,6 +182,9 @@ type sub struct {
 	// handleMsg, when set, is called instead of handle, with the
 	// message's retain flag (see SubscribeRetained).
 	handleMsg func(topic string, payload []byte, retained bool)
+	// optional subscriptions do not hold a connection back when the
+	// broker refuses them (see SubscribeOptional).
+	optional  bool
 	cancelled atomic.Bool
 }
 
@@ -283,6 +286,15 @@ func (c *Client) SubscribeQoS(filter string, qos byte, handle func(topic string,
 	return c.add(&sub{filter: filter, qos: min(qos, 1), handle: handle})
 }
 
+// SubscribeOptional is SubscribeQoS for what the caller can do without:
+// a broker's refusal of it (an ACL that does not grant the filter) is
+// logged and does not hold the connection back, as a refused
+// subscription otherwise does; it is asked for again at the next
+// connection.
+func (c *Client) SubscribeOptional(filter string, qos byte, handle func(topic string, payload []byte)) (cancel func(), err error) {
+	return c.add(&sub{filter: filter, qos: min(qos, 1), handle: handle, optional: true})
+}
+
 // add records s and, once started, makes it on the broker (see
 // SubscribeQoS).
 func (c *Client) add(s *sub) (cancel func(), err error) {
@@ -318,6 +330,10 @@ func (c *Client) add(s *sub) (cancel func(), err error) {
 		}
 	}
 	if err := c.subscribe(cn, []*sub{s}); err != nil {
+		if s.optional && errors.Is(err, ErrRefused) {
+			c.log.Warn("optional subscription refused; going on without it", "broker", c.opts.Broker, "err", err)
+			return cancel, nil
+		}
 		c.forget(s)
 		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
 	}

@@ -490,6 +490,34 @@ func TestRefusedSubscriptionIsAnError(t *testing.T) {
 	}
 }
 
+// TestOptionalSubscriptionRefusedDoesNotHoldTheConnection: a broker's
+// ACL refuses an optional subscription, at connection and when it is
+// made later; the Client is up all the same, and its required
+// subscriptions get their messages.
+func TestOptionalSubscriptionRefusedDoesNotHoldTheConnection(t *testing.T) {
+	b := brokertest.StartACL(t, "u", "pw", func(topic string, _ bool) bool { return !strings.HasPrefix(topic, "homeassistant") })
+	in := make(inbox, 4)
+	var logs logBuf
+	c := newClient(t, mqttc.Options{Broker: b.URL(), ClientID: "u", Username: "u", Password: "pw", Logger: logs.logger()})
+	if _, err := c.SubscribeOptional("homeassistant/+/+/config", 0, in.handle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Subscribe("triggers", in.handle); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, c)
+	if _, err := c.SubscribeOptional("homeassistant/+/+/+/config", 0, in.handle); err != nil {
+		t.Fatalf("optional subscription refused once up: %v, want it logged only", err)
+	}
+	if err := b.Publish("triggers", []byte("go"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	in.expect(t, "triggers go")
+	if !strings.Contains(logs.String(), "optional subscription refused") {
+		t.Errorf("the refusal was not logged:\n%s", logs.String())
+	}
+}
+
 // TestRefusalAtConnectionIsRetriedUntilItPasses: a subscription the
 // broker refuses when the Client connects holds Connect, is retried,
 // shows in Problem and is logged once; once the broker grants it the

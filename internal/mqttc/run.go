@@ -119,13 +119,17 @@ func (c *Client) resubscribe(cn *conn) error {
 	made := make(map[*sub]bool)
 	for n := 0; ; {
 		c.mu.Lock()
-		var todo []*sub
+		var todo, optional []*sub
 		for _, s := range c.subs {
-			if !made[s] {
+			switch {
+			case made[s]:
+			case s.optional:
+				optional = append(optional, s)
+			default:
 				todo = append(todo, s)
 			}
 		}
-		if len(todo) == 0 {
+		if len(todo) == 0 && len(optional) == 0 {
 			c.cur.Store(cn)
 			close(c.up)
 			c.lastErr, c.loggedSubErr = nil, ""
@@ -133,7 +137,23 @@ func (c *Client) resubscribe(cn *conn) error {
 			return nil
 		}
 		c.mu.Unlock()
-		err := c.subscribe(cn, todo)
+		var err error
+		// Optional ones one by one: a refusal names its filter, and is
+		// not asked again on this connection.
+		for _, s := range optional {
+			switch e := c.subscribe(cn, []*sub{s}); {
+			case e == nil:
+				made[s] = true
+			case errors.Is(e, ErrRefused):
+				made[s] = true
+				c.log.Warn("optional subscription refused; going on without it", "broker", c.opts.Broker, "err", e)
+			default:
+				err = e // the connection's trouble: waited out below
+			}
+		}
+		if err == nil && len(todo) > 0 {
+			err = c.subscribe(cn, todo)
+		}
 		if err == nil {
 			for _, s := range todo {
 				made[s] = true
