@@ -23,7 +23,6 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/scenes"
-	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/store"
 )
 
@@ -52,12 +51,12 @@ type Agent struct {
 	db     *store.DB
 	broker *broker.Broker
 	auth   *brokerAuth // the embedded broker's, when it has users
-	home   *simulator.Home
 	dev    *devices.Client
 	conn   link
 	drv    *driver.Driver
 	cat    *scenes.Catalog
 	reg    *devices.Registry
+	home   homeRef        // the simulated home (Options.Home), for tests
 	ha     *homeAssistant // nil unless Options.HomeAssistant
 	topics agentTopics
 	trig   *Triggers
@@ -178,22 +177,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 
 	if o.Home != nil {
-		hc := *o.Home
-		hc.Broker = brokerURL
-		hc.Username, hc.Password, hc.TLS = user, password, tlsCfg
-		hc.Prefix = o.Broker.Prefix
-		hc.Logger = log.With("component", "simulator")
-		if a.home, err = simulator.NewHome(hc); err != nil {
+		if err := a.startHome(ctx, *o.Home, homeConn{broker: brokerURL, user: user, password: password, tls: tlsCfg}); err != nil {
 			return err
 		}
-		sctx, cancel := context.WithTimeoutCause(ctx, HomeStartTimeout, fmt.Errorf("not online within %s", HomeStartTimeout))
-		err = a.home.Start(sctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("simulated home: %w", err)
-		}
-		a.onClose(func() { _ = a.home.Close() }) // the demo's devices saying goodbye: nothing to act on
-		log.Info("simulated home running", "devices", len(a.home.Devices()))
 	}
 
 	a.metrics.watchStore(a.db)

@@ -11,7 +11,6 @@ import (
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 // Options configures an Agent. The zero value of each optional field
@@ -47,7 +46,7 @@ type Options struct {
 	Clock driver.Clock
 	// Home, when set, runs a simulated home inside the agent (the demo).
 	// Its broker, login and prefix are filled in by the agent.
-	Home *simulator.HomeConfig
+	Home *HomeConfig
 
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger

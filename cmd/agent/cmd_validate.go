@@ -12,7 +12,6 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/internal/cli"
 	"github.com/sortie-edge/sortie/scenes"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 // cmdValidate checks the config, the device registry, the scenes and the
@@ -66,7 +65,7 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 		return fmt.Errorf("%s: %w", *config, err)
 	}
 	if cfg.Simulator.Home != "" {
-		if _, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home)); err != nil {
+		if _, err := loadHome(cfg.Path(cfg.Simulator.Home)); err != nil {
 			return err
 		}
 	}

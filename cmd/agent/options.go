@@ -9,7 +9,6 @@ import (
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/scenes"
-	"github.com/sortie-edge/sortie/simulator"
 )
 
 // locationOptions maps [location]; nil when it sets nothing.
@@ -107,11 +106,11 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	}
 
 	if cfg.Simulator.Home != "" {
-		hc, err := simulator.LoadHome(cfg.Path(cfg.Simulator.Home))
+		hc, err := loadHome(cfg.Path(cfg.Simulator.Home))
 		if err != nil {
 			return o, err
 		}
-		o.Home = &hc
+		o.Home = hc
 	}
 	return o, nil
 }
