@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/bundle/check"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
@@ -103,16 +104,7 @@ type LocationOptions struct {
 // (no latitude and longitude), so that a config is refused when it is
 // checked rather than when the agent starts.
 func CheckLocation(cat *scenes.Catalog, loc *LocationOptions) error {
-	if loc != nil && loc.HasPosition {
-		return nil
-	}
-	var errs []error
-	for _, s := range cat.Schedules() {
-		if s.Sun != nil {
-			errs = append(errs, fmt.Errorf("schedule %s: a sun schedule needs the gateway's [location] latitude and longitude", s.ID()))
-		}
-	}
-	return errors.Join(errs...)
+	return check.Location(cat, loc != nil && loc.HasPosition)
 }
 
 func newScheduler(o Options, log *slog.Logger, trig *Triggers, traces *tracer, db scheduleCursors, lookup func(context.Context, string) (*driver.Mission, error)) (*scheduler, error) {

@@ -44,13 +44,36 @@ func Load(dir string, reg *devices.Registry) (*Catalog, error) {
 	if len(files) == 0 {
 		return nil, &LoadError{Errors: []FieldError{{File: dir, Msg: "no *.toml scene files"}}}
 	}
-	b := &builder{reg: reg}
+	srcs := make([]SourceFile, 0, len(files))
 	for _, f := range files {
 		data, err := readFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("load scenes: %w", err)
 		}
-		b.add(data, f)
+		srcs = append(srcs, SourceFile{Name: f, Data: data})
+	}
+	return LoadFiles(srcs, reg)
+}
+
+// SourceFile is one scene file's name (for error messages) and content.
+type SourceFile struct {
+	Name string
+	Data []byte
+}
+
+// LoadFiles validates the scenes of several files' contents against reg
+// with exactly the rules of Load, which reads them from a directory: a
+// configuration bundle (package bundle) holds its files in memory.
+func LoadFiles(files []SourceFile, reg *devices.Registry) (*Catalog, error) {
+	if reg == nil {
+		return nil, errors.New("load scenes: nil device registry")
+	}
+	if len(files) == 0 {
+		return nil, &LoadError{Errors: []FieldError{{Msg: "no scene files"}}}
+	}
+	b := &builder{reg: reg}
+	for _, f := range files {
+		b.add(f.Data, f.Name)
 	}
 	return b.catalog()
 }
@@ -128,6 +151,23 @@ func (c *Catalog) Scene(name string) (Info, bool) {
 		return Info{}, false
 	}
 	return sc.info(), true
+}
+
+// Devices returns the IDs of the devices the named scene's steps
+// command or wait for, sorted, each once: what a configuration change
+// that touches the scene puts to the test.
+func (c *Catalog) Devices(name string) []string {
+	sc := c.scenes[name]
+	if sc == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, st := range sc.steps {
+		if st.device != "" {
+			seen[st.device] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 func (sc *scene) info() Info {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/conf"
@@ -188,16 +189,10 @@ type TracesConfig struct {
 	MaxBytes     conf.Bytes      `toml:"max_bytes"`
 }
 
-// LocationConfig places the gateway for sun schedules. Latitude and
-// Longitude are pointers so that 0 (the equator, Greenwich) is a place,
-// not "unset".
-type LocationConfig struct {
-	Latitude  *float64 `toml:"latitude"`
-	Longitude *float64 `toml:"longitude"`
-	// TimeZone is the IANA zone schedules are read in unless they name
-	// their own; "" is the system's (TZ, /etc/localtime).
-	TimeZone string `toml:"timezone"`
-}
+// LocationConfig places the gateway for sun schedules ([location]). It
+// is the setting a configuration bundle may carry, so its type and rules
+// are the bundle's.
+type LocationConfig = bundle.Location
 
 // DefaultConfig is what an empty file means.
 func DefaultConfig() Config {
@@ -378,20 +373,8 @@ func (c Config) Validate(file string) error {
 	if p := c.HomeAssistant.Prefix; p == "" || strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
 		bad("homeassistant.prefix", "%q is not a topic prefix (no wildcards, no leading or trailing '/')", p)
 	}
-	l := c.Location
-	if (l.Latitude == nil) != (l.Longitude == nil) {
-		bad("location.latitude", "latitude and longitude go together")
-	}
-	if l.Latitude != nil && !(*l.Latitude >= -90 && *l.Latitude <= 90) {
-		bad("location.latitude", "%v is not between -90 and 90", *l.Latitude)
-	}
-	if l.Longitude != nil && !(*l.Longitude >= -180 && *l.Longitude <= 180) {
-		bad("location.longitude", "%v is not between -180 and 180", *l.Longitude)
-	}
-	if l.TimeZone != "" {
-		if _, err := time.LoadLocation(l.TimeZone); err != nil || l.TimeZone == "Local" {
-			bad("location.timezone", "%q is not an IANA time zone such as \"Europe/Berlin\" in the system's time zone database (/usr/share/zoneinfo, or $ZONEINFO)", l.TimeZone)
-		}
+	for _, p := range c.Location.Problems() {
+		bad(p.Field, "%s", p.Msg)
 	}
 	return errors.Join(errs...)
 }
