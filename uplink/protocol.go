@@ -34,6 +34,7 @@ const MaxMessage = 1 << 20
 //	{prefix}/hub/gateways/{gw}/control          hub -> gateway, QoS 1, control requests
 //	{prefix}/hub/gateways/{gw}/control/result   gateway -> hub, QoS 1, control results
 //	{prefix}/hub/gateways/{gw}/traces           gateway -> hub, QoS 1, trigger records, once the hub's acks carry "traces"
+//	{prefix}/hub/gateways/{gw}/bundle/status    gateway -> hub, QoS 1, what became of a bundle the hub offered
 type Topics struct{ Prefix string }
 
 func (t Topics) base(gw string) string {
@@ -65,6 +66,10 @@ func (t Topics) ControlResult(gw string) string { return t.base(gw) + "/control/
 // Traces carries batches of trigger records (what the gateway's "agent
 // why" answers from).
 func (t Topics) Traces(gw string) string { return t.base(gw) + "/traces" }
+
+// BundleStatus carries what became of the bundles the hub offered
+// (BundleStatus messages).
+func (t Topics) BundleStatus(gw string) string { return t.base(gw) + "/bundle/status" }
 
 // Wildcard is the filter for one topic kind across gateways ("status",
 // "heartbeat", "events", "control/result", "traces").
@@ -110,6 +115,10 @@ type Heartbeat struct {
 	// connection, and a cluster's stream can lose one while it elects a
 	// leader; heartbeats repeat.
 	Broker string `json:"broker,omitempty"`
+	// Config is the configuration the gateway runs; absent from
+	// gateways before bundles. A hub compares its Hash with the bundle it
+	// expects there: a hand edit shows as another hash.
+	Config *ConfigState `json:"config,omitempty"`
 }
 
 // SceneInfo is a scene in a heartbeat: its name and the trigger
@@ -242,6 +251,10 @@ const (
 	ActionResume  = "resume"
 	ActionCancel  = "cancel"
 	ActionRetry   = "retry"
+	// ActionBundle offers a configuration bundle (Control.Bundle); the
+	// gateway answers at once, and reports what became of it on its
+	// bundle status topic (docs/protocol.md, Bundles).
+	ActionBundle = "bundle"
 )
 
 // Control is a request from the hub to a gateway.
@@ -252,6 +265,7 @@ type Control struct {
 	Scene     string         `json:"scene,omitempty"`      // trigger
 	Params    map[string]any `json:"params,omitempty"`     // trigger
 	RequestID string         `json:"request_id,omitempty"` // trigger; idempotency key
+	Bundle    *BundleOffer   `json:"bundle,omitempty"`     // bundle
 }
 
 // ControlResult answers a Control.
@@ -378,6 +392,13 @@ func DecodeControl(b []byte) (Control, error) {
 	case ActionPause, ActionResume, ActionCancel, ActionRetry:
 		if err := driver.ValidateID("mission id", c.MissionID); err != nil {
 			return Control{}, fmt.Errorf("%w: %w", ErrMessage, err)
+		}
+	case ActionBundle:
+		if c.Bundle == nil {
+			return Control{}, fmt.Errorf("%w: a bundle control without its bundle", ErrMessage)
+		}
+		if err := c.Bundle.check(); err != nil {
+			return Control{}, err
 		}
 	default:
 		return Control{}, fmt.Errorf("%w: unknown action %q", ErrMessage, c.Action)
