@@ -64,6 +64,7 @@ type Agent struct {
 	sched  *scheduler
 	feed   *feed
 	arb    *arbiter
+	cfg    *configs // nil unless Options.Bundles
 
 	metrics *instruments
 	http    *http.Server
@@ -121,6 +122,17 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("data_dir: %w", err)
 	}
 	var err error
+	if o.Bundles != nil {
+		// First: a bundle applied before this start is what every part
+		// below is built from.
+		var lc *liveConfig
+		if a.cfg, lc, err = openConfigs(o, log.With("component", "bundles")); err != nil {
+			return err
+		}
+		a.reg, a.cat = lc.set.Registry, lc.set.Catalog
+		a.opts.Registry, a.opts.Catalog, a.opts.Location = lc.set.Registry, lc.set.Catalog, lc.loc
+		o = a.opts
+	}
 	a.metrics = newInstruments()
 	a.metrics.setBuild(o.Version, o.Revision)
 	// With a hub, every event is also written to the outbox in the same
@@ -262,6 +274,10 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.feed.listened, a.feed.subsAdded = a.broker.Subscribed, a.broker.SubscriptionsAdded
 	}
 	drv.Observe(a.metrics)
+	if a.cfg != nil {
+		a.wireConfigs()
+		drv.Observe(a.cfg)
+	}
 	drv.Observe(a.arb)
 	drv.Observe(a.trig)
 	drv.Observe(a.feed)
@@ -337,7 +353,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.http != nil {
 		a.mountHTTP()
 	}
-	log.Info("agent ready", "gateway", o.Gateway, "version", o.Version, "scenes", strings.Join(a.cat.Names(), ","), "trigger_topic", a.topics.Trigger())
+	log.Info("agent ready", "gateway", o.Gateway, "version", o.Version, "scenes", strings.Join(a.catalog().Names(), ","), "trigger_topic", a.topics.Trigger())
 	return nil
 }
 
@@ -369,6 +385,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { return a.ha.Run(gctx) })
 	}
 	g.Go(func() error { return a.arb.Run(gctx) })
+	if a.cfg != nil {
+		g.Go(func() error { return a.cfg.run(gctx) })
+	}
 	if a.http != nil {
 		g.Go(func() error {
 			select {
@@ -437,7 +456,7 @@ type Addrs struct {
 
 // Addrs says where the started agent listens.
 func (a *Agent) Addrs() Addrs {
-	ad := Addrs{BrokerURL: a.opts.Broker.URL, TriggerTopic: a.topics.Trigger(), Scenes: a.cat.Names(), BrokerUsers: a.auth != nil}
+	ad := Addrs{BrokerURL: a.opts.Broker.URL, TriggerTopic: a.topics.Trigger(), Scenes: a.catalog().Names(), BrokerUsers: a.auth != nil}
 	if a.broker != nil {
 		ad.BrokerURL, ad.BrokerListen = a.broker.URL(), a.broker.Addr()
 	}

@@ -86,15 +86,19 @@ func (a *Agent) listenHTTP() error {
 
 // mountHTTP replaces listenHTTP's stand-in with the API and /metrics.
 func (a *Agent) mountHTTP() {
-	s := api.New(api.Options{
+	o := api.Options{
 		Log: a.log.With("component", "api"), Token: a.opts.HTTP.Token, Driver: a.drv, Devices: a.dev,
-		Registry: a.reg, Catalog: a.cat, Trigger: a.trig.Call, Backup: a.db.BackupFile,
+		Registry: a.reg, Catalog: a.cat, Scenes: a.catalog, Trigger: a.trig.Call, Backup: a.db.BackupFile,
 		Why: a.Why, RecentWhy: a.RecentWhy, Declined: a.trig.declined(viaAPI), Schedules: a.sched.list,
 		WriteError: a.db.WriteError, Broker: a.linkProblem,
 		Discover: func(ctx context.Context, window time.Duration) (devices.Discovery, error) {
 			return a.dev.Discover(ctx, devices.DiscoverOptions{Window: window})
 		},
-	})
+	}
+	if a.cfg != nil {
+		o.Config, o.Apply = a.cfg.info, a.Apply
+	}
+	s := api.New(o)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metrics.reg)
 	s.Register(mux)

@@ -29,13 +29,17 @@ func (a *Agent) Heartbeat(context.Context) uplink.Heartbeat {
 		}
 		hb.Devices = append(hb.Devices, ds)
 	}
-	for _, name := range a.cat.Names() {
-		info, _ := a.cat.Scene(name)
+	cat := a.catalog()
+	for _, name := range cat.Names() {
+		info, _ := cat.Scene(name)
 		si := uplink.SceneInfo{Name: info.Name, Description: info.Description}
 		for _, p := range info.Params {
 			si.Params = append(si.Params, uplink.SceneParam{Name: p.Name, Required: p.Required, Default: p.Default})
 		}
 		hb.Scenes = append(hb.Scenes, si)
+	}
+	if a.cfg != nil {
+		hb.Config = a.cfg.heartbeat()
 	}
 	return hb
 }
@@ -48,6 +52,9 @@ func (a *Agent) Control(ctx context.Context, c uplink.Control) uplink.ControlRes
 	fail := func(code string, err error) uplink.ControlResult {
 		res.Error, res.Code = err.Error(), code
 		return res
+	}
+	if c.Action == uplink.ActionBundle {
+		return a.offered(ctx, c)
 	}
 	if c.Action == uplink.ActionTrigger {
 		reqID := c.RequestID
@@ -114,6 +121,7 @@ func (a *Agent) startUplink() error {
 		Broker: h.URL, Brokers: h.URLs, Gateway: a.opts.Gateway, ClientID: h.ClientID, NoRetain: h.NoRetain, Username: h.Username, Password: h.Password, TLS: h.TLS,
 		Prefix: h.Prefix, Source: a.db, Traces: a.db, Heartbeat: a, Control: a,
 		Logger: a.log, Version: a.opts.Version, HeartbeatInterval: h.Heartbeat,
+		OnConnect: a.onHubConnect,
 	})
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)

@@ -38,6 +38,11 @@ type Options struct {
 	// HomeAssistant, when set, announces the scenes to Home Assistant
 	// (a button to run each, a sensor with its last run).
 	HomeAssistant *HomeAssistantOptions
+	// Bundles, when set, lets the agent take configuration bundles and
+	// run them without a restart (BundleOptions); Registry, Catalog and
+	// Location are then what the config files say, and a bundle applied
+	// before the start replaces them.
+	Bundles *BundleOptions
 	// Location places the gateway for sun schedules and names its time
 	// zone; required when a scene has a sun schedule.
 	Location *LocationOptions
@@ -190,6 +195,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Registry == nil || o.Catalog == nil {
 		errs = append(errs, errors.New("no device registry or scene catalog"))
+	}
+	if o.Bundles != nil && o.Bundles.Files == nil {
+		errs = append(errs, errors.New("bundles: no bundle of the config files"))
 	}
 	if o.Hub != nil && o.Hub.URL == "" {
 		errs = append(errs, errors.New("hub: no URL"))

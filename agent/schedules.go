@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -109,15 +110,24 @@ func CheckLocation(cat *scenes.Catalog, loc *LocationOptions) error {
 
 func newScheduler(o Options, log *slog.Logger, trig *Triggers, traces *tracer, db scheduleCursors, lookup func(context.Context, string) (*driver.Mission, error)) (*scheduler, error) {
 	sc := &scheduler{log: log, clock: o.Clock, trig: trig, traces: traces, db: db, lookup: lookup, wake: make(chan struct{}, 1)}
+	var err error
+	sc.entries, err = scheduleEntries(o.Catalog, o.Location)
+	return sc, err
+}
+
+// scheduleEntries are the schedules of cat, placed by loc, not yet
+// given their cursors.
+func scheduleEntries(cat *scenes.Catalog, loc *LocationOptions) ([]*scheduleEntry, error) {
 	def := time.Local
-	if o.Location != nil && o.Location.TimeZone != "" {
+	if loc != nil && loc.TimeZone != "" {
 		var err error
-		if def, err = time.LoadLocation(o.Location.TimeZone); err != nil {
+		if def, err = time.LoadLocation(loc.TimeZone); err != nil {
 			return nil, fmt.Errorf("location.timezone: %w", err)
 		}
 	}
+	var entries []*scheduleEntry
 	var errs []error
-	for _, s := range o.Catalog.Schedules() {
+	for _, s := range cat.Schedules() {
 		e := &scheduleEntry{s: s, loc: def, key: cursorKey(s)}
 		if s.Zone != "" {
 			loc, err := time.LoadLocation(s.Zone)
@@ -131,21 +141,61 @@ func newScheduler(o Options, log *slog.Logger, trig *Triggers, traces *tracer, d
 		case s.Cron != nil:
 			e.when = s.Cron
 		case s.Sun != nil:
-			if o.Location == nil || !o.Location.HasPosition {
+			if loc == nil || !loc.HasPosition {
 				errs = append(errs, fmt.Errorf("schedule %s: a sun schedule needs the gateway's [location] latitude and longitude", s.ID()))
 				continue
 			}
 			sun := *s.Sun
-			sun.Lat, sun.Lon = o.Location.Latitude, o.Location.Longitude
+			sun.Lat, sun.Lon = loc.Latitude, loc.Longitude
 			if err := sun.Validate(); err != nil {
 				errs = append(errs, fmt.Errorf("schedule %s: %w", s.ID(), err))
 				continue
 			}
 			e.when = sun
 		}
-		sc.entries = append(sc.entries, e)
+		entries = append(entries, e)
 	}
-	return sc, errors.Join(errs...)
+	return entries, errors.Join(errs...)
+}
+
+// replace makes entries (from scheduleEntries) the schedules, while the
+// scheduler runs: a configuration bundle was applied. A schedule the old
+// set had, unchanged and placed alike, goes on as it was; another takes
+// its stored cursor, or starts now, as at start, so that what it missed
+// is caught up by its own policy.
+func (sc *scheduler) replace(ctx context.Context, entries []*scheduleEntry) error {
+	cursors, err := sc.db.Cursors(ctx)
+	if err != nil {
+		return err
+	}
+	now := sc.clock.Now()
+	added := false
+	sc.mu.Lock()
+	old := make(map[string]*scheduleEntry, len(sc.entries))
+	for _, e := range sc.entries {
+		old[e.key] = e
+	}
+	for i, e := range entries {
+		if o := old[e.key]; o != nil && o.loc.String() == e.loc.String() && reflect.DeepEqual(o.s, e.s) {
+			entries[i] = o
+			continue
+		}
+		if o := old[e.key]; o != nil {
+			e.cursor, e.next = o.cursor, e.when.Next(o.cursor, e.loc)
+			continue
+		}
+		added = sc.place(e, cursors, now) || added
+	}
+	sc.entries = entries
+	sc.mu.Unlock()
+	if added {
+		_ = sc.traces.flush() // logged there; the batch is kept and written later
+	}
+	select {
+	case sc.wake <- struct{}{}:
+	default: // a wake is pending already
+	}
+	return nil
 }
 
 // cursorKey keys a schedule's cursor by its ID and a fingerprint of
@@ -199,14 +249,7 @@ func (sc *scheduler) start(ctx context.Context) error {
 	sc.mu.Lock()
 	added := false
 	for _, e := range sc.entries {
-		c, ok := cursors[e.key]
-		if !ok {
-			c = now.Truncate(time.Second)
-			sc.traces.cursor(e.key, c, false)
-			added = true
-		}
-		e.cursor = c
-		e.next = e.when.Next(c, e.loc)
+		added = sc.place(e, cursors, now) || added
 	}
 	sc.mu.Unlock()
 	if sc.clockSet(now) {
@@ -221,12 +264,23 @@ func (sc *scheduler) start(ctx context.Context) error {
 	return nil
 }
 
+// place gives e its stored cursor, or now for a schedule seen for the
+// first time (it has missed nothing), which it records; it says whether
+// it did.
+func (sc *scheduler) place(e *scheduleEntry, cursors map[string]time.Time, now time.Time) (added bool) {
+	c, ok := cursors[e.key]
+	if !ok {
+		c = now.Truncate(time.Second)
+		sc.traces.cursor(e.key, c, false)
+	}
+	e.cursor = c
+	e.next = e.when.Next(c, e.loc)
+	return !ok
+}
+
 // run fires schedules until ctx ends.
 func (sc *scheduler) run(ctx context.Context) error {
-	if len(sc.entries) == 0 {
-		<-ctx.Done()
-		return nil
-	}
+	// With no schedule it still runs: a bundle may bring some (replace).
 	for {
 		now := sc.clock.Now()
 		var due []*scheduleEntry

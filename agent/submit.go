@@ -21,7 +21,10 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	// judged as a second run: hold the scene's lock across all of it.
 	// Parallel runs need no order (the store's request-key index still
 	// makes concurrent duplicates one mission).
-	if info, ok := t.cat.Scene(tr.Scene); ok && info.Mode != scenes.ModeParallel {
+	// One catalog for the whole decision: a bundle applied meanwhile
+	// is for the next trigger.
+	cat := t.cat.Load()
+	if info, ok := cat.Scene(tr.Scene); ok && info.Mode != scenes.ModeParallel {
 		l := t.sceneLock(tr.Scene)
 		l.Lock()
 		defer l.Unlock()
@@ -38,7 +41,7 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	if now := t.now(); !tr.NotAfter.IsZero() && now.After(tr.NotAfter) {
 		return t.rejected(tr, scenes.ReasonDeadlinePassed, fmt.Sprintf("not_after was %s, %s before the agent got to it", tr.NotAfter.Format(time.RFC3339), now.Sub(tr.NotAfter).Round(time.Millisecond)))
 	}
-	spec, err := t.cat.Build(tr.Scene, tr.Params)
+	spec, err := cat.Build(tr.Scene, tr.Params)
 	if err != nil {
 		return t.rejectedErr(tr, err, scenes.ReasonInvalidParam)
 	}
@@ -47,7 +50,7 @@ func (t *Triggers) submit(ctx context.Context, tr scenes.Trigger) scenes.Reply {
 	// No gateway label: every mission of this store is this gateway's,
 	// and the hub names the gateway by its topic. A label would cost
 	// each live mission a map (~300 bytes) and each stored one its bytes.
-	info, _ := t.cat.Scene(tr.Scene)
+	info, _ := cat.Scene(tr.Scene)
 	var running []string // parallel runs ignore each other
 	if info.Mode != scenes.ModeParallel {
 		running = t.runs(tr.Scene)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
@@ -62,8 +63,11 @@ type triggerJob struct {
 // the scene modes (single, restart, queued, parallel). Decisions for one
 // scene are serialised by its lock so that two triggers cannot race.
 type Triggers struct {
-	log    *slog.Logger
-	cat    *scenes.Catalog
+	log *slog.Logger
+	// cat is the catalog new triggers are built from; a bundle applied
+	// replaces it (setCatalog), and missions already built keep their
+	// steps.
+	cat    atomic.Pointer[scenes.Catalog]
 	driver Missions
 	pub    Publisher
 	topics agentTopics
@@ -118,8 +122,8 @@ func NewTriggers(o TriggerOptions) *Triggers {
 }
 
 func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publisher, topics agentTopics, m *instruments) *Triggers {
-	return &Triggers{
-		log: log, cat: cat, driver: d, pub: pub, topics: topics, metrics: m,
+	t := &Triggers{
+		log: log, driver: d, pub: pub, topics: topics, metrics: m,
 		// As many as mosquitto queues for a session by default: a backlog
 		// that waited for the agent arrives at once.
 		jobs:        make(chan triggerJob, 1024),
@@ -129,7 +133,12 @@ func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publishe
 		endedScenes: map[string]bool{},
 		ended:       make(chan struct{}, 1),
 	}
+	t.cat.Store(cat)
+	return t
 }
+
+// setCatalog makes cat the catalog of the triggers decided from now on.
+func (t *Triggers) setCatalog(cat *scenes.Catalog) { t.cat.Store(cat) }
 
 // seed records the missions that were active at start-up.
 func (t *Triggers) seed(ms []*driver.Mission) {

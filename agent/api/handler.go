@@ -97,6 +97,13 @@ type Options struct {
 	// when they are not): /readyz is then not ready, since a store that
 	// reads but cannot write takes no trigger.
 	WriteError func() error
+	// Scenes, when set, returns the catalog that runs now (a bundle
+	// applied replaces it); without it, Catalog is listed.
+	Scenes func() *scenes.Catalog
+	// Config and Apply, when set, show the configuration that runs and
+	// take a configuration bundle's encoding (docs/fleet.md).
+	Config func() ConfigInfo
+	Apply  func(ctx context.Context, encoded []byte) (BundleOutcome, error)
 	// Broker, when set, says why the agent's own link to an external
 	// broker (its triggers, replies and events) is not up, nil when it
 	// is: /readyz is then not ready.
@@ -163,6 +170,8 @@ func (s *Handler) Register(mux *http.ServeMux) {
 	route("GET", "/api/why", s.whyList)
 	route("GET", "/api/why/{request_id}", s.why)
 	route("GET", "/api/schedules", s.listSchedules)
+	route("GET", "/api/config", s.config)
+	route("POST", "/api/config/bundle", s.applyBundle)
 	// GET would answer HEAD too, by making a whole copy for nothing.
 	mux.Handle("HEAD /api/backup", s.guard(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET")
@@ -206,7 +215,9 @@ func (s *Handler) guard(h http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusServiceUnavailable, CodeShuttingDown, "the agent is shutting down")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBodySize)
+		if r.URL.Path != "/api/config/bundle" { // a bundle has its own bound
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodySize)
+		}
 		h(w, r)
 	})
 }
@@ -736,8 +747,12 @@ func (s stopReader) Read(p []byte) (int, error) {
 
 func (s *Handler) listScenes(w http.ResponseWriter, _ *http.Request) {
 	out := SceneList{Scenes: []SceneItem{}}
-	for _, name := range s.opts.Catalog.Names() {
-		info, _ := s.opts.Catalog.Scene(name)
+	cat := s.opts.Catalog
+	if s.opts.Scenes != nil {
+		cat = s.opts.Scenes()
+	}
+	for _, name := range cat.Names() {
+		info, _ := cat.Scene(name)
 		it := SceneItem{
 			Name: info.Name, Description: info.Description, Mode: info.Mode, Priority: info.Priority,
 			Deadline: driver.Duration(info.Deadline), Steps: info.Steps, Params: []SceneParam{},

@@ -124,6 +124,11 @@ type Options struct {
 	Traces    TraceSource
 	Heartbeat HeartbeatSource // optional: heartbeats then carry no inventory
 	Control   ControlHandler  // optional: requests are then answered "unsupported"
+	// OnConnect, optional, is called on the sync loop's goroutine after
+	// each connection is announced (status and heartbeat sent): what
+	// must be said again on every connection is said from it. It must
+	// not block for long.
+	OnConnect func()
 
 	// Logger receives connection and sync reports; nil discards them.
 	Logger *slog.Logger
@@ -385,6 +390,14 @@ func (u *Uplink) publishRaw(ctx context.Context, topic string, retained bool, qo
 		return fmt.Errorf("publish %s: %w", topic, err)
 	}
 	return nil
+}
+
+// BundleStatus publishes what became of a bundle the hub offered, at
+// QoS 1, on the current connection; an error when there is none (the
+// caller says it again from Options.OnConnect).
+func (u *Uplink) BundleStatus(ctx context.Context, s uplink.BundleStatus) error {
+	s.Gateway = u.opts.Gateway
+	return u.publish(ctx, u.topics.BundleStatus(u.opts.Gateway), false, s)
 }
 
 // onAck handles the ack topic: it records the highest ack and wakes the

@@ -119,6 +119,9 @@ func (s *sender) connection(ctx context.Context) {
 	u.update(func(st *Stats) { st.Connected, st.Broker = true, broker; st.Connects++ })
 	s.restart()
 	s.heartbeat(ctx)
+	if u.opts.OnConnect != nil {
+		u.opts.OnConnect()
+	}
 }
 
 // restart forgets the window so that fill sends from the oldest

@@ -44,7 +44,7 @@ func TestCompletionOffersCommandsFlagsAndTheAgentsValues(t *testing.T) {
 		words []string // the command line; the last word is the one at the cursor
 		want  []string
 	}{
-		{"commands", []string{agentBin, ""}, []string{"backup", "compact", "completion", "devices", "help", "missions", "passwd", "restore", "run", "scenes", "schedules", "trigger", "validate", "version", "why"}},
+		{"commands", []string{agentBin, ""}, []string{"apply", "backup", "compact", "completion", "config", "devices", "help", "missions", "passwd", "restore", "run", "scenes", "schedules", "trigger", "validate", "version", "why"}},
 		{"a command by its start", []string{agentBin, "mi"}, []string{"missions"}},
 		{"subcommands", []string{agentBin, "missions", ""}, []string{"cancel", "list", "pause", "priority", "resume", "retry", "show", "watch"}},
 		{"a subcommand's flags", []string{agentBin, "missions", "show", "-"}, []string{"-addr", "-config", "-json", "-token", "-v"}},

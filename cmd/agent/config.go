@@ -41,6 +41,8 @@ type Config struct {
 	Location  LocationConfig  `toml:"location"`
 	// HomeAssistant announces the scenes to Home Assistant.
 	HomeAssistant HomeAssistantConfig `toml:"homeassistant"`
+	// Bundles says how a configuration bundle is put on trial.
+	Bundles BundlesConfig `toml:"bundles"`
 
 	// dir is the directory of the config file; relative paths in it are
 	// resolved against it so the agent can be started from anywhere.
@@ -189,6 +191,14 @@ type TracesConfig struct {
 	MaxBytes     conf.Bytes      `toml:"max_bytes"`
 }
 
+// BundlesConfig is [bundles]: how long a configuration bundle applied
+// ("agent apply", or the hub's) stays on trial (docs/fleet.md).
+type BundlesConfig struct {
+	Soak            driver.Duration `toml:"soak"`
+	Confirm         driver.Duration `toml:"confirm"`
+	ValidateTimeout driver.Duration `toml:"validate_timeout"`
+}
+
 // LocationConfig places the gateway for sun schedules ([location]). It
 // is the setting a configuration bundle may carry, so its type and rules
 // are the bundle's.
@@ -218,6 +228,7 @@ func DefaultConfig() Config {
 			MaxAge: driver.Duration(7 * 24 * time.Hour), FailedMaxAge: driver.Duration(30 * 24 * time.Hour), MaxBytes: 4 << 20,
 		},
 		HomeAssistant: HomeAssistantConfig{Prefix: "homeassistant"},
+		Bundles:       BundlesConfig{Soak: driver.Duration(time.Minute), Confirm: driver.Duration(5 * time.Minute), ValidateTimeout: driver.Duration(10 * time.Second)},
 	}
 }
 
@@ -372,6 +383,9 @@ func (c Config) Validate(file string) error {
 	}
 	if p := c.HomeAssistant.Prefix; p == "" || strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
 		bad("homeassistant.prefix", "%q is not a topic prefix (no wildcards, no leading or trailing '/')", p)
+	}
+	if c.Bundles.Soak <= 0 || c.Bundles.Confirm <= 0 || c.Bundles.ValidateTimeout <= 0 {
+		bad("bundles.soak", "soak, confirm and validate_timeout must be positive")
 	}
 	for _, p := range c.Location.Problems() {
 		bad(p.Field, "%s", p.Msg)

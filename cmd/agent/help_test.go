@@ -66,6 +66,8 @@ func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
 		"schedules":         "usage: agent schedules [-next N] [-json]",
 		"why":               "usage: agent why [REQUEST_ID] [-v] [-ok] [-limit N] [-json]",
 		"backup":            "usage: agent backup FILE",
+		"apply":             "usage: agent apply DIR [-min-agent V] [-json]",
+		"config":            "usage: agent config [-json]",
 		"completion":        "usage: agent completion bash|zsh",
 		"help":              "usage: agent help [COMMAND]",
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/scenes"
 )
@@ -52,6 +53,7 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	if o.Catalog, err = scenes.Load(cfg.Path(cfg.Scenes), o.Registry); err != nil {
 		return o, err
 	}
+	o.Bundles = bundleOptions(cfg, log)
 
 	b := cfg.Broker
 	o.Broker = agent.BrokerOptions{
@@ -130,4 +132,19 @@ func httpToken(c Config) (string, error) {
 		return "", fmt.Errorf("http.token_file: %s is empty", c.HTTP.TokenFile)
 	}
 	return tok, nil
+}
+
+// bundleOptions lets the agent take configuration bundles; nil, with a
+// warning, when its own files do not make one (over bundle.MaxEncoded).
+func bundleOptions(cfg Config, log *slog.Logger) *agent.BundleOptions {
+	files := func() (*bundle.Bundle, error) {
+		return bundle.FromFiles(cfg.Path(cfg.Devices), cfg.Path(cfg.Scenes), bundle.Settings{Location: cfg.Location})
+	}
+	b, err := files()
+	if err != nil {
+		log.Warn("configuration bundles disabled: the config files do not make one", "err", err)
+		return nil
+	}
+	return &agent.BundleOptions{Files: b, Reread: files,
+		Soak: cfg.Bundles.Soak.D(), Confirm: cfg.Bundles.Confirm.D(), ValidateTimeout: cfg.Bundles.ValidateTimeout.D()}
 }
