@@ -347,7 +347,9 @@ func (c *configs) agentVersion() string { return c.version }
 
 // validate runs the validator within its time bound.
 func (c *configs) validate(ctx context.Context, b *bundle.Bundle) (*check.Set, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.o.ValidateTimeout)
+	// Bounded by its own time, not by the caller's: a client that goes
+	// away does not make a bundle look slow to validate.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ValidateTimeout)
 	defer cancel()
 	type result struct {
 		set *check.Set
