@@ -1,38 +1,50 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/bundle"
+	"github.com/sortie-edge/sortie/internal/mqttc"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
-// applyKills is the length of the apply SIGKILL loop.
-var applyKills = flag.Int("apply-kills", 100, "SIGKILLs in TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle")
+// applyKills is the length of the apply SIGKILL loop: 40 in make test
+// (about a second each, and cmd/agent's tests share one time bound), a
+// hundred and more on demand (go test ./cmd/agent -run SIGKILLDuringApply
+// -apply-kills 100).
+var applyKills = flag.Int("apply-kills", 40, "SIGKILLs in TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle")
 
 // TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle: the agent
-// binary is SIGKILLed at a random moment of "agent apply" (its record
-// of the bundle received, validation, staging, the switch, the trial,
-// the commit), over and over, each time applying the bundle it does not
-// run. Every restart runs exactly the bundle it ran before the apply or
-// the one applied, and says what became of the apply: kept only if it
-// was seen healthy before the kill (then it runs), otherwise reverted or
-// rejected because the agent restarted (and the old one runs).
+// binary is SIGKILLed at a random moment of an apply (its record of the
+// bundle received, validation, staging, the switch, the trial, the
+// commit), over and over, each time applying the bundle it does not
+// run: by "agent apply" on even turns, as a hub's offer on odd ones.
+// Every restart runs exactly the bundle it ran before the apply or the
+// one applied, and says what became of the apply: kept only if it was
+// seen healthy before the kill (then it runs), otherwise reverted or
+// rejected because the agent restarted (and the old one runs); a hub's
+// offer gets that outcome on its bundle status topic once the gateway
+// is back.
 func TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs the agent a hundred times")
 	}
-	e := newGatewayEnv(t, "applykill", "[bundles]\nsoak = \"150ms\"\n")
+	hub := startStatusHub(t, "applykill")
+	e := newGatewayEnv(t, "applykill", fmt.Sprintf("[bundles]\nsoak = \"150ms\"\n[hub]\nurl = %q\nheartbeat = \"1s\"\n", hub.url))
 	files, err := bundle.FromFiles(repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), bundle.Settings{})
 	if err != nil {
 		t.Fatal(err)
@@ -57,24 +69,36 @@ func TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirOf := map[string]string{files.Hash(): filesDir, edited.Hash(): dir}
+	bundleOf := map[string]*bundle.Bundle{files.Hash(): files, edited.Hash(): edited}
 	other := map[string]string{files.Hash(): edited.Hash(), edited.Hash(): files.Hash()}
 
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	outcomes := map[string]int{}
-	switched := 0
+	switched, reported := 0, 0
+	started := time.Now()
 	p := e.start()
 	running := config(t, e).Current.Hash
 	for i := range *applyKills {
 		target, began := other[running], time.Now()
-		cmd := exec.Command(agentBin, "apply", "-addr", p.http, dirOf[target])
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+		version := uint64(i + 1)
+		var cmd *exec.Cmd
+		if i%2 == 0 {
+			cmd = exec.Command(agentBin, "apply", "-addr", p.http, dirOf[target])
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			hub.connected(t, started)
+			hub.offer(t, fmt.Sprintf("offer-%d", i), version, bundleOf[target])
 		}
 		time.Sleep(time.Duration(rng.IntN(600)) * time.Millisecond)
 		p.stop(t, syscall.SIGKILL)
-		_ = cmd.Wait() // its answer, if any, is the agent's to give again below
+		if cmd != nil {
+			_ = cmd.Wait() // its answer, if any, is the agent's to give again below
+		}
+		started = time.Now()
 		p = e.start()
 		c := config(t, e)
 		now := c.Current.Hash
@@ -98,6 +122,12 @@ func TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle(t *testing.T) {
 			default:
 				t.Fatalf("kill %d: the apply's outcome is %q after the restart, not a final one", i, l.Status)
 			}
+			if i%2 == 1 {
+				if got := hub.final(t, version); got.Status != l.Status || got.Current != now {
+					t.Fatalf("kill %d: the hub was told %s (now %s), the gateway says %s, running %s", i, got.Status, bundle.Short(got.Current), l.Status, bundle.Short(now))
+				}
+				reported++
+			}
 		} else {
 			outcomes["not received"]++
 		}
@@ -109,7 +139,109 @@ func TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle(t *testing.T) {
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit %d on SIGTERM after the loop", code)
 	}
-	t.Logf("%d SIGKILLs during an apply: %d ended on the new bundle, %d on the old; outcomes after restart: %v", *applyKills, switched, *applyKills-switched, outcomes)
+	t.Logf("%d SIGKILLs during an apply: %d ended on the new bundle, %d on the old; outcomes after restart: %v; %d hub offers' outcomes reached the hub",
+		*applyKills, switched, *applyKills-switched, outcomes, reported)
+}
+
+// statusHub plays the hub for bundles: it offers them on a gateway's
+// control topic and collects the gateway's bundle statuses, on a broker
+// of its own in the test process.
+type statusHub struct {
+	url, gw string
+	client  *mqttc.Client
+	topics  uplink.Topics
+
+	mu       sync.Mutex
+	statuses map[uint64][]uplink.BundleStatus
+	beat     time.Time // the latest heartbeat's arrival
+}
+
+func startStatusHub(t *testing.T, gw string) *statusHub {
+	t.Helper()
+	b := brokertest.Start(t)
+	h := &statusHub{url: b.URL(), gw: gw, statuses: map[uint64][]uplink.BundleStatus{}}
+	c, err := mqttc.New(mqttc.Options{Broker: b.URL(), ClientID: "test-hub", Ordered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.SubscribeQoS(h.topics.BundleStatus(gw), 1, func(_ string, p []byte) {
+		s, err := uplink.DecodeBundleStatus(p)
+		if err != nil {
+			t.Errorf("bundle status: %v", err)
+			return
+		}
+		h.mu.Lock()
+		h.statuses[s.Version] = append(h.statuses[s.Version], s)
+		h.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubscribeQoS(h.topics.Heartbeat(gw), 0, func(string, []byte) {
+		h.mu.Lock()
+		h.beat = time.Now()
+		h.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.client = c
+	return h
+}
+
+// connected waits up to 15 s for a heartbeat that arrived after since:
+// one follows every connection of the gateway, and an offer sent before
+// it is lost (the gateway takes controls at QoS 0, clean session).
+func (h *statusHub) connected(t *testing.T, since time.Time) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		ok := h.beat.After(since)
+		h.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway did not connect to the hub")
+		}
+	}
+}
+
+func (h *statusHub) offer(t *testing.T, id string, version uint64, b *bundle.Bundle) {
+	t.Helper()
+	enc, err := b.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := json.Marshal(uplink.Control{ID: id, Action: uplink.ActionBundle, Bundle: &uplink.BundleOffer{Hash: b.Hash(), Version: version, Bundle: enc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Publish(h.topics.Control(h.gw), msg, false, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// final waits up to 15 s for a final status of version: what the
+// gateway says again on every connection.
+func (h *statusHub) final(t *testing.T, version uint64) uplink.BundleStatus {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		h.mu.Lock()
+		ss := h.statuses[version]
+		h.mu.Unlock()
+		if n := len(ss); n > 0 {
+			switch s := ss[n-1]; s.Status {
+			case uplink.BundleHealthy, uplink.BundleReverted, uplink.BundleRejected:
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no final status of version %d reached the hub: %+v", version, ss)
+		}
+	}
 }
 
 // config is what the running agent of e says it runs.

@@ -59,23 +59,7 @@ func cmdApply(ctx context.Context, e *cli.Env, args []string) error {
 
 // cmdConfig shows the configuration the agent runs.
 func cmdConfig(ctx context.Context, e *cli.Env, args []string) error {
-	o := newCLIOut(e)
-	fs, cf := newClientFlagSet(e)
-	pos, err := cli.Parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("config takes no arguments, got %q", pos)}
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
 	var info api.ConfigInfo
-	raw, err := c.Call(ctx, http.MethodGet, "/api/config", nil, &info)
-	if err != nil {
-		return err
-	}
-	return o.answer(raw, cf.json, func() string { return view.Config(info, view.Options{Loc: o.loc, Now: o.now()}) })
+	o := newCLIOut(e)
+	return o.list(ctx, e, args, "/api/config", &info, func() string { return view.Config(info, view.Options{Loc: o.loc, Now: o.now()}) })
 }
