@@ -274,6 +274,12 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 		return reject(uplink.ReasonRegistryChanged, "the bundle's devices.toml differs from the running registry; this agent cannot swap its device registry while it runs, so a bundle must carry the devices.toml that runs (agent config shows its hash)")
 	}
 	lc := &liveConfig{ref: ref, set: set, loc: locationOf(set.Settings)}
+	if _, err := scheduleEntries(set.Catalog, lc.loc); err != nil {
+		return reject(uplink.ReasonInvalid, "%v", err)
+	}
+	if err := c.store.put(ref.Hash, of.encoded); err != nil {
+		return reject(uplink.ReasonStorage, "%v", err)
+	}
 	lc.ref.Since = now
 	if lc.ref.Hash == c.cur.ref.Hash && c.trial == nil {
 		// Already running: only its name changes (a rollback to what a
@@ -292,12 +298,6 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 		c.state, c.cur = s, &liveConfig{ref: cur, set: c.cur.set, loc: c.cur.loc}
 		c.send(out)
 		return out, nil
-	}
-	if _, err := scheduleEntries(set.Catalog, lc.loc); err != nil {
-		return reject(uplink.ReasonInvalid, "%v", err)
-	}
-	if err := c.store.put(ref.Hash, of.encoded); err != nil {
-		return reject(uplink.ReasonStorage, "%v", err)
 	}
 	// The one write that switches: from here a power cut comes back on
 	// the new bundle, on trial, which the start reverts.
@@ -599,13 +599,6 @@ func (c *configs) heartbeat() *uplink.ConfigState {
 	defer c.mu.Unlock()
 	r := c.cur.ref
 	return &uplink.ConfigState{Hash: r.Hash, Version: r.Version, Source: r.Source, Since: r.Since, Trial: c.trial != nil}
-}
-
-// current is the configuration that runs.
-func (c *configs) current() *liveConfig {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cur
 }
 
 // catalog is the scene catalog that runs now.

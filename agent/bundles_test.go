@@ -433,3 +433,21 @@ func TestHubOfferOverTheUplinkIsReportedAndTheHeartbeatCarriesTheHash(t *testing
 		t.Fatalf("running %s", bundle.Short(c.Current.Hash))
 	}
 }
+
+func TestApplyingWhatRunsOnlyRenamesItAndSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	v1 := makeBundle(t, map[string]string{"slow.toml": slowV1})
+	r := startBundleRig(t, dir, v1, nil)
+	out := r.apply(v1)
+	if out.Status != uplink.BundleHealthy || out.Current != v1.Hash() {
+		t.Fatalf("applying what runs: %+v, want healthy at once", out)
+	}
+	if c := r.config(); c.Current.Source != uplink.SourceLocal || c.Trial != nil {
+		t.Fatalf("after: %+v", c.Current)
+	}
+	r.stop()
+	r2 := startBundleRig(t, dir, v1, nil)
+	if c := r2.config(); c.Current.Hash != v1.Hash() || c.Current.Source != uplink.SourceLocal || c.Last.Status != uplink.BundleHealthy {
+		t.Fatalf("after the restart: %+v, last %+v", c.Current, c.Last)
+	}
+}
