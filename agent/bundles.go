@@ -581,24 +581,34 @@ func (c *configs) info() api.ConfigInfo {
 			out.Previous = &p
 		}
 	}
-	files := c.files.ref.Hash
-	if c.o.Reread != nil {
-		if b, err := c.o.Reread(); err == nil {
-			files = b.Hash()
-		}
-	}
-	if files != c.cur.ref.Hash {
+	if files := c.filesNow(); files != c.cur.ref.Hash {
 		out.FilesHash = files
 	}
 	return out
 }
 
-// state for heartbeats.
+// heartbeat is the running configuration, for the hub.
 func (c *configs) heartbeat() *uplink.ConfigState {
+	files := c.filesNow()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.cur.ref
-	return &uplink.ConfigState{Hash: r.Hash, Version: r.Version, Source: r.Source, Since: r.Since, Trial: c.trial != nil}
+	st := &uplink.ConfigState{Hash: r.Hash, Version: r.Version, Source: r.Source, Since: r.Since, Trial: c.trial != nil}
+	if files != r.Hash {
+		st.Files = files
+	}
+	return st
+}
+
+// filesNow is the hash of the bundle the config files make now: read
+// again when BundleOptions.Reread allows, else as at the start.
+func (c *configs) filesNow() string {
+	if c.o.Reread != nil {
+		if b, err := c.o.Reread(); err == nil {
+			return b.Hash()
+		}
+	}
+	return c.files.ref.Hash
 }
 
 // catalog is the scene catalog that runs now.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -449,5 +450,59 @@ func TestApplyingWhatRunsOnlyRenamesItAndSurvivesARestart(t *testing.T) {
 	r2 := startBundleRig(t, dir, v1, nil)
 	if c := r2.config(); c.Current.Hash != v1.Hash() || c.Current.Source != uplink.SourceLocal || c.Last.Status != uplink.BundleHealthy {
 		t.Fatalf("after the restart: %+v, last %+v", c.Current, c.Last)
+	}
+}
+
+func TestHubBundleWithoutTheHubConnectionRevertsAfterTheConfirmWindow(t *testing.T) {
+	v1 := makeBundle(t, map[string]string{"slow.toml": slowV1})
+	// A hub address nothing listens on: the uplink never comes up.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	_ = ln.Close() // freed: nothing listens there now
+	r := startBundleRig(t, t.TempDir(), v1, func(o *Options) {
+		o.Hub = &HubOptions{URL: "tcp://" + closed}
+		o.Bundles.Confirm = 500 * time.Millisecond
+	})
+	v2 := makeBundle(t, map[string]string{"slow.toml": slowV2})
+	msg, err := json.Marshal(uplink.Control{ID: "c1", Action: uplink.ActionBundle, Bundle: &uplink.BundleOffer{Hash: v2.Hash(), Version: 1, Bundle: encode(t, v2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := uplink.DecodeControl(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := r.a.Control(context.Background(), ctl); !res.OK {
+		t.Fatalf("offer: %+v", res)
+	}
+	c := r.waitLast(uplink.BundleReverted)
+	if c.Last.Reason != uplink.ReasonUplinkDown || c.Current.Hash != v1.Hash() {
+		t.Fatalf("after the window: %+v, running %s", c.Last, bundle.Short(c.Current.Hash))
+	}
+}
+
+func TestHeartbeatNamesConfigFilesThatNoLongerMakeWhatRuns(t *testing.T) {
+	v1 := makeBundle(t, map[string]string{"slow.toml": slowV1})
+	edited := makeBundle(t, map[string]string{"slow.toml": slowV1 + "# a hand edit\n"})
+	var mu sync.Mutex
+	now := v1
+	r := startBundleRig(t, t.TempDir(), v1, func(o *Options) {
+		o.Bundles.Reread = func() (*bundle.Bundle, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return now, nil
+		}
+	})
+	if hb := r.a.Heartbeat(context.Background()).Config; hb == nil || hb.Hash != v1.Hash() || hb.Source != uplink.SourceFiles || hb.Files != "" {
+		t.Fatalf("on its files: %+v", hb)
+	}
+	mu.Lock()
+	now = edited
+	mu.Unlock()
+	if hb := r.a.Heartbeat(context.Background()).Config; hb.Hash != v1.Hash() || hb.Files != edited.Hash() {
+		t.Fatalf("after a hand edit: %+v, want files %s", hb, bundle.Short(edited.Hash()))
 	}
 }

@@ -113,6 +113,10 @@ type ConfigState struct {
 	Since time.Time `json:"since"`
 	// Trial is set while it is on trial (applied, not yet healthy).
 	Trial bool `json:"trial,omitempty"`
+	// Files, when set, is the hash of the bundle the gateway's config
+	// files make now, which differs from Hash: they were edited since the
+	// start (in force at the next one), or a bundle runs instead of them.
+	Files string `json:"files,omitempty"`
 }
 
 // BundleStatus tells the hub what became of a bundle it offered. A
