@@ -630,6 +630,9 @@ func (a *Agent) wireConfigs() {
 			return err
 		}
 		a.trig.setCatalog(lc.set.Catalog)
+		if a.ha != nil {
+			a.ha.setCatalog(lc.set.Catalog)
+		}
 		return a.sched.replace(ctx, entries)
 	}
 	// Answering: online, and heard from (a device never heard from

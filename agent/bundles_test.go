@@ -506,3 +506,35 @@ func TestHeartbeatNamesConfigFilesThatNoLongerMakeWhatRuns(t *testing.T) {
 		t.Fatalf("after a hand edit: %+v, want files %s", hb, bundle.Short(edited.Hash()))
 	}
 }
+
+func TestHomeAssistantAnnouncesTheScenesOfABundleApplied(t *testing.T) {
+	v1 := makeBundle(t, map[string]string{"slow.toml": slowV1})
+	r := startBundleRig(t, t.TempDir(), v1, func(o *Options) { o.HomeAssistant = &HomeAssistantOptions{} })
+	var mu sync.Mutex
+	configs := map[string]string{}
+	cancel, err := r.a.broker.Subscribe("homeassistant/button/#", func(topic string, p []byte) {
+		mu.Lock()
+		configs[topic] = string(p)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	other := strings.ReplaceAll(slowV1, `name = "slow"`, `name = "other"`)
+	if out := r.apply(makeBundle(t, map[string]string{"other.toml": other})); out.Status != uplink.BundleApplied {
+		t.Fatalf("apply: %+v", out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		added, removed := configs["homeassistant/button/sortie_home/other/config"], configs["homeassistant/button/sortie_home/slow/config"]
+		_, seenRemoved := configs["homeassistant/button/sortie_home/slow/config"]
+		mu.Unlock()
+		if added != "" && seenRemoved && removed == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Home Assistant's configs: %v; want other announced and slow's removed", configs)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
@@ -30,7 +31,9 @@ type HomeAssistantOptions struct {
 type homeAssistant struct {
 	log  *slog.Logger
 	link link
-	cat  *scenes.Catalog
+	// cat is the catalog announced; a bundle applied replaces it
+	// (setCatalog).
+	cat atomic.Pointer[scenes.Catalog]
 	// enqueue hands a trigger's payload to the trigger service's queue,
 	// as one from MQTT: it never blocks.
 	enqueue func(payload []byte)
@@ -60,11 +63,13 @@ func newHomeAssistant(o HomeAssistantOptions, log *slog.Logger, conn link, cat *
 	if prefix == "" {
 		prefix = "homeassistant"
 	}
-	return &homeAssistant{
-		log: log, link: conn, cat: cat, enqueue: enqueue, prefix: prefix, gateway: gateway, version: o.Version, now: now,
+	h := &homeAssistant{
+		log: log, link: conn, enqueue: enqueue, prefix: prefix, gateway: gateway, version: o.Version, now: now,
 		base: topics.base + "/ha", node: "sortie_" + discoveryID(gateway),
 		last: make(map[string][]byte), wake: make(chan struct{}, 1),
 	}
+	h.cat.Store(cat)
+	return h
 }
 
 // discoveryID keeps what Home Assistant takes in a node or object id:
@@ -120,6 +125,21 @@ func (h *homeAssistant) start() error {
 	return nil
 }
 
+// setCatalog announces cat's scenes instead of the running catalog's,
+// from Run: those it no longer has lose their entities.
+func (h *homeAssistant) setCatalog(cat *scenes.Catalog) {
+	old := h.cat.Swap(cat)
+	h.mu.Lock()
+	for _, name := range old.Names() {
+		if _, ok := cat.Scene(name); !ok && len(h.gone) < 1000 {
+			h.gone = append(h.gone, h.configTopic("button", name, ""), h.configTopic("sensor", name, "_last"))
+		}
+	}
+	h.reannounce = true
+	h.mu.Unlock()
+	h.poke()
+}
+
 // poke wakes Run.
 func (h *homeAssistant) poke() {
 	select {
@@ -162,7 +182,7 @@ func (h *homeAssistant) stop() {
 // and the agent online.
 func (h *homeAssistant) announce() {
 	dev := map[string]any{"ids": []string{h.node}, "name": "Sortie " + h.gateway, "mf": "Sortie", "mdl": "mission-driven edge agent", "sw": h.version}
-	for _, name := range h.cat.Names() {
+	for _, name := range h.cat.Load().Names() {
 		id := h.node + "_" + discoveryID(name)
 		button := map[string]any{
 			"name": name, "uniq_id": id + "_run", "cmd_t": h.runTopic(name), "pl_prs": "PRESS",
@@ -191,7 +211,7 @@ func (h *homeAssistant) stale(topic string, payload []byte) {
 	if len(payload) == 0 {
 		return
 	}
-	for _, name := range h.cat.Names() {
+	for _, name := range h.cat.Load().Names() {
 		if topic == h.configTopic("button", name, "") || topic == h.configTopic("sensor", name, "_last") {
 			return
 		}
@@ -210,7 +230,7 @@ func (h *homeAssistant) stale(topic string, payload []byte) {
 // same. It runs on the link's receive path and never blocks.
 func (h *homeAssistant) pressed(topic string, payload []byte) {
 	scene := strings.TrimPrefix(topic, h.base+"/run/")
-	if _, ok := h.cat.Scene(scene); string(payload) != "PRESS" || !ok {
+	if _, ok := h.cat.Load().Scene(scene); string(payload) != "PRESS" || !ok {
 		h.log.Debug("home assistant: press ignored", "topic", topic, "payload", string(payload))
 		return
 	}
@@ -221,7 +241,7 @@ func (h *homeAssistant) pressed(topic string, payload []byte) {
 
 // Observe publishes a scene's last run when a mission ends.
 func (h *homeAssistant) Observe(ev driver.Event, m *driver.Mission) {
-	if _, ok := h.cat.Scene(m.Type); !ev.To.Terminal() || !ok {
+	if _, ok := h.cat.Load().Scene(m.Type); !ev.To.Terminal() || !ok {
 		return
 	}
 	b, _ := json.Marshal(map[string]any{ // strings and times always encode
