@@ -22,11 +22,11 @@ import (
 	"github.com/sortie-edge/sortie/uplink"
 )
 
-// applyKills is the length of the apply SIGKILL loop: 40 in make test
+// applyKills is the length of the apply SIGKILL loop: a dozen in make test
 // (about a second each, and cmd/agent's tests share one time bound), a
 // hundred and more on demand (go test ./cmd/agent -run SIGKILLDuringApply
 // -apply-kills 100).
-var applyKills = flag.Int("apply-kills", 40, "SIGKILLs in TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle")
+var applyKills = flag.Int("apply-kills", 12, "SIGKILLs in TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle")
 
 // TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle: the agent
 // binary is SIGKILLed at a random moment of an apply (its record of the
