@@ -222,6 +222,9 @@ var errStale = errors.New("stale bundle offer")
 // older than the newest taken is refused with errStale; one of the same
 // version is answered with what became of it, not applied again.
 func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error) {
+	// Once begun, an apply runs to its end: a caller that goes away
+	// must not leave the catalog swapped and the schedules not.
+	ctx = context.WithoutCancel(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
@@ -319,12 +322,13 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 		c.send(o)
 	}
 	c.state, c.prev = s, back
-	prevCur := c.cur
 	c.cur = lc
 	if err := c.install(ctx, lc); err != nil {
 		c.log.Error("bundle: swapping in", "err", err)
 	}
-	c.startTrial(prevCur, lc, of.soak, hub)
+	// What changed is counted from what a revert goes back to, not from
+	// a bundle this one supersedes on trial.
+	c.startTrial(back, lc, of.soak, hub)
 	c.log.Info("bundle applied; on trial", "hash", bundle.Short(ref.Hash), "version", ref.Version, "source", ref.Source,
 		"until", c.trial.soakEnd, "scenes_changed", c.trial.scenes)
 	c.send(out)
@@ -347,9 +351,7 @@ func (c *configs) agentVersion() string { return c.version }
 
 // validate runs the validator within its time bound.
 func (c *configs) validate(ctx context.Context, b *bundle.Bundle) (*check.Set, error) {
-	// Bounded by its own time, not by the caller's: a client that goes
-	// away does not make a bundle look slow to validate.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ValidateTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.o.ValidateTimeout)
 	defer cancel()
 	type result struct {
 		set *check.Set

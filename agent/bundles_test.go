@@ -538,3 +538,21 @@ func TestHomeAssistantAnnouncesTheScenesOfABundleApplied(t *testing.T) {
 		}
 	}
 }
+
+func TestBundleAppliedOnTrialIsSupersededAndJudgedAgainstTheLastKept(t *testing.T) {
+	v1 := makeBundle(t, map[string]string{"slow.toml": slowV1})
+	r := startBundleRig(t, t.TempDir(), v1, func(o *Options) { o.Bundles.Soak = time.Hour })
+	first := makeBundle(t, map[string]string{"slow.toml": slowV2})
+	second := makeBundle(t, map[string]string{"slow.toml": slowV2, "bedroom.toml": silent})
+	r.apply(first)
+	if out := r.apply(second); out.Status != uplink.BundleApplied {
+		t.Fatalf("second apply: %+v", out)
+	}
+	c := r.config()
+	if c.Previous == nil || c.Previous.Hash != v1.Hash() {
+		t.Fatalf("a revert would go back to %+v, want v1", c.Previous)
+	}
+	if got := strings.Join(c.Trial.Scenes, ","); got != "bedroom,slow" {
+		t.Fatalf("changed scenes %s, want bedroom,slow (against v1, not the bundle superseded)", got)
+	}
+}
