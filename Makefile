@@ -13,7 +13,7 @@ ifeq ($(ENABLE_RACE),true)
 RACE := -race
 endif
 
-.PHONY: all fmt fmt-check vet lint test cluster-test build run run-mixed demo-hub sim cross bench clean
+.PHONY: all fmt fmt-check vet lint test lockorder cluster-test build run run-mixed demo-hub sim cross bench clean
 
 all: build
 
@@ -45,6 +45,11 @@ test: lint
 # The cluster mode (docs/cluster.md) on real NATS nodes and PostgreSQL,
 # the chaos test among them, with their counts printed. make test runs
 # them too.
+# The store's tests in a build that checks the lock order of store.DB at
+# every Lock (store/lockorder.go). CI runs it after make test.
+lockorder:
+	$(GO) test -tags lockorder -count=1 -timeout $(TIMEOUT) ./store/...
+
 cluster-test:
 	$(GO) test $(RACE) -count=1 -timeout $(TIMEOUT) -v -run 'TestCluster|TestPGStore|TestChain|TestControlRepeated|TestNATS|TestStream|TestMQTT|TestPostgres' ./hub ./internal/clustertest
 

@@ -86,13 +86,11 @@ func TestFinishedMissionIsArchivedWithItsTimeline(t *testing.T) {
 // A mission created and finished between two checkpoints is stored as
 // its archive straight away, and counted once.
 func TestMissionRunBetweenCheckpointsIsStoredArchived(t *testing.T) {
-	db := openTest(t)
-	db.ckMu.Lock()
+	db, _ := openPaused(t)
 	m := newMission(mid(1))
 	mustCreate(t, db, m)
 	m = mustSave(t, db, m, driver.StateRunning)
 	m = mustSave(t, db, m, driver.StateSucceeded)
-	db.ckMu.Unlock()
 	if form, n := recordForm(t, db, m.ID); form != formArchive || n != 0 {
 		t.Fatalf("form %#x with %d timeline entries, want an archive and none", form, n)
 	}

@@ -284,7 +284,7 @@ func (db *DB) replayWAL() (uint64, error) {
 		return applied, nil
 	}
 	path := wal.Path(db.path)
-	recs, err := wal.Read(path, id)
+	recs, err := wal.ReadOn(db.logFS, path, id)
 	if fe := (*wal.FormatError)(nil); errors.As(err, &fe) {
 		return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}

@@ -35,11 +35,34 @@ func (db *DB) queueState() (leading bool, queued int) {
 
 // holdWriter holds the lock the commit leader writes under until the
 // returned func is called, so that writes pile up behind a leader
-// deterministically.
+// deterministically. A goroutine of its own holds it, as a leader
+// would: the test's goroutine may then call the DB, which takes gate,
+// without breaking the lock order (lockorder.go).
 func holdWriter(tb testing.TB, db *DB) (release func()) {
 	tb.Helper()
-	db.wmu.Lock()
-	return db.wmu.Unlock
+	return holdLock(&db.wmu)
+}
+
+// holdCheckpoints holds the checkpoint lock, as holdWriter holds the
+// writer's: no checkpoint applies the log until release.
+func holdCheckpoints(tb testing.TB, db *DB) (release func()) {
+	tb.Helper()
+	return holdLock(&db.ckMu)
+}
+
+// holdLock locks m on a goroutine of its own until release is called,
+// and waits for the unlock then.
+func holdLock(m *mutex) (release func()) {
+	held, done, freed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		m.Lock()
+		close(held)
+		<-done
+		m.Unlock()
+		close(freed)
+	}()
+	<-held
+	return func() { close(done); <-freed }
 }
 
 func TestGroupCommitBatches(t *testing.T) {

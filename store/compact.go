@@ -6,6 +6,8 @@ import (
 	"os"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 // CompactResult is what Compact did.
@@ -84,6 +86,12 @@ func Compact(path string, opts Options) (res CompactResult, err error) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return res, fmt.Errorf("compact %s: %w", path, errors.Join(err, os.Remove(tmp)))
+	}
+	// Until the directory is synced a power cut may bring the original
+	// back: harmless (it holds everything), but the compaction reported
+	// would not have happened.
+	if err := wal.SyncDir(path); err != nil {
+		return res, fmt.Errorf("compact %s: %w", path, err)
 	}
 	res.After = res.Copy
 	return res, nil

@@ -89,5 +89,14 @@
 //
 // A DB is safe for concurrent use. Close waits for queued writes, then
 // releases the file lock; calls after Close fail with driver.ErrClosed.
-// Values returned are copies: callers may keep and modify them.
+// Values returned are copies: callers may keep and modify them. Its five
+// locks are taken in one order, written down in lockorder.go and checked
+// at every Lock by a build with -tags lockorder (make lockorder).
+//
+// # Power cuts
+//
+// The log is written through wal.FS. TestPowerCutKeepsAcknowledgedWrites
+// puts an in-memory disk there (internal/crashfs) that loses, at a
+// seeded random operation, what was not synced, and checks that the
+// store opens with every acknowledged write and nothing half-applied.
 package store

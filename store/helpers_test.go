@@ -53,10 +53,17 @@ func openAt(tb testing.TB, path string) *DB {
 func checkInvariants(tb testing.TB, db *DB) {
 	tb.Helper()
 	// bbolt's Check reads the freelist unlocked, so no checkpoint may
-	// commit meanwhile.
+	// commit meanwhile: ckMu, taken after gate as lockorder.go says.
+	if err := db.enter(); err != nil {
+		if !errors.Is(err, driver.ErrClosed) {
+			tb.Errorf("store invariants: %v", err)
+		}
+		return
+	}
+	defer db.leave()
 	db.ckMu.Lock()
 	defer db.ckMu.Unlock()
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.bolt.View(func(tx *bolt.Tx) error {
 		var problems []error
 		for err := range tx.Check() {
 			problems = append(problems, err) // drain: Check's goroutine blocks otherwise

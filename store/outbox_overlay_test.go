@@ -53,8 +53,9 @@ func TestOutboxFromOverlay(t *testing.T) {
 
 	// An entry a checkpoint has applied but not yet dropped from the
 	// overlay is read once.
+	applied := pendingOutbox{seq: 3, lsn: 3, val: mustOutboxVal(t, db, 3)}
 	db.ovMu.Lock()
-	db.ov.outbox = append([]pendingOutbox{{seq: 3, lsn: 3, val: mustOutboxVal(t, db, 3)}}, db.ov.outbox...)
+	db.ov.outbox = append([]pendingOutbox{applied}, db.ov.outbox...)
 	db.ovMu.Unlock()
 	sameLSNs(t, "with an applied entry still in the overlay", seqsOf(readOutbox(t, db, 0)), seqRange(1, 5))
 	db.ovMu.Lock()

@@ -90,6 +90,14 @@ type Options struct {
 	// with the store's locks held: they must return at once and not call
 	// the DB.
 	OnPrune func(state driver.State, n int)
+
+	// logFS is the file system of the write-ahead log; nil means wal.OS.
+	// Power-cut tests put a crashfs.FS here, with a smaller logPrealloc
+	// than wal.Prealloc (zero), and set boltNoSync: they copy the bbolt
+	// file as of the cut rather than rely on its fsyncs.
+	logFS       wal.FS
+	logPrealloc int
+	boltNoSync  bool
 }
 
 // DefaultCheckpointDelay lets a checkpoint carry the steps of several
@@ -124,6 +132,12 @@ func (o Options) withDefaults() Options {
 	if o.OnPrune == nil {
 		o.OnPrune = func(driver.State, int) {}
 	}
+	if o.logFS == nil {
+		o.logFS = wal.OS
+	}
+	if o.logPrealloc == 0 {
+		o.logPrealloc = wal.Prealloc
+	}
 	return o
 }
 
@@ -146,15 +160,18 @@ var (
 
 // DB is a mission store in one bbolt file. It implements driver.Store.
 type DB struct {
-	bolt *bolt.DB
-	path string
-	log  *slog.Logger
+	bolt  *bolt.DB
+	path  string
+	log   *slog.Logger
+	logFS wal.FS // the write-ahead log's file system
 
+	// The five locks, in the order lockorder.go gives and checks.
+	//
 	// gate is held shared by every call (enter) and exclusively by
 	// Reclaim, which replaces bolt; the checkpointer, the other user of
 	// bolt, is kept out by ckMu.
-	gate     sync.RWMutex
-	mu       sync.Mutex
+	gate     rwMutex
+	mu       mutex
 	queue    []*write // writes waiting for the next commit
 	leading  bool     // a leader is committing or has been promoted
 	closed   bool
@@ -172,15 +189,15 @@ type DB struct {
 	// wmu orders everything that decides against the acknowledged state:
 	// the commit leader's checks and log append, and Prune, which must not
 	// delete a mission between a save's check and its checkpoint.
-	wmu sync.Mutex
+	wmu mutex
 	wal logWriter // appended under wmu
 	// enc is the scratch buffer a commit encodes its writes into, under
 	// wmu: the log copies them, so it is reused rather than allocated per
 	// write.
 	enc  []byte
-	ovMu sync.Mutex
+	ovMu mutex
 	ov   overlay
-	ckMu sync.Mutex // one checkpoint at a time
+	ckMu mutex // one checkpoint at a time
 
 	obSeq uint64 // last outbox seq assigned; under wmu
 	// outboxID is OutboxID: the store's WAL ID, which a copy renews.
@@ -212,12 +229,13 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	sweepTemps(path, opts.Logger)
 	db := &DB{
-		bolt: bdb, path: path, log: opts.Logger.With("store", path),
+		bolt: bdb, path: path, log: opts.Logger.With("store", path), logFS: opts.logFS,
 		ov:       overlay{missions: map[string]*pendingMission{}, requests: map[string]pendingRequest{}},
 		ckDelay:  opts.CheckpointDelay,
 		onCommit: opts.OnCommit, onCheckpoint: opts.OnCheckpoint, onPrune: opts.OnPrune,
 		ckKick: make(chan int, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{}),
 	}
+	db.gate.rank, db.wmu.rank, db.ckMu.rank, db.ovMu.rank, db.mu.rank = rankGate, rankW, rankCk, rankOv, rankMu
 	if err := db.openWAL(opts); err != nil {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -251,7 +269,7 @@ func (db *DB) openWAL(opts Options) (err error) {
 		return nil
 	})
 	db.ov.applied = last
-	l, err := wal.Create(wal.Path(db.path), id, last, opts.Mode)
+	l, err := wal.CreateOn(db.logFS, wal.Path(db.path), id, last, opts.Mode, opts.logPrealloc)
 	if err != nil {
 		return err
 	}
@@ -303,6 +321,8 @@ func openBoltOnce(path string, opts Options) (bdb *bolt.DB, file *os.File, err e
 	bdb, err = bolt.Open(path, opts.Mode, &bolt.Options{
 		Timeout:      opts.Timeout,
 		FreelistType: bolt.FreelistMapType,
+		NoSync:       opts.boltNoSync,
+		NoGrowSync:   opts.boltNoSync,
 		// NoFreelistSync would save a page per commit, but then Open rebuilds
 		// the freelist in a goroutine of bbolt's whose panic on a damaged
 		// file no recover can catch.

@@ -366,11 +366,11 @@ func TestWALOverlayReads(t *testing.T) {
 	// Hold the checkpoint lock: neither the checkpointer nor anything
 	// else can apply the log meanwhile. Create, Save, Get and Lookup never
 	// checkpoint while the log is below walLimit.
-	db.ckMu.Lock()
+	release := holdCheckpoints(t, db)
 	held := true
 	defer func() {
 		if held {
-			db.ckMu.Unlock()
+			release()
 		}
 	}()
 
@@ -451,7 +451,7 @@ func TestWALOverlayReads(t *testing.T) {
 		t.Run("overlay/"+c.name, c.fn)
 	}
 
-	db.ckMu.Unlock()
+	release()
 	held = false
 	if err := db.checkpoint(); err != nil {
 		t.Fatal(err)

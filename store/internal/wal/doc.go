@@ -41,6 +41,9 @@
 // A Log is not safe for concurrent use: the store's commit leader is
 // its only writer, under the store's write lock.
 //
+// The log reaches its file through FS (OS in production), the seam the
+// store's power-cut test puts a disk that loses unsynced writes behind.
+//
 // # File naming
 //
 // The log of the store file "<path>" is "<path>-wal" (Path), as SQLite

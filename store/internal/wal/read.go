@@ -34,7 +34,12 @@ type Record struct {
 // none. A header naming another store is ErrForeign, one with another
 // magic a *FormatError.
 func Read(path string, id uint64) ([]Record, error) {
-	data, err := os.ReadFile(path)
+	return ReadOn(OS, path, id)
+}
+
+// ReadOn is Read on the file system fsys.
+func ReadOn(fsys FS, path string, id uint64) ([]Record, error) {
+	data, err := fsys.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

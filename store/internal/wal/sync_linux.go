@@ -16,9 +16,7 @@ func datasync(f *os.File) error {
 	}
 }
 
-// openDirect opens the log for writes that bypass the page cache and are
-// durable on return. File systems without O_DIRECT (tmpfs) refuse it, and
-// the log then uses buffered writes and fdatasync.
-func openDirect(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_RDWR|syscall.O_DIRECT|syscall.O_DSYNC, 0)
-}
+// directFlags open the log for writes that bypass the page cache and are
+// durable on return. File systems without O_DIRECT (tmpfs) refuse them,
+// and the log then uses buffered writes and fdatasync.
+const directFlags = syscall.O_DIRECT | syscall.O_DSYNC

@@ -2,11 +2,9 @@
 
 package wal
 
-import (
-	"errors"
-	"os"
-)
+import "os"
 
 func datasync(f *os.File) error { return f.Sync() }
 
-func openDirect(string) (*os.File, error) { return nil, errors.ErrUnsupported }
+// directFlags is zero where the log does not write O_DIRECT.
+const directFlags = 0

@@ -41,7 +41,8 @@ func Path(path string) string { return path + "-wal" }
 // Log is an open log, positioned after its last record. It is not safe
 // for concurrent use: its one writer is the store's commit leader.
 type Log struct {
-	f    *os.File
+	fs   FS
+	f    File
 	path string
 	off  int64  // where the next record goes
 	lsn  uint64 // last LSN written
@@ -69,7 +70,18 @@ type Log struct {
 // directory entry are durable before it returns, so no record is ever
 // written behind a missing one.
 func Create(path string, id, lsn uint64, mode os.FileMode) (*Log, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, mode)
+	return CreateOn(OS, path, id, lsn, mode, Prealloc)
+}
+
+// CreateOn is Create on the file system fsys, preallocating prealloc
+// bytes (a multiple of Block; Create's is Prealloc): tests that run the
+// log thousands of times on a simulated disk make it smaller, which also
+// makes the log grow past it.
+func CreateOn(fsys FS, path string, id, lsn uint64, mode os.FileMode, prealloc int) (*Log, error) {
+	if prealloc < Block || prealloc%Block != 0 {
+		return nil, fmt.Errorf("create %s: preallocation %d is not a positive multiple of %d", path, prealloc, Block)
+	}
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
@@ -78,7 +90,7 @@ func Create(path string, id, lsn uint64, mode os.FileMode) (*Log, error) {
 	binary.BigEndian.PutUint64(hdr[16:24], id)
 	// Zeros rather than fallocate's unwritten extents: the first write to
 	// an unwritten extent also commits the file system's journal.
-	fill := make([]byte, Prealloc)
+	fill := make([]byte, prealloc)
 	copy(fill, hdr)
 	fail := func(what string, err error) (*Log, error) {
 		return nil, errors.Join(fmt.Errorf("%s %s: %w", what, path, err), f.Close())
@@ -89,11 +101,11 @@ func Create(path string, id, lsn uint64, mode os.FileMode) (*Log, error) {
 	if err := f.Sync(); err != nil {
 		return fail("sync", err)
 	}
-	if err := SyncDir(path); err != nil {
+	if err := fsys.SyncDir(path); err != nil {
 		return fail("sync directory of", err)
 	}
-	l := &Log{f: f, path: path, off: HeaderLen, lsn: lsn, hdr: hdr}
-	if df, err := openDirect(path); err == nil {
+	l := &Log{fs: fsys, f: f, path: path, off: HeaderLen, lsn: lsn, hdr: hdr}
+	if df, err := l.openDirect(); err == nil {
 		// The buffered descriptor wrote nothing since its sync: closing
 		// it loses nothing, whatever Close says.
 		_ = f.Close()
@@ -220,7 +232,7 @@ func (l *Log) write(records int) error {
 	if _, err := l.f.WriteAt(l.buf, l.off); err != nil {
 		return err
 	}
-	if err := datasync(l.f); err != nil {
+	if err := l.f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", l.path, err)
 	}
 	return nil
@@ -236,7 +248,7 @@ func (l *Log) fence() {
 
 // buffered reopens the log for buffered writes and fdatasync.
 func (l *Log) buffered() error {
-	f, err := os.OpenFile(l.path, os.O_RDWR, 0)
+	f, err := l.fs.OpenFile(l.path, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
@@ -271,6 +283,15 @@ func (l *Log) writeDirect(n int) error {
 	return nil
 }
 
+// openDirect opens the log for writes that bypass the page cache and are
+// durable on return, where the platform and the file system allow it.
+func (l *Log) openDirect() (File, error) {
+	if directFlags == 0 {
+		return nil, errors.ErrUnsupported
+	}
+	return l.fs.OpenFile(l.path, os.O_RDWR|directFlags, 0)
+}
+
 // alignedBlock returns n bytes starting on a Block boundary, as O_DIRECT
 // requires of buffers.
 func alignedBlock(n int) []byte {
@@ -301,7 +322,7 @@ func (l *Log) Rewind(applied uint64) bool {
 func (l *Log) Close(remove bool) error {
 	err := l.f.Close()
 	if remove && err == nil {
-		if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		if rerr := l.fs.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = rerr
 		}
 	}

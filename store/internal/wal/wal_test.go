@@ -356,7 +356,7 @@ func TestFailedAppendFencesLaterAppends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.f = bad
+	l.f = osFile{bad}
 	if _, err := l.Append([][]byte{big}); err == nil {
 		t.Fatal("append on a read-only file succeeded")
 	}
