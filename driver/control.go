@@ -456,6 +456,10 @@ type QueueStats struct {
 	// Zombies are handlers that ignored their timeout, were abandoned,
 	// and have not returned yet (each still holds a goroutine).
 	Zombies int
+	// Refused counts the transitions the state table refused since the
+	// driver was made, each one a bug logged at error level: the mission
+	// kept its last committed state (Driver.refused).
+	Refused int
 	// OldestDue is the earliest wake time among due missions (zero when
 	// none is due): how long the oldest runnable mission has waited.
 	OldestDue time.Time
@@ -465,7 +469,7 @@ type QueueStats struct {
 func (d *Driver) Queue() QueueStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	q := QueueStats{ByState: make(map[State]int), Due: len(d.sched.ready), Running: d.running, Zombies: d.zombies}
+	q := QueueStats{ByState: make(map[State]int), Due: len(d.sched.ready), Running: d.running, Zombies: d.zombies, Refused: d.refusedN}
 	q.Parked = d.parked
 	for _, e := range d.entries {
 		q.ByState[e.m.State]++

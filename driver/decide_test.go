@@ -92,3 +92,24 @@ func TestCompensationRetryHonoursRetryAfter(t *testing.T) {
 		t.Fatalf("%s %+v, want FAILED with a compensated", got.State, got.Results[0])
 	}
 }
+
+// TestRefusedTransitionIsReturnedAndCounted: an outcome whose event the
+// state table has no edge for (here a step's result for a mission no
+// longer running it) comes back as the table's error rather than being
+// dropped, for a single step and a compensation alike, and a refusal
+// reported is counted in the queue stats.
+func TestRefusedTransitionIsReturnedAndCounted(t *testing.T) {
+	d, clk, _, _ := fixture(t, Options{})
+	m := &Mission{ID: "m", State: StateRunning, Steps: steps("a"), Results: make([]StepResult, 1), Undo: make([]StepResult, 1)}
+	for _, comp := range []bool{false, true} {
+		tx := &txn{m: m.Clone(), now: clk.Now()}
+		err := d.outcome(tx, 0, comp, false, RetryPolicy{}, nil, nil, 0, missionLog(d.log, m))
+		if te := (*TransitionError)(nil); !errors.As(err, &te) || te.From != StateRunning {
+			t.Fatalf("comp %v: outcome in RUNNING = %v, want a TransitionError from RUNNING", comp, err)
+		}
+		d.refused(missionLog(d.log, m), "test", err)
+	}
+	if got := d.Queue().Refused; got != 2 {
+		t.Errorf("Queue().Refused = %d, want 2", got)
+	}
+}

@@ -109,6 +109,7 @@ type Driver struct {
 	sched     scheduler
 	running   int  // workers in flight
 	zombies   int  // abandoned handlers still running (see expire)
+	refusedN  int  // transitions the state table refused (see refused)
 	started   bool // Start has run
 	stopping  bool // Stop has begun: take no new steps
 	// draining is Stop's first phase: the loop runs only to resume

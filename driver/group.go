@@ -428,7 +428,7 @@ func (d *Driver) advanceGroup(e *entry, gen uint64) {
 		t.dirty = true
 		if owner != "" {
 			if err := t.fire(InRecover, d.current(m), "lease of "+owner+" taken over"); err != nil {
-				d.log.Error("recover group", "mission", m.ID, "err", err)
+				d.refused(missionLog(d.log, m), "recover group", err)
 				return
 			}
 		}
@@ -488,7 +488,10 @@ func (d *Driver) advanceGroup(e *entry, gen uint64) {
 	}
 	t = d.begin(e)
 	for i := range runs {
-		d.applyBranch(e, t, &runs[i], plan.comp)
+		if err := d.applyBranch(e, t, &runs[i], plan.comp); err != nil {
+			d.refused(missionLog(d.log, t.m), "a branch's outcome", err)
+			return
+		}
 	}
 	d.mu.Lock()
 	after := d.scanGroup(e, t.m, t.now)
@@ -499,12 +502,12 @@ func (d *Driver) advanceGroup(e *entry, gen uint64) {
 		clear(e.bwoken) // the next group's branches start with none
 		d.mu.Unlock()
 		if err := d.endGroup(t, after); err != nil {
-			d.log.Error("end group", "mission", t.m.ID, "err", err)
+			d.refused(missionLog(d.log, t.m), "end group", err)
 			return
 		}
 		var err error
 		if act, err = d.settle(t); err != nil {
-			d.log.Error("settle after group", "mission", t.m.ID, "err", err)
+			d.refused(missionLog(d.log, t.m), "settle after group", err)
 			return
 		}
 	}
@@ -651,58 +654,25 @@ func (d *Driver) call(h Handler, req StepRequest, start, deadline time.Time) (ma
 
 // applyBranch records a branch's handler call on t: its park, its
 // outcome, or the take-back of an attempt given up. e.mu is held.
-func (d *Driver) applyBranch(e *entry, t *txn, r *branchRun, comp bool) {
+func (d *Driver) applyBranch(e *entry, t *txn, r *branchRun, comp bool) error {
 	m := t.m
 	res := branchResult(m, r.k, comp)
 	if res.Status != StepRunning {
-		return
+		return nil
 	}
 	if r.abandon {
 		takeBackBranch(m, r.k, comp)
 		t.dirty = true
-		return
+		return nil
 	}
 	if r.pend != nil {
 		d.mu.Lock()
 		d.parkBranchLocked(e, r.pend)
 		d.mu.Unlock()
-		return
+		return nil
 	}
 	log := stepLog{l: d.log, mission: m.ID, trace: m.Meta.TraceID, step: m.Steps[r.k].ID}
-	res.Duration += Duration(r.elapsed)
-	dec := d.outcomeOf(t, res, r.policy, r.err, !comp)
-	if comp {
-		d.branchUndone(t, r.k, r.out, r.err, dec, log)
-		return
-	}
-	recordStep(res, dec, r.out, r.err, t.now)
-	switch dec.verdict {
-	case verdictDone:
-		t.branchEvent(InStepOK, r.k, res.Attempts, "")
-	case verdictGaveWay:
-		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
-		t.annotate(dec.msg, dec.code)
-	case verdictFail:
-		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
-		t.annotate(dec.msg, dec.failCode)
-		log.Warn("branch failed", "err", dec.msg)
-	case verdictWait:
-		t.branchEvent(InStepWait, r.k, res.Attempts, "until "+dec.due.UTC().Format(time.RFC3339Nano))
-		t.annotate(res.Error, dec.code)
-	default:
-		t.branchEvent(InStepError, r.k, res.Attempts, dec.class.String())
-		t.events[len(t.events)-1].Backoff = Duration(dec.backoff)
-		t.annotate(res.Error, dec.code)
-	}
-}
-
-// branchUndone applies the outcome of a branch's compensation; a wait
-// or retry stays the branch's own (Undo[k].Due, WaitFor).
-func (d *Driver) branchUndone(t *txn, k int, out map[string]any, err error, dec decision, log stepLog) {
-	u := &t.m.Undo[k]
-	detail, _ := recordUndo(t.m, k, dec, out, err, t.now, log)
-	t.branchEvent(InCompResult, k, u.Attempts, detail)
-	undoEvent(t, dec, u)
+	return d.outcome(t, r.k, comp, true, r.policy, r.out, r.err, r.elapsed, log)
 }
 
 // endGroup ends the group no branch of which runs any more: the undo
