@@ -14,7 +14,8 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/metrics"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Roles of the embedded broker's users (BrokerUser.Role).
@@ -87,7 +88,7 @@ type brokerAuth struct {
 	dev       wire.Topics
 	agent     agentTopics
 	// refusals counts what the hook refused, by reason.
-	refusals *metrics.CounterVec
+	refusals *prometheus.CounterVec
 }
 
 // InternalUser names the agent's own identity on its embedded broker,
@@ -176,9 +177,9 @@ func newBrokerAuth(b BrokerOptions, gateway, shellySrc string, log *slog.Logger)
 		roles: map[string]string{}, scopes: map[string]string{}, shellySrc: shellySrc,
 		dev:   wire.Topics{Prefix: b.Prefix},
 		agent: newAgentTopics(b.Prefix, gateway),
-		refusals: metrics.NewCounterVec(namespace+"_broker_refusals_total",
-			"Clients and requests the embedded broker refused: bad_login, client_id (held by another user), will, publish, subscribe (a filter or a delivery outside the role).",
-			"reason"),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_broker_refusals_total",
+			Help: "Clients and requests the embedded broker refused: bad_login, client_id (held by another user), will, publish, subscribe (a filter or a delivery outside the role)."},
+			[]string{"reason"}),
 	}
 	book := passwd.NewBook()
 	for i, u := range b.Users {
@@ -204,7 +205,7 @@ func newBrokerAuth(b BrokerOptions, gateway, shellySrc string, log *slog.Logger)
 		Allow:     a.may,
 		AllowWill: a.mayWill,
 		Logger:    log,
-		Refused:   func(reason string) { a.refusals.With(reason).Inc() },
+		Refused:   func(reason string) { a.refusals.WithLabelValues(reason).Inc() },
 	})
 	if err != nil {
 		return nil, "", err

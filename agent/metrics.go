@@ -5,17 +5,21 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/http"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/metrics"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
 )
@@ -23,32 +27,87 @@ import (
 // namespace prefixes every metric the agent exports.
 const namespace = "sortie"
 
+// registry is the agent's own Prometheus registry and the handler that
+// serves it on /metrics: the text format 0.0.4, or OpenMetrics to a
+// scraper that asks for it. A scrape in which a collector fails still
+// serves every other family.
+type registry struct {
+	*prometheus.Registry
+	http.Handler
+}
+
+func newRegistry() *registry {
+	r := prometheus.NewRegistry()
+	return &registry{Registry: r, Handler: promhttp.HandlerFor(r, promhttp.HandlerOpts{
+		EnableOpenMetrics: true,
+		ErrorHandling:     promhttp.ContinueOnError,
+	})}
+}
+
+// family describes a family whose samples a collector makes at scrape
+// time.
+type family struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+}
+
+func newFamily(name, help string, typ prometheus.ValueType, labels ...string) family {
+	return family{desc: prometheus.NewDesc(name, help, labels, nil), typ: typ}
+}
+
+// describe sends the families' descriptions (prometheus.Collector's
+// Describe).
+func describe(ch chan<- *prometheus.Desc, fams ...family) {
+	for _, f := range fams {
+		ch <- f.desc
+	}
+}
+
+// emitter sends a collector's samples to the registry.
+type emitter chan<- prometheus.Metric
+
+// emit sends one sample of f with its label values in the order f
+// declared them.
+func (e emitter) emit(f family, v float64, labelValues ...string) {
+	for i, l := range labelValues {
+		labelValues[i] = label(l)
+	}
+	e <- prometheus.MustNewConstMetric(f.desc, f.typ, v, labelValues...)
+}
+
+// label makes a label value valid UTF-8, as client_golang requires (it
+// panics on anything else): bytes that are not are replaced by U+FFFD.
+// Values from the configuration and from JSON always are; this keeps a
+// stray byte from taking the agent down. Valid values are returned as
+// they are, without allocating.
+func label(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
 // instruments holds the agent's Prometheus metrics on its own registry.
 // Label values are bounded: scene names, device types, actions, states,
 // error classes and codes come from configuration or fixed sets, never
 // from mission IDs.
 type instruments struct {
-	reg *metrics.Registry
+	reg *registry
 
-	started      *metrics.CounterVec
-	finished     *metrics.CounterVec
-	stepDuration *metrics.HistogramVec
-	ackLatency   *metrics.HistogramVec
+	started      *prometheus.CounterVec
+	finished     *prometheus.CounterVec
+	stepDuration *prometheus.HistogramVec
+	ackLatency   *prometheus.HistogramVec
 	// turnWait is how long commands waited for their turn on their
 	// device and link.
-	turnWait     *metrics.HistogramVec
-	stepFailures *metrics.CounterVec
-	retries      *metrics.CounterVec
-	waits        *metrics.CounterVec
-	compensation *metrics.CounterVec
-	inFlight     *metrics.Gauge
-	rejections   *metrics.CounterVec
-	ackTimeouts  *metrics.CounterVec
+	turnWait     *prometheus.HistogramVec
+	stepFailures *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	waits        *prometheus.CounterVec
+	compensation *prometheus.CounterVec
+	inFlight     prometheus.Gauge
+	rejections   *prometheus.CounterVec
+	ackTimeouts  *prometheus.CounterVec
 	// commits and checkpoints time the store's writes: its group commits
 	// (log appends) and the bbolt transactions applying them.
-	commits     *metrics.Histogram
-	checkpoints *metrics.Histogram
-	pruned      *metrics.CounterVec
+	commits     prometheus.Histogram
+	checkpoints prometheus.Histogram
+	pruned      *prometheus.CounterVec
 
 	mu       sync.Mutex
 	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
@@ -105,44 +164,52 @@ type brokerSource interface {
 
 func newInstruments() *instruments {
 	m := &instruments{
-		reg:      metrics.NewRegistry(),
+		reg:      newRegistry(),
 		begins:   map[stepKey]time.Time{},
 		kinds:    map[string]string{},
 		terminal: map[driver.State]int{},
 	}
-	m.started = metrics.NewCounterVec(namespace+"_missions_started_total",
-		"Missions this process set running, by scene: accepted, resumed from the store at start, or restarted by an operator's retry. Each run that ends counts in sortie_missions_finished_total, so started >= finished for every scene.", "scene")
-	m.finished = metrics.NewCounterVec(namespace+"_missions_finished_total",
-		"Mission runs that ended, by scene and outcome (succeeded, failed, cancelled); a retried mission counts once per run.", "scene", "outcome")
-	m.stepDuration = metrics.NewHistogramVec(namespace+"_step_duration_seconds",
-		"Duration of step attempts, by device type (the step kind for steps not on a device; delays are left out), action and result (ok, error, superseded, skipped).",
-		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "device_type", "action", "result")
-	m.ackLatency = metrics.NewHistogramVec(namespace+"_device_ack_latency_seconds", "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
-		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "device_type")
-	m.turnWait = metrics.NewHistogramVec(namespace+"_link_wait_seconds", "Time device commands waited for their turn on their device and link (link \"none\": devices on no link).",
-		[]float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "link")
-	m.stepFailures = metrics.NewCounterVec(namespace+"_step_failures_total", "Failed step attempts, by error class and code.", "class", "code")
-	m.retries = metrics.NewCounterVec(namespace+"_step_retries_total", "Step attempts after the first, by scene.", "scene")
-	m.waits = metrics.NewCounterVec(namespace+"_step_waits_total", "Steps that waited because their target was not ready (offline device, delay), by code; no attempt is spent.", "code")
-	m.compensation = metrics.NewCounterVec(namespace+"_compensations_total", "Compensation attempts that finished, by result (succeeded, failed, retry).", "result")
-	m.inFlight = metrics.NewGauge(namespace+"_commands_in_flight", "Device commands published and waiting for an ack.")
-	m.rejections = metrics.NewCounterVec(namespace+"_trigger_rejections_total", "Triggers rejected, by reason.", "reason")
-	m.ackTimeouts = metrics.NewCounterVec(namespace+"_device_ack_timeouts_total", "Device commands that got no ack in time, by device type.", "device_type")
-	m.commits = metrics.NewHistogram(namespace+"_store_commit_duration_seconds",
-		"Duration of the store's group commits: checking a batch of mission writes and appending it to the write-ahead log, its sync included; what each transition of a mission waits for.",
-		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5})
-	m.checkpoints = metrics.NewHistogram(namespace+"_store_checkpoint_duration_seconds",
-		"Duration of the store's checkpoints: the bbolt transaction (and its syncs) applying logged writes to the database file, in the background.",
-		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10})
-	m.pruned = metrics.NewCounterVec(namespace+"_retention_pruned_total",
-		"Records deleted by retention, by kind: mission (finished missions, with their timelines) or trace (trigger records).", "kind")
+	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_missions_started_total",
+		Help: "Missions this process set running, by scene: accepted, resumed from the store at start, or restarted by an operator's retry. Each run that ends counts in sortie_missions_finished_total, so started >= finished for every scene."}, []string{"scene"})
+	m.finished = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_missions_finished_total",
+		Help: "Mission runs that ended, by scene and outcome (succeeded, failed, cancelled); a retried mission counts once per run."}, []string{"scene", "outcome"})
+	m.stepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: namespace + "_step_duration_seconds",
+		Help:    "Duration of step attempts, by device type (the step kind for steps not on a device; delays are left out), action and result (ok, error, superseded, skipped).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"device_type", "action", "result"})
+	m.ackLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: namespace + "_device_ack_latency_seconds",
+		Help:    "Time from a device command's attempt (its wait for a turn on a busy device included) to its ack, by device type.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"device_type"})
+	m.turnWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: namespace + "_link_wait_seconds",
+		Help:    "Time device commands waited for their turn on their device and link (link \"none\": devices on no link).",
+		Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"link"})
+	m.stepFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_step_failures_total",
+		Help: "Failed step attempts, by error class and code."}, []string{"class", "code"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_step_retries_total",
+		Help: "Step attempts after the first, by scene."}, []string{"scene"})
+	m.waits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_step_waits_total",
+		Help: "Steps that waited because their target was not ready (offline device, delay), by code; no attempt is spent."}, []string{"code"})
+	m.compensation = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_compensations_total",
+		Help: "Compensation attempts that finished, by result (succeeded, failed, retry)."}, []string{"result"})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: namespace + "_commands_in_flight", Help: "Device commands published and waiting for an ack."})
+	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_trigger_rejections_total",
+		Help: "Triggers rejected, by reason."}, []string{"reason"})
+	m.ackTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_device_ack_timeouts_total",
+		Help: "Device commands that got no ack in time, by device type."}, []string{"device_type"})
+	m.commits = prometheus.NewHistogram(prometheus.HistogramOpts{Name: namespace + "_store_commit_duration_seconds",
+		Help:    "Duration of the store's group commits: checking a batch of mission writes and appending it to the write-ahead log, its sync included; what each transition of a mission waits for.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
+	m.checkpoints = prometheus.NewHistogram(prometheus.HistogramOpts{Name: namespace + "_store_checkpoint_duration_seconds",
+		Help:    "Duration of the store's checkpoints: the bbolt transaction (and its syncs) applying logged writes to the database file, in the background.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}})
+	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_retention_pruned_total",
+		Help: "Records deleted by retention, by kind: mission (finished missions, with their timelines) or trace (trigger records)."}, []string{"kind"})
 	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.turnWait, m.stepFailures, m.retries, m.waits,
 		m.compensation, m.inFlight, m.rejections, m.ackTimeouts, m.commits, m.checkpoints, m.pruned,
-		metrics.NewGoCollector(), metrics.NewProcessCollector())
-	m.pruned.With(prunedMission)
-	m.pruned.With(prunedTrace)
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.pruned.WithLabelValues(prunedMission)
+	m.pruned.WithLabelValues(prunedTrace)
 	for _, r := range []string{"bad_json", "too_large", "missing_field", "invalid_field", "unknown_scene", "invalid_param", scenes.ReasonAlreadyRunning, scenes.ReasonOverloaded} {
-		m.rejections.With(r)
+		m.rejections.WithLabelValues(r)
 	}
 	return m
 }
@@ -162,14 +229,14 @@ func (m *instruments) checkpoint(took time.Duration) { m.checkpoints.Observe(too
 // prunedMissions counts finished missions in state that retention
 // deleted, and takes them out of the stored ones (store.Options.OnPrune).
 func (m *instruments) prunedMissions(state driver.State, n int) {
-	m.pruned.With(prunedMission).Add(float64(n))
+	m.pruned.WithLabelValues(prunedMission).Add(float64(n))
 	m.mu.Lock()
 	m.terminal[state] -= n
 	m.mu.Unlock()
 }
 
 // prunedTraces counts trigger records that retention deleted.
-func (m *instruments) prunedTraces(n int) { m.pruned.With(prunedTrace).Add(float64(n)) }
+func (m *instruments) prunedTraces(n int) { m.pruned.WithLabelValues(prunedTrace).Add(float64(n)) }
 
 // fileSizer reports the store's files.
 type fileSizer interface {
@@ -183,37 +250,38 @@ func (m *instruments) watchStore(db fileSizer) {
 }
 
 var (
-	descStoreBytes = metrics.NewDesc(namespace+"_store_bytes",
-		"Size of the store's database file (bbolt) on disk, free pages included.", metrics.TypeGauge)
-	descWALBytes = metrics.NewDesc(namespace+"_store_wal_bytes",
-		"Size of the store's write-ahead log on disk (preallocated: 4 MiB, more while checkpoints fall behind).", metrics.TypeGauge)
+	descStoreBytes = newFamily(namespace+"_store_bytes",
+		"Size of the store's database file (bbolt) on disk, free pages included.", prometheus.GaugeValue)
+	descWALBytes = newFamily(namespace+"_store_wal_bytes",
+		"Size of the store's write-ahead log on disk (preallocated: 4 MiB, more while checkpoints fall behind).", prometheus.GaugeValue)
 )
 
 // storeCollector reads the store's file sizes at scrape time.
 type storeCollector struct{ db fileSizer }
 
-func (c *storeCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descStoreBytes, descWALBytes}
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	describe(ch, descStoreBytes, descWALBytes)
 }
 
-func (c *storeCollector) Collect(sc *metrics.Scrape) {
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	sc := emitter(ch)
 	file, log, err := c.db.FileSizes()
 	if err != nil {
 		return // a family without samples is left out; /readyz reports the store
 	}
-	sc.Emit(descStoreBytes, float64(file))
-	sc.Emit(descWALBytes, float64(log))
+	sc.emit(descStoreBytes, float64(file))
+	sc.emit(descWALBytes, float64(log))
 }
 
 // setBuild exports the build's identity as sortie_build_info. The
 // revision comes from the build's -ldflags (Options.Revision), not from
 // runtime/debug.ReadBuildInfo: its parser costs the arm64 binary more
-// than the 10 MiB budget leaves.
+// than it is worth.
 func (m *instruments) setBuild(version, revision string) {
-	g := metrics.NewGaugeVec(namespace+"_build_info",
-		"Always 1; its labels say what runs: the agent's version, the VCS revision it was built from (unknown when the build did not record one) and the Go version.",
-		"version", "revision", "goversion")
-	g.With(version, cmp.Or(revision, "unknown"), runtime.Version()).Set(1)
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: namespace + "_build_info",
+		Help: "Always 1; its labels say what runs: the agent's version, the VCS revision it was built from (unknown when the build did not record one) and the Go version."},
+		[]string{"version", "revision", "goversion"})
+	g.WithLabelValues(label(version), label(cmp.Or(revision, "unknown")), runtime.Version()).Set(1)
 	m.reg.MustRegister(g)
 }
 
@@ -221,7 +289,7 @@ func (m *instruments) setBuild(version, revision string) {
 // unit tests need not build one.
 func (m *instruments) rejected(reason string) {
 	if m != nil {
-		m.rejections.With(reason).Inc()
+		m.rejections.WithLabelValues(reason).Inc()
 	}
 }
 
@@ -234,13 +302,13 @@ func (m *instruments) watch(q queueSource, b brokerSource) {
 // they end in this process, and count in finished then.
 func (m *instruments) resumed(active []*driver.Mission) {
 	for _, ms := range active {
-		m.started.With(ms.Type).Inc()
+		m.started.WithLabelValues(label(ms.Type)).Inc()
 	}
 }
 
 // turn records a command's wait for its turn (devices.HandlerOptions.OnTurn).
 func (m *instruments) turn(link string, waited time.Duration) {
-	m.turnWait.With(linkLabel(link)).Observe(waited.Seconds())
+	m.turnWait.WithLabelValues(label(linkLabel(link))).Observe(waited.Seconds())
 }
 
 // linkLabel names the devices on no link "none".
@@ -257,8 +325,8 @@ func (m *instruments) watchLinks(links func() map[string]devices.LinkStats) {
 }
 
 var (
-	descLinkInFlight = metrics.NewDesc(namespace+"_link_in_flight", "Device commands not yet acked, by link (\"none\": devices on no link).", metrics.TypeGauge, "link")
-	descLinkQueued   = metrics.NewDesc(namespace+"_link_queued", "Device commands waiting for their turn on their device or link, by link.", metrics.TypeGauge, "link")
+	descLinkInFlight = newFamily(namespace+"_link_in_flight", "Device commands not yet acked, by link (\"none\": devices on no link).", prometheus.GaugeValue, "link")
+	descLinkQueued   = newFamily(namespace+"_link_queued", "Device commands waiting for their turn on their device or link, by link.", prometheus.GaugeValue, "link")
 )
 
 // linkCollector reads the admission state at scrape time.
@@ -266,14 +334,15 @@ type linkCollector struct {
 	links func() map[string]devices.LinkStats
 }
 
-func (c *linkCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descLinkInFlight, descLinkQueued}
+func (c *linkCollector) Describe(ch chan<- *prometheus.Desc) {
+	describe(ch, descLinkInFlight, descLinkQueued)
 }
 
-func (c *linkCollector) Collect(sc *metrics.Scrape) {
+func (c *linkCollector) Collect(ch chan<- prometheus.Metric) {
+	sc := emitter(ch)
 	for link, s := range c.links() {
-		sc.Emit(descLinkInFlight, float64(s.InFlight), linkLabel(link))
-		sc.Emit(descLinkQueued, float64(s.Queued), linkLabel(link))
+		sc.emit(descLinkInFlight, float64(s.InFlight), linkLabel(link))
+		sc.emit(descLinkQueued, float64(s.Queued), linkLabel(link))
 	}
 }
 
@@ -283,13 +352,13 @@ func (m *instruments) watchSync(up syncSource, ob outboxSource) {
 }
 
 var (
-	descOutbox     = metrics.NewDesc(namespace+"_outbox_entries", "Mission events waiting for the hub's acknowledgement.", metrics.TypeGauge)
-	descCompacted  = metrics.NewDesc(namespace+"_outbox_compacted_total", "Outbox events dropped by compaction (the outbox was full; each mission kept its latest).", metrics.TypeCounter)
-	descSyncLag    = metrics.NewDesc(namespace+"_hub_sync_lag_seconds", "Age of the oldest event the hub has not acknowledged; 0 when in sync.", metrics.TypeGauge)
-	descHubUp      = metrics.NewDesc(namespace+"_hub_connected", "1 when the connection to the hub is up.", metrics.TypeGauge)
-	descHubBroker  = metrics.NewDesc(namespace+"_hub_broker", "1 for the hub address the connection is up to (one of [hub] urls); absent while down.", metrics.TypeGauge, "broker")
-	descHubAcked   = metrics.NewDesc(namespace+"_hub_acked_entries_total", "Outbox entries the hub acknowledged.", metrics.TypeCounter)
-	descHubResends = metrics.NewDesc(namespace+"_hub_resends_total", "Times unacknowledged events were sent to the hub again.", metrics.TypeCounter)
+	descOutbox     = newFamily(namespace+"_outbox_entries", "Mission events waiting for the hub's acknowledgement.", prometheus.GaugeValue)
+	descCompacted  = newFamily(namespace+"_outbox_compacted_total", "Outbox events dropped by compaction (the outbox was full; each mission kept its latest).", prometheus.CounterValue)
+	descSyncLag    = newFamily(namespace+"_hub_sync_lag_seconds", "Age of the oldest event the hub has not acknowledged; 0 when in sync.", prometheus.GaugeValue)
+	descHubUp      = newFamily(namespace+"_hub_connected", "1 when the connection to the hub is up.", prometheus.GaugeValue)
+	descHubBroker  = newFamily(namespace+"_hub_broker", "1 for the hub address the connection is up to (one of [hub] urls); absent while down.", prometheus.GaugeValue, "broker")
+	descHubAcked   = newFamily(namespace+"_hub_acked_entries_total", "Outbox entries the hub acknowledged.", prometheus.CounterValue)
+	descHubResends = newFamily(namespace+"_hub_resends_total", "Times unacknowledged events were sent to the hub again.", prometheus.CounterValue)
 )
 
 // syncCollector reads the uplink and outbox at scrape time.
@@ -298,26 +367,27 @@ type syncCollector struct {
 	ob outboxSource
 }
 
-func (c *syncCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descOutbox, descCompacted, descSyncLag, descHubUp, descHubBroker, descHubAcked, descHubResends}
+func (c *syncCollector) Describe(ch chan<- *prometheus.Desc) {
+	describe(ch, descOutbox, descCompacted, descSyncLag, descHubUp, descHubBroker, descHubAcked, descHubResends)
 }
 
-func (c *syncCollector) Collect(sc *metrics.Scrape) {
+func (c *syncCollector) Collect(ch chan<- prometheus.Metric) {
+	sc := emitter(ch)
 	ob := c.ob.OutboxStats()
 	st := c.up.Stats()
 	up := 0.0
 	if st.Connected {
 		up = 1
 	}
-	sc.Emit(descOutbox, float64(ob.Len))
-	sc.Emit(descCompacted, float64(ob.Compacted))
-	sc.Emit(descSyncLag, st.Lag.Seconds())
-	sc.Emit(descHubUp, up)
+	sc.emit(descOutbox, float64(ob.Len))
+	sc.emit(descCompacted, float64(ob.Compacted))
+	sc.emit(descSyncLag, st.Lag.Seconds())
+	sc.emit(descHubUp, up)
 	if st.Connected && st.Broker != "" {
-		sc.Emit(descHubBroker, 1, st.Broker)
+		sc.emit(descHubBroker, 1, st.Broker)
 	}
-	sc.Emit(descHubAcked, float64(st.Acked))
-	sc.Emit(descHubResends, float64(st.Resends))
+	sc.emit(descHubAcked, float64(st.Acked))
+	sc.emit(descHubResends, float64(st.Resends))
 }
 
 // setDeviceTypes gives the metrics the device-type label of each device.
@@ -327,14 +397,14 @@ func (m *instruments) setDeviceTypes(types map[string]string) {
 	defer m.mu.Unlock()
 	for k, v := range types {
 		m.kinds[k] = v
-		m.ackTimeouts.With(v)
+		m.ackTimeouts.WithLabelValues(label(v))
 	}
 }
 
 // ackTimeout counts a command to device that got no ack in time
 // (devices.Options.OnAckTimeout).
 func (m *instruments) ackTimeout(device string) {
-	m.ackTimeouts.With(m.deviceType(device, "unknown")).Inc()
+	m.ackTimeouts.WithLabelValues(label(m.deviceType(device, "unknown"))).Inc()
 }
 
 // stepKey names one step of one mission.
@@ -355,7 +425,7 @@ func (m *instruments) setTerminal(counts map[driver.State]int) {
 func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 	switch ev.Input {
 	case driver.InSubmit:
-		m.started.With(ms.Type).Inc()
+		m.started.WithLabelValues(label(ms.Type)).Inc()
 	case driver.InBeginStep:
 		// A delay does no work and waits its time out: it is not timed as a
 		// step (sortie_step_waits_total{code="delay"} counts its waits).
@@ -365,13 +435,13 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 			m.mu.Unlock()
 		}
 		if ev.Attempt > 1 {
-			m.retries.With(ms.Type).Inc()
+			m.retries.WithLabelValues(label(ms.Type)).Inc()
 		}
 	case driver.InStepWait:
 		m.mu.Lock()
 		delete(m.begins, stepKey{ms.ID, ev.Step})
 		m.mu.Unlock()
-		m.waits.With(codeLabel(ev.Code)).Inc()
+		m.waits.WithLabelValues(codeLabel(ev.Code)).Inc()
 	case driver.InStepOK, driver.InStepError:
 		m.mu.Lock()
 		began, ok := m.begins[stepKey{ms.ID, ev.Step}]
@@ -383,7 +453,7 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 			result = ev.Code // superseded or skipped: not a failure
 		case ev.Input == driver.InStepError:
 			result = "error"
-			m.stepFailures.With(ev.Detail, codeLabel(ev.Code)).Inc()
+			m.stepFailures.WithLabelValues(label(ev.Detail), codeLabel(ev.Code)).Inc()
 		}
 		if ok && ev.Step >= 0 && ev.Step < len(ms.Steps) {
 			var out map[string]any
@@ -391,7 +461,7 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 				out = ms.Results[ev.Step].Outputs
 			}
 			dev, action := devices.RanTarget(ms.Steps[ev.Step], out)
-			m.stepDuration.With(m.deviceType(dev, ms.Steps[ev.Step].Kind), action, result).Observe(ev.Time.Sub(began).Seconds())
+			m.stepDuration.WithLabelValues(label(m.deviceType(dev, ms.Steps[ev.Step].Kind)), label(action), result).Observe(ev.Time.Sub(began).Seconds())
 		}
 	case driver.InCompResult:
 		result := "succeeded"
@@ -401,10 +471,10 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 		case ev.Detail != "compensated":
 			result = "retry"
 		}
-		m.compensation.With(result).Inc()
+		m.compensation.WithLabelValues(result).Inc()
 	}
 	if ev.To.Terminal() && ev.Input != driver.InSubmit {
-		m.finished.With(ms.Type, stateLabel(ev.To)).Inc()
+		m.finished.WithLabelValues(label(ms.Type), stateLabel(ev.To)).Inc()
 		m.mu.Lock()
 		m.terminal[ev.To]++
 		for i := range ms.Steps {
@@ -414,7 +484,7 @@ func (m *instruments) Observe(ev driver.Event, ms *driver.Mission) {
 	}
 	if ev.Input == driver.InRetry {
 		// A run again: started, and out of the stored FAILED missions.
-		m.started.With(ms.Type).Inc()
+		m.started.WithLabelValues(label(ms.Type)).Inc()
 		m.mu.Lock()
 		m.terminal[driver.StateFailed]--
 		m.mu.Unlock()
@@ -466,7 +536,7 @@ func (m *instruments) instrument(h driver.Handler) driver.Handler {
 			if dev == "" {
 				dev, _ = devices.ParamsTarget(req.Params)
 			}
-			m.ackLatency.With(m.deviceType(dev, req.Kind)).Observe(time.Since(start).Seconds())
+			m.ackLatency.WithLabelValues(label(m.deviceType(dev, req.Kind))).Observe(time.Since(start).Seconds())
 		}
 		return out, err
 	})
@@ -480,36 +550,37 @@ type scrapeCollector struct {
 }
 
 var (
-	descMissions = metrics.NewDesc(namespace+"_missions",
+	descMissions = newFamily(namespace+"_missions",
 		"Missions in the store, by the state they rest in: live ones (pending, running, paused, step_running: a step attempt executing or waiting for its ack, step_failed: waiting for a retry, compensating) as the loop holds them now, finished ones (succeeded, failed, cancelled) until retention deletes them.",
-		metrics.TypeGauge, "state")
-	descRunnable  = metrics.NewDesc(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", metrics.TypeGauge)
-	descRunning   = metrics.NewDesc(namespace+"_running_steps", "Steps executing now (holding a worker).", metrics.TypeGauge)
-	descParked    = metrics.NewDesc(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", metrics.TypeGauge)
-	descZombies   = metrics.NewDesc(namespace+"_abandoned_handlers", "Step handlers that ignored their timeout, were abandoned and have not returned.", metrics.TypeGauge)
-	descOldest    = metrics.NewDesc(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", metrics.TypeGauge)
-	descConnected = metrics.NewDesc(namespace+"_broker_connected", "1 when the device connection to the broker is up.", metrics.TypeGauge)
-	descReconnect = metrics.NewDesc(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", metrics.TypeCounter)
-	descLateAcks  = metrics.NewDesc(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", metrics.TypeCounter)
-	descDupAcks   = metrics.NewDesc(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", metrics.TypeCounter)
-	descStored    = metrics.NewDesc(namespace+"_store_missions", "Missions in the store, live and finished: the sum of sortie_missions.", metrics.TypeGauge)
+		prometheus.GaugeValue, "state")
+	descRunnable  = newFamily(namespace+"_runnable_missions", "Missions due now and waiting for a worker.", prometheus.GaugeValue)
+	descRunning   = newFamily(namespace+"_running_steps", "Steps executing now (holding a worker).", prometheus.GaugeValue)
+	descParked    = newFamily(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", prometheus.GaugeValue)
+	descZombies   = newFamily(namespace+"_abandoned_handlers", "Step handlers that ignored their timeout, were abandoned and have not returned.", prometheus.GaugeValue)
+	descOldest    = newFamily(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", prometheus.GaugeValue)
+	descConnected = newFamily(namespace+"_broker_connected", "1 when the device connection to the broker is up.", prometheus.GaugeValue)
+	descReconnect = newFamily(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", prometheus.CounterValue)
+	descLateAcks  = newFamily(namespace+"_device_late_acks_total", "Acks that arrived after their command gave up waiting.", prometheus.CounterValue)
+	descDupAcks   = newFamily(namespace+"_device_duplicate_acks_total", "Acks for a command already completed.", prometheus.CounterValue)
+	descStored    = newFamily(namespace+"_store_missions", "Missions in the store, live and finished: the sum of sortie_missions.", prometheus.GaugeValue)
 
-	descOnline = metrics.NewDesc(namespace+"_device_online",
+	descOnline = newFamily(namespace+"_device_online",
 		"1 when the device is online as its last availability message said (also before it sent any: such a device is tried), 0 when offline; one series per device of the registry, so bounded by the configuration.",
-		metrics.TypeGauge, "device", "device_type")
+		prometheus.GaugeValue, "device", "device_type")
 
 	// descUnmatched's reason label has two values, both emitted from the
 	// first scrape.
-	descUnmatched = metrics.NewDesc(namespace+"_device_unmatched_acks_total",
+	descUnmatched = newFamily(namespace+"_device_unmatched_acks_total",
 		"Acks that matched no command, by reason: malformed (not JSON, over 64 KiB, no id, negative without an error code) or unknown_command (an ID the agent did not send, sent before a restart, or long forgotten).",
-		metrics.TypeCounter, "reason")
+		prometheus.CounterValue, "reason")
 )
 
-func (c *scrapeCollector) Describe() []*metrics.Desc {
-	return []*metrics.Desc{descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descOnline, descStored}
+func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+	describe(ch, descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descOnline, descStored)
 }
 
-func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
+func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	sc := emitter(ch)
 	q := c.q.Queue()
 	c.m.mu.Lock()
 	terminal := make(map[driver.State]int, len(c.m.terminal))
@@ -525,31 +596,31 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 		}
 		total += n
 		if n != 0 || slices.Contains(restStates, s) {
-			sc.Emit(descMissions, float64(n), stateLabel(s))
+			sc.emit(descMissions, float64(n), stateLabel(s))
 		}
 	}
-	sc.Emit(descStored, float64(total))
-	sc.Emit(descRunnable, float64(q.Due))
-	sc.Emit(descRunning, float64(q.Running))
-	sc.Emit(descParked, float64(q.Parked))
-	sc.Emit(descZombies, float64(q.Zombies))
+	sc.emit(descStored, float64(total))
+	sc.emit(descRunnable, float64(q.Due))
+	sc.emit(descRunning, float64(q.Running))
+	sc.emit(descParked, float64(q.Parked))
+	sc.emit(descZombies, float64(q.Zombies))
 	age := 0.0
 	if !q.OldestDue.IsZero() {
 		age = max(time.Since(q.OldestDue).Seconds(), 0)
 	}
-	sc.Emit(descOldest, age)
+	sc.emit(descOldest, age)
 	if c.b != nil {
 		st := c.b.Stats()
 		up := 0.0
 		if c.b.Connected() {
 			up = 1
 		}
-		sc.Emit(descConnected, up)
-		sc.Emit(descReconnect, float64(st.Reconnects))
-		sc.Emit(descLateAcks, float64(st.LateAcks))
-		sc.Emit(descDupAcks, float64(st.Duplicates))
-		sc.Emit(descUnmatched, float64(st.MalformedAcks), "malformed")
-		sc.Emit(descUnmatched, float64(st.UnknownAcks), "unknown_command")
+		sc.emit(descConnected, up)
+		sc.emit(descReconnect, float64(st.Reconnects))
+		sc.emit(descLateAcks, float64(st.LateAcks))
+		sc.emit(descDupAcks, float64(st.Duplicates))
+		sc.emit(descUnmatched, float64(st.MalformedAcks), "malformed")
+		sc.emit(descUnmatched, float64(st.UnknownAcks), "unknown_command")
 		c.m.mu.Lock()
 		kinds := maps.Clone(c.m.kinds)
 		c.m.mu.Unlock()
@@ -558,7 +629,7 @@ func (c *scrapeCollector) Collect(sc *metrics.Scrape) {
 			if c.b.Available(dev) {
 				online = 1
 			}
-			sc.Emit(descOnline, online, dev, typ)
+			sc.emit(descOnline, online, dev, typ)
 		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
@@ -138,17 +140,13 @@ func (r *metricsRig) device(id string) *simulator.Device {
 // and labels, exactly), and whether it is there.
 func (r *metricsRig) value(series string) (float64, bool) {
 	r.t.Helper()
-	return seriesValue(r.t, r.a.metrics.reg.WriteTo, series)
+	return seriesValue(r.t, scrape(r.t, r.a.metrics.reg), series)
 }
 
-// seriesValue finds one series in what write writes.
-func seriesValue(t testing.TB, write func(io.Writer) (int64, error), series string) (float64, bool) {
+// seriesValue finds one series in an exposition.
+func seriesValue(t testing.TB, text, series string) (float64, bool) {
 	t.Helper()
-	var b strings.Builder
-	if _, err := write(&b); err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(b.String()) {
+	for line := range strings.Lines(text) {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 			if err != nil {
@@ -178,7 +176,7 @@ func (r *metricsRig) want(values map[string]float64) {
 // contain label.
 func (r *metricsRig) absent(name, label string) {
 	r.t.Helper()
-	for line := range strings.Lines(family(r.t, r.a.metrics.reg, name)) {
+	for line := range strings.Lines(familyText(r.t, r.a.metrics.reg, name)) {
 		if !strings.HasPrefix(line, "#") && strings.Contains(line, label) {
 			r.t.Errorf("unexpected series %s", strings.TrimSpace(line))
 		}
@@ -200,10 +198,10 @@ func TestRetriedMissionCountsAsStartedAgain(t *testing.T) {
 			if m == nil || ms.Type != "lamp" {
 				return
 			}
-			started := m.started.With("lamp").Value()
+			started := testutil.ToFloat64(m.started.WithLabelValues("lamp"))
 			finished := 0.0
 			for _, s := range []driver.State{driver.StateSucceeded, driver.StateFailed, driver.StateCancelled} {
-				finished += m.finished.With("lamp", stateLabel(s)).Value()
+				finished += testutil.ToFloat64(m.finished.WithLabelValues("lamp", stateLabel(s)))
 			}
 			if started < finished {
 				mu.Lock()

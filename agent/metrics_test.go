@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,19 +17,26 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/metrics"
 	"github.com/sortie-edge/sortie/store"
 )
 
-// family returns the lines of one family in what reg writes at /metrics:
-// its # HELP and # TYPE lines and its samples.
-func family(t testing.TB, reg *metrics.Registry, name string) string {
+// scrape returns what h serves at /metrics to a scraper that asks for
+// no format in particular: the text format 0.0.4.
+func scrape(t testing.TB, h http.Handler) string {
 	t.Helper()
-	var b strings.Builder
-	if _, err := reg.WriteTo(&b); err != nil {
-		t.Fatal(err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d\n%s", rec.Code, rec.Body)
 	}
-	for block := range strings.SplitSeq(b.String(), "# HELP ") {
+	return rec.Body.String()
+}
+
+// familyText returns the lines of one family in what h serves at
+// /metrics: its # HELP and # TYPE lines and its samples.
+func familyText(t testing.TB, h http.Handler, name string) string {
+	t.Helper()
+	for block := range strings.SplitSeq(scrape(t, h), "# HELP ") {
 		if strings.HasPrefix(block, name+" ") {
 			return "# HELP " + block
 		}
@@ -37,10 +46,10 @@ func family(t testing.TB, reg *metrics.Registry, name string) string {
 
 // seriesCount counts the series of a family in what reg writes (for a
 // histogram, its _count lines).
-func seriesCount(t testing.TB, reg *metrics.Registry, name string) int {
+func seriesCount(t testing.TB, reg http.Handler, name string) int {
 	t.Helper()
 	n := 0
-	for line := range strings.Lines(family(t, reg, name)) {
+	for line := range strings.Lines(familyText(t, reg, name)) {
 		if rest, ok := strings.CutPrefix(line, name); ok && !strings.HasPrefix(line, "#") &&
 			(strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "_count")) {
 			n++
@@ -71,7 +80,7 @@ func TestMetricsFromEvents(t *testing.T) {
 	}
 	check := func(name, want string) {
 		t.Helper()
-		if got := family(t, m.reg, name); got != strings.TrimPrefix(want, "\n") {
+		if got := familyText(t, m.reg, name); got != strings.TrimPrefix(want, "\n") {
 			t.Errorf("%s:\n%s\nwant:\n%s", name, got, want)
 		}
 	}
@@ -183,7 +192,7 @@ func TestUnmatchedAcksMetric(t *testing.T) {
 sortie_device_unmatched_acks_total{reason="malformed"} %d
 sortie_device_unmatched_acks_total{reason="unknown_command"} %d
 `, malformed, unknown)
-		if got := family(t, m.reg, "sortie_device_unmatched_acks_total"); got != want {
+		if got := familyText(t, m.reg, "sortie_device_unmatched_acks_total"); got != want {
 			t.Errorf("got:\n%s\nwant:\n%s", got, want)
 		}
 	}
@@ -210,3 +219,76 @@ sortie_device_unmatched_acks_total{reason="unknown_command"} %d
 type stubQueue struct{}
 
 func (stubQueue) Queue() driver.QueueStats { return driver.QueueStats{} }
+
+// TestMetricsNegotiateOpenMetrics: /metrics answers a scraper that asks
+// for OpenMetrics in OpenMetrics (its counters' families named without
+// _total, and # EOF last), and anything else in the text format 0.0.4,
+// with the same series.
+func TestMetricsNegotiateOpenMetrics(t *testing.T) {
+	m := newInstruments()
+	m.rejected("bad_json")
+	for _, tc := range []struct {
+		name, accept, contentType string
+		want                      []string
+	}{
+		{"text", "", "text/plain; version=0.0.4", []string{
+			"# TYPE sortie_trigger_rejections_total counter\n",
+			"sortie_trigger_rejections_total{reason=\"bad_json\"} 1\n",
+		}},
+		{"openmetrics", "application/openmetrics-text; version=1.0.0", "application/openmetrics-text; version=1.0.0", []string{
+			"# TYPE sortie_trigger_rejections counter\n",
+			"sortie_trigger_rejections_total{reason=\"bad_json\"} 1.0\n",
+			"# EOF\n",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("GET", "/metrics", nil)
+			if tc.accept != "" {
+				req.Header.Set("Accept", tc.accept)
+			}
+			rec := httptest.NewRecorder()
+			m.reg.ServeHTTP(rec, req)
+			if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, tc.contentType) {
+				t.Errorf("Content-Type %q, want %q", ct, tc.contentType)
+			}
+			body := rec.Body.String()
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("the exposition lacks %q", w)
+				}
+			}
+			if tc.accept != "" && !strings.HasSuffix(body, "# EOF\n") {
+				t.Error("OpenMetrics does not end with # EOF")
+			}
+		})
+	}
+}
+
+// TestMetricsTakeLabelValuesThatAreNotUTF8: a scene name or an action
+// that is not UTF-8 (client_golang panics on such a label value) is
+// counted under the value with U+FFFD in place of the bad bytes, and the
+// agent goes on.
+func TestMetricsTakeLabelValuesThatAreNotUTF8(t *testing.T) {
+	m := newInstruments()
+	ms := &driver.Mission{ID: "m", Type: "scene\xff", Steps: []driver.Step{{ID: "s", Kind: "device.command", Params: []byte(`{"device":"d","action":"on"}`)}}}
+	now := time.Now()
+	for _, ev := range []driver.Event{
+		{Input: driver.InSubmit, To: driver.StatePending, Time: now},
+		{Input: driver.InBeginStep, Step: 0, Attempt: 2, Time: now},
+		{Input: driver.InStepError, Step: 0, Attempt: 2, Detail: "class\xfe", Code: "busy", Time: now},
+		{Input: driver.InFail, To: driver.StateFailed, Time: now},
+	} {
+		m.Observe(ev, ms)
+	}
+	text := scrape(t, m.reg)
+	for _, want := range []string{
+		"sortie_missions_started_total{scene=\"scene\uFFFD\"} 1\n",
+		"sortie_step_retries_total{scene=\"scene\uFFFD\"} 1\n",
+		"sortie_step_failures_total{class=\"class\uFFFD\",code=\"busy\"} 1\n",
+		"sortie_missions_finished_total{outcome=\"failed\",scene=\"scene\uFFFD\"} 1\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
@@ -318,7 +320,7 @@ func TestBadTriggersAreRejectedOnTheReplyTopic(t *testing.T) {
 		t.Errorf("%d submits, want none: a rejected trigger creates nothing", n)
 	}
 	for reason, want := range counts {
-		if got := f.metrics.rejections.With(reason).Value(); got != want {
+		if got := testutil.ToFloat64(f.metrics.rejections.WithLabelValues(reason)); got != want {
 			t.Errorf("rejections{reason=%q} = %v, want %v", reason, got, want)
 		}
 	}
@@ -398,7 +400,7 @@ func TestFullQueueRejectsOverloaded(t *testing.T) {
 	if topic != "r-mqtt" || r.RequestID != "r-mqtt" {
 		t.Errorf("overloaded reply on %s: %+v, want on r-mqtt", topic, r)
 	}
-	if got := f.metrics.rejections.With(scenes.ReasonOverloaded).Value(); got != 2 {
+	if got := testutil.ToFloat64(f.metrics.rejections.WithLabelValues(scenes.ReasonOverloaded)); got != 2 {
 		t.Errorf("overloaded rejections %v, want 2", got)
 	}
 	if len(f.fake.lookedUp()) != 0 || len(f.fake.submitted()) != 0 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -221,7 +223,7 @@ func TestControlSentOnceToOlderGateway(t *testing.T) {
 		t.Fatalf("control without an answer: %v, want a timeout", err)
 	}
 	g.waitControl(t)
-	if n := e.svc.metrics.controlResends.Value(); n != 0 {
+	if n := testutil.ToFloat64(e.svc.metrics.controlResends); n != 0 {
 		t.Fatalf("the hub sent an older gateway the request %v more times", n)
 	}
 }
@@ -287,7 +289,7 @@ func TestControlWhileTheStoreIsDownRepeatsOnlyToProtocol2(t *testing.T) {
 				t.Fatalf("control without an answer: %v, want a timeout", err)
 			}
 			g.waitControl(t)
-			resent := e.svc.metrics.controlResends.Value()
+			resent := testutil.ToFloat64(e.svc.metrics.controlResends)
 			if proto < 2 && resent != 0 || proto >= 2 && resent == 0 {
 				t.Fatalf("protocol %d: %v repeats", proto, resent)
 			}
@@ -332,7 +334,7 @@ func TestAMessageTheStoreRefusesHoldsUpNoOther(t *testing.T) {
 	if _, err := e.st.Mission("home", "m19"); err != nil {
 		t.Errorf("a batch after the refused one: %v", err)
 	}
-	if n := e.svc.metrics.rejected.Value(); n < 1 {
+	if n := testutil.ToFloat64(e.svc.metrics.rejected); n < 1 {
 		t.Errorf("rejected = %v, want the refused batch counted", n)
 	}
 }

@@ -724,7 +724,7 @@ func (s *Service) Now() time.Time { return s.opts.Now() }
 
 // Metrics is the hub's /metrics (Prometheus text format): fleet
 // aggregates, no label per gateway.
-func (s *Service) Metrics() http.Handler { return s.metrics.reg }
+func (s *Service) Metrics() http.Handler { return s.metrics.handler }
 
 func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error) {
 	g, err := s.st.Gateway(gw)

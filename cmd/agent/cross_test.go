@@ -20,7 +20,7 @@ func TestARM64BuildRunsUnderQEMU(t *testing.T) {
 	}
 	qemu := needTool(t, "qemu-aarch64", "qemu-user")
 	bin := filepath.Join(t.TempDir(), "agent-arm64")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags",
+	build := exec.Command("go", "build", "-trimpath", "-tags", "nethttpomithttp2", "-ldflags",
 		"-s -w -X main.Version=qemu-test -X main.Revision=0123456789abcdef0123456789abcdef01234567", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
 	if out, err := build.CombinedOutput(); err != nil {
