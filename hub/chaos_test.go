@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -541,12 +542,9 @@ func checkSummaries(t *testing.T, db *PGStore) int {
 		t.Fatal(err)
 	}
 	bad := 0
-	err = forRows(rows, func() error {
-		var mdoc, edoc []byte
-		var seq int64
-		if err := rows.Scan(&mdoc, &seq, &edoc); err != nil {
-			return err
-		}
+	var mdoc, edoc []byte
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&mdoc, &seq, &edoc}, func() error {
 		var m Mission
 		var ev struct {
 			To string `json:"to"`
@@ -783,7 +781,7 @@ func (c *sseClient) behind(t *testing.T, db *PGStore) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := docs[Mission](rows, "mission")
+	ms, err := pgx.CollectRows(rows, jsonDoc[Mission]("mission"))
 	if err != nil {
 		t.Fatal(err)
 	}

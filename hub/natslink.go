@@ -135,6 +135,10 @@ type natsLink struct {
 	// before.
 	heard time.Time
 	stops []func()
+
+	// subscribe is nc.Subscribe; a test makes it fail half-way through a
+	// set-up.
+	subscribe func(nc *nats.Conn, subj string, cb nats.MsgHandler) (*nats.Subscription, error)
 }
 
 // denial is a permission violation NATS reported. A refused
@@ -186,7 +190,8 @@ func newNATSLink(opts ClusterOptions, topics uplink.Topics, log *slog.Logger, no
 	opts.withDefaults()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return &natsLink{opts: opts, topics: topics, log: log, now: now, id: hex.EncodeToString(b), peers: map[string]peer{}}
+	return &natsLink{opts: opts, topics: topics, log: log, now: now, id: hex.EncodeToString(b), peers: map[string]peer{},
+		subscribe: (*nats.Conn).Subscribe}
 }
 
 func (l *natsLink) subject(kind string) string { return topicToSubject(l.topics.Wildcard(kind)) }
@@ -392,22 +397,33 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", stream, err)
 		}
-		started = append(started, cc.Stop)
+		started = append(started, func() {
+			// Stop only asks: wait for the consumption to end, so that the
+			// next set-up does not consume beside it (bounded: a
+			// connection gone ends it anyway).
+			cc.Stop()
+			select {
+			case <-cc.Closed():
+			case <-time.After(5 * time.Second):
+			}
+		})
 	}
 	// Control results go to whichever replica waits for them: every
-	// replica hears them all.
-	res, err := nc.Subscribe(l.subject("control/result"), func(m *nats.Msg) {
+	// replica hears them all. Each subscription joins started as soon as
+	// it is made, so a set-up failing at the next one drops it too.
+	res, err := l.subscribe(nc, l.subject("control/result"), func(m *nats.Msg) {
 		deliver(inboundRaw{topic: subjectToTopic(m.Subject), payload: m.Data, at: l.now()})
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("subscribe to control results: %w", err)
 	}
-	feed, err := nc.Subscribe(l.feedSubject(), l.onFeed)
+	started = append(started, func() { _ = res.Unsubscribe() })
+	feed, err := l.subscribe(nc, l.feedSubject(), l.onFeed)
 	if err != nil {
-		return err
+		return fmt.Errorf("subscribe to the feed: %w", err)
 	}
-	_ = feed.SetPendingLimits(65536, 64<<20)
-	started = append(started, func() { _ = res.Unsubscribe() }, func() { _ = feed.Unsubscribe() })
+	started = append(started, func() { _ = feed.Unsubscribe() })
+	_ = feed.SetPendingLimits(65536, 64<<20) // positive limits on a live subscription: no error
 	if err := nc.FlushTimeout(5 * time.Second); err != nil {
 		return err
 	}

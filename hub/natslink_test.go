@@ -2,12 +2,15 @@ package hub
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sortie-edge/sortie/internal/clustertest"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -44,5 +47,58 @@ func TestFeedReloadsWhenAReplicaJoinsOrLeaves(t *testing.T) {
 	feed("b", 1)
 	if reloads != 2 {
 		t.Fatalf("%d reloads after a replica was no longer heard, want 2", reloads)
+	}
+}
+
+// TestHalfFailedSetupLeavesNothingSubscribed: a cluster set-up that
+// fails after its consumers and first subscription are in place (here
+// the feed's subscription, refused) leaves nothing consuming or
+// subscribed on a real NATS server, and the next attempt sets up whole.
+// Before, the control results' subscription outlived the failed attempt.
+func TestHalfFailedSetupLeavesNothingSubscribed(t *testing.T) {
+	u := hubNATSUser()
+	srv := clustertest.StartNATS(t, 1, clustertest.NATSOptions{Users: []clustertest.User{u}})
+	l := newNATSLink(ClusterOptions{NATS: srv.ClientURLs(), User: u.Name, Password: u.Password, Replicas: 1, AckWait: 5 * time.Second},
+		uplink.Topics{}, testLogger(t), time.Now)
+	nc, err := nats.Connect(srv.ClientURLs(), nats.UserInfo(u.Name, u.Password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// The connection's own subscription for replies, which the first
+	// JetStream request makes and every request after shares.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AccountInfo(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	base := nc.NumSubscriptions()
+	refused := errors.New("refused by the test")
+	l.subscribe = func(nc *nats.Conn, subj string, cb nats.MsgHandler) (*nats.Subscription, error) {
+		if subj == l.feedSubject() {
+			return nil, refused
+		}
+		return nc.Subscribe(subj, cb)
+	}
+	deliver := func(inboundRaw) {}
+	if err := l.trySetup(t.Context(), nc, deliver); !errors.Is(err, refused) {
+		t.Fatalf("set-up with the feed refused: %v, want the refusal", err)
+	}
+	if n := nc.NumSubscriptions() - base; n != 0 {
+		t.Errorf("%d subscriptions left by the failed set-up, want 0", n)
+	}
+	l.subscribe = (*nats.Conn).Subscribe
+	if err := l.trySetup(t.Context(), nc, deliver); err != nil {
+		t.Fatalf("set-up again: %v", err)
+	}
+	// Two consumers, the control results and the feed.
+	if n := nc.NumSubscriptions() - base; n != 4 {
+		t.Errorf("%d subscriptions after a whole set-up, want 4", n)
+	}
+	l.stopAll()
+	if n := nc.NumSubscriptions() - base; n != 0 {
+		t.Errorf("%d subscriptions after stopping, want 0", n)
 	}
 }

@@ -324,12 +324,9 @@ func preload(ctx context.Context, tx pgx.Tx, in []Inbound) (*pgReader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lock gateways: %w", err)
 		}
-		err = forRows(rows, func() error {
-			var id string
-			var doc []byte
-			if err := rows.Scan(&id, &doc); err != nil {
-				return err
-			}
+		var id string
+		var doc []byte
+		_, err = pgx.ForEachRow(rows, []any{&id, &doc}, func() error {
 			if len(doc) == 0 {
 				return nil // inserted just now: unknown to the applier
 			}
@@ -350,12 +347,9 @@ func preload(ctx context.Context, tx pgx.Tx, in []Inbound) (*pgReader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read missions: %w", err)
 		}
-		err = forRows(rows, func() error {
-			var gw, id string
-			var doc []byte
-			if err := rows.Scan(&gw, &id, &doc); err != nil {
-				return err
-			}
+		var gw, id string
+		var doc []byte
+		_, err = pgx.ForEachRow(rows, []any{&gw, &id, &doc}, func() error {
 			var m Mission
 			if err := json.Unmarshal(doc, &m); err != nil {
 				return fmt.Errorf("decode mission %s/%s: %w", gw, id, err)
@@ -372,12 +366,9 @@ func preload(ctx context.Context, tx pgx.Tx, in []Inbound) (*pgReader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read events: %w", err)
 		}
-		err = forRows(rows, func() error {
-			var gw, mission string
-			var seq int64
-			if err := rows.Scan(&gw, &mission, &seq); err != nil {
-				return err
-			}
+		var mission string
+		var seq int64
+		_, err = pgx.ForEachRow(rows, []any{&gw, &mission, &seq}, func() error {
 			r.events[string(eventKey(missionKey(gw, mission), uint64(seq)))] = true
 			return nil
 		})
@@ -391,12 +382,9 @@ func preload(ctx context.Context, tx pgx.Tx, in []Inbound) (*pgReader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read trigger records: %w", err)
 		}
-		err = forRows(rows, func() error {
-			var gw, rid string
-			var doc []byte
-			if err := rows.Scan(&gw, &rid, &doc); err != nil {
-				return err
-			}
+		var gw, rid string
+		var doc []byte
+		_, err = pgx.ForEachRow(rows, []any{&gw, &rid, &doc}, func() error {
 			var t Trace
 			if err := json.Unmarshal(doc, &t); err != nil {
 				return fmt.Errorf("decode trace %s/%s: %w", gw, rid, err)
@@ -411,33 +399,20 @@ func preload(ctx context.Context, tx pgx.Tx, in []Inbound) (*pgReader, error) {
 	return r, nil
 }
 
-// docs decodes the single JSON column of every row into a T.
-func docs[T any](rows pgx.Rows, what string) ([]T, error) {
-	var out []T
-	err := forRows(rows, func() error {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return err
-		}
+// jsonDoc decodes a row of one JSON document column into a T, for
+// pgx.CollectRows; what names a T in errors.
+func jsonDoc[T any](what string) pgx.RowToFunc[T] {
+	return func(row pgx.CollectableRow) (T, error) {
 		var v T
+		var doc []byte
+		if err := row.Scan(&doc); err != nil {
+			return v, err
+		}
 		if err := json.Unmarshal(doc, &v); err != nil {
-			return fmt.Errorf("decode %s: %w", what, err)
+			return v, fmt.Errorf("decode %s: %w", what, err)
 		}
-		out = append(out, v)
-		return nil
-	})
-	return out, err
-}
-
-// forRows calls each for every row and closes rows.
-func forRows(rows pgx.Rows, each func() error) error {
-	defer rows.Close()
-	for rows.Next() {
-		if err := each(); err != nil {
-			return err
-		}
+		return v, nil
 	}
-	return rows.Err()
 }
 
 // pgText is s as PostgreSQL takes text: no NUL byte (valid JSON, and
@@ -539,7 +514,7 @@ func (s *PGStore) Gateways() (_ []Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return docs[Gateway](rows, "gateway")
+	return pgx.CollectRows(rows, jsonDoc[Gateway]("gateway"))
 }
 
 // Gateway returns one gateway or ErrUnknownGateway.
@@ -600,7 +575,7 @@ func (s *PGStore) Missions(q Query) (_ []Mission, _ string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
-	out, err := docs[Mission](rows, "mission")
+	out, err := pgx.CollectRows(rows, jsonDoc[Mission]("mission"))
 	if err != nil {
 		return nil, "", err
 	}
@@ -634,13 +609,8 @@ func (s *PGStore) Mission(gw, id string) (_ Detail, err error) {
 	if err != nil {
 		return Detail{}, err
 	}
-	err = forRows(rows, func() error {
-		var v []byte
-		if err := rows.Scan(&v); err != nil {
-			return err
-		}
-		return d.add(v)
-	})
+	var v []byte
+	_, err = pgx.ForEachRow(rows, []any{&v}, func() error { return d.add(v) })
 	if err != nil {
 		return Detail{}, err
 	}
@@ -660,12 +630,9 @@ func (s *PGStore) FailedSince(since time.Time) (_ map[string]int, err error) {
 		return nil, err
 	}
 	out := map[string]int{}
-	err = forRows(rows, func() error {
-		var gw string
-		var n int
-		if err := rows.Scan(&gw, &n); err != nil {
-			return err
-		}
+	var gw string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&gw, &n}, func() error {
 		out[gw] = n
 		return nil
 	})
@@ -781,11 +748,8 @@ func (s *PGStore) pruneOnce(ctx context.Context, conn *pgxpool.Conn, pick string
 		return 0, fmt.Errorf("prune missions: %w", err)
 	}
 	var gws, ids []string
-	err = forRows(rows, func() error {
-		var gw, id string
-		if err := rows.Scan(&gw, &id); err != nil {
-			return err
-		}
+	var gw, id string
+	_, err = pgx.ForEachRow(rows, []any{&gw, &id}, func() error {
 		gws, ids = append(gws, gw), append(ids, id)
 		return nil
 	})
