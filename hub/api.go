@@ -41,14 +41,18 @@ type APIOptions struct {
 
 // Reader is what the API reads: the single hub's bbolt Store, or the
 // cluster mode's PostgreSQL store.
+//
+// Every call takes a context: its cancellation and deadline reach the
+// database (PostgreSQL's query is cancelled; bbolt, which cannot cancel
+// a transaction, checks it before starting and inside long scans).
 type Reader interface {
-	Gateways() ([]Gateway, error)
+	Gateways(ctx context.Context) ([]Gateway, error)
 	// Gateway returns one gateway, or an error wrapping ErrNotFound.
-	Gateway(id string) (Gateway, error)
-	Missions(q Query) ([]Mission, string, error)
-	Mission(gw, id string) (Detail, error)
-	FailedSince(since time.Time) (map[string]int, error)
-	Trace(gw, requestID string) (Trace, error)
+	Gateway(ctx context.Context, id string) (Gateway, error)
+	Missions(ctx context.Context, q Query) ([]Mission, string, error)
+	Mission(ctx context.Context, gw, id string) (Detail, error)
+	FailedSince(ctx context.Context, since time.Time) (map[string]int, error)
+	Trace(ctx context.Context, gw, requestID string) (Trace, error)
 }
 
 // Backing is a hub store: the single hub's bbolt Store, or the cluster
@@ -57,11 +61,11 @@ type Reader interface {
 type Backing interface {
 	Reader
 	// Apply folds messages into the store in one transaction.
-	Apply(in []Inbound) (Result, error)
+	Apply(ctx context.Context, in []Inbound) (Result, error)
 	// Register makes configured gateways known before they report.
-	Register(now time.Time, ids ...string) error
+	Register(ctx context.Context, now time.Time, ids ...string) error
 	// Prune removes finished missions and old trigger records.
-	Prune(now time.Time, r Retention) (int, error)
+	Prune(ctx context.Context, now time.Time, r Retention) (int, error)
 	Close() error
 }
 
@@ -154,6 +158,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, sta
 
 // fail maps an error to a status and code.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client hung up, and its query was cancelled: no one to answer
+	}
 	status, code := http.StatusInternalServerError, "internal"
 	switch {
 	case errors.Is(err, ErrUnknownGateway):
@@ -247,12 +254,12 @@ type GatewayView struct {
 }
 
 func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
-	gws, err := a.st.Gateways()
+	gws, err := a.st.Gateways(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	failed, err := a.st.FailedSince(a.svc.Now().Add(-24 * time.Hour))
+	failed, err := a.st.FailedSince(r.Context(), a.svc.Now().Add(-24*time.Hour))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -310,7 +317,7 @@ func (a *API) missions(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	ms, next, err := a.st.Missions(q)
+	ms, next, err := a.st.Missions(r.Context(), q)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -323,11 +330,11 @@ func (a *API) missions(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) mission(w http.ResponseWriter, r *http.Request) {
 	gw, id := r.PathValue("gw"), r.PathValue("id")
-	if _, err := a.st.Gateway(gw); err != nil {
+	if _, err := a.st.Gateway(r.Context(), gw); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	d, err := a.st.Mission(gw, id)
+	d, err := a.st.Mission(r.Context(), gw, id)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -339,11 +346,11 @@ func (a *API) mission(w http.ResponseWriter, r *http.Request) {
 // the gateway synced.
 func (a *API) why(w http.ResponseWriter, r *http.Request) {
 	gw, id := r.PathValue("gw"), r.PathValue("request_id")
-	if _, err := a.st.Gateway(gw); err != nil {
+	if _, err := a.st.Gateway(r.Context(), gw); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	t, err := a.st.Trace(gw, id)
+	t, err := a.st.Trace(r.Context(), gw, id)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -362,7 +369,7 @@ type ControlRequest struct {
 
 func (a *API) control(w http.ResponseWriter, r *http.Request) {
 	gw := r.PathValue("gw")
-	g, err := a.st.Gateway(gw)
+	g, err := a.st.Gateway(r.Context(), gw)
 	switch {
 	case errors.Is(err, ErrUnknownGateway):
 		a.fail(w, r, err)

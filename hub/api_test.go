@@ -238,11 +238,11 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("control reply %+v", r)
 	}
 
-	d, err := e.st.Mission("home", "m-e2e")
+	d, err := e.st.Mission(t.Context(), "home", "m-e2e")
 	if err != nil || d.Events != 2 || len(d.Gaps) != 0 {
 		t.Fatalf("stored mission %+v (%v)", d, err)
 	}
-	gw, _ := e.st.Gateway("home")
+	gw, _ := e.st.Gateway(t.Context(), "home")
 	if gw.Duplicates != 1 || gw.Events != 2 {
 		t.Fatalf("gateway counters %+v", gw)
 	}

@@ -104,7 +104,7 @@ func BenchmarkIngest(b *testing.B) {
 	b.ReportMetric(hubRate/rawBatch, "msgs/raw-batch-msg")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-lag-ms")
 	b.ReportMetric(benchBatch, "events/msg")
-	if got, _ := st.Gateway(ids[0]); got.Events != uint64(perGW*benchBatch) {
+	if got, _ := st.Gateway(b.Context(), ids[0]); got.Events != uint64(perGW*benchBatch) {
 		b.Fatalf("gateway %s stored %d events, want %d", ids[0], got.Events, perGW*benchBatch)
 	}
 }

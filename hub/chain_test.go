@@ -170,7 +170,7 @@ func TestChainNeverAcksBeyondStoredUnderLossAndReorder(t *testing.T) {
 					}
 				}
 			}
-			g, err := st.Gateway("gw")
+			g, err := st.Gateway(t.Context(), "gw")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,11 +258,11 @@ type unreadable struct {
 	down atomic.Bool
 }
 
-func (u *unreadable) Gateway(id string) (Gateway, error) {
+func (u *unreadable) Gateway(ctx context.Context, id string) (Gateway, error) {
 	if u.down.Load() {
 		return Gateway{}, errors.New("connection refused")
 	}
-	return u.Backing.Gateway(id)
+	return u.Backing.Gateway(ctx, id)
 }
 
 // TestControlWhileTheStoreIsDownRepeatsOnlyToProtocol2: the hub sends a
@@ -301,13 +301,13 @@ func TestControlWhileTheStoreIsDownRepeatsOnlyToProtocol2(t *testing.T) {
 // "poison" (what PostgreSQL does with data it cannot take).
 type poisoned struct{ Backing }
 
-func (p poisoned) Apply(in []Inbound) (Result, error) {
+func (p poisoned) Apply(ctx context.Context, in []Inbound) (Result, error) {
 	for _, m := range in {
 		if m.Batch != nil && len(m.Batch.Entries) > 0 && m.Batch.Entries[0].Event.MissionID == "poison" {
 			return Result{}, fmt.Errorf("%w: refused", ErrInvalid)
 		}
 	}
-	return p.Backing.Apply(in)
+	return p.Backing.Apply(ctx, in)
 }
 
 // TestAMessageTheStoreRefusesHoldsUpNoOther: a batch the store refuses
@@ -328,10 +328,10 @@ func TestAMessageTheStoreRefusesHoldsUpNoOther(t *testing.T) {
 		g.send(t, entry(i+1, id, 1, driver.StateRunning))
 	}
 	g.waitAck(t, 20)
-	if _, err := e.st.Mission("home", "poison"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.st.Mission(t.Context(), "home", "poison"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("the refused batch: %v, want not stored", err)
 	}
-	if _, err := e.st.Mission("home", "m19"); err != nil {
+	if _, err := e.st.Mission(t.Context(), "home", "m19"); err != nil {
 		t.Errorf("a batch after the refused one: %v", err)
 	}
 	if n := testutil.ToFloat64(e.svc.metrics.rejected); n < 1 {

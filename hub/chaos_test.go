@@ -86,7 +86,7 @@ func TestClusterChaos(t *testing.T) {
 	// Every gateway online (its status stored) before the load starts.
 	for _, g := range sims {
 		for {
-			if gw, err := db.Gateway(g.id); err == nil && gw.State == StateOnline {
+			if gw, err := db.Gateway(t.Context(), g.id); err == nil && gw.State == StateOnline {
 				break
 			}
 			time.Sleep(50 * time.Millisecond) // another process's store: polled

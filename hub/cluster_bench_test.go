@@ -149,7 +149,7 @@ func runSingleIngest(b *testing.B, ids []string, dir string, load time.Duration)
 		b.Fatal(err)
 	}
 	defer func() { _ = st.Close() }() // the figures are taken
-	if err := st.Register(time.Now(), ids...); err != nil {
+	if err := st.Register(b.Context(), time.Now(), ids...); err != nil {
 		b.Fatal(err)
 	}
 	svc := NewService(st, ServiceOptions{Broker: broker.URL(), ClientID: hubClientID, Username: hubUser, Password: hubPassword})
@@ -159,7 +159,7 @@ func runSingleIngest(b *testing.B, ids []string, dir string, load time.Duration)
 	r.mode = "single"
 	var stored uint64
 	for _, id := range ids {
-		g, err := st.Gateway(id)
+		g, err := st.Gateway(b.Context(), id)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func startBenchReplica(tb testing.TB, nc *clustertest.NATS, pg *clustertest.Post
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := st.Register(time.Now(), ids...); err != nil {
+	if err := st.Register(tb.Context(), time.Now(), ids...); err != nil {
 		_ = st.Close() // the error above is the one to report
 		tb.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func (c *cluster) waitGateway(t *testing.T, gw, what string, within time.Duratio
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		g, err := c.replicas[0].st.Gateway(gw)
+		g, err := c.replicas[0].st.Gateway(t.Context(), gw)
 		if err == nil && ok(g) {
 			return g
 		}

@@ -99,7 +99,7 @@ func (c *cluster) startReplica(t *testing.T, gateways []string) *clusterReplica 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Register(time.Now(), gateways...); err != nil {
+	if err := st.Register(t.Context(), time.Now(), gateways...); err != nil {
 		t.Fatal(err)
 	}
 	opts := ServiceOptions{
@@ -377,7 +377,7 @@ func TestClusterReplicasShareTheFleet(t *testing.T) {
 		var g Gateway
 		var err error
 		for until := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) { // another stream's progress: polled
-			if g, err = c.replicas[1].st.Gateway(gw); err != nil {
+			if g, err = c.replicas[1].st.Gateway(t.Context(), gw); err != nil {
 				t.Fatal(err)
 			}
 			if g.Protocol == uplink.Protocol && g.State == StateOnline || time.Now().After(until) {

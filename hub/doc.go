@@ -13,6 +13,10 @@
 //     seq): a duplicate changes nothing, a missing seq is recorded as a
 //     gap (expected when the entry is marked Compacted), and a late
 //     event fills its gap without rolling the summary back.
+//   - PGStore: the same rules on PostgreSQL, for the cluster mode; its
+//     schema has versions (pgMigrations), migrated once at OpenPG.
+//     Every call of either store takes a context, whose cancellation
+//     and deadline reach the database.
 //   - Hub: the MQTT side. Run connects as the hub identity, queues
 //     inbound messages in arrival order, commits them in groups, then
 //     publishes uplink.Ack and tells watchers (the SSE stream) what

@@ -23,4 +23,7 @@ var (
 	// ErrStoreUnavailable: the cluster mode's PostgreSQL cannot be
 	// reached now (down, restarting, a connection cut); a retry may work.
 	ErrStoreUnavailable = errors.New("database unavailable")
+	// ErrSchemaNewer: a newer hub migrated the cluster mode's database
+	// past the schema this one knows, which it would misread.
+	ErrSchemaNewer = errors.New("the database's schema is newer than this hub")
 )

@@ -58,7 +58,7 @@ func FuzzQuery(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, _, err := st.Missions(q); err != nil && q.Cursor == "" {
+		if _, _, err := st.Missions(t.Context(), q); err != nil && q.Cursor == "" {
 			t.Fatalf("missions(%+v): %v", q, err)
 		}
 	})

@@ -93,7 +93,7 @@ func newEnvWith(tb testing.TB, tune func(*ServiceOptions), gateways ...string) *
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = st.Close() })
-	if err := st.Register(time.Now(), gateways...); err != nil {
+	if err := st.Register(tb.Context(), time.Now(), gateways...); err != nil {
 		tb.Fatal(err)
 	}
 	e.st = st
@@ -344,7 +344,7 @@ func (e *env) waitOnline(tb testing.TB, gw string) {
 	tb.Helper()
 	updates, stop := e.svc.Watch(64)
 	defer stop()
-	if g, err := e.st.Gateway(gw); err == nil && g.State == StateOnline {
+	if g, err := e.st.Gateway(tb.Context(), gw); err == nil && g.State == StateOnline {
 		return
 	}
 	deadline := time.After(wait)

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -84,17 +85,17 @@ type OutboxAck struct {
 
 // Ingest stores one batch from gateway gw. It is Apply for a single
 // message.
-func (s *Store) Ingest(now time.Time, gw string, b uplink.Batch) (Result, error) {
-	return s.Apply([]Inbound{{Gateway: gw, Batch: &b, Received: now}})
+func (s *Store) Ingest(ctx context.Context, now time.Time, gw string, b uplink.Batch) (Result, error) {
+	return s.Apply(ctx, []Inbound{{Gateway: gw, Batch: &b, Received: now}})
 }
 
 // Apply folds messages into the store in one transaction, in order. A
 // message that fails validation is skipped and listed in
 // Result.Rejected; an error from the store fails the whole call and
 // changes nothing, so nothing is acknowledged.
-func (s *Store) Apply(in []Inbound) (Result, error) {
+func (s *Store) Apply(ctx context.Context, in []Inbound) (Result, error) {
 	var res Result
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
 		a := newApplier(boltReader{tx})
 		for i := range in {
 			if err := a.apply(&in[i]); err != nil {

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -35,6 +36,9 @@ const (
 	controlTimeout = "timeout" // no result in time (the gateway may still act)
 	controlError   = "error"   // not sent: invalid, or the hub is disconnected
 )
+
+// scrapeWait bounds the store reads of one scrape.
+const scrapeWait = 5 * time.Second
 
 func newHubMetrics(s *Service) *hubMetrics {
 	const ns = "sortie_hub"
@@ -99,8 +103,13 @@ type gatewayStates struct {
 func (g gatewayStates) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
 
 func (g gatewayStates) Collect(ch chan<- prometheus.Metric) {
+	// A scrape has no context of its own (client_golang's Collect
+	// takes none): bounded, so a database that does not answer costs
+	// this family, not a hung scrape.
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeWait)
+	defer cancel()
 	n := map[string]float64{StateOnline: 0, StateOffline: 0, StateUnknown: 0}
-	gws, err := g.st.Gateways()
+	gws, err := g.st.Gateways(ctx)
 	if err != nil {
 		return // the family is left out of this scrape
 	}

@@ -19,7 +19,7 @@ func TestReplacedGatewayStartsANewChain(t *testing.T) {
 	}
 	old.drain(t, time.Now().Add(wait), "(old store)")
 	old.stopUplink()
-	g, err := e.st.Gateway("gw")
+	g, err := e.st.Gateway(t.Context(), "gw")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestReplacedGatewayStartsANewChain(t *testing.T) {
 		fresh.step(t, fmt.Sprintf("new-%d", n/4))
 	}
 	fresh.drain(t, time.Now().Add(wait), "(new store)")
-	if g, err = e.st.Gateway("gw"); err != nil {
+	if g, err = e.st.Gateway(t.Context(), "gw"); err != nil {
 		t.Fatal(err)
 	}
 	if g.Acked != 12 || g.Outbox != fresh.db.OutboxID() {

@@ -34,45 +34,61 @@ type PGStore struct {
 	timeout time.Duration
 }
 
-// pgSchema creates the tables; every statement is idempotent, so each
-// replica runs it at start.
-var pgSchema = []string{
-	`CREATE TABLE IF NOT EXISTS sortie_gateways (
-		id   text PRIMARY KEY,
-		doc  bytea NOT NULL)`,
-	// mkey is missionKey (gateway 0x00 id), created_ns and finished_ns the
-	// time keys of the bbolt store's order and finished indexes, so both
-	// stores page and prune in the same order.
-	`CREATE TABLE IF NOT EXISTS sortie_missions (
-		gateway     text NOT NULL,
-		id          text NOT NULL,
-		mkey        bytea NOT NULL,
-		created_ns  bigint NOT NULL,
-		finished_ns bigint,
-		state       text NOT NULL,
-		scene       text NOT NULL,
-		doc         bytea NOT NULL,
-		PRIMARY KEY (gateway, id))`,
-	`CREATE INDEX IF NOT EXISTS sortie_missions_order ON sortie_missions (created_ns DESC, mkey DESC)`,
-	`CREATE INDEX IF NOT EXISTS sortie_missions_finished ON sortie_missions (finished_ns, mkey) WHERE finished_ns IS NOT NULL`,
-	`CREATE TABLE IF NOT EXISTS sortie_events (
-		gateway text NOT NULL,
-		mission text NOT NULL,
-		seq     bigint NOT NULL,
-		doc     bytea NOT NULL,
-		PRIMARY KEY (gateway, mission, seq))`,
-	`CREATE TABLE IF NOT EXISTS sortie_traces (
-		gateway    text NOT NULL,
-		request_id text NOT NULL,
-		updated    timestamptz NOT NULL,
-		doc        bytea NOT NULL,
-		PRIMARY KEY (gateway, request_id))`,
-	`CREATE INDEX IF NOT EXISTS sortie_traces_updated ON sortie_traces (updated)`,
+// pgMigrations are the schema's versions: pgMigrations[i] takes the
+// database from version i to i+1, and sortie_schema records the version
+// reached. Each statement is idempotent (IF NOT EXISTS, ...) and runs in
+// a transaction of its own: a migration cut short runs again whole, and
+// a replica of the previous version ingesting meanwhile never waits
+// behind locks held across tables (one transaction for all could
+// deadlock with it). A migration leaves the previous version's queries
+// working (add columns and indexes; rename or drop only in a later
+// release), since older replicas run beside it during a rolling upgrade.
+// A new version is a new entry at the end; an entry once released never
+// changes.
+var pgMigrations = [][]string{
+	// 1: the tables of the first cluster release. Before versions were
+	// recorded every replica ran these at start, so a database made then
+	// is at version 1 once they find everything there.
+	{
+		`CREATE TABLE IF NOT EXISTS sortie_gateways (
+			id   text PRIMARY KEY,
+			doc  bytea NOT NULL)`,
+		// mkey is missionKey (gateway 0x00 id), created_ns and finished_ns
+		// the time keys of the bbolt store's order and finished indexes, so
+		// both stores page and prune in the same order.
+		`CREATE TABLE IF NOT EXISTS sortie_missions (
+			gateway     text NOT NULL,
+			id          text NOT NULL,
+			mkey        bytea NOT NULL,
+			created_ns  bigint NOT NULL,
+			finished_ns bigint,
+			state       text NOT NULL,
+			scene       text NOT NULL,
+			doc         bytea NOT NULL,
+			PRIMARY KEY (gateway, id))`,
+		`CREATE INDEX IF NOT EXISTS sortie_missions_order ON sortie_missions (created_ns DESC, mkey DESC)`,
+		`CREATE INDEX IF NOT EXISTS sortie_missions_finished ON sortie_missions (finished_ns, mkey) WHERE finished_ns IS NOT NULL`,
+		`CREATE TABLE IF NOT EXISTS sortie_events (
+			gateway text NOT NULL,
+			mission text NOT NULL,
+			seq     bigint NOT NULL,
+			doc     bytea NOT NULL,
+			PRIMARY KEY (gateway, mission, seq))`,
+		`CREATE TABLE IF NOT EXISTS sortie_traces (
+			gateway    text NOT NULL,
+			request_id text NOT NULL,
+			updated    timestamptz NOT NULL,
+			doc        bytea NOT NULL,
+			PRIMARY KEY (gateway, request_id))`,
+		`CREATE INDEX IF NOT EXISTS sortie_traces_updated ON sortie_traces (updated)`,
+	},
 }
 
 // OpenPG connects to the database at dsn (a pgx connection string) and
-// creates the tables if they are missing. An error marked
-// ErrStoreUnavailable may go away by itself (the database starting).
+// migrates its schema to the version this hub knows (pgMigrations),
+// creating the tables in an empty database. An error marked
+// ErrStoreUnavailable may go away by itself (the database starting); one
+// marked ErrSchemaNewer will not (a newer hub migrated the database).
 func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -82,39 +98,56 @@ func OpenPG(ctx context.Context, dsn string) (*PGStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	s := &PGStore{pool: pool, timeout: 30 * time.Second}
-	if err := s.createTables(ctx); err != nil {
+	if err := migrate(ctx, pool, pgMigrations); err != nil {
 		pool.Close()
 		unavailable(&err) // a database still starting: worth waiting for
-		return nil, fmt.Errorf("create hub tables: %w", err)
+		return nil, fmt.Errorf("hub schema: %w", err)
 	}
-	return s, nil
+	return &PGStore{pool: pool, timeout: 30 * time.Second}, nil
 }
 
-// pgObjects are the tables and indexes pgSchema creates.
-var pgObjects = []string{"sortie_gateways", "sortie_missions", "sortie_missions_order", "sortie_missions_finished",
-	"sortie_events", "sortie_traces", "sortie_traces_updated"}
-
-// schemaLock is the advisory lock replicas creating the tables take:
-// two running CREATE TABLE IF NOT EXISTS at once can collide in the
-// catalogue (a unique violation on pg_type) although both mean the same.
+// schemaLock is the advisory lock a replica migrating the schema takes:
+// two running the same CREATE TABLE IF NOT EXISTS at once can collide in
+// the catalogue (a unique violation on pg_type), and a migration is run
+// once.
 const schemaLock = pruneLock + 1
 
-// createTables runs pgSchema unless every object exists. A CREATE INDEX
-// IF NOT EXISTS locks its table even when the index is there, so a
-// replica starting beside running ones skips it rather than hold up
-// their writes; when it does run, each statement is its own
-// transaction, holding one table's lock at a time (one transaction for
-// all could deadlock with an ingest writing the same tables).
-func (s *PGStore) createTables(ctx context.Context) error {
-	var have int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::text[]) AS n WHERE to_regclass(n) IS NOT NULL`, pgObjects).Scan(&have); err != nil {
+// pgSchemaTable records the schema's version: one row, made by the
+// first migration run.
+const pgSchemaTable = `CREATE TABLE IF NOT EXISTS sortie_schema (
+	one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+	version integer NOT NULL)`
+
+// schemaVersion reads the database's schema version: 0 before any was
+// recorded.
+func schemaVersion(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int, error) {
+	var recorded bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('sortie_schema') IS NOT NULL`).Scan(&recorded); err != nil || !recorded {
+		return 0, err
+	}
+	var v int
+	err := q.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM sortie_schema`).Scan(&v)
+	return v, err
+}
+
+// migrate brings the schema to the last of migrations. Replicas starting
+// together take turns (schemaLock); one that finds the database at the
+// version it knows does nothing and takes no lock, so a replica starting
+// beside running ones holds up none of their writes.
+func migrate(ctx context.Context, pool *pgxpool.Pool, migrations [][]string) error {
+	want := len(migrations)
+	v, err := schemaVersion(ctx, pool)
+	switch {
+	case err != nil:
 		return err
-	}
-	if have == len(pgObjects) {
+	case v == want:
 		return nil
+	case v > want:
+		return fmt.Errorf("%w: version %d, this hub knows %d: run a hub of that version or newer", ErrSchemaNewer, v, want)
 	}
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -123,9 +156,24 @@ func (s *PGStore) createTables(ctx context.Context) error {
 		return err
 	}
 	defer func() { _, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, schemaLock) }()
-	for _, q := range pgSchema {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return err
+	if v, err = schemaVersion(ctx, conn); err != nil { // another replica may have migrated meanwhile
+		return err
+	}
+	if v > want {
+		return fmt.Errorf("%w: version %d, this hub knows %d: run a hub of that version or newer", ErrSchemaNewer, v, want)
+	}
+	if _, err := conn.Exec(ctx, pgSchemaTable); err != nil {
+		return err
+	}
+	for ; v < want; v++ {
+		for _, q := range migrations[v] {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("schema version %d: %w", v+1, err)
+			}
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO sortie_schema (version) VALUES ($1)
+			ON CONFLICT (one) DO UPDATE SET version = excluded.version`, v+1); err != nil {
+			return fmt.Errorf("schema version %d: %w", v+1, err)
 		}
 	}
 	return nil
@@ -179,21 +227,22 @@ func (s *PGStore) size() int64 {
 	return n
 }
 
-func (s *PGStore) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.timeout)
+// bound gives a call the store's own deadline as well as the caller's.
+func (s *PGStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 // Register inserts the configured gateways that the database does not
 // know yet. Unlike the bbolt Store it leaves known gateways' presence
 // alone: a replica starting says nothing about gateways connected to
 // the other replicas' broker.
-func (s *PGStore) Register(now time.Time, ids ...string) error {
+func (s *PGStore) Register(ctx context.Context, now time.Time, ids ...string) error {
 	for _, id := range ids {
 		if err := driver.ValidateID("gateway", id); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	for _, id := range ids {
 		doc, err := json.Marshal(&Gateway{ID: id, State: StateUnknown, Since: now})
@@ -210,8 +259,8 @@ func (s *PGStore) Register(now time.Time, ids ...string) error {
 // Apply folds messages into the database in one transaction, as
 // Store.Apply does. A transaction that loses a deadlock or a
 // serialization race is run again.
-func (s *PGStore) Apply(in []Inbound) (Result, error) {
-	ctx, cancel := s.ctx()
+func (s *PGStore) Apply(ctx context.Context, in []Inbound) (Result, error) {
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		res, err := s.apply(ctx, in)
@@ -506,9 +555,9 @@ func pgFlush(ctx context.Context, tx pgx.Tx, a *applier) error {
 }
 
 // Gateways returns every gateway, by ID.
-func (s *PGStore) Gateways() (_ []Gateway, err error) {
+func (s *PGStore) Gateways(ctx context.Context) (_ []Gateway, err error) {
 	defer unavailable(&err)
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT doc FROM sortie_gateways WHERE length(doc) > 0 ORDER BY id COLLATE "C"`)
 	if err != nil {
@@ -518,9 +567,9 @@ func (s *PGStore) Gateways() (_ []Gateway, err error) {
 }
 
 // Gateway returns one gateway or ErrUnknownGateway.
-func (s *PGStore) Gateway(id string) (_ Gateway, err error) {
+func (s *PGStore) Gateway(ctx context.Context, id string) (_ Gateway, err error) {
 	defer unavailable(&err)
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var doc []byte
 	err = s.pool.QueryRow(ctx, `SELECT doc FROM sortie_gateways WHERE id = $1`, id).Scan(&doc)
@@ -539,7 +588,7 @@ func (s *PGStore) Gateway(id string) (_ Gateway, err error) {
 
 // Missions returns missions matching q, newest first, as Store.Missions
 // does (the same cursors).
-func (s *PGStore) Missions(q Query) (_ []Mission, _ string, err error) {
+func (s *PGStore) Missions(ctx context.Context, q Query) (_ []Mission, _ string, err error) {
 	defer unavailable(&err)
 	q.Limit = q.page()
 	var curNS int64
@@ -564,7 +613,7 @@ func (s *PGStore) Missions(q Query) (_ []Mission, _ string, err error) {
 		v := nsKey(q.Until)
 		until = &v
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT doc FROM sortie_missions
 		WHERE ($1 = '' OR gateway = $1) AND ($2 = '' OR scene = $2) AND (cardinality($3::text[]) = 0 OR state = ANY($3::text[]))
@@ -589,9 +638,9 @@ func (s *PGStore) Missions(q Query) (_ []Mission, _ string, err error) {
 }
 
 // Mission returns one mission with its timeline, or ErrNotFound.
-func (s *PGStore) Mission(gw, id string) (_ Detail, err error) {
+func (s *PGStore) Mission(ctx context.Context, gw, id string) (_ Detail, err error) {
 	defer unavailable(&err)
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var d Detail
 	var doc []byte
@@ -620,9 +669,9 @@ func (s *PGStore) Mission(gw, id string) (_ Detail, err error) {
 
 // FailedSince counts, per gateway, the missions that finished FAILED at
 // or after since.
-func (s *PGStore) FailedSince(since time.Time) (_ map[string]int, err error) {
+func (s *PGStore) FailedSince(ctx context.Context, since time.Time) (_ map[string]int, err error) {
 	defer unavailable(&err)
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT gateway, count(*) FROM sortie_missions
 		WHERE finished_ns >= $1 AND state = $2 GROUP BY gateway`, nsKey(since), string(driver.StateFailed))
@@ -641,9 +690,9 @@ func (s *PGStore) FailedSince(since time.Time) (_ map[string]int, err error) {
 
 // Trace returns the trigger records of one request ID of gateway gw, or
 // ErrNotFound.
-func (s *PGStore) Trace(gw, requestID string) (_ Trace, err error) {
+func (s *PGStore) Trace(ctx context.Context, gw, requestID string) (_ Trace, err error) {
 	defer unavailable(&err)
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var doc []byte
 	err = s.pool.QueryRow(ctx, `SELECT doc FROM sortie_traces WHERE gateway = $1 AND request_id = $2`, gw, requestID).Scan(&doc)
@@ -670,8 +719,8 @@ const pruneLock int64 = 0x736f72746965 // "sortie"; int64, PostgreSQL's bigint, 
 // each its own transaction (the oldest first), so a backlog of millions
 // of rows is worked through rather than timed out; and it runs on one
 // replica at a time: the others find the lock taken and return 0.
-func (s *PGStore) Prune(now time.Time, r Retention) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+func (s *PGStore) Prune(ctx context.Context, now time.Time, r Retention) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
+	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/clustertest"
@@ -50,6 +52,7 @@ func TestPGStoreKeepsTheSameRules(t *testing.T) {
 		{"ChainStartsAgainForAnotherOutbox", TestChainStartsAgainForAnotherOutbox},
 		{"OlderGatewayCumulative", TestBatchFromOlderGatewayAckedCumulatively},
 		{"TraceRecords", TestTraceRecordsAreKeptOncePerSeqAndAcked},
+		{"ContextDone", TestStoreCallsStopWhenTheirContextIsDone},
 	} {
 		t.Run(tc.name, tc.run)
 	}
@@ -106,7 +109,7 @@ func TestPGStoreReplicasShareAGateway(t *testing.T) {
 	if len(bad) > 0 {
 		t.Fatalf("%d problems, first: %s", len(bad), bad[0])
 	}
-	g, err := replicas[0].Gateway("gw")
+	g, err := replicas[0].Gateway(t.Context(), "gw")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,11 +141,11 @@ func TestPGStoreTakesANulInASummary(t *testing.T) {
 	odd := chained("odd", 0, 1, 0)
 	odd.Entries[0].Mission.Scene, odd.Entries[0].Mission.State = "go\x00home", "RUN\x00NING"
 	fine := chained("fine", 0, 1, 0)
-	res, err := st.Apply([]Inbound{{Gateway: "odd", Batch: &odd, Received: t0}, {Gateway: "fine", Batch: &fine, Received: t0}})
+	res, err := st.Apply(t.Context(), []Inbound{{Gateway: "odd", Batch: &odd, Received: t0}, {Gateway: "fine", Batch: &fine, Received: t0}})
 	if err != nil || res.Stored != 2 {
 		t.Fatalf("apply: %+v, %v; want both stored", res, err)
 	}
-	d, err := st.Mission("odd", "m1")
+	d, err := st.Mission(t.Context(), "odd", "m1")
 	if err != nil || d.Summary.Scene != "go\x00home" {
 		t.Fatalf("odd mission: %+v, %v; want its summary as sent", d.Summary, err)
 	}
@@ -170,14 +173,14 @@ func TestPGStorePrunesABacklogInBatches(t *testing.T) {
 		b := uplink.Batch{Gateway: "gw", Entries: []uplink.Entry{e}}
 		in = append(in, Inbound{Gateway: "gw", Batch: &b, Received: t0})
 	}
-	if _, err := reps[0].Apply(in); err != nil {
+	if _, err := reps[0].Apply(t.Context(), in); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	var removed [2]int
 	for i, st := range reps {
 		wg.Go(func() {
-			n, err := st.Prune(t0.Add(time.Hour*24*365), Retention{MaxCount: keep})
+			n, err := st.Prune(t.Context(), t0.Add(time.Hour*24*365), Retention{MaxCount: keep})
 			if err != nil {
 				t.Errorf("prune on replica %d: %v", i, err)
 			}
@@ -192,23 +195,120 @@ func TestPGStorePrunesABacklogInBatches(t *testing.T) {
 		t.Fatalf("removed %v, left %d missions and %d events; want %d removed, %d left", removed, missions, events, total-keep, keep)
 	}
 	// The newest are kept.
-	if _, err := reps[1].Mission("gw", fmt.Sprintf("m%05d", total-1)); err != nil {
+	if _, err := reps[1].Mission(t.Context(), "gw", fmt.Sprintf("m%05d", total-1)); err != nil {
 		t.Fatalf("the newest mission: %v", err)
 	}
 }
 
-// TestPGObjectsNameWhatTheSchemaCreates: a replica skips the schema when
-// every object in pgObjects exists, so the list must name all it creates.
-func TestPGObjectsNameWhatTheSchemaCreates(t *testing.T) {
-	re := regexp.MustCompile(`IF NOT EXISTS (\w+)`)
-	var created []string
-	for _, q := range pgSchema {
-		for _, m := range re.FindAllStringSubmatch(q, -1) {
-			created = append(created, m[1])
+// openUnversioned starts PostgreSQL with the database the cluster mode
+// left before its schema had versions (testdata/pg-unversioned.sql,
+// tables and rows, loaded on a connection of its own: the dump sets the
+// session's search_path), and opens it as the hub does.
+func openUnversioned(t *testing.T) (*clustertest.Postgres, *PGStore) {
+	t.Helper()
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	dump, err := os.ReadFile("testdata/pg-unversioned.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(t.Context(), string(dump)); err != nil { // no arguments: the simple protocol, many statements
+		t.Fatalf("load the unversioned database: %v", err)
+	}
+	st, err := OpenPG(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return pg, st
+}
+
+// TestPGUpgradesAnUnversionedDatabaseWithItsData: a database made by
+// the hub before schema versions, with gateways, missions, events and
+// trigger records in it, opens at the current version, every record
+// reads back as it was stored, and ingest goes on from where it was (the
+// pending batch joins the chain once the missing one arrives).
+func TestPGUpgradesAnUnversionedDatabaseWithItsData(t *testing.T) {
+	_, st := openUnversioned(t)
+	if v, err := schemaVersion(t.Context(), st.pool); err != nil || v != len(pgMigrations) {
+		t.Fatalf("schema version after the upgrade: %d (%v), want %d", v, err, len(pgMigrations))
+	}
+	gws, err := st.Gateways(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gws) != 2 || gws[0].ID != "home" || gws[1].ID != "idle" {
+		t.Fatalf("gateways %+v, want home and idle", gws)
+	}
+	home := gws[0]
+	if home.State != StateOnline || home.Version != "1.4.0" || home.Acked != 3 || !slices.Equal(home.Pending, []Link{{After: 5, Last: 6}}) || home.Gaps != 1 {
+		t.Errorf("home: %+v", home)
+	}
+	ms, _, err := st.Missions(t.Context(), Query{Gateway: "home"})
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("missions: %d (%v), want 3", len(ms), err)
+	}
+	d, err := st.Mission(t.Context(), "home", "m2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Summary.State != driver.StateFailed || len(d.Timeline) != 2 || len(d.Gaps) != 1 || d.Gaps[0].From != 2 {
+		t.Errorf("m2: state %s, %d events, gaps %+v", d.Summary.State, len(d.Timeline), d.Gaps)
+	}
+	if tr, err := st.Trace(t.Context(), "home", "r-1"); err != nil || len(tr.Records) != 1 || tr.Records[0].MissionID != "m1" {
+		t.Errorf("trigger record r-1: %+v (%v)", tr, err)
+	}
+	// The missing batch (outbox 4..5) arrives: the chain reaches the
+	// pending one, and the ack covers both.
+	res, err := ingest(st, t0, "home", chained("home", 3, 5, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack := res.Acks["home"].Upto; ack != 6 {
+		t.Errorf("ack after the missing batch: %d, want 6", ack)
+	}
+}
+
+// TestPGMigrationsRunOnceAndRefuseANewerSchema: a migration adding a
+// column (what a release's next schema change will do) runs once on a
+// database in use, with its rows, however many replicas start at once;
+// a hub that knows an older version then refuses the database rather
+// than misread it, and says it will not get better by waiting.
+func TestPGMigrationsRunOnceAndRefuseANewerSchema(t *testing.T) {
+	pg, st := openUnversioned(t)
+	next := append(slices.Clone(pgMigrations), []string{
+		`ALTER TABLE sortie_missions ADD COLUMN IF NOT EXISTS finished boolean`,
+		`UPDATE sortie_missions SET finished = finished_ns IS NOT NULL WHERE finished IS NULL`,
+		`ALTER TABLE sortie_missions ALTER COLUMN finished SET NOT NULL`,
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = migrate(t.Context(), st.pool, next) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
 		}
 	}
-	if !slices.Equal(created, pgObjects) {
-		t.Fatalf("pgSchema creates %v, pgObjects lists %v", created, pgObjects)
+	if v, err := schemaVersion(t.Context(), st.pool); err != nil || v != len(next) {
+		t.Fatalf("schema version: %d (%v), want %d", v, err, len(next))
+	}
+	var finished, running int
+	if err := st.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE finished), count(*) FILTER (WHERE NOT finished) FROM sortie_missions`).Scan(&finished, &running); err != nil {
+		t.Fatal(err)
+	}
+	if finished != 2 || running != 1 {
+		t.Errorf("after the migration: %d finished, %d running; want 2 and 1", finished, running)
+	}
+	_, err := OpenPG(t.Context(), pg.DSN())
+	if !errors.Is(err, ErrSchemaNewer) || errors.Is(err, ErrStoreUnavailable) {
+		t.Errorf("an older hub opening the migrated database: %v, want ErrSchemaNewer and not unavailable", err)
 	}
 }
 
@@ -237,5 +337,49 @@ func TestOpenPGTellsWaitingFromRefused(t *testing.T) {
 		if err == nil || errors.Is(err, ErrStoreUnavailable) != tc.waiting {
 			t.Errorf("%s: %v; want an error, marked unavailable: %v", tc.name, err, tc.waiting)
 		}
+	}
+}
+
+// TestPGDeadlineReachesTheServer: an Apply waiting for its gateway's row
+// lock, which another transaction holds, gives up at its context's
+// deadline, and PostgreSQL stops running it too: no backend is left
+// waiting for the lock.
+func TestPGDeadlineReachesTheServer(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	st, err := OpenPG(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if _, err := ingest(st, t0, "gw", chained("gw", 0, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := st.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM sortie_gateways WHERE id = 'gw' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	b := chained("gw", 1, 2, 0)
+	start := time.Now()
+	_, err = st.Apply(ctx, []Inbound{{Gateway: "gw", Batch: &b, Received: t0}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Apply behind a held lock: %v, want its deadline exceeded", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Apply returned %v after its deadline of 300ms", took)
+	}
+	waiting := -1
+	for deadline := time.Now().Add(10 * time.Second); waiting != 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) { // polling the server: nothing signals a query's end
+		if err := tx.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if waiting != 0 {
+		t.Errorf("%d backends still wait for the lock after the caller's deadline", waiting)
 	}
 }

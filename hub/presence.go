@@ -56,12 +56,12 @@ func (p *presence) forget() {
 
 // silent returns the gateways online and unheard since cutoff, reading
 // them from the store first if need be.
-func (p *presence) silent(st Backing, cutoff time.Time) ([]string, error) {
+func (p *presence) silent(ctx context.Context, st Backing, cutoff time.Time) ([]string, error) {
 	p.mu.Lock()
 	loaded := p.loaded
 	p.mu.Unlock()
 	if !loaded {
-		gws, err := st.Gateways()
+		gws, err := st.Gateways(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -117,7 +117,7 @@ func (s *Service) presenceLoop(ctx context.Context) error {
 		if since.After(cutoff) {
 			continue
 		}
-		ids, err := s.presence.silent(s.st, cutoff)
+		ids, err := s.presence.silent(ctx, s.st, cutoff)
 		if err != nil {
 			s.log.Warn("read gateways for presence", "err", err)
 			continue
@@ -129,7 +129,7 @@ func (s *Service) presenceLoop(ctx context.Context) error {
 		for i, id := range ids {
 			in[i] = Inbound{Gateway: id, Silent: &cutoff, Received: now}
 		}
-		res, err := s.st.Apply(in)
+		res, err := s.st.Apply(ctx, in)
 		if err != nil {
 			s.log.Warn("mark silent gateways offline", "gateways", len(ids), "err", err)
 			continue
@@ -146,7 +146,7 @@ func (s *Service) presenceLoop(ctx context.Context) error {
 			}
 			// Heard from after all (an update this replica missed): the
 			// record says when, so it is not asked again at every look.
-			if g, err := s.st.Gateway(id); err == nil {
+			if g, err := s.st.Gateway(ctx, id); err == nil {
 				s.presence.note(g)
 			}
 		}

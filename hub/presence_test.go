@@ -61,7 +61,7 @@ wait:
 	}
 	quiet.publish(t, quiet.topics.Heartbeat("quiet"), false, uplink.Heartbeat{Gateway: "quiet", Time: time.Now()})
 	e.waitOnline(t, "quiet")
-	if g, err = e.st.Gateway("quiet"); err != nil || g.Why != "" {
+	if g, err = e.st.Gateway(t.Context(), "quiet"); err != nil || g.Why != "" {
 		t.Errorf("back online: %+v (%v), want no why", g, err)
 	}
 }
@@ -82,10 +82,10 @@ func TestOfflineSaysWhy(t *testing.T) {
 		{uplink.Status{State: StateOffline, Time: now}, OfflineGoodbye},
 	} {
 		at := now.Add(time.Duration(i) * time.Second)
-		if _, err := st.Apply([]Inbound{{Gateway: "gw", Status: &c.status, Received: at}}); err != nil {
+		if _, err := st.Apply(t.Context(), []Inbound{{Gateway: "gw", Status: &c.status, Received: at}}); err != nil {
 			t.Fatal(err)
 		}
-		g, err := st.Gateway("gw")
+		g, err := st.Gateway(t.Context(), "gw")
 		if err != nil || g.Why != c.want || g.State != c.status.State {
 			t.Errorf("after %+v: %s, why %q (%v); want %s, %q", c.status, g.State, g.Why, err, c.status.State, c.want)
 		}

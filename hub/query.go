@@ -2,6 +2,7 @@ package hub
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -48,7 +49,7 @@ func (q Query) match(m *Mission) bool {
 
 // Missions returns missions matching q, newest first, and the cursor of
 // the next page ("" when there is none).
-func (s *Store) Missions(q Query) ([]Mission, string, error) {
+func (s *Store) Missions(ctx context.Context, q Query) ([]Mission, string, error) {
 	q.Limit = q.page()
 	var start []byte
 	if q.Cursor != "" {
@@ -60,7 +61,7 @@ func (s *Store) Missions(q Query) ([]Mission, string, error) {
 	}
 	var out []Mission
 	var next string
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		missions := tx.Bucket(bucketMissions)
 		c := tx.Bucket(bucketOrder).Cursor()
 		var k []byte
@@ -88,7 +89,12 @@ func (s *Store) Missions(q Query) ([]Mission, string, error) {
 		if !q.Since.IsZero() {
 			sinceKey = timeKey(q.Since, nil)
 		}
-		for ; k != nil; k, _ = c.Prev() {
+		// A filter that matches few missions may read many: the
+		// caller's deadline stops it.
+		for n := 1; k != nil; k, _ = c.Prev() {
+			if n++; n%scanCheck == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if sinceKey != nil && bytes.Compare(k, sinceKey) < 0 {
 				break
 			}
@@ -140,9 +146,9 @@ type StepTiming struct {
 }
 
 // Mission returns one mission with its timeline, or ErrNotFound.
-func (s *Store) Mission(gw, id string) (Detail, error) {
+func (s *Store) Mission(ctx context.Context, gw, id string) (Detail, error) {
 	var d Detail
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		mk := missionKey(gw, id)
 		v := tx.Bucket(bucketMissions).Get(mk)
 		if v == nil {
@@ -265,12 +271,16 @@ func indexed(missions *bolt.Bucket, k []byte) (*Mission, error) {
 // FailedSince counts, per gateway, the missions that finished FAILED at
 // or after since. It reads the finished index from since on, so its cost
 // is the number of missions finished in that window.
-func (s *Store) FailedSince(since time.Time) (map[string]int, error) {
+func (s *Store) FailedSince(ctx context.Context, since time.Time) (map[string]int, error) {
 	out := map[string]int{}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		missions := tx.Bucket(bucketMissions)
 		c := tx.Bucket(bucketFinished).Cursor()
+		n := 0
 		for k, _ := c.Seek(timeKey(since, nil)); k != nil; k, _ = c.Next() {
+			if n++; n%scanCheck == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
 			m, err := indexed(missions, k)
 			if err != nil {
 				return err
@@ -296,9 +306,9 @@ type Retention struct {
 // how many it removed. An event re-delivered for a pruned mission would
 // create it again with a gap; gateways drop entries once acknowledged,
 // so that takes a retention shorter than a gateway's outage.
-func (s *Store) Prune(now time.Time, r Retention) (int, error) {
+func (s *Store) Prune(ctx context.Context, now time.Time, r Retention) (int, error) {
 	removed := 0
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
 		removed = 0
 		fin := tx.Bucket(bucketFinished)
 		total := fin.Stats().KeyN
@@ -316,7 +326,10 @@ func (s *Store) Prune(now time.Time, r Retention) (int, error) {
 			}
 			doomed = append(doomed, bytes.Clone(k))
 		}
-		for _, fk := range doomed {
+		for i, fk := range doomed {
+			if i%scanCheck == scanCheck-1 && ctx.Err() != nil {
+				return ctx.Err() // rolled back: nothing removed
+			}
 			if err := deleteMission(tx, fk); err != nil {
 				return err
 			}

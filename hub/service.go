@@ -518,13 +518,13 @@ func (s *Service) ingestLoop(ctx context.Context, groups <-chan decodedGroup) er
 		if len(g.in) == 0 {
 			continue
 		}
-		res, err := s.st.Apply(g.in)
+		res, err := s.st.Apply(ctx, g.in)
 		if errors.Is(err, ErrInvalid) && len(g.in) > 1 {
 			// The store refused the group for what one message holds (a
 			// byte PostgreSQL will not take as text): one at a time, so
 			// the others are stored and that one alone is dropped,
 			// rather than the whole group tried again for ever.
-			s.applyEach(g)
+			s.applyEach(ctx, g)
 			continue
 		}
 		// The stream forgets what is stored before the gateways hear of
@@ -547,14 +547,14 @@ func (s *Service) ingestLoop(ctx context.Context, groups <-chan decodedGroup) er
 
 // applyEach stores a group's messages one by one, dropping those the
 // store refuses as invalid.
-func (s *Service) applyEach(g decodedGroup) {
+func (s *Service) applyEach(ctx context.Context, g decodedGroup) {
 	for i := range g.raw {
 		if !slices.Contains(g.from, i) {
 			g.raw[i].finish(true) // refused by the decoder, finished there
 		}
 	}
 	for i, m := range g.in {
-		res, err := s.st.Apply([]Inbound{m})
+		res, err := s.st.Apply(ctx, []Inbound{m})
 		raw := g.raw[g.from[i]]
 		switch {
 		case err == nil:
@@ -690,7 +690,7 @@ func (s *Service) pruneLoop(ctx context.Context) error {
 	t := time.NewTicker(s.opts.PruneEvery)
 	defer t.Stop()
 	for {
-		n, err := s.st.Prune(s.opts.Now(), s.opts.Retention)
+		n, err := s.st.Prune(ctx, s.opts.Now(), s.opts.Retention)
 		switch {
 		case err != nil:
 			s.log.Error("prune finished missions", "err", err)
@@ -727,7 +727,7 @@ func (s *Service) Now() time.Time { return s.opts.Now() }
 func (s *Service) Metrics() http.Handler { return s.metrics.handler }
 
 func (s *Service) control(ctx context.Context, gw string, c uplink.Control) (uplink.ControlResult, error) {
-	g, err := s.st.Gateway(gw)
+	g, err := s.st.Gateway(ctx, gw)
 	switch {
 	case errors.Is(err, ErrUnknownGateway):
 		return uplink.ControlResult{}, err

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -238,13 +239,13 @@ func (s *Store) Close() error { return s.db.Close() }
 // them fail as offline rather than as unknown. It runs at start-up, when
 // presence recorded by the previous run is stale: gateways seen online
 // become "unknown" until their (retained) status arrives again.
-func (s *Store) Register(now time.Time, ids ...string) error {
+func (s *Store) Register(ctx context.Context, now time.Time, ids ...string) error {
 	for _, id := range ids {
 		if err := driver.ValidateID("gateway", id); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketGateways)
 		for _, id := range ids {
 			if raw := b.Get([]byte(id)); raw != nil {
@@ -267,9 +268,9 @@ func (s *Store) Register(now time.Time, ids ...string) error {
 }
 
 // Gateway returns one gateway or ErrUnknownGateway.
-func (s *Store) Gateway(id string) (Gateway, error) {
+func (s *Store) Gateway(ctx context.Context, id string) (Gateway, error) {
 	var g Gateway
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketGateways).Get([]byte(id))
 		if v == nil {
 			return fmt.Errorf("%w: %q", ErrUnknownGateway, id)
@@ -280,9 +281,9 @@ func (s *Store) Gateway(id string) (Gateway, error) {
 }
 
 // Gateways returns every known gateway, by ID.
-func (s *Store) Gateways() ([]Gateway, error) {
+func (s *Store) Gateways(ctx context.Context) ([]Gateway, error) {
 	var out []Gateway
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketGateways).ForEach(func(_, v []byte) error {
 			var g Gateway
 			if err := json.Unmarshal(v, &g); err != nil {
@@ -295,7 +296,17 @@ func (s *Store) Gateways() ([]Gateway, error) {
 	return out, err
 }
 
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+// scanCheck is how many keys a long scan reads between two looks at its
+// context.
+const scanCheck = 1024
+
+// update runs fn in a read-write transaction unless ctx is done. bbolt
+// cannot cancel a transaction; long scans in fn check ctx themselves
+// (scanCheck), and their error rolls the transaction back.
+func (s *Store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	err := s.db.Update(fn)
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return ErrClosed
@@ -303,7 +314,11 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	return err
 }
 
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+// view is update for a read-only transaction.
+func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	err := s.db.View(fn)
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return ErrClosed

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -34,7 +35,7 @@ var openPG func(testing.TB) Backing
 
 // ingest stores one batch from gateway gw.
 func ingest(st Backing, now time.Time, gw string, b uplink.Batch) (Result, error) {
-	return st.Apply([]Inbound{{Gateway: gw, Batch: &b, Received: now}})
+	return st.Apply(context.Background(), []Inbound{{Gateway: gw, Batch: &b, Received: now}})
 }
 
 // entry builds an outbox entry: outbox seq oseq carrying event seq of
@@ -155,7 +156,7 @@ func TestIngest(t *testing.T) {
 				got.late += res.Late
 				got.acks = append(got.acks, res.Acks["gw"].Upto)
 			}
-			d, err := st.Mission("gw", "m1")
+			d, err := st.Mission(t.Context(), "gw", "m1")
 			if err != nil {
 				t.Fatalf("mission: %v", err)
 			}
@@ -180,7 +181,7 @@ func TestIngest(t *testing.T) {
 					t.Errorf("timeline out of order: %d after %d", d.Timeline[i].Seq, d.Timeline[i-1].Seq)
 				}
 			}
-			g, err := st.Gateway("gw")
+			g, err := st.Gateway(t.Context(), "gw")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +211,7 @@ func TestIngestRejects(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := st.Apply([]Inbound{tc.in})
+			res, err := st.Apply(t.Context(), []Inbound{tc.in})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,25 +223,25 @@ func TestIngestRejects(t *testing.T) {
 			}
 		})
 	}
-	if _, err := st.Mission("gw", "m1"); !errors.Is(err, ErrNotFound) {
+	if _, err := st.Mission(t.Context(), "gw", "m1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("mission of a rejected batch: err = %v, want ErrNotFound", err)
 	}
 }
 
 func TestPresence(t *testing.T) {
 	st := testStore(t)
-	if err := st.Register(t0, "gw", "idle"); err != nil {
+	if err := st.Register(t.Context(), t0, "gw", "idle"); err != nil {
 		t.Fatal(err)
 	}
 	hb := uplink.Heartbeat{Gateway: "gw", Version: "1.2", Backlog: 3, Devices: []uplink.DeviceState{{ID: "lamp", Type: "light", Online: true}}}
-	_, err := st.Apply([]Inbound{
+	_, err := st.Apply(t.Context(), []Inbound{
 		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline, Version: "1.1"}, Received: t0},
 		{Gateway: "gw", Heartbeat: &hb, Received: t0.Add(time.Second)},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gws, err := st.Gateways()
+	gws, err := st.Gateways(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,13 +255,13 @@ func TestPresence(t *testing.T) {
 	if gws[1].ID != "idle" || gws[1].State != StateUnknown {
 		t.Errorf("registered gateway = %+v, want unknown", gws[1])
 	}
-	if _, err := st.Apply([]Inbound{{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOffline}, Received: t0.Add(time.Minute)}}); err != nil {
+	if _, err := st.Apply(t.Context(), []Inbound{{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOffline}, Received: t0.Add(time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
-	if g, _ := st.Gateway("gw"); g.State != StateOffline || !g.Since.Equal(t0.Add(time.Minute)) {
+	if g, _ := st.Gateway(t.Context(), "gw"); g.State != StateOffline || !g.Since.Equal(t0.Add(time.Minute)) {
 		t.Errorf("after offline: %+v", g)
 	}
-	if _, err := st.Gateway("nope"); !errors.Is(err, ErrUnknownGateway) {
+	if _, err := st.Gateway(t.Context(), "nope"); !errors.Is(err, ErrUnknownGateway) {
 		t.Errorf("unknown gateway: err = %v", err)
 	}
 }
@@ -277,13 +278,13 @@ func TestMissionsPaging(t *testing.T) {
 		}
 		in = append(in, Inbound{Gateway: gw, Batch: &uplink.Batch{Gateway: gw, Entries: []uplink.Entry{e}}, Received: t0})
 	}
-	if _, err := st.Apply(in); err != nil {
+	if _, err := st.Apply(t.Context(), in); err != nil {
 		t.Fatal(err)
 	}
 	var all []string
 	cursor := ""
 	for page := 0; ; page++ {
-		ms, next, err := st.Missions(Query{Limit: 10, Cursor: cursor})
+		ms, next, err := st.Missions(t.Context(), Query{Limit: 10, Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +309,7 @@ func TestMissionsPaging(t *testing.T) {
 	}
 	check := func(q Query, want int) {
 		t.Helper()
-		ms, _, err := st.Missions(q)
+		ms, _, err := st.Missions(t.Context(), q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +323,7 @@ func TestMissionsPaging(t *testing.T) {
 	check(Query{Since: t0.Add(20 * time.Minute)}, 5)
 	check(Query{Until: t0.Add(5 * time.Minute)}, 5)
 	check(Query{Since: t0.Add(5 * time.Minute), Until: t0.Add(10 * time.Minute), Gateway: "b"}, 3)
-	if _, _, err := st.Missions(Query{Cursor: "%%%"}); !errors.Is(err, ErrInvalid) {
+	if _, _, err := st.Missions(t.Context(), Query{Cursor: "%%%"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("bad cursor: err = %v", err)
 	}
 }
@@ -340,18 +341,18 @@ func TestPrune(t *testing.T) {
 		e.Mission.Finished = e.Mission.Created
 		in = append(in, Inbound{Gateway: "gw", Batch: &uplink.Batch{Gateway: "gw", Entries: []uplink.Entry{e}}, Received: t0})
 	}
-	if _, err := st.Apply(in); err != nil {
+	if _, err := st.Apply(t.Context(), in); err != nil {
 		t.Fatal(err)
 	}
-	n, err := st.Prune(t0.Add(5*time.Hour), Retention{MaxAge: 150 * time.Minute})
+	n, err := st.Prune(t.Context(), t0.Add(5*time.Hour), Retention{MaxAge: 150 * time.Minute})
 	if err != nil || n != 2 { // m1, m2 finished more than 2.5h before
 		t.Fatalf("prune by age removed %d (%v), want 2", n, err)
 	}
-	n, err = st.Prune(t0.Add(5*time.Hour), Retention{MaxCount: 2})
+	n, err = st.Prune(t.Context(), t0.Add(5*time.Hour), Retention{MaxCount: 2})
 	if err != nil || n != 1 { // m3 is the oldest of m3..m5
 		t.Fatalf("prune by count removed %d (%v), want 1", n, err)
 	}
-	ms, _, err := st.Missions(Query{})
+	ms, _, err := st.Missions(t.Context(), Query{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +363,7 @@ func TestPrune(t *testing.T) {
 	if want := []string{"m5", "m4", "m0"}; !reflect.DeepEqual(ids, want) {
 		t.Fatalf("left %v, want %v", ids, want)
 	}
-	if _, err := st.Mission("gw", "m1"); !errors.Is(err, ErrNotFound) {
+	if _, err := st.Mission(t.Context(), "gw", "m1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("pruned mission: %v", err)
 	}
 }
@@ -428,7 +429,7 @@ func TestFailedSinceCountsRecentFailuresPerGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := st.FailedSince(now.Add(-24 * time.Hour))
+	got, err := st.FailedSince(t.Context(), now.Add(-24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestFailedSinceCountsRecentFailuresPerGateway(t *testing.T) {
 func TestPresenceIgnoresOlderNews(t *testing.T) {
 	st := testStore(t)
 	hb := uplink.Heartbeat{Gateway: "gw"}
-	_, err := st.Apply([]Inbound{
+	_, err := st.Apply(t.Context(), []Inbound{
 		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline}, Received: t0},
 		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOffline}, Received: t0.Add(2 * time.Second)},
 		{Gateway: "gw", Heartbeat: &hb, Received: t0.Add(time.Second)},
@@ -452,7 +453,7 @@ func TestPresenceIgnoresOlderNews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, _ := st.Gateway("gw"); g.State != StateOffline || !g.Since.Equal(t0.Add(2*time.Second)) {
+	if g, _ := st.Gateway(t.Context(), "gw"); g.State != StateOffline || !g.Since.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("after late news: %s since %s, want offline since the will", g.State, g.Since)
 	}
 }
@@ -465,7 +466,7 @@ func TestNewestStatusSaysWhereTheGatewayIs(t *testing.T) {
 	st := testStore(t)
 	hb := uplink.Heartbeat{Gateway: "gw"}
 	started := t0.Add(-time.Minute)
-	_, err := st.Apply([]Inbound{
+	_, err := st.Apply(t.Context(), []Inbound{
 		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline, Broker: "tcp://n1:1883", Started: started.Add(-time.Hour)}, Received: t0},
 		{Gateway: "gw", Heartbeat: &hb, Received: t0.Add(2 * time.Second)},
 		{Gateway: "gw", Status: &uplink.Status{Gateway: "gw", State: StateOnline, Broker: "tcp://n2:1883", Started: started, Protocol: uplink.Protocol}, Received: t0.Add(time.Second)},
@@ -474,8 +475,39 @@ func TestNewestStatusSaysWhereTheGatewayIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := st.Gateway("gw")
+	g, _ := st.Gateway(t.Context(), "gw")
 	if g.State != StateOnline || !g.PresenceAt.Equal(t0.Add(2*time.Second)) || g.Broker != "tcp://n2:1883" || !g.Started.Equal(started) || g.Protocol != uplink.Protocol {
 		t.Fatalf("record %+v: want online as of the heartbeat, on n2 (the newest status), started %v, protocol %d", g, started, uplink.Protocol)
+	}
+}
+
+// TestStoreCallsStopWhenTheirContextIsDone: every call of a store given
+// a context that is done returns its error and changes nothing.
+func TestStoreCallsStopWhenTheirContextIsDone(t *testing.T) {
+	st := testStore(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	b := uplink.Batch{Gateway: "gw", Entries: []uplink.Entry{entry(1, "m1", 1, driver.StatePending)}}
+	calls := map[string]func() error{
+		"Apply": func() error {
+			_, err := st.Apply(ctx, []Inbound{{Gateway: "gw", Batch: &b, Received: t0}})
+			return err
+		},
+		"Register":    func() error { return st.Register(ctx, t0, "idle") },
+		"Prune":       func() error { _, err := st.Prune(ctx, t0, Retention{MaxCount: 1}); return err },
+		"Gateways":    func() error { _, err := st.Gateways(ctx); return err },
+		"Gateway":     func() error { _, err := st.Gateway(ctx, "gw"); return err },
+		"Missions":    func() error { _, _, err := st.Missions(ctx, Query{}); return err },
+		"Mission":     func() error { _, err := st.Mission(ctx, "gw", "m1"); return err },
+		"FailedSince": func() error { _, err := st.FailedSince(ctx, t0); return err },
+		"Trace":       func() error { _, err := st.Trace(ctx, "gw", "r-1"); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: %v, want context.Canceled", name, err)
+		}
+	}
+	if gws, err := st.Gateways(t.Context()); err != nil || len(gws) != 0 {
+		t.Errorf("after the cancelled calls the store holds %v (%v), want nothing", gws, err)
 	}
 }

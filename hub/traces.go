@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -101,9 +102,9 @@ func hasSeq(rs []uplink.TraceRecord, seq uint64) bool {
 
 // Trace returns the trigger records of one request ID of gateway gw, or
 // ErrNotFound.
-func (s *Store) Trace(gw, requestID string) (Trace, error) {
+func (s *Store) Trace(ctx context.Context, gw, requestID string) (Trace, error) {
 	var t Trace
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketTraces).Get(traceKey(gw, requestID))
 		if v == nil {
 			return ErrNotFound

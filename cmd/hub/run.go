@@ -172,7 +172,7 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 		}
 	}
 	slices.Sort(ids)
-	if err := st.Register(time.Now(), ids...); err != nil {
+	if err := st.Register(ctx, time.Now(), ids...); err != nil {
 		return err
 	}
 	sopts := hub.ServiceOptions{
