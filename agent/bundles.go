@@ -84,8 +84,11 @@ type configs struct {
 	// the schedules); report sends a status to the hub; connected says
 	// whether the hub connection is up; available whether a device
 	// answers.
-	install   func(ctx context.Context, lc *liveConfig) error
-	report    func(st uplink.BundleStatus)
+	install func(ctx context.Context, lc *liveConfig) error
+	report  func(st uplink.BundleStatus)
+	// onOutcome is told of each outcome once (for a metric); repeats
+	// to the hub are not outcomes.
+	onOutcome func(api.BundleOutcome)
 	connected func() bool
 	available func(id string) bool
 
@@ -250,7 +253,7 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 		return api.BundleOutcome{}, err
 	}
 	c.state = s
-	c.send(out)
+	c.outcome(out)
 
 	reject := func(reason, format string, args ...any) (api.BundleOutcome, error) {
 		out.Status, out.Reason, out.Message, out.At = uplink.BundleRejected, reason, fmt.Sprintf(format, args...), c.clock.Now()
@@ -299,7 +302,7 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 			return reject(uplink.ReasonStorage, "%v", err)
 		}
 		c.state, c.cur = s, &liveConfig{ref: cur, set: c.cur.set, loc: c.cur.loc}
-		c.send(out)
+		c.outcome(out)
 		return out, nil
 	}
 	// The one write that switches: from here a power cut comes back on
@@ -319,7 +322,7 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 	if superseded != nil {
 		o := api.BundleOutcome{ConfigRef: superseded.ref, Status: uplink.BundleReverted, Reason: uplink.ReasonSuperseded,
 			Message: fmt.Sprintf("replaced by bundle %s while on trial", bundle.Short(ref.Hash)), At: out.At, Current: ref.Hash}
-		c.send(o)
+		c.outcome(o)
 	}
 	c.state, c.prev = s, back
 	c.cur = lc
@@ -331,7 +334,7 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 	c.startTrial(back, lc, of.soak, hub)
 	c.log.Info("bundle applied; on trial", "hash", bundle.Short(ref.Hash), "version", ref.Version, "source", ref.Source,
 		"until", c.trial.soakEnd, "scenes_changed", c.trial.scenes)
-	c.send(out)
+	c.outcome(out)
 	return out, nil
 }
 
@@ -344,7 +347,7 @@ func (c *configs) settle(out api.BundleOutcome) {
 	} else {
 		c.state = s
 	}
-	c.send(out)
+	c.outcome(out)
 }
 
 func (c *configs) agentVersion() string { return c.version }
@@ -521,7 +524,7 @@ func (c *configs) keep() {
 	c.prev = nil
 	c.store.prune(s)
 	c.log.Info("bundle healthy; kept", "hash", bundle.Short(out.Hash), "version", out.Version, "source", out.Source)
-	c.send(out)
+	c.outcome(out)
 }
 
 // revert goes back to what ran before the bundle on trial.
@@ -545,7 +548,15 @@ func (c *configs) revert(ctx context.Context, reason, msg string) {
 	}
 	c.store.prune(s)
 	c.log.Warn("bundle reverted", "hash", bundle.Short(tried.ref.Hash), "version", tried.ref.Version, "reason", reason, "detail", msg, "now", bundle.Short(back.ref.Hash))
-	c.send(out)
+	c.outcome(out)
+}
+
+// outcome counts a new outcome (onOutcome) and reports it (send).
+func (c *configs) outcome(o api.BundleOutcome) {
+	if c.onOutcome != nil {
+		c.onOutcome(o)
+	}
+	c.send(o)
 }
 
 // send reports an outcome to the hub when the bundle came from it.
@@ -645,6 +656,7 @@ func (a *Agent) wireConfigs() {
 		return heard && a.dev.Available(id)
 	}
 	c.connected = func() bool { return a.up != nil && a.up.Stats().Connected }
+	c.onOutcome = a.metrics.bundleOutcome
 	c.report = func(st uplink.BundleStatus) {
 		if a.up == nil {
 			return

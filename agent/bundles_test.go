@@ -245,6 +245,14 @@ func TestBundleWhoseDevicesNeverAnswerRevertsByItself(t *testing.T) {
 	if _, ok := r.a.catalog().Scene("bedroom"); ok {
 		t.Fatal("the reverted bundle's scene is still in use")
 	}
+	for series, want := range map[string]float64{
+		`sortie_bundle_outcomes_total{reason="",status="applied"}`:                1,
+		`sortie_bundle_outcomes_total{reason="devices_silent",status="reverted"}`: 1,
+	} {
+		if v, ok := r.value(series); !ok || v != want {
+			t.Errorf("%s = %v (%v), want %v", series, v, ok, want)
+		}
+	}
 	t.Logf("reverted %s after the apply (soak 300ms)", time.Since(start).Round(time.Millisecond))
 }
 

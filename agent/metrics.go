@@ -16,12 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/agent/hubsync"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
+	"github.com/sortie-edge/sortie/uplink"
 )
 
 // namespace prefixes every metric the agent exports.
@@ -108,6 +110,8 @@ type instruments struct {
 	commits     prometheus.Histogram
 	checkpoints prometheus.Histogram
 	pruned      *prometheus.CounterVec
+	// bundles counts configuration bundles' outcomes.
+	bundles *prometheus.CounterVec
 
 	mu       sync.Mutex
 	begins   map[stepKey]time.Time // begin of each running attempt (several in a parallel group)
@@ -182,6 +186,9 @@ func newInstruments() *instruments {
 	m.turnWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: namespace + "_link_wait_seconds",
 		Help:    "Time device commands waited for their turn on their device and link (link \"none\": devices on no link).",
 		Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"link"})
+	m.bundles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_bundle_outcomes_total",
+		Help: "Configuration bundles' outcomes on this gateway (docs/fleet.md), by status (rejected, applied, healthy, reverted) and reason (for rejected and reverted)."},
+		[]string{"status", "reason"})
 	m.stepFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_step_failures_total",
 		Help: "Failed step attempts, by error class and code."}, []string{"class", "code"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_step_retries_total",
@@ -204,7 +211,7 @@ func newInstruments() *instruments {
 	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{Name: namespace + "_retention_pruned_total",
 		Help: "Records deleted by retention, by kind: mission (finished missions, with their timelines) or trace (trigger records)."}, []string{"kind"})
 	m.reg.MustRegister(m.started, m.finished, m.stepDuration, m.ackLatency, m.turnWait, m.stepFailures, m.retries, m.waits,
-		m.compensation, m.inFlight, m.rejections, m.ackTimeouts, m.commits, m.checkpoints, m.pruned,
+		m.compensation, m.inFlight, m.rejections, m.ackTimeouts, m.commits, m.checkpoints, m.pruned, m.bundles,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.pruned.WithLabelValues(prunedMission)
 	m.pruned.WithLabelValues(prunedTrace)
@@ -557,6 +564,7 @@ var (
 	descRunning   = newFamily(namespace+"_running_steps", "Steps executing now (holding a worker).", prometheus.GaugeValue)
 	descParked    = newFamily(namespace+"_parked_steps", "Step attempts waiting for an ack, a state or their turn, holding no worker.", prometheus.GaugeValue)
 	descZombies   = newFamily(namespace+"_abandoned_handlers", "Step handlers that ignored their timeout, were abandoned and have not returned.", prometheus.GaugeValue)
+	descRefused   = newFamily(namespace+"_driver_refused_transitions_total", "Transitions the mission state table refused (a bug to report: each is logged at error level, and nothing of it was written).", prometheus.CounterValue)
 	descOldest    = newFamily(namespace+"_oldest_runnable_age_seconds", "How long the oldest due mission has waited for a worker.", prometheus.GaugeValue)
 	descConnected = newFamily(namespace+"_broker_connected", "1 when the device connection to the broker is up.", prometheus.GaugeValue)
 	descReconnect = newFamily(namespace+"_broker_reconnects_total", "Reconnections of the device connection.", prometheus.CounterValue)
@@ -576,7 +584,7 @@ var (
 )
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, descMissions, descRunnable, descRunning, descParked, descZombies, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descOnline, descStored)
+	describe(ch, descMissions, descRunnable, descRunning, descParked, descZombies, descRefused, descOldest, descConnected, descReconnect, descLateAcks, descDupAcks, descUnmatched, descOnline, descStored)
 }
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -604,6 +612,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	sc.emit(descRunning, float64(q.Running))
 	sc.emit(descParked, float64(q.Parked))
 	sc.emit(descZombies, float64(q.Zombies))
+	sc.emit(descRefused, float64(q.Refused))
 	age := 0.0
 	if !q.OldestDue.IsZero() {
 		age = max(time.Since(q.OldestDue).Seconds(), 0)
@@ -632,4 +641,13 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 			sc.emit(descOnline, online, dev, typ)
 		}
 	}
+}
+
+// bundleOutcome counts a configuration bundle's outcome
+// (configs.onOutcome). Received is not an outcome: every bundle has one.
+func (m *instruments) bundleOutcome(o api.BundleOutcome) {
+	if o.Status == uplink.BundleReceived {
+		return
+	}
+	m.bundles.WithLabelValues(string(o.Status), string(o.Reason)).Inc()
 }

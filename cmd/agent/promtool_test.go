@@ -47,6 +47,7 @@ func TestMetricsChangeAndPassPromtool(t *testing.T) {
 		`sortie_device_online{device="living-light",device_type="light"} 1`,
 		`sortie_build_info{goversion="`,
 		`sortie_abandoned_handlers 0`,
+		`sortie_driver_refused_transitions_total 0`,
 		`sortie_parked_steps 0`,
 		`sortie_link_in_flight{link="none"} 0`,
 		`sortie_link_queued{link="none"} 0`,
