@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/sortie-edge/sortie/driver"
 )
 
 // Client calls an agent's management API; the agent's CLI is built on
@@ -102,4 +106,38 @@ func (c *Client) Send(ctx context.Context, method, path string, body any) (*http
 		return nil, &CallError{Status: resp.StatusCode, Code: "http", Hint: c.Hint, Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 	}
 	return nil, &CallError{Status: resp.StatusCode, Code: ae.Error.Code, Hint: c.Hint, Message: ae.Error.Message}
+}
+
+// watchPoll is how often Watch asks for new events: the API has no
+// stream, and a few requests a second cost the agent nothing.
+const watchPoll = 250 * time.Millisecond
+
+// Watch calls each with the mission's events as they are committed,
+// in order, until the mission is terminal, and returns it as it ended
+// (or as last read, with ctx's error).
+func (c *Client) Watch(ctx context.Context, id string, each func(driver.Event) error) (*driver.Mission, error) {
+	seen := 0
+	for {
+		var d MissionDetail
+		if _, err := c.Call(ctx, http.MethodGet, "/api/missions/"+url.PathEscape(id), nil, &d); err != nil {
+			return nil, err
+		}
+		if d.Mission == nil {
+			return nil, fmt.Errorf("mission %s: the answer holds no mission", id)
+		}
+		for _, ev := range d.Timeline[min(seen, len(d.Timeline)):] {
+			if err := each(ev); err != nil {
+				return nil, err
+			}
+		}
+		seen = max(seen, len(d.Timeline))
+		if d.Mission.State.Terminal() {
+			return d.Mission, nil
+		}
+		select {
+		case <-ctx.Done():
+			return d.Mission, ctx.Err()
+		case <-time.After(watchPoll):
+		}
+	}
 }

@@ -134,3 +134,23 @@ func Scenes(list api.SceneList) string {
 	tw.flush()
 	return trimLines(b.String())
 }
+
+// EventLine is one mission event for a terminal, its time in loc (`agent
+// missions watch`).
+func EventLine(ev driver.Event, loc *time.Location) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s  %-13s", ev.Time.In(loc).Format("15:04:05.000"), ev.Input)
+	if ev.From != ev.To && ev.To != "" {
+		fmt.Fprintf(&b, " %s -> %s", ev.From, ev.To)
+	}
+	if ev.StepID != "" {
+		fmt.Fprintf(&b, "  step %s", ev.StepID)
+		if ev.Attempt > 1 {
+			fmt.Fprintf(&b, " (attempt %d)", ev.Attempt)
+		}
+	}
+	if ev.Error != "" {
+		fmt.Fprintf(&b, "  %s", ev.Error)
+	}
+	return b.String()
+}

@@ -100,7 +100,7 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	writeFile(b, filepath.Join(dir, "scenes", "bench.toml"), benchScene)
 	writeFile(b, filepath.Join(dir, "home.toml"), benchHome)
 	cfg := DefaultConfig()
-	cfg.dir = dir
+	cfg.Dir = dir
 	cfg.GatewayID = "bench"
 	cfg.Devices = benchRegistry(b, dir)
 	cfg.Broker.Listen = "127.0.0.1:0"

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agentconf"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/agent"
@@ -336,25 +338,25 @@ func TestEmbeddedBrokerClientIDs(t *testing.T) {
 func TestExposureWarnings(t *testing.T) {
 	users := []BrokerUser{{Name: "voice", Role: agent.RoleApp}}
 	for _, c := range []struct {
-		b    BrokerConfig
-		h    HTTPConfig
+		b    agentconf.BrokerConfig
+		h    agentconf.HTTPConfig
 		want string
 	}{
-		{BrokerConfig{Embedded: true, Listen: "127.0.0.1:1883"}, HTTPConfig{}, ""},
-		{BrokerConfig{Embedded: true, Listen: "localhost:1883"}, HTTPConfig{}, ""},
-		{BrokerConfig{Embedded: true, Listen: "[::1]:1883"}, HTTPConfig{}, ""},
-		{BrokerConfig{Embedded: false, Listen: "0.0.0.0:1883"}, HTTPConfig{}, ""},
-		{BrokerConfig{Embedded: true, Listen: "0.0.0.0:1883"}, HTTPConfig{}, "no [[broker.users]]"},
-		{BrokerConfig{Embedded: true, Listen: ":1883"}, HTTPConfig{}, "no [[broker.users]]"},
-		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:1883", Users: users}, HTTPConfig{}, "passwords cross"},
-		{BrokerConfig{Embedded: true, Listen: "192.168.1.2:8883", Users: users, ServerCertFile: "c.pem"}, HTTPConfig{}, ""},
-		{BrokerConfig{}, HTTPConfig{Listen: "0.0.0.0:8080", Token: "t"}, "token crosses"},
-		{BrokerConfig{}, HTTPConfig{Listen: ":8080"}, "no token"},
-		{BrokerConfig{}, HTTPConfig{Listen: "localhost:8080"}, ""},
-		{BrokerConfig{}, HTTPConfig{Listen: "0.0.0.0:8443", TokenFile: "f", CertFile: "c.pem"}, ""},
-		{BrokerConfig{}, HTTPConfig{Listen: "127.0.0.1:8080", Token: "t"}, ""},
+		{agentconf.BrokerConfig{Embedded: true, Listen: "127.0.0.1:1883"}, agentconf.HTTPConfig{}, ""},
+		{agentconf.BrokerConfig{Embedded: true, Listen: "localhost:1883"}, agentconf.HTTPConfig{}, ""},
+		{agentconf.BrokerConfig{Embedded: true, Listen: "[::1]:1883"}, agentconf.HTTPConfig{}, ""},
+		{agentconf.BrokerConfig{Embedded: false, Listen: "0.0.0.0:1883"}, agentconf.HTTPConfig{}, ""},
+		{agentconf.BrokerConfig{Embedded: true, Listen: "0.0.0.0:1883"}, agentconf.HTTPConfig{}, "no [[broker.users]]"},
+		{agentconf.BrokerConfig{Embedded: true, Listen: ":1883"}, agentconf.HTTPConfig{}, "no [[broker.users]]"},
+		{agentconf.BrokerConfig{Embedded: true, Listen: "192.168.1.2:1883", Users: users}, agentconf.HTTPConfig{}, "passwords cross"},
+		{agentconf.BrokerConfig{Embedded: true, Listen: "192.168.1.2:8883", Users: users, ServerCertFile: "c.pem"}, agentconf.HTTPConfig{}, ""},
+		{agentconf.BrokerConfig{}, agentconf.HTTPConfig{Listen: "0.0.0.0:8080", Token: "t"}, "token crosses"},
+		{agentconf.BrokerConfig{}, agentconf.HTTPConfig{Listen: ":8080"}, "no token"},
+		{agentconf.BrokerConfig{}, agentconf.HTTPConfig{Listen: "localhost:8080"}, ""},
+		{agentconf.BrokerConfig{}, agentconf.HTTPConfig{Listen: "0.0.0.0:8443", TokenFile: "f", CertFile: "c.pem"}, ""},
+		{agentconf.BrokerConfig{}, agentconf.HTTPConfig{Listen: "127.0.0.1:8080", Token: "t"}, ""},
 	} {
-		got := strings.Join(exposureWarnings(Config{Broker: c.b, HTTP: c.h}), "\n")
+		got := strings.Join(agentconf.ExposureWarnings(Config{Broker: c.b, HTTP: c.h}), "\n")
 		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
 			t.Errorf("%+v %+v: %q, want %q", c.b, c.h, got, c.want)
 		}

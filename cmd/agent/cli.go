@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agentconf"
+
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/agent/view"
 	"github.com/sortie-edge/sortie/driver"
@@ -81,7 +83,7 @@ func (cf *clientFlags) client() (*api.Client, error) {
 			// The agent's own certificate, trusted as it is: the command
 			// line reaches the API by the listen address, which the
 			// certificate need not name.
-			_, self, err := cfg.HTTP.serverTLS(cfg)
+			_, self, err := cfg.HTTP.ServerTLS(cfg)
 			if err != nil {
 				return nil, err
 			}
@@ -95,7 +97,7 @@ func (cf *clientFlags) client() (*api.Client, error) {
 			}
 		}
 		if c.Token == "" {
-			if c.Token, err = httpToken(cfg); err != nil {
+			if c.Token, err = agentconf.HTTPToken(cfg); err != nil {
 				return nil, err
 			}
 		}

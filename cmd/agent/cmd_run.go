@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agentconf"
+
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/view"
 	"github.com/sortie-edge/sortie/internal/cli"
@@ -89,8 +91,8 @@ func (rf *runFlags) load() (Config, error) {
 	return cfg, cfg.Validate(file)
 }
 
-func newLogger(c LogConfig, w io.Writer) *slog.Logger {
-	lvl, _ := parseLevel(c.Level)
+func newLogger(c agentconf.LogConfig, w io.Writer) *slog.Logger {
+	lvl, _ := agentconf.ParseLevel(c.Level)
 	opts := &slog.HandlerOptions{Level: lvl}
 	if c.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -147,7 +149,7 @@ func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
 		// same terminal: one of the two is enough.
 		opts.Observers, opts.QuietMissions = append(opts.Observers, view.NewProgress(stdout)), true
 	}
-	for _, w := range exposureWarnings(cfg) {
+	for _, w := range agentconf.ExposureWarnings(cfg) {
 		log.Warn(w)
 	}
 	a, err := agent.New(opts)

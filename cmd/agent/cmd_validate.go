@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sortie-edge/sortie/agent/agentconf"
+
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/internal/cli"
@@ -32,10 +34,10 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := cfg.Broker.serverTLS(cfg); err != nil {
+	if _, _, err := cfg.Broker.ServerTLS(cfg); err != nil {
 		return err
 	}
-	if _, _, err := cfg.HTTP.serverTLS(cfg); err != nil {
+	if _, _, err := cfg.HTTP.ServerTLS(cfg); err != nil {
 		return err
 	}
 	reg, err := devices.LoadRegistry(cfg.Path(cfg.Devices))
@@ -45,7 +47,7 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 		}
 		return err
 	}
-	if err := agent.CheckDeviceUsers(brokerUsers(cfg.Broker), reg); err != nil {
+	if err := agent.CheckDeviceUsers(agentconf.BrokerUsers(cfg.Broker), reg); err != nil {
 		return fmt.Errorf("%s: %w", *config, err)
 	}
 	cat, err := scenes.Load(cfg.Path(cfg.Scenes), reg)
@@ -61,12 +63,12 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 		}
 		return err
 	}
-	if err := agent.CheckLocation(cat, locationOptions(cfg)); err != nil {
+	if err := agent.CheckLocation(cat, agentconf.LocationOptions(cfg)); err != nil {
 		return fmt.Errorf("%s: %w", *config, err)
 	}
 	var b strings.Builder
 	if cfg.Simulator.Home != "" {
-		if _, err := loadHome(cfg.Path(cfg.Simulator.Home)); err != nil {
+		if _, err := agentconf.LoadHome(cfg.Path(cfg.Simulator.Home)); err != nil {
 			if agent.SimulatorBuiltIn {
 				return err
 			}
@@ -75,7 +77,7 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 			b.WriteString("warning: [simulator] home not checked: " + err.Error() + "\n")
 		}
 	}
-	for _, w := range exposureWarnings(cfg) {
+	for _, w := range agentconf.ExposureWarnings(cfg) {
 		b.WriteString("warning: " + w + "\n")
 	}
 	fmt.Fprintf(&b, "ok: config, %d devices, %d scenes (%v)\n", len(reg.Devices), len(cat.Names()), cat.Names())

@@ -5,66 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strings"
-	"time"
 
 	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/agent/view"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/cli"
 )
 
-// watchPoll is how often watch asks the API for new events: the API has
-// no stream, and a few requests a second cost the agent nothing.
-const watchPoll = 250 * time.Millisecond
-
 // watch prints a mission's events as they are committed, one line each,
 // until it is terminal, and returns its final state.
 func watch(ctx context.Context, c *api.Client, id string, o cliOut) (driver.State, error) {
-	printed := 0
-	for {
-		var d api.MissionDetail
-		if _, err := c.Call(ctx, http.MethodGet, "/api/missions/"+url.PathEscape(id), nil, &d); err != nil {
-			return "", err
+	m, err := c.Watch(ctx, id, func(ev driver.Event) error {
+		_, err := fmt.Fprintln(o.stdout, view.EventLine(ev, o.loc))
+		return err
+	})
+	if err != nil {
+		if m != nil {
+			return m.State, err
 		}
-		if d.Mission == nil {
-			return "", fmt.Errorf("mission %s: the answer holds no mission", id)
-		}
-		for _, ev := range d.Timeline[min(printed, len(d.Timeline)):] {
-			if _, err := fmt.Fprintln(o.stdout, eventLine(ev, o)); err != nil {
-				return "", err
-			}
-		}
-		printed = max(printed, len(d.Timeline))
-		if d.Mission.State.Terminal() {
-			_, err := fmt.Fprintf(o.stdout, "mission %s %s\n", d.Mission.ID, d.Mission.State)
-			return d.Mission.State, err
-		}
-		select {
-		case <-ctx.Done():
-			return d.Mission.State, ctx.Err()
-		case <-time.After(watchPoll):
-		}
+		return "", err
 	}
-}
-
-// eventLine is one event for a terminal.
-func eventLine(ev driver.Event, o cliOut) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %-13s", ev.Time.In(o.loc).Format("15:04:05.000"), ev.Input)
-	if ev.From != ev.To && ev.To != "" {
-		fmt.Fprintf(&b, " %s -> %s", ev.From, ev.To)
-	}
-	if ev.StepID != "" {
-		fmt.Fprintf(&b, "  step %s", ev.StepID)
-		if ev.Attempt > 1 {
-			fmt.Fprintf(&b, " (attempt %d)", ev.Attempt)
-		}
-	}
-	if ev.Error != "" {
-		fmt.Fprintf(&b, "  %s", ev.Error)
-	}
-	return b.String()
+	_, err = fmt.Fprintf(o.stdout, "mission %s %s\n", m.ID, m.State)
+	return m.State, err
 }
 
 // cmdWatch follows a mission (by default the newest) until it ends:

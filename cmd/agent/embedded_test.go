@@ -80,7 +80,7 @@ func TestSimulatedHomeStartBounded(t *testing.T) {
 	url := "tcp://" + freeAddr(t) // nothing listens there now
 	dir := t.TempDir()
 	cfg := DefaultConfig()
-	cfg.dir = dir
+	cfg.Dir = dir
 	cfg.Devices = repoPath(t, "configs/devices.toml")
 	cfg.Scenes = repoPath(t, "configs/scenes")
 	cfg.Simulator.Home = repoPath(t, "configs/home.toml")

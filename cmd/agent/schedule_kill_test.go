@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agentconf"
+
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes/schedule"
 	"github.com/sortie-edge/sortie/store"
@@ -51,7 +53,7 @@ func TestSIGKILLAroundScheduledFiringsLosesAndDoublesNone(t *testing.T) {
 
 	const speed = 600
 	simStart := time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC)
-	t.Setenv(testClockEnv, fmt.Sprintf("%s,%d,%d", simStart.Format(time.RFC3339), time.Now().UnixMilli(), speed))
+	t.Setenv(agentconf.TestClockEnv, fmt.Sprintf("%s,%d,%d", simStart.Format(time.RFC3339), time.Now().UnixMilli(), speed))
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))

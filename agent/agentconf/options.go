@@ -1,4 +1,4 @@
-package main
+package agentconf
 
 import (
 	"fmt"
@@ -12,8 +12,8 @@ import (
 	"github.com/sortie-edge/sortie/scenes"
 )
 
-// locationOptions maps [location]; nil when it sets nothing.
-func locationOptions(cfg Config) *agent.LocationOptions {
+// LocationOptions maps [location]; nil when it sets nothing.
+func LocationOptions(cfg Config) *agent.LocationOptions {
 	l := cfg.Location
 	if l.Latitude == nil && l.TimeZone == "" {
 		return nil
@@ -25,11 +25,14 @@ func locationOptions(cfg Config) *agent.LocationOptions {
 	return o
 }
 
-// agentOptions maps a validated config onto the agent's options, loading
+// Build is what the binary knows of itself, for Options.
+type Build struct{ Version, Revision string }
+
+// Options maps a validated config onto the agent's options, loading
 // the files it names (registry, scenes, simulated home, secrets).
-func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
+func Options(cfg Config, log *slog.Logger, bd Build) (agent.Options, error) {
 	o := agent.Options{
-		Gateway: cfg.GatewayID, DataDir: cfg.Path(cfg.DataDir), Logger: log, Version: Version, Revision: Revision,
+		Gateway: cfg.GatewayID, DataDir: cfg.Path(cfg.DataDir), Logger: log, Version: bd.Version, Revision: bd.Revision,
 		Driver: agent.DriverOptions{
 			Workers: cfg.Driver.Workers, StepTimeout: cfg.Driver.StepTimeout.D(), StopGrace: cfg.Driver.StopGrace.D(), MaxLive: cfg.Driver.MaxLive,
 		},
@@ -40,8 +43,8 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 			MaxAge: cfg.Traces.MaxAge.D(), FailedMaxAge: cfg.Traces.FailedMaxAge.D(), MaxBytes: int64(cfg.Traces.MaxBytes),
 		},
 	}
-	o.Location = locationOptions(cfg)
-	if c, err := testClock(); err != nil {
+	o.Location = LocationOptions(cfg)
+	if c, err := TestClock(); err != nil {
 		return o, err
 	} else if c != nil {
 		o.Clock = c
@@ -53,7 +56,7 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	if o.Catalog, err = scenes.Load(cfg.Path(cfg.Scenes), o.Registry); err != nil {
 		return o, err
 	}
-	o.Bundles = bundleOptions(cfg, log)
+	o.Bundles = BundleOptions(cfg, log)
 
 	b := cfg.Broker
 	o.Broker = agent.BrokerOptions{
@@ -68,18 +71,18 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	}
 	if b.Embedded {
 		// The agent's own TCP clients trust its certificate alone.
-		if o.Broker.ServerTLS, o.Broker.TLS, err = b.serverTLS(cfg); err != nil {
+		if o.Broker.ServerTLS, o.Broker.TLS, err = b.ServerTLS(cfg); err != nil {
 			return o, err
 		}
-		o.Broker.Users = brokerUsers(b)
+		o.Broker.Users = BrokerUsers(b)
 	}
 
 	if h := cfg.HTTP; h.Listen != "" {
 		o.HTTP.Listen = h.Listen
-		if o.HTTP.Token, err = httpToken(cfg); err != nil {
+		if o.HTTP.Token, err = HTTPToken(cfg); err != nil {
 			return o, err
 		}
-		if o.HTTP.TLS, _, err = h.serverTLS(cfg); err != nil {
+		if o.HTTP.TLS, _, err = h.ServerTLS(cfg); err != nil {
 			return o, err
 		}
 	}
@@ -104,11 +107,11 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	}
 
 	if cfg.HomeAssistant.Discovery {
-		o.HomeAssistant = &agent.HomeAssistantOptions{Prefix: cfg.HomeAssistant.Prefix, Version: Version}
+		o.HomeAssistant = &agent.HomeAssistantOptions{Prefix: cfg.HomeAssistant.Prefix, Version: bd.Version}
 	}
 
 	if cfg.Simulator.Home != "" {
-		hc, err := loadHome(cfg.Path(cfg.Simulator.Home))
+		hc, err := LoadHome(cfg.Path(cfg.Simulator.Home))
 		if err != nil {
 			return o, err
 		}
@@ -117,9 +120,9 @@ func agentOptions(cfg Config, log *slog.Logger) (agent.Options, error) {
 	return o, nil
 }
 
-// httpToken returns the API token: token_file's content when set (read
+// HTTPToken returns the API token: token_file's content when set (read
 // once, at start), else token. "" leaves the API open.
-func httpToken(c Config) (string, error) {
+func HTTPToken(c Config) (string, error) {
 	if c.HTTP.TokenFile == "" {
 		return c.HTTP.Token, nil
 	}
@@ -134,9 +137,9 @@ func httpToken(c Config) (string, error) {
 	return tok, nil
 }
 
-// bundleOptions lets the agent take configuration bundles; nil, with a
+// BundleOptions lets the agent take configuration bundles; nil, with a
 // warning, when its own files do not make one (over bundle.MaxEncoded).
-func bundleOptions(cfg Config, log *slog.Logger) *agent.BundleOptions {
+func BundleOptions(cfg Config, log *slog.Logger) *agent.BundleOptions {
 	files := func() (*bundle.Bundle, error) {
 		return bundle.FromFiles(cfg.Path(cfg.Devices), cfg.Path(cfg.Scenes), bundle.Settings{Location: cfg.Location})
 	}

@@ -1,13 +1,13 @@
-package main
+package agentconf
 
 import (
 	"fmt"
 	"net"
 )
 
-// exposureWarnings are what the embedded broker's and the API's settings
+// ExposureWarnings are what the embedded broker's and the API's settings
 // leave open beyond loopback, for run's log and validate's output.
-func exposureWarnings(c Config) []string {
+func ExposureWarnings(c Config) []string {
 	var out []string
 	b := c.Broker
 	if b.Embedded && !onLoopback(b.Listen) {

@@ -1,4 +1,4 @@
-package main
+package agentconf
 
 import (
 	"fmt"
@@ -10,17 +10,16 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 )
 
-// testClockEnv makes the schedules' clock run fast from a given start:
+// TestClockEnv makes the schedules' clock run fast from a given start:
 // "SIM_START,REAL_START,SPEED", an RFC 3339 time, a Unix time in
 // milliseconds and a factor; the clock then reads SIM_START plus SPEED
 // times the real time since REAL_START. Tests use it to run days of
 // schedules through real processes, killed and restarted, in seconds:
 // every process of a test reads the same mapping, so time goes on
-// across restarts. It is for tests only; the agent logs a warning when
-// it is set.
-const testClockEnv = "SORTIE_TEST_CLOCK"
+// across restarts. It is for tests only.
+const TestClockEnv = "SORTIE_TEST_CLOCK"
 
-// scaledClock is the clock testClockEnv describes.
+// scaledClock is the clock TestClockEnv describes.
 type scaledClock struct {
 	sim, real time.Time
 	speed     float64
@@ -34,13 +33,13 @@ func (c scaledClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(time.Duration(float64(d)/c.speed), f).Stop
 }
 
-// testClock returns the clock testClockEnv sets, or nil.
-func testClock() (driver.Clock, error) {
-	v := os.Getenv(testClockEnv)
+// TestClock returns the clock TestClockEnv sets, or nil.
+func TestClock() (driver.Clock, error) {
+	v := os.Getenv(TestClockEnv)
 	if v == "" {
 		return nil, nil
 	}
-	bad := fmt.Errorf("%s=%q: want SIM_START (RFC 3339),REAL_START (Unix ms),SPEED", testClockEnv, v)
+	bad := fmt.Errorf("%s=%q: want SIM_START (RFC 3339),REAL_START (Unix ms),SPEED", TestClockEnv, v)
 	parts := strings.Split(v, ",")
 	if len(parts) != 3 {
 		return nil, bad

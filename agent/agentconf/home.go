@@ -1,14 +1,14 @@
 //go:build !nosim
 
-package main
+package agentconf
 
 import (
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
-// loadHome reads a simulated home for [simulator] home (the demo).
-func loadHome(path string) (*agent.HomeConfig, error) {
+// LoadHome reads a simulated home for [simulator] home (the demo).
+func LoadHome(path string) (*agent.HomeConfig, error) {
 	hc, err := simulator.LoadHome(path)
 	if err != nil {
 		return nil, err
