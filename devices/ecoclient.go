@@ -57,8 +57,8 @@ func (c *Client) Speaks(deviceID string) bool {
 // subscribeEcosystems subscribes to what each adapter reads. A topic
 // two adapters read (a Zigbee2MQTT bridge's state, which a Home
 // Assistant config's availability may name too) is one subscription
-// whose messages go to both: a second subscription of the same filter
-// would replace the first.
+// whose messages go to both: the broker sends each message, and replays
+// the retained ones, once.
 func (c *Client) subscribeEcosystems() error {
 	readers := make(map[string][]*ecosystem)
 	var filters []string

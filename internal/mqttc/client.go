@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,7 +165,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	started bool
-	subs    map[string]*sub
+	subs    map[string]*topic
 	up      chan struct{} // closed while cur is set; replaced at each loss
 	first   chan struct{} // closed once Connect has its answer
 	firstOK bool          // the first connection was made (Once: or its error is in lastErr)
@@ -172,6 +173,44 @@ type Client struct {
 	// loggedSubErr is the last subscription failure logged, so that one
 	// refused again and again is logged once; "" once all are made.
 	loggedSubErr string
+}
+
+// topic is what the broker knows of a filter: one subscription, at the
+// highest QoS any of its handlers asked for, with every handler that
+// subscribed it (several parts of one program may read one filter: the
+// device layer's adapters and its announcement watcher do).
+type topic struct {
+	filter string
+	// subs is replaced, never changed in place, under Client.mu, so that
+	// routing a message takes no lock.
+	subs atomic.Pointer[[]*sub]
+}
+
+func (t *topic) list() []*sub {
+	if p := t.subs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// qos is the QoS the broker is asked for: the highest of the handlers'.
+func (t *topic) qos() byte {
+	var q byte
+	for _, s := range t.list() {
+		q = max(q, s.qos)
+	}
+	return q
+}
+
+// optional reports whether the broker's refusal of the filter may be
+// lived with: only when every handler said so.
+func (t *topic) optional() bool {
+	for _, s := range t.list() {
+		if !s.optional {
+			return false
+		}
+	}
+	return true
 }
 
 // sub is one subscription: a filter and its handler.
@@ -200,7 +239,7 @@ func New(opts Options) (*Client, error) {
 		log:    opts.Logger,
 		ctx:    ctx,
 		cancel: cancel,
-		subs:   make(map[string]*sub),
+		subs:   make(map[string]*topic),
 		up:     make(chan struct{}),
 		first:  make(chan struct{}),
 	}, nil
@@ -271,9 +310,13 @@ func (c *Client) Problem() error {
 // now and on every later connection, until cancel. Before Start it only
 // records the subscription, which the first connection makes; after, it
 // returns once the broker has granted it, at most Options.Timeout later
-// (a connection coming back within it counts). A filter has one handler:
-// subscribing it again replaces the first. handle must not block; a call
-// already running may finish after cancel returns.
+// (a connection coming back within it counts). A filter subscribed
+// again keeps its first handler and adds the new one: each is called,
+// and cancel removes only its own (the broker is asked again, so that
+// the new handler gets the filter's retained messages, which the ones
+// already there then see a second time, as after a reconnection).
+// handle must not block; a call already running may finish after cancel
+// returns.
 func (c *Client) Subscribe(filter string, handle func(topic string, payload []byte)) (cancel func(), err error) {
 	return c.SubscribeQoS(filter, 1, handle)
 }
@@ -303,10 +346,13 @@ func (c *Client) add(s *sub) (cancel func(), err error) {
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
-	if old := c.subs[filter]; old != nil {
-		old.cancelled.Store(true)
+	t := c.subs[filter]
+	if t == nil {
+		t = &topic{filter: filter}
+		c.subs[filter] = t
 	}
-	c.subs[filter] = s
+	subs := append(slices.Clone(t.list()), s)
+	t.subs.Store(&subs)
 	cn, up, started := c.cur.Load(), c.up, c.started
 	c.mu.Unlock()
 	cancel = func() { c.unsubscribe(s) }
@@ -329,7 +375,7 @@ func (c *Client) add(s *sub) (cancel func(), err error) {
 			return nil, fmt.Errorf("subscribe %s: %w", filter, ErrNotConnected)
 		}
 	}
-	if err := c.subscribe(cn, []*sub{s}); err != nil {
+	if err := c.subscribe(cn, []*topic{t}); err != nil {
 		if s.optional && errors.Is(err, ErrRefused) {
 			c.log.Warn("optional subscription refused; going on without it", "broker", c.opts.Broker, "err", err)
 			return cancel, nil
@@ -341,21 +387,28 @@ func (c *Client) add(s *sub) (cancel func(), err error) {
 }
 
 // forget drops s from the subscriptions, and its handler is not called
-// again even if the broker still sends its messages.
+// again even if the broker still sends its messages. last reports that
+// it was its filter's last handler.
 func (c *Client) forget(s *sub) (last bool) {
-	s.cancelled.Store(true)
+	already := s.cancelled.Swap(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.subs[s.filter] == s {
-		delete(c.subs, s.filter)
-		return true
+	t := c.subs[s.filter]
+	if already || t == nil {
+		return false
 	}
-	return false
+	subs := slices.DeleteFunc(slices.Clone(t.list()), func(o *sub) bool { return o == s })
+	if len(subs) > 0 {
+		t.subs.Store(&subs)
+		return false
+	}
+	delete(c.subs, s.filter)
+	return true
 }
 
 func (c *Client) unsubscribe(s *sub) {
 	if !c.forget(s) {
-		return // cancelled already, or replaced by a newer subscription
+		return // cancelled already, or another handler still reads the filter
 	}
 	cn := c.cur.Load()
 	if cn == nil || c.closed.Load() {
@@ -366,13 +419,13 @@ func (c *Client) unsubscribe(s *sub) {
 	}
 }
 
-// subscribe makes subs on cn in one SUBSCRIBE and checks the broker's
+// subscribe makes ts on cn in one SUBSCRIBE and checks the broker's
 // answer for each filter.
-func (c *Client) subscribe(cn *conn, subs []*sub) error {
-	filters := make(map[string]byte, len(subs))
-	for _, s := range subs {
-		filters[s.filter] = s.qos
-		cn.pc.AddRoute(s.filter, c.route(s))
+func (c *Client) subscribe(cn *conn, ts []*topic) error {
+	filters := make(map[string]byte, len(ts))
+	for _, t := range ts {
+		filters[t.filter] = t.qos()
+		cn.pc.AddRoute(t.filter, c.route(t))
 	}
 	tok := cn.pc.SubscribeMultiple(filters, nil)
 	if err := Wait(c.ctx, tok, c.opts.Timeout); err != nil {
@@ -388,20 +441,24 @@ func (c *Client) subscribe(cn *conn, subs []*sub) error {
 	return nil
 }
 
-// route is paho's handler for s: it keeps Close's promise that no
-// handler runs after it returns.
-func (c *Client) route(s *sub) paho.MessageHandler {
+// route is paho's handler for t: it calls each of its handlers, and
+// keeps Close's promise that no handler runs after it returns.
+func (c *Client) route(t *topic) paho.MessageHandler {
 	return func(_ paho.Client, m paho.Message) {
 		c.gate.RLock()
 		defer c.gate.RUnlock()
-		if c.stopped || s.cancelled.Load() {
+		if c.stopped {
 			return
 		}
-		if s.handleMsg != nil {
-			s.handleMsg(m.Topic(), m.Payload(), m.Retained())
-			return
+		for _, s := range t.list() {
+			switch {
+			case s.cancelled.Load():
+			case s.handleMsg != nil:
+				s.handleMsg(m.Topic(), m.Payload(), m.Retained())
+			default:
+				s.handle(m.Topic(), m.Payload())
+			}
 		}
-		s.handle(m.Topic(), m.Payload())
 	}
 }
 

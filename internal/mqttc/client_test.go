@@ -552,3 +552,48 @@ func TestRefusalAtConnectionIsRetriedUntilItPasses(t *testing.T) {
 		t.Errorf("the refusal logged %d times, want once:\n%s", n, logs.String())
 	}
 }
+
+// TestSecondHandlerOfAFilterAddsNotReplaces: two parts of one program
+// subscribing the same filter both get its messages, the second its
+// retained ones too, and cancelling one leaves the other reading it
+// (before, the second silently replaced the first).
+func TestSecondHandlerOfAFilterAddsNotReplaces(t *testing.T) {
+	b := brokertest.Start(t)
+	if err := b.Publish("r/1", []byte("kept"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	first, second := make(inbox, 8), make(inbox, 8)
+	c := newClient(t, mqttc.Options{Broker: b.URL(), ClientID: "two-readers", Ordered: true})
+	connect(t, c)
+	cancelFirst, err := c.Subscribe("r/#", first.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.expect(t, "r/1 kept")
+	if _, err := c.SubscribeQoS("r/#", 0, second.handle); err != nil {
+		t.Fatal(err)
+	}
+	second.expect(t, "r/1 kept")
+	first.expect(t, "r/1 kept") // the filter asked again: a replay, as after a reconnection
+
+	if err := b.Publish("r/2", []byte("both"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	first.expect(t, "r/2 both")
+	second.expect(t, "r/2 both")
+
+	cancelFirst()
+	cancelFirst() // twice is harmless
+	for _, p := range []string{"after", "marker"} {
+		if err := b.Publish("r/2", []byte(p), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second.expect(t, "r/2 after")
+	second.expect(t, "r/2 marker")
+	select {
+	case got := <-first:
+		t.Errorf("a cancelled handler still received %q", got)
+	default:
+	}
+}

@@ -84,8 +84,8 @@ func (c *Client) newConn() *conn {
 		// this connection subscribes: without a route paho would take
 		// it, ack it, and hand it to no one.
 		c.mu.Lock()
-		for _, s := range c.subs {
-			cn.pc.AddRoute(s.filter, c.route(s))
+		for _, t := range c.subs {
+			cn.pc.AddRoute(t.filter, c.route(t))
 		}
 		c.mu.Unlock()
 	}

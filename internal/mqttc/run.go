@@ -116,17 +116,20 @@ func (c *Client) connectOnce(wasUp *bool, lostAt *time.Time, fails int) error {
 // subscription added meanwhile is made too before that: Subscribe makes
 // its own only once the connection is up.
 func (c *Client) resubscribe(cn *conn) error {
-	made := make(map[*sub]bool)
+	// made holds the QoS each filter was made at: a handler added since
+	// at a higher one has it asked again.
+	made := make(map[*topic]byte)
 	for n := 0; ; {
 		c.mu.Lock()
-		var todo, optional []*sub
-		for _, s := range c.subs {
-			switch {
-			case made[s]:
-			case s.optional:
-				optional = append(optional, s)
-			default:
-				todo = append(todo, s)
+		var todo, optional []*topic
+		for _, t := range c.subs {
+			if q, ok := made[t]; ok && q >= t.qos() {
+				continue
+			}
+			if t.optional() {
+				optional = append(optional, t)
+			} else {
+				todo = append(todo, t)
 			}
 		}
 		if len(todo) == 0 && len(optional) == 0 {
@@ -140,24 +143,30 @@ func (c *Client) resubscribe(cn *conn) error {
 		var err error
 		// Optional ones one by one: a refusal names its filter, and is
 		// not asked again on this connection.
-		for _, s := range optional {
-			switch e := c.subscribe(cn, []*sub{s}); {
+		for _, t := range optional {
+			q := t.qos()
+			switch e := c.subscribe(cn, []*topic{t}); {
 			case e == nil:
-				made[s] = true
+				made[t] = q
 			case errors.Is(e, ErrRefused):
-				made[s] = true
+				made[t] = q
 				c.log.Warn("optional subscription refused; going on without it", "broker", c.opts.Broker, "err", e)
 			default:
 				err = e // the connection's trouble: waited out below
 			}
 		}
 		if err == nil && len(todo) > 0 {
-			err = c.subscribe(cn, todo)
+			qs := make([]byte, len(todo))
+			for i, t := range todo {
+				qs[i] = t.qos()
+			}
+			if err = c.subscribe(cn, todo); err == nil {
+				for i, t := range todo {
+					made[t] = qs[i]
+				}
+			}
 		}
 		if err == nil {
-			for _, s := range todo {
-				made[s] = true
-			}
 			n = 0
 			continue
 		}
