@@ -657,6 +657,7 @@ func (a *Agent) wireConfigs() {
 	}
 	c.connected = func() bool { return a.up != nil && a.up.Stats().Connected }
 	c.onOutcome = a.metrics.bundleOutcome
+	a.metrics.watchTrial(func() bool { return c.watch.Load() != nil })
 	c.report = func(st uplink.BundleStatus) {
 		if a.up == nil {
 			return

@@ -234,6 +234,9 @@ func TestBundleWhoseDevicesNeverAnswerRevertsByItself(t *testing.T) {
 	if _, ok := r.a.catalog().Scene("bedroom"); !ok {
 		t.Fatal("the bundle's new scene is not in use")
 	}
+	if v, ok := r.value("sortie_bundle_on_trial"); !ok || v != 1 {
+		t.Errorf("sortie_bundle_on_trial = %v (%v) after the apply, want 1", v, ok)
+	}
 	start := time.Now()
 	c := r.waitLast(uplink.BundleReverted)
 	if c.Last.Reason != uplink.ReasonDevicesSilent || !strings.Contains(c.Last.Message, "bedroom-light") {
@@ -248,6 +251,7 @@ func TestBundleWhoseDevicesNeverAnswerRevertsByItself(t *testing.T) {
 	for series, want := range map[string]float64{
 		`sortie_bundle_outcomes_total{reason="",status="applied"}`:                1,
 		`sortie_bundle_outcomes_total{reason="devices_silent",status="reverted"}`: 1,
+		`sortie_bundle_on_trial`: 0,
 	} {
 		if v, ok := r.value(series); !ok || v != want {
 			t.Errorf("%s = %v (%v), want %v", series, v, ok, want)

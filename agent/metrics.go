@@ -651,3 +651,17 @@ func (m *instruments) bundleOutcome(o api.BundleOutcome) {
 	}
 	m.bundles.WithLabelValues(string(o.Status), string(o.Reason)).Inc()
 }
+
+// watchTrial registers sortie_bundle_on_trial, read at scrape time: an
+// alert on a gateway whose trial never ends, or a dashboard of the
+// gateways a rollout has on trial now.
+func (m *instruments) watchTrial(onTrial func() bool) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: namespace + "_bundle_on_trial",
+		Help: "1 while a configuration bundle is on trial on this gateway (applied, not yet kept or reverted; docs/fleet.md), else 0."},
+		func() float64 {
+			if onTrial() {
+				return 1
+			}
+			return 0
+		}))
+}
