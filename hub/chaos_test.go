@@ -370,7 +370,7 @@ func (h *hubProc) restart(t *testing.T) string {
 	}
 	cmd := exec.Command(h.bin, "run", "-config", h.config)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = clustertest.ProcAttr(nil)
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		t.Error(err)

@@ -54,10 +54,7 @@ func (p *proc) start() error {
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir, cmd.Env = p.dir, p.env
 	cmd.Stdout, cmd.Stderr = f, f
-	// Pdeathsig: SIGKILL when the test binary dies (a timeout's panic), so
-	// no server outlives its test. Go sets it after the credentials, which
-	// would otherwise clear it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: p.cred}
+	cmd.SysProcAttr = ProcAttr(p.cred)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%s: start: %w", p.name, err)
 	}
