@@ -339,6 +339,7 @@ func (a *API) mission(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	withWaterfall(&d, time.Now())
 	writeJSON(w, http.StatusOK, d)
 }
 

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/waterfall"
 )
 
 // Query selects missions for Missions. Zero fields match everything.
@@ -127,6 +128,8 @@ type Detail struct {
 	Mission
 	Timeline []driver.Event `json:"timeline"`
 	Steps    []StepTiming   `json:"steps"`
+	// Waterfall is the timeline drawn as bars, set by the API.
+	Waterfall *waterfall.Chart `json:"waterfall,omitempty"`
 }
 
 // StepTiming is what the timeline says about one step.
