@@ -501,6 +501,7 @@ async function refreshDetail() {
     for (const b of document.querySelectorAll(".controls button[data-action]")) b.disabled = true;
     $("#d-steps tbody").replaceChildren();
     $("#d-timeline tbody").replaceChildren();
+    $("#d-waterfall").replaceChildren();
     return;
   }
   const s = d.summary;
@@ -514,11 +515,16 @@ async function refreshDetail() {
   if (s.source) sum.append(" · source " + s.source);
   if (s.trace_id) sum.append(" · trace " + s.trace_id);
   if (s.error) {
+    // Once: the reason as people read it, then only the command IDs it
+    // named (the whole text again, as before, read as a second error).
     const p = el("p", null, "err");
     p.append(el("strong", "Error: "), reason(s.error));
-    if (s.error !== reason(s.error)) p.append(el("div", s.error, "meta detail"));
+    const ids = commandIDs(s.error);
+    if (ids) p.append(" ", el("span", ids, "meta detail"));
+    p.title = s.error;
     sum.append(p);
   }
+  renderWaterfall($("#d-waterfall"), d.waterfall);
   const t0 = new Date(created);
   $("#d-steps tbody").replaceChildren(...d.steps.map((st) => {
     const tr = el("tr");
@@ -538,11 +544,9 @@ async function refreshDetail() {
     tr.dataset.input = ev.input;
     const when = el("td", isTime(ev.time) ? "+" + fmtDur((new Date(ev.time) - t0) * 1000) : "");
     if (isTime(ev.time)) when.title = absTime(ev.time);
-    // A wait (an offline device, a delay step) is not an error.
-    const bad = ev.error && ev.input !== "step_wait" && ev.detail !== "gave_way";
     tr.append(el("td", ev.seq), when, el("td", ev.input), el("td", (ev.from || "·") + " → " + ev.to),
       el("td", ev.step >= 0 ? ev.step + 1 + (ev.step_id ? " " + ev.step_id : "") : ""), el("td", ev.attempt || ""),
-      el("td", [ev.error, ev.code && "[" + ev.code + "]", ev.detail].filter(Boolean).join(" · "), bad ? "err" : "note"));
+      el("td", [reason(ev.error) === ev.error ? ev.error : reason(ev.error), ev.code && "[" + ev.code + "]", ev.detail !== ev.error && ev.detail].filter(Boolean).join(" · "), eventTone(ev)));
     return tr;
   }));
   const gaps = $("#d-gaps");
@@ -550,6 +554,189 @@ async function refreshDetail() {
   for (const g of d.gaps || []) {
     gaps.append(el("p", "Events " + g.from + "–" + g.to + (g.compacted ? " were compacted by the gateway (expected)." : " are missing."), g.compacted ? "" : "err"));
   }
+}
+
+// ---- the mission's waterfall ----
+
+// The chart's bars come from the hub (GET …/missions/{id}, "waterfall",
+// derived by driver/waterfall, the agent's code too); this only draws
+// them. Red is for what failed; a step that gave way, an undo left alone
+// and a wait are notes.
+const FAILURE = new Set(["failed", "undo_failed", "retry"]);
+const NOTE = new Set(["superseded", "skipped", "left_alone", "waiting"]);
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = String(text);
+  return e;
+}
+
+function tone(outcome) {
+  if (FAILURE.has(outcome)) return "bad";
+  if (NOTE.has(outcome)) return "note";
+  if (outcome === "undone") return "undone";
+  if (outcome === "succeeded") return "ok";
+  if (outcome === "running") return "live";
+  return "mute";
+}
+
+const words = (s) => (s || "").replace(/_/g, " ");
+
+function barLabel(b) {
+  return (b.undo ? "undo " : b.group ? "‖ " : "") + (b.id || "step " + (b.step + 1));
+}
+
+// barFacts are the lines of a bar's tooltip.
+function barFacts(b) {
+  const out = [barLabel(b) + (b.group ? " (group " + b.group + ")" : "")];
+  if (b.command || b.device) out.push("command: " + [b.device, b.command].filter(Boolean).join(" "));
+  out.push("outcome: " + words(b.outcome) + (b.attempts ? " · attempt " + b.attempts : ""));
+  if (b.outcome !== "not_run") out.push("+" + fmtDur(b.start_us) + " → +" + fmtDur(b.end_us) + " (" + fmtDur(b.end_us - b.start_us) + ")");
+  if (b.taken_by) out.push("the device was taken by mission " + b.taken_by);
+  if (b.reason) out.push("reason: " + reason(b.reason) + (b.code ? " [" + b.code + "]" : ""));
+  const waits = b.segments.filter((s) => s.kind === "wait");
+  const backoffs = b.segments.filter((s) => s.kind === "backoff");
+  if (waits.length) out.push("waited " + fmtDur(waits.reduce((n, s) => n + s.end_us - s.start_us, 0)) + " (" + [...new Set(waits.map((s) => s.why))].join(", ") + ")");
+  if (backoffs.length) out.push("backoff " + fmtDur(backoffs.reduce((n, s) => n + s.end_us - s.start_us, 0)) + " before " + plural(backoffs.length, "retry").replace("retrys", "retries"));
+  return out;
+}
+
+// showTip puts the tooltip under the bar's segments (fixed, so the
+// chart's scrolling box does not clip it), or above near the bottom.
+function showTip(tip, b, anchor) {
+  tip.replaceChildren(...barFacts(b).map((l, i) => el(i ? "div" : "strong", l)));
+  tip.hidden = false;
+  const segs = anchor.querySelectorAll("rect.seg");
+  const r = (segs.length ? segs[0] : anchor).getBoundingClientRect();
+  const row = anchor.getBoundingClientRect();
+  const h = tip.offsetHeight, w = tip.offsetWidth;
+  tip.style.left = Math.max(4, Math.min(r.left, window.innerWidth - w - 8)) + "px";
+  tip.style.top = (row.bottom + h + 8 > window.innerHeight ? row.top - h - 4 : row.bottom + 4) + "px";
+}
+
+// renderWaterfall draws the chart as SVG: a row per bar, its segments on
+// a shared axis (each at least 2 px wide), undos with a leftward arrow,
+// a line where the mission failed. Bars take focus one at a time (arrow
+// keys, Home, End), the tooltip follows focus and hover.
+function renderWaterfall(box, w) {
+  state.lastWaterfall = w;
+  box.replaceChildren();
+  if (!w || !w.bars || !w.bars.length) { box.append(el("p", "No waterfall: the hub has no steps for this mission.", "meta")); return; }
+  // Drawn at the box's own width, so text keeps its size (no scaling).
+  const width = Math.max(640, Math.floor(box.clientWidth || 900) - 4), labelW = 190, rowH = 20, top = 36, plotW = width - labelW - 12;
+  const total = Math.max(w.total_us, 1);
+  const x = (us) => labelW + (us / total) * plotW;
+  const height = top + w.bars.length * rowH + 6;
+  const root = svg("svg", { viewBox: "0 0 " + width + " " + height, width, height, role: "group", "aria-label": "Mission waterfall: " + plural(w.bars.length, "bar") + " over " + fmtDur(w.total_us) });
+  root.classList.add("waterfall");
+  // The axis: five ticks.
+  for (let i = 0; i <= 4; i++) {
+    const us = (total * i) / 4, tx = x(us);
+    root.append(svg("line", { x1: tx, x2: tx, y1: top - 4, y2: height, class: "tick" }),
+      svg("text", { x: tx, y: 12, class: "axis", "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" }, "+" + fmtDur(us)));
+  }
+  const frag = document.createDocumentFragment();
+  w.bars.forEach((b, i) => {
+    const y = top + i * rowH;
+    const g = svg("g", { class: "bar " + tone(b.outcome) + (b.undo ? " undo" : ""), tabindex: i === 0 ? 0 : -1, role: "img",
+      "aria-label": barFacts(b).join("; ") });
+    Object.assign(g.dataset, { step: b.step, undo: b.undo ? "true" : "false", outcome: b.outcome, start: b.start_us, end: b.end_us, group: b.group || "" });
+    g.append(svg("rect", { x: 0, y, width, height: rowH, class: "row" }),
+      svg("text", { x: 4, y: y + 13, class: "label" + (b.group ? " branch" : "") }, barLabel(b).slice(0, 28)));
+    for (const s of b.segments) {
+      const sx = x(s.start_us), sw = Math.max(3, x(s.end_us) - sx);
+      const cls = "seg " + s.kind + (s.kind === "run" ? " " + tone(s.outcome || b.outcome) : "");
+      g.append(svg("rect", { x: sx, y: y + 4, width: sw, height: rowH - 8, class: cls }));
+    }
+    if (b.undo && b.segments.length) {
+      // Compensation runs backwards: an arrow points left at its start.
+      const ax = x(b.start_us);
+      g.append(svg("path", { d: `M${ax - 7},${y + rowH / 2} l7,-5 v10 z`, class: "arrow" }));
+    }
+    frag.append(g);
+  });
+  root.append(frag);
+  if (w.failed_us >= 0) {
+    const fx = x(w.failed_us);
+    root.append(svg("line", { x1: fx, x2: fx, y1: top - 4, y2: height, class: "failed-at" }),
+      svg("text", { x: fx + 3, y: top - 8, class: "failed-at" }, "failed"));
+  }
+  const tip = el("div", null, "wf-tip");
+  tip.hidden = true;
+  tip.setAttribute("role", "tooltip");
+  tip.id = "wf-tip";
+  const bars = () => root.querySelectorAll("g.bar");
+  const bar = (ev) => ev.target.closest && ev.target.closest("g.bar");
+  const at = (g) => w.bars[[...bars()].indexOf(g)];
+  root.addEventListener("mouseover", (ev) => { const g = bar(ev); if (g) showTip(tip, at(g), g); });
+  root.addEventListener("mouseleave", () => { if (!root.contains(document.activeElement)) tip.hidden = true; });
+  root.addEventListener("focusin", (ev) => { const g = bar(ev); if (g) { g.setAttribute("aria-describedby", "wf-tip"); showTip(tip, at(g), g); } });
+  root.addEventListener("focusout", () => { tip.hidden = true; });
+  root.addEventListener("keydown", (ev) => {
+    const g = bar(ev);
+    if (!g) return;
+    const all = [...bars()];
+    const i = all.indexOf(g);
+    const j = { ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: all.length - 1, PageDown: i + 10, PageUp: i - 10 }[ev.key];
+    if (j === undefined) { if (ev.key === "Escape") tip.hidden = true; return; }
+    ev.preventDefault();
+    const next = all[Math.max(0, Math.min(all.length - 1, j))];
+    g.setAttribute("tabindex", "-1");
+    next.setAttribute("tabindex", "0");
+    next.focus();
+  });
+  const legend = el("p", null, "wf-legend meta");
+  for (const [cls, text] of [["ok", "attempt"], ["bad", "failed"], ["note", "gave way / waiting"], ["wait", "not-ready wait"], ["backoff", "backoff before a retry"], ["undone", "undo (◀ runs backwards)"]]) {
+    legend.append(el("span", "", "key " + cls), text + "  ");
+  }
+  legend.append(el("span", "", "key failed-at"), "failed, compensation after it");
+  const csv = el("a", "numbers as CSV");
+  csv.href = "#";
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); downloadCSV(w); });
+  legend.append(" · ", csv, " (also in the Steps and Timeline tables below)");
+  box.append(legend, root, tip);
+}
+
+// waterfallCSV is the numbers behind the picture: a row per segment.
+function waterfallCSV(w) {
+  const q = (v) => { const s = String(v ?? ""); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
+  const rows = [["bar", "step", "id", "undo", "group", "command", "device", "bar_outcome", "taken_by", "segment", "start_us", "end_us", "attempt", "outcome", "why", "reason", "code"]];
+  w.bars.forEach((b, i) => {
+    const segs = b.segments.length ? b.segments : [{}];
+    for (const s of segs) {
+      rows.push([i + 1, b.step + 1, b.id, b.undo ? "yes" : "", b.group, b.command, b.device, b.outcome, b.taken_by, s.kind, s.start_us, s.end_us, s.attempt, s.outcome, s.why, s.reason, s.code]);
+    }
+  });
+  return rows.map((r) => r.map(q).join(",")).join("\n") + "\n";
+}
+
+function downloadCSV(w) {
+  const a = el("a");
+  a.href = URL.createObjectURL(new Blob([waterfallCSV(w)], { type: "text/csv" }));
+  a.download = "waterfall-" + (state.selected ? state.selected.id : "mission") + ".csv";
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+// An event's error is red only when something failed: a wait (an offline
+// device, a delay), a step that gave way to another mission, an undo left
+// alone, and the compensate and note events that restate an error, are
+// notes.
+function eventTone(ev) {
+  if (!ev.error) return "note";
+  if (ev.input === "step_wait" || ev.input === "compensate" || ev.input === "note") return "note";
+  if (ev.detail === "gave_way" || ev.detail === "left alone" || ev.detail === "not_ready") return "note";
+  if (ev.code === "superseded" || ev.code === "skipped") return "note";
+  return "err";
+}
+
+// commandIDs are the "(command …)" parts of an error, which reason drops.
+function commandIDs(err) {
+  return ((err || "").match(/\(command [^()\s]+\)/g) || []).join(" ");
 }
 
 async function control(gw, body) {
