@@ -464,3 +464,72 @@ func artifactDir(t *testing.T) string {
 	}
 	return dir
 }
+
+// bigMission is the timeline of an n-step mission whose every step
+// retried once after a backoff: 4 events a step.
+func bigMission(id string, n int, t0 time.Time) []uplink.Entry {
+	sum := driver.Summary{Scene: "all_lights", State: driver.StateRunning, Steps: n, Created: t0, Updated: t0}
+	var out []uplink.Entry
+	at := t0
+	add := func(d time.Duration, ev driver.Event, st driver.State) {
+		at = at.Add(d)
+		ev.MissionID, ev.Seq, ev.Time, ev.Type, ev.From, ev.To = id, uint64(len(out)+1), at, "transition", sum.State, st
+		sum.State, sum.Updated, sum.Step = st, at, max(ev.Step, 0)
+		out = append(out, uplink.Entry{Seq: uint64(len(out) + 1), Event: ev, Mission: sum})
+	}
+	add(0, driver.Event{Input: driver.InStart, Step: -1}, driver.StateRunning)
+	for i := range n {
+		sid := fmt.Sprintf("%d-light-%d", i+1, i)
+		add(time.Millisecond, driver.Event{Input: driver.InBeginStep, Step: i, StepID: sid, Attempt: 1}, driver.StateStepRunning)
+		add(3*time.Millisecond, driver.Event{Input: driver.InStepError, Step: i, StepID: sid, Attempt: 1, Error: "busy", Code: "busy", Detail: "retryable", Backoff: driver.Duration(2 * time.Millisecond)}, driver.StateStepFailed)
+		add(2*time.Millisecond, driver.Event{Input: driver.InBeginStep, Step: i, StepID: sid, Attempt: 2}, driver.StateStepRunning)
+		add(2*time.Millisecond, driver.Event{Input: driver.InStepOK, Step: i, StepID: sid, Attempt: 2}, driver.StateStepSucceeded)
+	}
+	done := n
+	sum.Done, sum.Finished = &done, at
+	add(0, driver.Event{Input: driver.InComplete, Step: -1}, driver.StateSucceeded)
+	// The step IDs ride on the last summary only: the hub keeps the
+	// latest, and 500 IDs on each of 2,000 entries would be 12 MB.
+	for i := range n {
+		out[len(out)-1].Mission.StepIDs = append(out[len(out)-1].Mission.StepIDs, fmt.Sprintf("%d-light-%d", i+1, i))
+	}
+	return out
+}
+
+// TestDashboardDrawsFiveHundredSteps opens a 500-step mission (2,002
+// events, each step retried once): the page draws 500 bars in order,
+// each with its two attempts and its backoff, within a bound far above
+// what it takes (logged), and End moves the focus to the last bar.
+func TestDashboardDrawsFiveHundredSteps(t *testing.T) {
+	bin := needChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e := newEnv(t, "big")
+	g := newGateway(t, e.broker.URL(), "big")
+	g.online(t)
+	e.waitOnline(t, "big")
+	entries := bigMission("m-500", 500, time.Now().Add(-time.Minute))
+	for i := 0; i < len(entries); i += 250 {
+		g.send(t, entries[i:min(i+250, len(entries))]...)
+	}
+	g.waitAck(t, uint64(len(entries)))
+
+	page := openDashboard(t, ctx, bin, e.http.URL+"/?token="+testToken+"#/gateways/big/missions/m-500")
+	page.waitFor(t, ctx, `document.querySelectorAll("#d-waterfall g.bar").length === 500`)
+	ms := page.str(t, ctx, `(() => { const t = performance.now(); renderWaterfall(document.querySelector("#d-waterfall"), state.lastWaterfall);
+	  document.querySelector("#d-waterfall svg").getBBox(); document.body.getBoundingClientRect(); return String(Math.round(performance.now() - t)); })()`)
+	t.Logf("500 bars drawn in %s ms", ms)
+	var took int
+	if _, err := fmt.Sscan(ms, &took); err != nil || took > 3000 {
+		t.Errorf("drawing 500 bars took %s ms, want well under 3 s", ms)
+	}
+	order := page.str(t, ctx, `String([...document.querySelectorAll("#d-waterfall g.bar")].every((g, i) => +g.dataset.step === i && g.querySelectorAll("rect.seg.run").length === 2 && g.querySelectorAll("rect.seg.backoff").length === 1))`)
+	if order != "true" {
+		t.Error("the 500 bars are not in step order, each with two attempts and a backoff")
+	}
+	if err := page.call(ctx, "Emulation.setFocusEmulationEnabled", map[string]any{"enabled": true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	page.eval(t, ctx, `document.querySelector("#d-waterfall g.bar").focus(); document.activeElement.dispatchEvent(new KeyboardEvent("keydown", {key: "End", bubbles: true}))`)
+	page.waitFor(t, ctx, `document.activeElement.dataset.step === "499" && document.querySelector(".wf-tip").textContent.includes("500-light-499")`)
+}

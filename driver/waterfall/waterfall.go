@@ -196,7 +196,7 @@ func apply(b *Bar, ev driver.Event, at int64) {
 	}
 	closeOpen := func(outcome string) {
 		if s := open(); s != nil {
-			s.EndUS = at
+			s.EndUS = max(at, s.StartUS) // a clock stepped back ends it, never inverts it
 			if s.Kind == KindRun && s.Outcome == "" {
 				s.Outcome = outcome
 			}

@@ -1,6 +1,7 @@
 package waterfall
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -208,5 +209,42 @@ func BenchmarkBuild500(b *testing.B) {
 	steps, evs := bigTimeline(500)
 	for b.Loop() {
 		Build(steps, evs, t0, time.Time{})
+	}
+}
+
+// FuzzBuild feeds Build timelines decoded from arbitrary JSON: whatever
+// an agent sends the hub, the chart is drawn without a panic and every
+// segment lies within it.
+func FuzzBuild(f *testing.F) {
+	steps, evs := bigTimeline(3)
+	seed, _ := json.Marshal(evs)
+	f.Add(seed, 3)
+	f.Add([]byte(`[{"input":"comp_result","step":0},{"input":"begin_step","step":7,"time":"2026-12-06T21:00:01Z"}]`), 0)
+	f.Fuzz(func(t *testing.T, data []byte, n int) {
+		var evs []driver.Event
+		if json.Unmarshal(data, &evs) != nil || n < 0 || n > 1000 {
+			return
+		}
+		for i := range evs {
+			if evs[i].Step > 10000 {
+				return // an index that large would only allocate
+			}
+		}
+		c := Build(steps[:min(n, len(steps))], evs, t0, time.Time{})
+		for _, b := range c.Bars {
+			for _, s := range b.Segments {
+				if s.EndUS < s.StartUS || s.EndUS > c.TotalUS || s.StartUS < 0 {
+					t.Fatalf("segment %+v outside 0..%d", s, c.TotalUS)
+				}
+			}
+		}
+	})
+}
+
+func TestBuildKeepsSegmentsWhenTheClockStepsBack(t *testing.T) {
+	evs := tl{}.add(10, ev(driver.InBeginStep, 0, 1)).add(4, ev(driver.InStepOK, 0, 1))
+	c := Build([]Step{{ID: "a"}}, evs, t0, time.Time{})
+	if s := c.Bars[0].Segments[0]; s.EndUS < s.StartUS {
+		t.Errorf("segment %+v ends before it starts", s)
 	}
 }
