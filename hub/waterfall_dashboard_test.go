@@ -532,4 +532,7 @@ func TestDashboardDrawsFiveHundredSteps(t *testing.T) {
 	}
 	page.eval(t, ctx, `document.querySelector("#d-waterfall g.bar").focus(); document.activeElement.dispatchEvent(new KeyboardEvent("keydown", {key: "End", bubbles: true}))`)
 	page.waitFor(t, ctx, `document.activeElement.dataset.step === "499" && document.querySelector(".wf-tip").textContent.includes("500-light-499")`)
+	// An update of the mission redraws the chart; the focus stays.
+	page.eval(t, ctx, `document.querySelector("#d-waterfall svg").dataset.old = "yes"; refreshDetail()`)
+	page.waitFor(t, ctx, `!document.querySelector("#d-waterfall svg").dataset.old && document.activeElement.dataset.step === "499" && document.querySelectorAll('#d-waterfall g.bar[tabindex="0"]').length === 1`)
 }

@@ -622,6 +622,9 @@ function showTip(tip, b, anchor) {
 // keys, Home, End), the tooltip follows focus and hover.
 function renderWaterfall(box, w) {
   state.lastWaterfall = w;
+  // A live mission is redrawn at each of its updates: the bar that had
+  // the focus keeps it, so the keyboard's place is not lost.
+  const had = box.contains(document.activeElement) ? [...box.querySelectorAll("g.bar")].indexOf(document.activeElement) : -1;
   box.replaceChildren();
   if (!w || !w.bars || !w.bars.length) { box.append(el("p", "No waterfall: the hub has no steps for this mission.", "meta")); return; }
   // Drawn at the box's own width, so text keeps its size (no scaling).
@@ -697,6 +700,13 @@ function renderWaterfall(box, w) {
   csv.addEventListener("click", (ev) => { ev.preventDefault(); downloadCSV(w); });
   legend.append(" · ", csv, " (also in the Steps and Timeline tables below)");
   box.append(legend, root, tip);
+  if (had >= 0) {
+    const all = bars();
+    const g = all[Math.min(had, all.length - 1)];
+    all[0].setAttribute("tabindex", "-1");
+    g.setAttribute("tabindex", "0");
+    g.focus();
+  }
 }
 
 // waterfallCSV is the numbers behind the picture: a row per segment.
