@@ -124,8 +124,11 @@ func Build(steps []Step, evs []driver.Event, start, now time.Time) Chart {
 	}
 	undo := map[int]*Bar{}
 	var undoOrder []int
+	prev := int64(0) // the previous event's offset
 	for _, ev := range evs {
 		at := us(ev.Time)
+		since := prev
+		prev = at
 		if ev.Input == driver.InCompensate && c.FailedUS < 0 {
 			c.FailedUS = at
 		}
@@ -153,7 +156,7 @@ func Build(steps []Step, evs []driver.Event, start, now time.Time) Chart {
 			b.Group = ev.Group
 		}
 		b.Attempts = max(b.Attempts, ev.Attempt)
-		apply(b, ev, at)
+		apply(b, ev, at, since)
 	}
 	c.Bars = append(c.Bars, fwd...)
 	for _, i := range undoOrder {
@@ -186,8 +189,9 @@ func Build(steps []Step, evs []driver.Event, start, now time.Time) Chart {
 	return c
 }
 
-// apply folds one event of a step (or of its undo) into its bar.
-func apply(b *Bar, ev driver.Event, at int64) {
+// apply folds one event of a step (or of its undo) into its bar; since
+// is the previous event's offset.
+func apply(b *Bar, ev driver.Event, at, since int64) {
 	open := func() *Segment {
 		if n := len(b.Segments); n > 0 && b.Segments[n-1].EndUS < 0 {
 			return &b.Segments[n-1]
@@ -206,6 +210,22 @@ func apply(b *Bar, ev driver.Event, at int64) {
 	endBackoff := func() {
 		if n := len(b.Segments); n > 0 && b.Segments[n-1].Kind == KindBackoff && b.Segments[n-1].EndUS > at {
 			b.Segments[n-1].EndUS = max(at, b.Segments[n-1].StartUS)
+		}
+	}
+	// An outcome with no attempt open: a timeline without the begin
+	// (an undo from agents that recorded none, a delay ending where it
+	// waited). The attempt ran after the previous event, or after the
+	// wait it ends.
+	if ev.Input == driver.InStepOK || ev.Input == driver.InStepError || ev.Input == driver.InCompResult {
+		if s := open(); s != nil && s.Kind != KindRun {
+			s.EndUS = max(at, s.StartUS)
+		}
+		if open() == nil {
+			start := since
+			if s := last(b); s != nil {
+				start = max(start, s.EndUS)
+			}
+			b.Segments = append(b.Segments, Segment{Kind: KindRun, StartUS: min(start, at), EndUS: -1, Attempt: ev.Attempt})
 		}
 	}
 	switch ev.Input {

@@ -115,6 +115,23 @@ func TestBuildDrawsEachStepAttemptWaitAndUndo(t *testing.T) {
 			takenBy:  "m-7",
 		},
 		{
+			name: "outcomes without their begins run after the previous event",
+			evs: tl{}.
+				add(1, ev(driver.InBeginStep, 3, 1)).
+				add(2, with(ev(driver.InStepWait, 3, 1), func(e *driver.Event) { e.Code, e.Error = "delay", "waiting 2s" })).
+				add(2002, ev(driver.InStepOK, 3, 1)).
+				add(2010, with(ev(driver.InCompensate, 3, 0), func(e *driver.Event) { e.Error = "cancelled" })).
+				add(2040, with(ev(driver.InCompResult, 1, 1), func(e *driver.Event) { e.Detail = "undone" })).
+				add(2070, with(ev(driver.InCompResult, 0, 1), func(e *driver.Event) { e.Detail = "undone" })),
+			want: []string{
+				"1-light undo=false not_run 0-0ms", "2-ac undo=false not_run 0-0ms", "3-lock undo=false not_run 0-0ms",
+				"4-delay undo=false succeeded 1-2002ms run:waiting wait(delay) run:succeeded",
+				"2-ac undo=true undone 2010-2040ms run:undone",
+				"1-light undo=true undone 2040-2070ms run:undone",
+			},
+			failedMS: 2010,
+		},
+		{
 			name: "a running step and a delay's wait end at now",
 			evs: tl{}.
 				add(1, ev(driver.InBeginStep, 0, 1)).add(2, ev(driver.InStepOK, 0, 1)).
