@@ -313,6 +313,9 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r Retention) (int, err
 	removed := 0
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		removed = 0
+		if err := pruneOutcomes(tx, now); err != nil {
+			return err
+		}
 		fin := tx.Bucket(bucketFinished)
 		total := fin.Stats().KeyN
 		var cutoff []byte

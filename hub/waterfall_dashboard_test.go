@@ -358,8 +358,8 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 	}
 	page.eval(t, ctx, `document.querySelector("#d-waterfall g.bar").focus()`)
 	page.eval(t, ctx, `for (let i = 0; i < 2; i++) document.activeElement.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowDown", bubbles: true}))`)
-	page.waitFor(t, ctx, `document.activeElement && document.activeElement.dataset.step === "2" && !document.querySelector(".wf-tip").hidden`)
-	if tip := page.str(t, ctx, `document.querySelector(".wf-tip").textContent`); !strings.Contains(tip, "3-front-door") || !strings.Contains(tip, "outcome: failed · attempt 1") || !strings.Contains(tip, "jammed") {
+	page.waitFor(t, ctx, `document.activeElement && document.activeElement.dataset.step === "2" && !document.querySelector("#d-waterfall .wf-tip").hidden`)
+	if tip := page.str(t, ctx, `document.querySelector("#d-waterfall .wf-tip").textContent`); !strings.Contains(tip, "3-front-door") || !strings.Contains(tip, "outcome: failed · attempt 1") || !strings.Contains(tip, "jammed") {
 		t.Errorf("tooltip of the lock = %q, want its step, outcome, attempt and reason", tip)
 	}
 	shoot("waterfall-focus")
@@ -391,7 +391,7 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 		t.Errorf("superseded: bar %+v (taken by %q), want superseded as a note, taken by %s", got[1], d.Waterfall.Bars[1].TakenBy, closer2)
 	}
 	page.eval(t, ctx, `document.querySelectorAll("#d-waterfall g.bar")[1].dispatchEvent(new MouseEvent("mouseover", {bubbles: true}))`)
-	if tip := page.str(t, ctx, `document.querySelector(".wf-tip").textContent`); !strings.Contains(tip, "taken by mission "+closer2) {
+	if tip := page.str(t, ctx, `document.querySelector("#d-waterfall .wf-tip").textContent`); !strings.Contains(tip, "taken by mission "+closer2) {
 		t.Errorf("superseded tooltip = %q, want the mission that took the device", tip)
 	}
 	shoot("waterfall-superseded")
@@ -438,6 +438,32 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 	if csvRows != fmt.Sprint(segs) {
 		t.Errorf("CSV has %s rows, want a header and a row per segment (%d)", csvRows, segs)
 	}
+	// Outcomes over time: the day's chart adds up to the API's totals
+	// (every mission is at the hub by now: each was opened above).
+	var o Outcomes
+	if code := e.do(t, "GET", "/api/outcomes?range=24h", "", &o); code != 200 {
+		t.Fatalf("GET /api/outcomes: %d", code)
+	}
+	if o.Total.Finished != 6 || o.Total.Succeeded != 3 || o.Total.Undone != 2 || o.Total.Failed != 1 || o.Total.Superseded != 2 {
+		t.Errorf("outcomes = %+v, want 6 finished: 3 succeeded, 2 undone, 1 failed; 2 steps gave way", o.Total)
+	}
+	page.eval(t, ctx, `document.querySelector("#o-chart").dataset.old = "yes"; loadOutcomes().then(() => { document.querySelector("#o-chart").dataset.old = ""; })`)
+	page.waitFor(t, ctx, `document.querySelector("#o-chart").dataset.old === "" && document.querySelectorAll("#o-chart g.bucket").length === 24`)
+	// (The missions may straddle an hour: kinds are drawn or not, and
+	// the buckets add up to the total.)
+	drawnTotal := page.str(t, ctx, `JSON.stringify(["succeeded", "undone", "failed", "cancelled", "superseded"].map((k) => document.querySelectorAll('#o-chart rect.seg[data-kind="' + k + '"]').length > 0)
+	  .concat([[...document.querySelectorAll("#o-chart g.bucket")].reduce((n, g) => n + +g.dataset.finished, 0)]))`)
+	if drawnTotal != "[true,true,true,false,true,6]" {
+		t.Errorf("outcome chart draws %s (succeeded, undone, failed, cancelled, gave way drawn; missions), want [true,true,true,false,true,6]", drawnTotal)
+	}
+	if head := page.str(t, ctx, `document.querySelector("#o-total").textContent`); !strings.Contains(head, "6 missions finished · 3 succeeded · 2 undone · 1 failed · 0 cancelled · 2 steps gave way") {
+		t.Errorf("outcome totals = %q", head)
+	}
+	// The hours take focus from the keyboard, the latest first.
+	page.eval(t, ctx, `document.querySelector('#o-chart g.bucket[tabindex="0"]').focus(); document.activeElement.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowLeft", bubbles: true}))`)
+	page.waitFor(t, ctx, `document.activeElement === document.querySelectorAll("#o-chart g.bucket")[22] && !document.querySelector("#o-tip").hidden && document.querySelector("#o-tip").textContent.includes("finished")`)
+	page.eval(t, ctx, `document.activeElement.blur(); document.querySelector("#outcomes-panel").scrollIntoView()`)
+	shoot("outcomes-24h")
 	// Dark mode.
 	if err := page.call(ctx, "Emulation.setEmulatedMedia", map[string]any{"features": []map[string]string{{"name": "prefers-color-scheme", "value": "dark"}}}, nil); err != nil {
 		t.Fatal(err)
@@ -531,7 +557,7 @@ func TestDashboardDrawsFiveHundredSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	page.eval(t, ctx, `document.querySelector("#d-waterfall g.bar").focus(); document.activeElement.dispatchEvent(new KeyboardEvent("keydown", {key: "End", bubbles: true}))`)
-	page.waitFor(t, ctx, `document.activeElement.dataset.step === "499" && document.querySelector(".wf-tip").textContent.includes("500-light-499")`)
+	page.waitFor(t, ctx, `document.activeElement.dataset.step === "499" && document.querySelector("#d-waterfall .wf-tip").textContent.includes("500-light-499")`)
 	// An update of the mission redraws the chart; the focus stays.
 	page.eval(t, ctx, `document.querySelector("#d-waterfall svg").dataset.old = "yes"; refreshDetail()`)
 	page.waitFor(t, ctx, `!document.querySelector("#d-waterfall svg").dataset.old && document.activeElement.dataset.step === "499" && document.querySelectorAll('#d-waterfall g.bar[tabindex="0"]').length === 1`)

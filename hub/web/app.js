@@ -409,6 +409,7 @@ async function loadAll() {
   try {
     await loadGateways();
     await loadMissions(false);
+    await loadOutcomes();
     if (state.selected) await refreshDetail();
     else followHash();
     notice("");
@@ -442,6 +443,7 @@ function connect() {
     if (held && held.seq > m.seq) return;
     const before = state.seen.get(k) || (state.missions.get(k) || { summary: {} }).summary.state;
     state.seen.set(k, m.summary.state);
+    if (TERMINAL.has(m.summary.state) && before !== m.summary.state) scheduleOutcomes();
     if (m.summary.state === "FAILED" && before !== "FAILED") {
       state.failed.set(m.gateway, (state.failed.get(m.gateway) || 0) + 1);
       renderGateways();
@@ -606,15 +608,49 @@ function barFacts(b) {
 // showTip puts the tooltip under the bar's segments (fixed, so the
 // chart's scrolling box does not clip it), or above near the bottom.
 function showTip(tip, b, anchor) {
-  tip.replaceChildren(...barFacts(b).map((l, i) => el(i ? "div" : "strong", l)));
-  tip.hidden = false;
   const segs = anchor.querySelectorAll("rect.seg");
-  const r = (segs.length ? segs[0] : anchor).getBoundingClientRect();
+  placeTip(tip, barFacts(b), anchor, segs.length ? segs[0] : anchor);
+}
+
+// placeTip fills a tooltip with lines and puts it under the anchor (at
+// the left of from), or above it near the window's bottom.
+function placeTip(tip, lines, anchor, from = anchor) {
+  tip.replaceChildren(...lines.map((l, i) => el(i ? "div" : "strong", l)));
+  tip.hidden = false;
+  const r = from.getBoundingClientRect();
   const row = anchor.getBoundingClientRect();
   const h = tip.offsetHeight, w = tip.offsetWidth;
   tip.style.left = Math.max(4, Math.min(r.left, window.innerWidth - w - 8)) + "px";
   tip.style.top = (row.bottom + h + 8 > window.innerHeight ? row.top - h - 4 : row.bottom + 4) + "px";
 }
+
+// chartKeys makes the marks (sel) of a chart one tab stop: the tooltip
+// follows hover and focus (show(tip, index, mark)), and the keys of
+// moves (key -> function of the current index) move the focus.
+function chartKeys(root, sel, tip, moves, show) {
+  const marks = () => [...root.querySelectorAll(sel)];
+  const mark = (ev) => ev.target.closest && ev.target.closest(sel);
+  const showFor = (g) => { tip.follow = () => show(tip, marks().indexOf(g), g); tip.follow(); };
+  root.addEventListener("mouseover", (ev) => { const g = mark(ev); if (g) showFor(g); });
+  root.addEventListener("mouseleave", () => { if (!root.contains(document.activeElement)) tip.hidden = true; });
+  root.addEventListener("focusin", (ev) => { const g = mark(ev); if (g) { g.setAttribute("aria-describedby", tip.id); showFor(g); } });
+  root.addEventListener("focusout", () => { tip.hidden = true; });
+  root.addEventListener("keydown", (ev) => {
+    const g = mark(ev);
+    if (!g) return;
+    const all = marks();
+    const i = all.indexOf(g);
+    const move = moves[ev.key];
+    if (!move) { if (ev.key === "Escape") tip.hidden = true; return; }
+    ev.preventDefault();
+    const next = all[Math.max(0, Math.min(all.length - 1, move(i, all.length)))];
+    g.setAttribute("tabindex", "-1");
+    next.setAttribute("tabindex", "0");
+    next.focus();
+  });
+}
+
+const ENDS = { Home: () => 0, End: (_, n) => n - 1 };
 
 // renderWaterfall draws the chart as SVG: a row per bar, its segments on
 // a shared axis (each at least 2 px wide), undos with a leftward arrow,
@@ -671,25 +707,8 @@ function renderWaterfall(box, w) {
   tip.setAttribute("role", "tooltip");
   tip.id = "wf-tip";
   const bars = () => root.querySelectorAll("g.bar");
-  const bar = (ev) => ev.target.closest && ev.target.closest("g.bar");
-  const at = (g) => w.bars[[...bars()].indexOf(g)];
-  root.addEventListener("mouseover", (ev) => { const g = bar(ev); if (g) showTip(tip, at(g), g); });
-  root.addEventListener("mouseleave", () => { if (!root.contains(document.activeElement)) tip.hidden = true; });
-  root.addEventListener("focusin", (ev) => { const g = bar(ev); if (g) { g.setAttribute("aria-describedby", "wf-tip"); showTip(tip, at(g), g); } });
-  root.addEventListener("focusout", () => { tip.hidden = true; });
-  root.addEventListener("keydown", (ev) => {
-    const g = bar(ev);
-    if (!g) return;
-    const all = [...bars()];
-    const i = all.indexOf(g);
-    const j = { ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: all.length - 1, PageDown: i + 10, PageUp: i - 10 }[ev.key];
-    if (j === undefined) { if (ev.key === "Escape") tip.hidden = true; return; }
-    ev.preventDefault();
-    const next = all[Math.max(0, Math.min(all.length - 1, j))];
-    g.setAttribute("tabindex", "-1");
-    next.setAttribute("tabindex", "0");
-    next.focus();
-  });
+  chartKeys(root, "g.bar", tip, Object.assign({ ArrowDown: (i) => i + 1, ArrowUp: (i) => i - 1, PageDown: (i) => i + 10, PageUp: (i) => i - 10 }, ENDS),
+    (t, i, g) => showTip(t, w.bars[i], g));
   const legend = el("p", null, "wf-legend meta");
   for (const [cls, text] of [["ok", "attempt"], ["bad", "failed"], ["note", "gave way / waiting"], ["wait", "not-ready wait"], ["backoff", "backoff before a retry"], ["undone", "undo (◀ runs backwards)"]]) {
     legend.append(el("span", "", "key " + cls), text + "  ");
@@ -723,13 +742,7 @@ function waterfallCSV(w) {
 }
 
 function downloadCSV(w) {
-  const a = el("a");
-  a.href = URL.createObjectURL(new Blob([waterfallCSV(w)], { type: "text/csv" }));
-  a.download = "waterfall-" + (state.selected ? state.selected.id : "mission") + ".csv";
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+  download("waterfall-" + (state.selected ? state.selected.id : "mission") + ".csv", waterfallCSV(w));
 }
 
 // An event's error is red only when something failed: a wait (an offline
@@ -747,6 +760,144 @@ function eventTone(ev) {
 // commandIDs are the "(command …)" parts of an error, which reason drops.
 function commandIDs(err) {
   return ((err || "").match(/\(command [^()\s]+\)/g) || []).join(" ");
+}
+
+// ---- outcomes over time ----
+
+// The hub rolls finished missions up by hour (GET /api/outcomes): the
+// page draws the range as stacked bars (succeeded, undone, failed,
+// cancelled; steps that gave way as an amber tick) with the p50 and p95
+// durations as lines, and the same numbers as a table and CSV.
+const OUTCOME_KEYS = [["succeeded", "ok"], ["undone", "undone"], ["failed", "bad"], ["cancelled", "mute"]];
+
+async function loadOutcomes() {
+  const f = filters();
+  const q = new URLSearchParams({ range: $("#o-range").value });
+  if (f.gateway) q.set("gateway", f.gateway);
+  else if (f.scene) q.set("scene", f.scene);
+  const o = await api("/api/outcomes?" + q);
+  state.outcomes = o;
+  renderOutcomes($("#o-chart"), o);
+}
+
+// scheduleOutcomes reloads the outcomes at most every 5 s while missions
+// finish.
+function scheduleOutcomes() {
+  if (state.outcomesTimer) return;
+  state.outcomesTimer = setTimeout(() => {
+    state.outcomesTimer = null;
+    loadOutcomes().catch((e) => notice(e.message));
+  }, 5000);
+}
+
+const bucketLabel = (o, b) => {
+  const d = new Date(b.start);
+  return o.step === "hour"
+    ? d.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" })
+    : d.toLocaleDateString(undefined, { month: "short", day: "numeric", timeZone: "UTC" });
+};
+
+function bucketFacts(o, b) {
+  return [bucketLabel(o, b) + (o.step === "hour" ? "" : " (UTC day)") + ": " + plural(b.finished, "mission") + " finished",
+    "succeeded " + b.succeeded + " · undone " + b.undone + " · failed " + b.failed + " · cancelled " + b.cancelled,
+    plural(b.superseded, "step") + " gave way to a newer mission",
+    b.finished ? "duration p50 " + fmtDur(b.p50_ms * 1000) + " · p95 " + fmtDur(b.p95_ms * 1000) : "no durations"];
+}
+
+function renderOutcomes(box, o) {
+  box.replaceChildren();
+  const t = o.total;
+  const scope = o.gateway ? "gateway " + o.gateway : o.scene ? "scene " + o.scene : "every gateway";
+  const head = el("p", scope + ": " + plural(t.finished, "mission") + " finished · " + t.succeeded + " succeeded · " + t.undone + " undone · " +
+    t.failed + " failed · " + t.cancelled + " cancelled · " + plural(t.superseded, "step") + " gave way" +
+    (t.finished ? " · p50 " + fmtDur(t.p50_ms * 1000) + ", p95 " + fmtDur(t.p95_ms * 1000) : ""), "meta");
+  head.id = "o-total";
+  const width = Math.max(480, Math.floor(box.clientWidth || 800) - 4), left = 40, top = 8, barH = 120, lineH = 60, gap = 18;
+  const n = o.buckets.length, slot = (width - left - 8) / n, bw = Math.max(2, slot - 2);
+  const maxN = Math.max(1, ...o.buckets.map((b) => b.finished));
+  const maxD = Math.max(1, ...o.buckets.map((b) => b.p95_ms));
+  const height = top + barH + gap + lineH + 18;
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": "Outcomes by " + o.step + ", " + o.range });
+  root.classList.add("outcomes");
+  root.append(svg("text", { x: 0, y: top + 10, class: "axis" }, maxN), svg("text", { x: 0, y: top + barH, class: "axis" }, "0"),
+    svg("text", { x: 0, y: top + barH + gap + 10, class: "axis" }, fmtDur(maxD * 1000)),
+    svg("line", { x1: left, x2: width, y1: top + barH, y2: top + barH, class: "tick" }));
+  const p50 = [], p95 = [];
+  o.buckets.forEach((b, i) => {
+    const x = left + i * slot;
+    const g = svg("g", { class: "bucket", tabindex: i === n - 1 ? 0 : -1, role: "img", "aria-label": bucketFacts(o, b).join("; ") });
+    g.dataset.start = b.start;
+    g.dataset.finished = b.finished;
+    g.append(svg("rect", { x, y: top, width: slot, height: barH + gap + lineH, class: "row" }));
+    let y = top + barH;
+    for (const [k, cls] of OUTCOME_KEYS) {
+      if (!b[k]) continue;
+      const h = (b[k] / maxN) * barH;
+      y -= h;
+      g.append(svg("rect", { x: x + 1, y, width: bw, height: Math.max(1, h), class: "seg " + cls, "data-kind": k }));
+    }
+    if (b.superseded) g.append(svg("rect", { x: x + 1, y: top + barH + 2, width: bw, height: 3, class: "seg note", "data-kind": "superseded" }));
+    if (b.finished) {
+      const cx = x + slot / 2, base = top + barH + gap + lineH;
+      p50.push([cx, base - (b.p50_ms / maxD) * lineH]);
+      p95.push([cx, base - (b.p95_ms / maxD) * lineH]);
+    }
+    root.append(g);
+  });
+  const path = (pts, cls) => {
+    if (pts.length) root.append(svg("path", { d: "M" + pts.map((p) => p.join(",")).join(" L"), class: cls }));
+    for (const [cx, cy] of pts) root.append(svg("circle", { cx, cy, r: 2.5, class: cls })); // a lone hour still shows
+  };
+  path(p95, "p95");
+  path(p50, "p50");
+  const first = o.buckets[0], last = o.buckets[n - 1];
+  root.append(svg("text", { x: left, y: height - 2, class: "axis" }, bucketLabel(o, first)),
+    svg("text", { x: width - 4, y: height - 2, class: "axis", "text-anchor": "end" }, bucketLabel(o, last)));
+  const tip = el("div", null, "wf-tip");
+  tip.hidden = true;
+  tip.setAttribute("role", "tooltip");
+  tip.id = "o-tip";
+  chartKeys(root, "g.bucket", tip, Object.assign({ ArrowRight: (i) => i + 1, ArrowLeft: (i) => i - 1 }, ENDS),
+    (t, i, g) => placeTip(t, bucketFacts(o, o.buckets[i]), g));
+  const legend = el("p", null, "wf-legend meta");
+  for (const [cls, text] of [["ok", "succeeded"], ["undone", "undone"], ["bad", "failed"], ["mute", "cancelled"], ["note", "steps that gave way"]]) legend.append(el("span", "", "key " + cls), text + "  ");
+  legend.append("— p50, - - p95 duration · ");
+  const csv = el("a", "numbers as CSV");
+  csv.href = "#";
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); download("outcomes-" + o.range + ".csv", outcomesCSV(o)); });
+  legend.append(csv);
+  const table = el("details");
+  table.append(el("summary", "numbers"));
+  const tbl = el("table", null, "o-table");
+  const hr = el("tr");
+  for (const h of ["from", "finished", "succeeded", "undone", "failed", "cancelled", "gave way", "p50", "p95"]) hr.append(el("th", h));
+  const thead = el("thead");
+  thead.append(hr);
+  const tbody = el("tbody");
+  for (const b of o.buckets) {
+    const tr = el("tr");
+    for (const v of [bucketLabel(o, b), b.finished, b.succeeded, b.undone, b.failed, b.cancelled, b.superseded, b.finished ? fmtDur(b.p50_ms * 1000) : "", b.finished ? fmtDur(b.p95_ms * 1000) : ""]) tr.append(el("td", v));
+    tbody.append(tr);
+  }
+  tbl.append(thead, tbody);
+  table.append(tbl);
+  box.append(head, legend, root, tip, table);
+}
+
+function outcomesCSV(o) {
+  const rows = [["start", "finished", "succeeded", "undone", "failed", "cancelled", "superseded_steps", "p50_ms", "p95_ms"]];
+  for (const b of o.buckets) rows.push([b.start, b.finished, b.succeeded, b.undone, b.failed, b.cancelled, b.superseded, b.p50_ms, b.p95_ms]);
+  return rows.map((r) => r.join(",")).join("\n") + "\n";
+}
+
+function download(name, text) {
+  const a = el("a");
+  a.href = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
 async function control(gw, body) {
@@ -796,7 +947,12 @@ document.addEventListener("DOMContentLoaded", () => {
     state.token = "";
     showLogin();
   });
-  $("#filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadMissions(false).catch((e) => notice(e.message)); });
+  $("#filters").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    loadMissions(false).catch((e) => notice(e.message));
+    loadOutcomes().catch((e) => notice(e.message));
+  });
+  $("#o-range").addEventListener("change", () => loadOutcomes().catch((e) => notice(e.message)));
   $("#more").addEventListener("click", () => loadMissions(true).catch((e) => notice(e.message)));
   $("#d-close").addEventListener("click", () => closeMission());
   for (const b of document.querySelectorAll(".controls button[data-action]")) {
@@ -806,6 +962,14 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
   window.addEventListener("hashchange", followHash);
+  // Tooltips are fixed to the window: a scroll would leave them behind.
+  // The one beside the focused bar follows it; the others go.
+  window.addEventListener("scroll", () => {
+    for (const t of document.querySelectorAll(".wf-tip")) {
+      if (t.parentElement.contains(document.activeElement) && t.follow) t.follow();
+      else t.hidden = true;
+    }
+  }, true);
   setInterval(refreshTimes, 5000); // keep "12 sec. ago" true
   if (!state.token) { showLogin(); return; }
   $("#logout").hidden = false;
