@@ -53,6 +53,9 @@ type Reader interface {
 	Mission(ctx context.Context, gw, id string) (Detail, error)
 	FailedSince(ctx context.Context, since time.Time) (map[string]int, error)
 	Trace(ctx context.Context, gw, requestID string) (Trace, error)
+	// OutcomeHours returns one scope's outcome roll-up rows by hour
+	// (hub/outcomes.go).
+	OutcomeHours(ctx context.Context, scope string, from, to int64) (map[int64]OutcomeRow, error)
 }
 
 // Backing is a hub store: the single hub's bbolt Store, or the cluster
@@ -119,6 +122,7 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 	a.mux.HandleFunc("/api/gateways", a.auth(a.method(http.MethodGet, a.gateways)))
 	a.mux.HandleFunc("/api/missions", a.auth(a.method(http.MethodGet, a.missions)))
 	a.mux.HandleFunc("/api/gateways/{gw}/missions/{id}", a.auth(a.method(http.MethodGet, a.mission)))
+	a.mux.HandleFunc("/api/outcomes", a.auth(a.method(http.MethodGet, a.outcomes)))
 	a.mux.HandleFunc("/api/gateways/{gw}/control", a.auth(a.method(http.MethodPost, a.control)))
 	a.mux.HandleFunc("/api/gateways/{gw}/why/{request_id}", a.auth(a.method(http.MethodGet, a.why)))
 	a.mux.HandleFunc("/api/stream", a.auth(a.method(http.MethodGet, a.stream)))
@@ -339,6 +343,7 @@ func (a *API) mission(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	withWaterfall(&d, time.Now())
 	writeJSON(w, http.StatusOK, d)
 }
 

@@ -138,6 +138,9 @@ type applier struct {
 	// when the transaction first read it.
 	created     map[string]bool
 	finishedOld map[string]time.Time
+	// before is each mission's summary when the transaction first read
+	// it (none for a mission it created), for the outcome roll-up.
+	before map[string]driver.Summary
 	// dirty marks missions with a new event; others are not rewritten.
 	dirty map[string]bool
 	// events are the new events in order; stored marks them by key.
@@ -170,7 +173,7 @@ func (e NewEvent) JSON() ([]byte, error) {
 func newApplier(r txReader) *applier {
 	return &applier{
 		r: r, gws: map[string]*Gateway{}, missions: map[string]*Mission{}, created: map[string]bool{},
-		finishedOld: map[string]time.Time{}, dirty: map[string]bool{}, stored: map[string]bool{},
+		finishedOld: map[string]time.Time{}, before: map[string]driver.Summary{}, dirty: map[string]bool{}, stored: map[string]bool{},
 		changedTraces: map[string]*Trace{},
 		res:           Result{Acks: map[string]OutboxAck{}, TraceAcks: map[string]OutboxAck{}},
 	}
@@ -477,6 +480,7 @@ func (a *applier) mission(gw, id string, sum driver.Summary, now time.Time) (*Mi
 		a.created[mk] = true
 	}
 	a.finishedOld[mk] = finishedAt(m)
+	a.before[mk] = m.Summary
 	a.missions[mk] = m
 	return m, nil
 }
@@ -597,5 +601,5 @@ func boltFlush(tx *bolt.Tx, a *applier) error {
 			}
 		}
 	}
-	return nil
+	return boltOutcomes(tx, a.outcomeDeltas())
 }

@@ -82,6 +82,15 @@ var pgMigrations = [][]string{
 			PRIMARY KEY (gateway, request_id))`,
 		`CREATE INDEX IF NOT EXISTS sortie_traces_updated ON sortie_traces (updated)`,
 	},
+	// 2: the outcome roll-up (hub/outcomes.go): scope, hour since 1970
+	// UTC, and the row's counters and duration histogram.
+	{
+		`CREATE TABLE IF NOT EXISTS sortie_outcomes (
+			scope text NOT NULL,
+			hour  bigint NOT NULL,
+			v     bigint[] NOT NULL,
+			PRIMARY KEY (scope, hour))`,
+	},
 }
 
 // OpenPG connects to the database at dsn (a pgx connection string) and
@@ -551,7 +560,7 @@ func pgFlush(ctx context.Context, tx pgx.Tx, a *applier) error {
 			return fmt.Errorf("write missions: %w", err)
 		}
 	}
-	return nil
+	return pgOutcomes(ctx, tx, a.outcomeDeltas())
 }
 
 // Gateways returns every gateway, by ID.
@@ -744,6 +753,9 @@ func (s *PGStore) Prune(ctx context.Context, now time.Time, r Retention) (int, e
 				return err
 			}
 		}
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM sortie_outcomes WHERE hour < $1`, now.Add(-outcomeRetention).Unix()/3600); err != nil {
+		return 0, fmt.Errorf("prune outcomes: %w", err)
 	}
 	if r.MaxAge > 0 {
 		err := prune(`SELECT gateway, id FROM sortie_missions WHERE finished_ns < $1

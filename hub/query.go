@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/waterfall"
 )
 
 // Query selects missions for Missions. Zero fields match everything.
@@ -127,6 +128,8 @@ type Detail struct {
 	Mission
 	Timeline []driver.Event `json:"timeline"`
 	Steps    []StepTiming   `json:"steps"`
+	// Waterfall is the timeline drawn as bars, set by the API.
+	Waterfall *waterfall.Chart `json:"waterfall,omitempty"`
 }
 
 // StepTiming is what the timeline says about one step.
@@ -310,6 +313,9 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r Retention) (int, err
 	removed := 0
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		removed = 0
+		if err := pruneOutcomes(tx, now); err != nil {
+			return err
+		}
 		fin := tx.Bucket(bucketFinished)
 		total := fin.Stats().KeyN
 		var cutoff []byte

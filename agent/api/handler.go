@@ -19,6 +19,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/waterfall"
 	"github.com/sortie-edge/sortie/internal/httpjson"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
@@ -306,6 +307,9 @@ type MissionList struct {
 type MissionDetail struct {
 	Mission  *driver.Mission `json:"mission"`
 	Timeline []driver.Event  `json:"timeline"`
+	// Waterfall is the timeline drawn as bars (see Waterfall); absent
+	// from agents before it.
+	Waterfall *waterfall.Chart `json:"waterfall,omitempty"`
 }
 
 // missionFilter reads the list query. since and until take RFC 3339
@@ -446,7 +450,7 @@ func (s *Handler) getMission(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, id)
 		return
 	}
-	writeJSON(w, http.StatusOK, MissionDetail{Mission: m, Timeline: evs})
+	writeJSON(w, http.StatusOK, MissionDetail{Mission: m, Timeline: evs, Waterfall: Waterfall(m, evs, time.Now())})
 }
 
 // SubmitRequest is the body of POST /api/missions. RequestID is

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/waterfall"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -20,6 +21,19 @@ type Options struct {
 	Loc *time.Location
 	// Now dates unfinished missions ("running for 3s"); zero leaves it out.
 	Now time.Time
+	// Color paints failures red and notes (waits, steps that gave way to
+	// another mission, undos left alone) yellow, for a terminal.
+	Color bool
+	// Waterfall, when set, is drawn after the steps (see Waterfall).
+	Waterfall *waterfall.Chart
+}
+
+// paint wraps s in an ANSI colour when o.Color is set.
+func (o Options) paint(code, s string) string {
+	if !o.Color || code == "" {
+		return s
+	}
+	return code + s + ansiReset
 }
 
 func (o Options) loc() *time.Location {
@@ -57,17 +71,20 @@ func Mission(m *driver.Mission, evs []driver.Event, o Options) string {
 			mark = "  <- current"
 		}
 		fmt.Fprintf(&b, "  %d. %s: %s%s\n", i+1, st.ID, stepLabel(st), mark)
-		fmt.Fprintf(&b, "     %s\n", resultLine(r, st.ContinueOnError, st.Kind == scenes.DelayKind))
-		writeNotes(&b, notes.forward[i], r)
+		fmt.Fprintf(&b, "     %s\n", o.paint(statusColour(r.Status), resultLine(r, st.ContinueOnError, st.Kind == scenes.DelayKind)))
+		writeNotes(&b, notes.forward[i], r, o)
 	}
 	if order := undoOrder(m, evs); len(order) > 0 {
 		b.WriteString("\nUndo (compensations, in the order they ran)\n")
 		for _, i := range order {
 			u := m.Undo[i]
 			fmt.Fprintf(&b, "  %d. %s: undo: %s\n", i+1, m.Steps[i].ID, undoLabel(m.Steps[i]))
-			fmt.Fprintf(&b, "     %s\n", resultLine(u, false, false))
-			writeNotes(&b, notes.undo[i], u)
+			fmt.Fprintf(&b, "     %s\n", o.paint(undoColour(u, m.Results[i].Status), resultLine(u, false, false)))
+			writeNotes(&b, notes.undo[i], u, o)
 		}
+	}
+	if o.Waterfall != nil {
+		b.WriteString(Waterfall(o.Waterfall, WaterfallOptions{Color: o.Color}))
 	}
 	if o.Verbose {
 		renderEvents(&b, m, evs)
@@ -113,7 +130,7 @@ func renderHeader(b *strings.Builder, m *driver.Mission, o Options) {
 		row("Retried", "%s by an operator", times(m.Progress.Gen))
 	}
 	if m.Error != "" {
-		row("Error", "%s", m.Error)
+		row("Error", "%s", o.paint(ansiRed, m.Error))
 	}
 	tw.flush()
 }
@@ -157,6 +174,7 @@ type note struct {
 	at    time.Duration // since the mission was created
 	last  time.Duration
 	text  string
+	bad   bool // a failure (red), not a note
 	count int
 	key   string // equal keys in a row collapse
 }
@@ -177,7 +195,7 @@ func stepNotes(m *driver.Mission, evs []driver.Event) notes {
 		}
 	}
 	run := 1
-	add := func(to map[int][]note, ev driver.Event, text, key string) {
+	add := func(to map[int][]note, ev driver.Event, text, key string, bad bool) {
 		if retried {
 			text = fmt.Sprintf("[run %d] %s", run, text)
 			if key != "" { // an empty key means "never collapse"
@@ -191,7 +209,7 @@ func stepNotes(m *driver.Mission, evs []driver.Event) notes {
 			list[n-1].last = at
 			return
 		}
-		to[ev.Step] = append(list, note{at: at, last: at, text: text, count: 1, key: key})
+		to[ev.Step] = append(list, note{at: at, last: at, text: text, bad: bad, count: 1, key: key})
 	}
 	for _, ev := range evs {
 		undo := ev.From == driver.StateCompensating || ev.Input == driver.InCompBegin || ev.Input == driver.InCompResult
@@ -202,24 +220,24 @@ func stepNotes(m *driver.Mission, evs []driver.Event) notes {
 		switch ev.Input {
 		case driver.InRetry:
 			run++
-			add(ns.forward, ev, "retried by an operator "+strings.TrimPrefix(ev.Detail, "retry "), "")
+			add(ns.forward, ev, "retried by an operator "+strings.TrimPrefix(ev.Detail, "retry "), "", false)
 		case driver.InStepWait:
 			if ev.Code == scenes.DelayCode {
 				continue // the step's label and result say it
 			}
 			msg := ev.Error + codeSuffix(ev.Code)
-			add(target, ev, "not ready, waiting: "+msg, "wait/"+msg)
+			add(target, ev, "not ready, waiting: "+msg, "wait/"+msg, false)
 		case driver.InStepError, driver.InCompResult:
 			if ev.Input == driver.InCompResult && ev.Error == "" {
 				continue // the outcome line says it
 			}
 			text, key := failureNote(ev)
-			add(target, ev, text, key)
+			add(target, ev, text, key, key == "" && ev.Detail != driver.GaveWay.String() && ev.Detail != "left alone")
 		case driver.InRecover:
-			add(target, ev, "recovered after a restart; re-executed with the same idempotency key", "")
+			add(target, ev, "recovered after a restart; re-executed with the same idempotency key", "", false)
 		case driver.InNext:
 			if strings.HasPrefix(ev.Detail, "continue_on_error") {
-				add(ns.forward, ev, "failed; the mission went on (on_error = continue)", "")
+				add(ns.forward, ev, "failed; the mission went on (on_error = continue)", "", true)
 			}
 		}
 	}
@@ -257,20 +275,54 @@ func failureNote(ev driver.Event) (text, key string) {
 
 // writeNotes writes a step's story, then its last error unless the
 // story already ends with it.
-func writeNotes(b *strings.Builder, ns []note, r driver.StepResult) {
+func writeNotes(b *strings.Builder, ns []note, r driver.StepResult, o Options) {
 	for _, n := range ns {
+		colour := ansiYellow
+		if n.bad {
+			colour = ansiRed
+		}
 		if n.count > 1 {
-			fmt.Fprintf(b, "     %-9s %s  (x%d until %s)\n", rel(n.at), n.text, n.count, rel(n.last))
+			fmt.Fprintf(b, "     %-9s %s\n", rel(n.at), o.paint(colour, fmt.Sprintf("%s  (x%d until %s)", n.text, n.count, rel(n.last))))
 			continue
 		}
-		fmt.Fprintf(b, "     %-9s %s\n", rel(n.at), n.text)
+		fmt.Fprintf(b, "     %-9s %s\n", rel(n.at), o.paint(colour, n.text))
 	}
 	if r.Error == "" || r.Status == driver.StepSucceeded {
 		return
 	}
 	if len(ns) == 0 || !strings.Contains(ns[len(ns)-1].text, r.Error) {
-		fmt.Fprintf(b, "     last error%s: %s\n", codeSuffix(r.Code), r.Error)
+		fmt.Fprintf(b, "     %s\n", o.paint(statusColour(r.Status), fmt.Sprintf("last error%s: %s", codeSuffix(r.Code), r.Error)))
 	}
+}
+
+// statusColour is red for a failed step only: a step that gave way, was
+// skipped or waits is a note.
+func statusColour(s driver.StepStatus) string {
+	switch s {
+	case driver.StepFailed:
+		return ansiRed
+	case driver.StepSucceeded:
+		return ansiGreen
+	case driver.StepCompensated:
+		return ansiPurple
+	case driver.StepPending:
+		return ""
+	}
+	return ansiYellow
+}
+
+// undoColour colours an undo's result: an undo left alone (its step is
+// superseded) is a note, an undo that gave up a failure.
+func undoColour(u driver.StepResult, step driver.StepStatus) string {
+	switch {
+	case step == driver.StepSuperseded:
+		return ansiYellow
+	case u.Status == driver.StepFailed:
+		return ansiRed
+	case u.Status == driver.StepSucceeded:
+		return ansiPurple
+	}
+	return ""
 }
 
 // undoOrder lists the steps that have a compensation result, in the

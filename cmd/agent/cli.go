@@ -227,7 +227,11 @@ func cmdMissions(ctx context.Context, e *cli.Env, action string, args []string) 
 			return fmt.Errorf("mission %s: the answer holds no mission", pos[0])
 		}
 		return o.answer(raw, cf.json, func() string {
-			return view.Mission(d.Mission, d.Timeline, view.Options{Verbose: verbose, Loc: o.loc, Now: o.now()})
+			vo := view.Options{Verbose: verbose, Loc: o.loc, Now: o.now()}
+			if tty, colour := terminal(o.stdout); tty {
+				vo.Waterfall, vo.Color = d.Waterfall, colour
+			}
+			return view.Mission(d.Mission, d.Timeline, vo)
 		})
 	}
 	var body any

@@ -409,6 +409,7 @@ async function loadAll() {
   try {
     await loadGateways();
     await loadMissions(false);
+    await loadOutcomes();
     if (state.selected) await refreshDetail();
     else followHash();
     notice("");
@@ -442,6 +443,7 @@ function connect() {
     if (held && held.seq > m.seq) return;
     const before = state.seen.get(k) || (state.missions.get(k) || { summary: {} }).summary.state;
     state.seen.set(k, m.summary.state);
+    if (TERMINAL.has(m.summary.state) && before !== m.summary.state) scheduleOutcomes();
     if (m.summary.state === "FAILED" && before !== "FAILED") {
       state.failed.set(m.gateway, (state.failed.get(m.gateway) || 0) + 1);
       renderGateways();
@@ -501,6 +503,7 @@ async function refreshDetail() {
     for (const b of document.querySelectorAll(".controls button[data-action]")) b.disabled = true;
     $("#d-steps tbody").replaceChildren();
     $("#d-timeline tbody").replaceChildren();
+    $("#d-waterfall").replaceChildren();
     return;
   }
   const s = d.summary;
@@ -514,11 +517,16 @@ async function refreshDetail() {
   if (s.source) sum.append(" · source " + s.source);
   if (s.trace_id) sum.append(" · trace " + s.trace_id);
   if (s.error) {
+    // Once: the reason as people read it, then only the command IDs it
+    // named (the whole text again, as before, read as a second error).
     const p = el("p", null, "err");
     p.append(el("strong", "Error: "), reason(s.error));
-    if (s.error !== reason(s.error)) p.append(el("div", s.error, "meta detail"));
+    const ids = commandIDs(s.error);
+    if (ids) p.append(" ", el("span", ids, "meta detail"));
+    p.title = s.error;
     sum.append(p);
   }
+  renderWaterfall($("#d-waterfall"), d.waterfall);
   const t0 = new Date(created);
   $("#d-steps tbody").replaceChildren(...d.steps.map((st) => {
     const tr = el("tr");
@@ -538,11 +546,9 @@ async function refreshDetail() {
     tr.dataset.input = ev.input;
     const when = el("td", isTime(ev.time) ? "+" + fmtDur((new Date(ev.time) - t0) * 1000) : "");
     if (isTime(ev.time)) when.title = absTime(ev.time);
-    // A wait (an offline device, a delay step) is not an error.
-    const bad = ev.error && ev.input !== "step_wait" && ev.detail !== "gave_way";
     tr.append(el("td", ev.seq), when, el("td", ev.input), el("td", (ev.from || "·") + " → " + ev.to),
       el("td", ev.step >= 0 ? ev.step + 1 + (ev.step_id ? " " + ev.step_id : "") : ""), el("td", ev.attempt || ""),
-      el("td", [ev.error, ev.code && "[" + ev.code + "]", ev.detail].filter(Boolean).join(" · "), bad ? "err" : "note"));
+      el("td", [reason(ev.error) === ev.error ? ev.error : reason(ev.error), ev.code && "[" + ev.code + "]", ev.detail !== ev.error && ev.detail].filter(Boolean).join(" · "), eventTone(ev)));
     return tr;
   }));
   const gaps = $("#d-gaps");
@@ -550,6 +556,348 @@ async function refreshDetail() {
   for (const g of d.gaps || []) {
     gaps.append(el("p", "Events " + g.from + "–" + g.to + (g.compacted ? " were compacted by the gateway (expected)." : " are missing."), g.compacted ? "" : "err"));
   }
+}
+
+// ---- the mission's waterfall ----
+
+// The chart's bars come from the hub (GET …/missions/{id}, "waterfall",
+// derived by driver/waterfall, the agent's code too); this only draws
+// them. Red is for what failed; a step that gave way, an undo left alone
+// and a wait are notes.
+const FAILURE = new Set(["failed", "undo_failed", "retry"]);
+const NOTE = new Set(["superseded", "skipped", "left_alone", "waiting"]);
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = String(text);
+  return e;
+}
+
+function tone(outcome) {
+  if (FAILURE.has(outcome)) return "bad";
+  if (NOTE.has(outcome)) return "note";
+  if (outcome === "undone") return "undone";
+  if (outcome === "succeeded") return "ok";
+  if (outcome === "running") return "live";
+  return "mute";
+}
+
+const words = (s) => (s || "").replace(/_/g, " ");
+
+function barLabel(b) {
+  return (b.undo ? "undo " : b.group ? "‖ " : "") + (b.id || "step " + (b.step + 1));
+}
+
+// barFacts are the lines of a bar's tooltip.
+function barFacts(b) {
+  const out = [barLabel(b) + (b.group ? " (group " + b.group + ")" : "")];
+  if (b.command || b.device) out.push("command: " + [b.device, b.command].filter(Boolean).join(" "));
+  out.push("outcome: " + words(b.outcome) + (b.attempts ? " · attempt " + b.attempts : ""));
+  if (b.outcome !== "not_run") out.push("+" + fmtDur(b.start_us) + " → +" + fmtDur(b.end_us) + " (" + fmtDur(b.end_us - b.start_us) + ")");
+  if (b.taken_by) out.push("the device was taken by mission " + b.taken_by);
+  if (b.reason) out.push("reason: " + reason(b.reason) + (b.code ? " [" + b.code + "]" : ""));
+  const waits = b.segments.filter((s) => s.kind === "wait");
+  const backoffs = b.segments.filter((s) => s.kind === "backoff");
+  if (waits.length) out.push("waited " + fmtDur(waits.reduce((n, s) => n + s.end_us - s.start_us, 0)) + " (" + [...new Set(waits.map((s) => s.why))].join(", ") + ")");
+  if (backoffs.length) out.push("backoff " + fmtDur(backoffs.reduce((n, s) => n + s.end_us - s.start_us, 0)) + " before " + plural(backoffs.length, "retry").replace("retrys", "retries"));
+  return out;
+}
+
+// showTip puts the tooltip under the bar's segments (fixed, so the
+// chart's scrolling box does not clip it), or above near the bottom.
+function showTip(tip, b, anchor) {
+  const segs = anchor.querySelectorAll("rect.seg");
+  placeTip(tip, barFacts(b), anchor, segs.length ? segs[0] : anchor);
+}
+
+// placeTip fills a tooltip with lines and puts it under the anchor (at
+// the left of from), or above it near the window's bottom.
+function placeTip(tip, lines, anchor, from = anchor) {
+  tip.replaceChildren(...lines.map((l, i) => el(i ? "div" : "strong", l)));
+  tip.hidden = false;
+  const r = from.getBoundingClientRect();
+  const row = anchor.getBoundingClientRect();
+  const h = tip.offsetHeight, w = tip.offsetWidth;
+  tip.style.left = Math.max(4, Math.min(r.left, window.innerWidth - w - 8)) + "px";
+  tip.style.top = (row.bottom + h + 8 > window.innerHeight ? row.top - h - 4 : row.bottom + 4) + "px";
+}
+
+// chartKeys makes the marks (sel) of a chart one tab stop: the tooltip
+// follows hover and focus (show(tip, index, mark)), and the keys of
+// moves (key -> function of the current index) move the focus.
+function chartKeys(root, sel, tip, moves, show) {
+  const marks = () => [...root.querySelectorAll(sel)];
+  const mark = (ev) => ev.target.closest && ev.target.closest(sel);
+  const showFor = (g) => { tip.follow = () => show(tip, marks().indexOf(g), g); tip.follow(); };
+  root.addEventListener("mouseover", (ev) => { const g = mark(ev); if (g) showFor(g); });
+  root.addEventListener("mouseleave", () => { if (!root.contains(document.activeElement)) tip.hidden = true; });
+  root.addEventListener("focusin", (ev) => { const g = mark(ev); if (g) { g.setAttribute("aria-describedby", tip.id); showFor(g); } });
+  root.addEventListener("focusout", () => { tip.hidden = true; });
+  root.addEventListener("keydown", (ev) => {
+    const g = mark(ev);
+    if (!g) return;
+    const all = marks();
+    const i = all.indexOf(g);
+    const move = moves[ev.key];
+    if (!move) { if (ev.key === "Escape") tip.hidden = true; return; }
+    ev.preventDefault();
+    const next = all[Math.max(0, Math.min(all.length - 1, move(i, all.length)))];
+    g.setAttribute("tabindex", "-1");
+    next.setAttribute("tabindex", "0");
+    next.focus();
+  });
+}
+
+const ENDS = { Home: () => 0, End: (_, n) => n - 1 };
+
+// renderWaterfall draws the chart as SVG: a row per bar, its segments on
+// a shared axis (each at least 2 px wide), undos with a leftward arrow,
+// a line where the mission failed. Bars take focus one at a time (arrow
+// keys, Home, End), the tooltip follows focus and hover.
+function renderWaterfall(box, w) {
+  state.lastWaterfall = w;
+  // A live mission is redrawn at each of its updates: the bar that had
+  // the focus keeps it, so the keyboard's place is not lost.
+  const had = box.contains(document.activeElement) ? [...box.querySelectorAll("g.bar")].indexOf(document.activeElement) : -1;
+  box.replaceChildren();
+  if (!w || !w.bars || !w.bars.length) { box.append(el("p", "No waterfall: the hub has no steps for this mission.", "meta")); return; }
+  // Drawn at the box's own width, so text keeps its size (no scaling).
+  const width = Math.max(640, Math.floor(box.clientWidth || 900) - 4), labelW = 190, rowH = 20, top = 36, plotW = width - labelW - 12;
+  const total = Math.max(w.total_us, 1);
+  const x = (us) => labelW + (us / total) * plotW;
+  const height = top + w.bars.length * rowH + 6;
+  const root = svg("svg", { viewBox: "0 0 " + width + " " + height, width, height, role: "group", "aria-label": "Mission waterfall: " + plural(w.bars.length, "bar") + " over " + fmtDur(w.total_us) });
+  root.classList.add("waterfall");
+  // The axis: five ticks.
+  for (let i = 0; i <= 4; i++) {
+    const us = (total * i) / 4, tx = x(us);
+    root.append(svg("line", { x1: tx, x2: tx, y1: top - 4, y2: height, class: "tick" }),
+      svg("text", { x: tx, y: 12, class: "axis", "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" }, "+" + fmtDur(us)));
+  }
+  const frag = document.createDocumentFragment();
+  w.bars.forEach((b, i) => {
+    const y = top + i * rowH;
+    const g = svg("g", { class: "bar " + tone(b.outcome) + (b.undo ? " undo" : ""), tabindex: i === 0 ? 0 : -1, role: "img",
+      "aria-label": barFacts(b).join("; ") });
+    Object.assign(g.dataset, { step: b.step, undo: b.undo ? "true" : "false", outcome: b.outcome, start: b.start_us, end: b.end_us, group: b.group || "" });
+    g.append(svg("rect", { x: 0, y, width, height: rowH, class: "row" }),
+      svg("text", { x: 4, y: y + 13, class: "label" + (b.group ? " branch" : "") }, barLabel(b).slice(0, 28)));
+    for (const s of b.segments) {
+      const sx = x(s.start_us), sw = Math.max(3, x(s.end_us) - sx);
+      const cls = "seg " + s.kind + (s.kind === "run" ? " " + tone(s.outcome || b.outcome) : "");
+      g.append(svg("rect", { x: sx, y: y + 4, width: sw, height: rowH - 8, class: cls }));
+    }
+    if (b.undo && b.segments.length) {
+      // Compensation runs backwards: an arrow points left at its start.
+      const ax = x(b.start_us);
+      g.append(svg("path", { d: `M${ax - 7},${y + rowH / 2} l7,-5 v10 z`, class: "arrow" }));
+    }
+    frag.append(g);
+  });
+  root.append(frag);
+  if (w.failed_us >= 0) {
+    const fx = x(w.failed_us);
+    root.append(svg("line", { x1: fx, x2: fx, y1: top - 4, y2: height, class: "failed-at" }),
+      svg("text", { x: fx + 3, y: top - 8, class: "failed-at" }, "failed"));
+  }
+  const tip = el("div", null, "wf-tip");
+  tip.hidden = true;
+  tip.setAttribute("role", "tooltip");
+  tip.id = "wf-tip";
+  const bars = () => root.querySelectorAll("g.bar");
+  chartKeys(root, "g.bar", tip, Object.assign({ ArrowDown: (i) => i + 1, ArrowUp: (i) => i - 1, PageDown: (i) => i + 10, PageUp: (i) => i - 10 }, ENDS),
+    (t, i, g) => showTip(t, w.bars[i], g));
+  const legend = el("p", null, "wf-legend meta");
+  for (const [cls, text] of [["ok", "attempt"], ["bad", "failed"], ["note", "gave way / waiting"], ["wait", "not-ready wait"], ["backoff", "backoff before a retry"], ["undone", "undo (◀ runs backwards)"]]) {
+    legend.append(el("span", "", "key " + cls), text + "  ");
+  }
+  legend.append(el("span", "", "key failed-at"), "failed, compensation after it");
+  const csv = el("a", "numbers as CSV");
+  csv.href = "#";
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); downloadCSV(w); });
+  legend.append(" · ", csv, " (also in the Steps and Timeline tables below)");
+  box.append(legend, root, tip);
+  if (had >= 0) {
+    const all = bars();
+    const g = all[Math.min(had, all.length - 1)];
+    all[0].setAttribute("tabindex", "-1");
+    g.setAttribute("tabindex", "0");
+    g.focus();
+  }
+}
+
+// waterfallCSV is the numbers behind the picture: a row per segment.
+function waterfallCSV(w) {
+  const q = (v) => { const s = String(v ?? ""); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
+  const rows = [["bar", "step", "id", "undo", "group", "command", "device", "bar_outcome", "taken_by", "segment", "start_us", "end_us", "attempt", "outcome", "why", "reason", "code"]];
+  w.bars.forEach((b, i) => {
+    const segs = b.segments.length ? b.segments : [{}];
+    for (const s of segs) {
+      rows.push([i + 1, b.step + 1, b.id, b.undo ? "yes" : "", b.group, b.command, b.device, b.outcome, b.taken_by, s.kind, s.start_us, s.end_us, s.attempt, s.outcome, s.why, s.reason, s.code]);
+    }
+  });
+  return rows.map((r) => r.map(q).join(",")).join("\n") + "\n";
+}
+
+function downloadCSV(w) {
+  download("waterfall-" + (state.selected ? state.selected.id : "mission") + ".csv", waterfallCSV(w));
+}
+
+// An event's error is red only when something failed: a wait (an offline
+// device, a delay), a step that gave way to another mission, an undo left
+// alone, and the compensate and note events that restate an error, are
+// notes.
+function eventTone(ev) {
+  if (!ev.error) return "note";
+  if (ev.input === "step_wait" || ev.input === "compensate" || ev.input === "note") return "note";
+  if (ev.detail === "gave_way" || ev.detail === "left alone" || ev.detail === "not_ready") return "note";
+  if (ev.code === "superseded" || ev.code === "skipped") return "note";
+  return "err";
+}
+
+// commandIDs are the "(command …)" parts of an error, which reason drops.
+function commandIDs(err) {
+  return ((err || "").match(/\(command [^()\s]+\)/g) || []).join(" ");
+}
+
+// ---- outcomes over time ----
+
+// The hub rolls finished missions up by hour (GET /api/outcomes): the
+// page draws the range as stacked bars (succeeded, undone, failed,
+// cancelled; steps that gave way as an amber tick) with the p50 and p95
+// durations as lines, and the same numbers as a table and CSV.
+const OUTCOME_KEYS = [["succeeded", "ok"], ["undone", "undone"], ["failed", "bad"], ["cancelled", "mute"]];
+
+async function loadOutcomes() {
+  const f = filters();
+  const q = new URLSearchParams({ range: $("#o-range").value });
+  if (f.gateway) q.set("gateway", f.gateway);
+  else if (f.scene) q.set("scene", f.scene);
+  const o = await api("/api/outcomes?" + q);
+  state.outcomes = o;
+  renderOutcomes($("#o-chart"), o);
+}
+
+// scheduleOutcomes reloads the outcomes at most every 5 s while missions
+// finish.
+function scheduleOutcomes() {
+  if (state.outcomesTimer) return;
+  state.outcomesTimer = setTimeout(() => {
+    state.outcomesTimer = null;
+    loadOutcomes().catch((e) => notice(e.message));
+  }, 5000);
+}
+
+const bucketLabel = (o, b) => {
+  const d = new Date(b.start);
+  return o.step === "hour"
+    ? d.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" })
+    : d.toLocaleDateString(undefined, { month: "short", day: "numeric", timeZone: "UTC" });
+};
+
+function bucketFacts(o, b) {
+  return [bucketLabel(o, b) + (o.step === "hour" ? "" : " (UTC day)") + ": " + plural(b.finished, "mission") + " finished",
+    "succeeded " + b.succeeded + " · undone " + b.undone + " · failed " + b.failed + " · cancelled " + b.cancelled,
+    plural(b.superseded, "step") + " gave way to a newer mission",
+    b.finished ? "duration p50 " + fmtDur(b.p50_ms * 1000) + " · p95 " + fmtDur(b.p95_ms * 1000) : "no durations"];
+}
+
+function renderOutcomes(box, o) {
+  box.replaceChildren();
+  const t = o.total;
+  const scope = o.gateway ? "gateway " + o.gateway : o.scene ? "scene " + o.scene : "every gateway";
+  const head = el("p", scope + ": " + plural(t.finished, "mission") + " finished · " + t.succeeded + " succeeded · " + t.undone + " undone · " +
+    t.failed + " failed · " + t.cancelled + " cancelled · " + plural(t.superseded, "step") + " gave way" +
+    (t.finished ? " · p50 " + fmtDur(t.p50_ms * 1000) + ", p95 " + fmtDur(t.p95_ms * 1000) : ""), "meta");
+  head.id = "o-total";
+  const width = Math.max(480, Math.floor(box.clientWidth || 800) - 4), left = 40, top = 8, barH = 120, lineH = 60, gap = 18;
+  const n = o.buckets.length, slot = (width - left - 8) / n, bw = Math.max(2, slot - 2);
+  const maxN = Math.max(1, ...o.buckets.map((b) => b.finished));
+  const maxD = Math.max(1, ...o.buckets.map((b) => b.p95_ms));
+  const height = top + barH + gap + lineH + 18;
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": "Outcomes by " + o.step + ", " + o.range });
+  root.classList.add("outcomes");
+  root.append(svg("text", { x: 0, y: top + 10, class: "axis" }, maxN), svg("text", { x: 0, y: top + barH, class: "axis" }, "0"),
+    svg("text", { x: 0, y: top + barH + gap + 10, class: "axis" }, fmtDur(maxD * 1000)),
+    svg("line", { x1: left, x2: width, y1: top + barH, y2: top + barH, class: "tick" }));
+  const p50 = [], p95 = [];
+  o.buckets.forEach((b, i) => {
+    const x = left + i * slot;
+    const g = svg("g", { class: "bucket", tabindex: i === n - 1 ? 0 : -1, role: "img", "aria-label": bucketFacts(o, b).join("; ") });
+    g.dataset.start = b.start;
+    g.dataset.finished = b.finished;
+    g.append(svg("rect", { x, y: top, width: slot, height: barH + gap + lineH, class: "row" }));
+    let y = top + barH;
+    for (const [k, cls] of OUTCOME_KEYS) {
+      if (!b[k]) continue;
+      const h = (b[k] / maxN) * barH;
+      y -= h;
+      g.append(svg("rect", { x: x + 1, y, width: bw, height: Math.max(1, h), class: "seg " + cls, "data-kind": k }));
+    }
+    if (b.superseded) g.append(svg("rect", { x: x + 1, y: top + barH + 2, width: bw, height: 3, class: "seg note", "data-kind": "superseded" }));
+    if (b.finished) {
+      const cx = x + slot / 2, base = top + barH + gap + lineH;
+      p50.push([cx, base - (b.p50_ms / maxD) * lineH]);
+      p95.push([cx, base - (b.p95_ms / maxD) * lineH]);
+    }
+    root.append(g);
+  });
+  const path = (pts, cls) => {
+    if (pts.length) root.append(svg("path", { d: "M" + pts.map((p) => p.join(",")).join(" L"), class: cls }));
+    for (const [cx, cy] of pts) root.append(svg("circle", { cx, cy, r: 2.5, class: cls })); // a lone hour still shows
+  };
+  path(p95, "p95");
+  path(p50, "p50");
+  const first = o.buckets[0], last = o.buckets[n - 1];
+  root.append(svg("text", { x: left, y: height - 2, class: "axis" }, bucketLabel(o, first)),
+    svg("text", { x: width - 4, y: height - 2, class: "axis", "text-anchor": "end" }, bucketLabel(o, last)));
+  const tip = el("div", null, "wf-tip");
+  tip.hidden = true;
+  tip.setAttribute("role", "tooltip");
+  tip.id = "o-tip";
+  chartKeys(root, "g.bucket", tip, Object.assign({ ArrowRight: (i) => i + 1, ArrowLeft: (i) => i - 1 }, ENDS),
+    (t, i, g) => placeTip(t, bucketFacts(o, o.buckets[i]), g));
+  const legend = el("p", null, "wf-legend meta");
+  for (const [cls, text] of [["ok", "succeeded"], ["undone", "undone"], ["bad", "failed"], ["mute", "cancelled"], ["note", "steps that gave way"]]) legend.append(el("span", "", "key " + cls), text + "  ");
+  legend.append("— p50, - - p95 duration · ");
+  const csv = el("a", "numbers as CSV");
+  csv.href = "#";
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); download("outcomes-" + o.range + ".csv", outcomesCSV(o)); });
+  legend.append(csv);
+  const table = el("details");
+  table.append(el("summary", "numbers"));
+  const tbl = el("table", null, "o-table");
+  const hr = el("tr");
+  for (const h of ["from", "finished", "succeeded", "undone", "failed", "cancelled", "gave way", "p50", "p95"]) hr.append(el("th", h));
+  const thead = el("thead");
+  thead.append(hr);
+  const tbody = el("tbody");
+  for (const b of o.buckets) {
+    const tr = el("tr");
+    for (const v of [bucketLabel(o, b), b.finished, b.succeeded, b.undone, b.failed, b.cancelled, b.superseded, b.finished ? fmtDur(b.p50_ms * 1000) : "", b.finished ? fmtDur(b.p95_ms * 1000) : ""]) tr.append(el("td", v));
+    tbody.append(tr);
+  }
+  tbl.append(thead, tbody);
+  table.append(tbl);
+  box.append(head, legend, root, tip, table);
+}
+
+function outcomesCSV(o) {
+  const rows = [["start", "finished", "succeeded", "undone", "failed", "cancelled", "superseded_steps", "p50_ms", "p95_ms"]];
+  for (const b of o.buckets) rows.push([b.start, b.finished, b.succeeded, b.undone, b.failed, b.cancelled, b.superseded, b.p50_ms, b.p95_ms]);
+  return rows.map((r) => r.join(",")).join("\n") + "\n";
+}
+
+function download(name, text) {
+  const a = el("a");
+  a.href = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
 async function control(gw, body) {
@@ -599,7 +947,12 @@ document.addEventListener("DOMContentLoaded", () => {
     state.token = "";
     showLogin();
   });
-  $("#filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadMissions(false).catch((e) => notice(e.message)); });
+  $("#filters").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    loadMissions(false).catch((e) => notice(e.message));
+    loadOutcomes().catch((e) => notice(e.message));
+  });
+  $("#o-range").addEventListener("change", () => loadOutcomes().catch((e) => notice(e.message)));
   $("#more").addEventListener("click", () => loadMissions(true).catch((e) => notice(e.message)));
   $("#d-close").addEventListener("click", () => closeMission());
   for (const b of document.querySelectorAll(".controls button[data-action]")) {
@@ -609,6 +962,14 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
   window.addEventListener("hashchange", followHash);
+  // Tooltips are fixed to the window: a scroll would leave them behind.
+  // The one beside the focused bar follows it; the others go.
+  window.addEventListener("scroll", () => {
+    for (const t of document.querySelectorAll(".wf-tip")) {
+      if (t.parentElement.contains(document.activeElement) && t.follow) t.follow();
+      else t.hidden = true;
+    }
+  }, true);
   setInterval(refreshTimes, 5000); // keep "12 sec. ago" true
   if (!state.token) { showLogin(); return; }
   $("#logout").hidden = false;
