@@ -99,8 +99,12 @@ func FuzzDecodeControl(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeControl(b)
 		checkErr(t, err)
+		id := ControlID(b)
 		if err != nil {
 			return
+		}
+		if id != c.ID {
+			t.Fatalf("ControlID %q, the decoded control's %q", id, c.ID)
 		}
 		switch {
 		case c.ID == "":
