@@ -30,7 +30,7 @@ func newRecorder(t testing.TB, brokerURL string) *recorder {
 	t.Helper()
 	r := &recorder{t: t, changed: make(chan struct{}), results: map[string][]uplink.ControlResult{},
 		statuses: map[string][]uplink.BundleStatus{}, heartbeats: map[string][]uplink.Heartbeat{}, presence: map[string]uplink.Status{}}
-	c, err := mqttc.New(mqttc.Options{Broker: brokerURL, ClientID: "test-hub"})
+	c, err := mqttc.New(mqttc.Options{Broker: brokerURL, ClientID: "test-hub", Ordered: true})
 	if err != nil {
 		t.Fatal(err)
 	}
