@@ -342,6 +342,28 @@ func (f *Fleet) Start(ctx context.Context) error {
 	return g.Wait()
 }
 
+// Beat makes every connected gateway send a heartbeat now, besides
+// its periodic ones, at most Options.Connecting at a time; it returns
+// how many went out.
+func (f *Fleet) Beat(ctx context.Context) int {
+	var n atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(f.opts.Connecting)
+	for _, gw := range f.gws {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			if gw.beatNow() {
+				n.Add(1)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // the workers return no error
+	return int(n.Load())
+}
+
 // Connected is how many gateways are connected now.
 func (f *Fleet) Connected() int { return int(f.connected.Load()) }
 

@@ -301,9 +301,16 @@ func (g *Gateway) beat() {
 	g.heartbeatLocked()
 }
 
-func (g *Gateway) heartbeatLocked() {
+// beatNow sends a heartbeat at once; it says whether it went out.
+func (g *Gateway) beatNow() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.heartbeatLocked()
+}
+
+func (g *Gateway) heartbeatLocked() bool {
 	if !g.up {
-		return
+		return false
 	}
 	o := &g.f.opts
 	now := o.Clock.Now()
@@ -322,9 +329,11 @@ func (g *Gateway) heartbeatLocked() {
 	}
 	hb := uplink.Heartbeat{Gateway: g.id, Version: o.Version, Uptime: now.Sub(g.started).Seconds(), Devices: devs,
 		Scenes: k.scenes, Time: now, Broker: o.Broker, Config: &cfg}
-	if err := g.publishLocked(g.topics().Heartbeat(g.id), false, hb); err == nil {
-		g.f.stats.heartbeats.Add(1)
+	if err := g.publishLocked(g.topics().Heartbeat(g.id), false, hb); err != nil {
+		return false
 	}
+	g.f.stats.heartbeats.Add(1)
+	return true
 }
 
 func (g *Gateway) silentLocked(device string) bool {

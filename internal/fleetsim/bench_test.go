@@ -1,0 +1,216 @@
+package fleetsim_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sortie-edge/sortie/broker"
+	"github.com/sortie-edge/sortie/broker/passwd"
+	"github.com/sortie-edge/sortie/internal/fleetsim"
+)
+
+var benchGateways = flag.Int("fleet-gateways", 1000, "gateways of BenchmarkFleet (the issue's scale: 10000)")
+
+// benchRounds is how many heartbeats each gateway sends at once for the
+// ingestion figure.
+const benchRounds = 5
+
+func fleetIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%05d", fleetsim.DefaultIDPrefix, i)
+	}
+	return ids
+}
+
+// BenchmarkFleet brings up -fleet-gateways light gateways (1,000; 10,000
+// with -args -fleet-gateways 10000) against a real single-process hub:
+// the cmd/hub binary as a child process, its embedded broker with every
+// gateway's credentials and ACL, its bbolt store. Figures:
+//
+//	connect-s          Start until the hub's API shows every gateway online
+//	raw-connect-s      the same fleet against a bare embedded broker in this
+//	                   process (no ACL, no hub), measured first: the baseline
+//	connect/raw        their ratio
+//	hub-cpu-us/gw      the hub process's CPU (user+system) for one gateway's
+//	                   connection (login at the test's PBKDF2 cost, presence,
+//	                   first heartbeat stored)
+//	hb/s               heartbeats stored by the hub per second: every gateway
+//	                   sends 5 at once, until the API shows the last of each
+//	hub-cpu-us/hb      the hub's CPU per heartbeat stored
+//	hub-KB/gw          the hub's resident memory per gateway connected
+//	fleet-KB/gw        this process's heap and stacks per light gateway
+//	goroutines/gw      this process's goroutines per light gateway
+//	login-ms           the CPU of one first login at production's PBKDF2 cost
+//	                   (210,000 iterations), which the hub pays once per gateway
+//	                   and process, two at a time (broker/passwd.Parallel)
+//
+// The fleet, the broker and the hub share the machine's CPUs.
+func BenchmarkFleet(b *testing.B) {
+	n := *benchGateways
+	ids := fleetIDs(n)
+	for range b.N {
+		raw := rawConnect(b, ids)
+		hub := startHub(b, ids, hashIterations)
+
+		runtime.GC()
+		var m0 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		g0 := runtime.NumGoroutine()
+		rss0, cpu0 := hub.rss(), hub.cpu()
+		f, err := fleetsim.New(fleetsim.Options{Broker: hub.broker, IDs: ids, Password: gatewayPassword, Heartbeat: time.Hour, Connecting: 256})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		if err := f.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		hub.waitGateways("every gateway online with a heartbeat", 10*time.Minute, func(gws []hubGateway) bool {
+			on := 0
+			for _, g := range gws {
+				if g.State == "online" && g.Heartbeat != nil {
+					on++
+				}
+			}
+			return on == n
+		})
+		connect := time.Since(start)
+		cpu1 := hub.cpu()
+		rss1 := hub.rss()
+		runtime.GC()
+		var m1 runtime.MemStats
+		runtime.ReadMemStats(&m1)
+		g1 := runtime.NumGoroutine()
+
+		hbStart := time.Now()
+		sent := 0
+		for range benchRounds {
+			sent += f.Beat(ctx)
+		}
+		waitIngested(b, hub, n, hbStart)
+		hbTime := time.Since(hbStart)
+		cpu2 := hub.cpu()
+		cancel()
+		f.Close()
+
+		b.ReportMetric(float64(n), "gateways")
+		b.ReportMetric(connect.Seconds(), "connect-s")
+		b.ReportMetric(raw.Seconds(), "raw-connect-s")
+		b.ReportMetric(connect.Seconds()/raw.Seconds(), "connect/raw")
+		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "hub-cpu-us/gw")
+		b.ReportMetric(float64(sent)/hbTime.Seconds(), "hb/s")
+		b.ReportMetric(float64((cpu2-cpu1).Microseconds())/float64(sent), "hub-cpu-us/hb")
+		b.ReportMetric(float64(rss1-rss0)/1024/float64(n), "hub-KB/gw")
+		heap := float64(m1.HeapInuse+m1.StackInuse) - float64(m0.HeapInuse+m0.StackInuse)
+		b.ReportMetric(heap/1024/float64(n), "fleet-KB/gw")
+		b.ReportMetric(float64(g1-g0)/float64(n), "goroutines/gw")
+		b.ReportMetric(loginCost(b).Seconds()*1000, "login-ms")
+	}
+}
+
+// rawConnect is the baseline: how long the same fleet takes to connect
+// to a bare broker (no ACL, no hub) in this process.
+func rawConnect(b *testing.B, ids []string) time.Duration {
+	b.Helper()
+	br, err := broker.Start(broker.Options{Addr: "127.0.0.1:0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = br.Close() }()
+	f, err := fleetsim.New(fleetsim.Options{Broker: br.URL(), IDs: ids, Heartbeat: time.Hour, Connecting: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := f.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// waitIngested waits until the hub's queue is empty and its API shows,
+// for every gateway, a heartbeat sent at or after since. The queue is
+// read from /metrics, which costs the hub far less than the gateway
+// list; the list is read once the queue is empty.
+func waitIngested(b *testing.B, hub *hubProc, n int, since time.Time) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for {
+		if queueDepth(ctx, hub) == 0 {
+			gws, err := hub.gateways(ctx)
+			if err == nil {
+				fresh := 0
+				for _, g := range gws {
+					if g.Heartbeat != nil && !g.Heartbeat.Time.Before(since) {
+						fresh++
+					}
+				}
+				if fresh == n {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatal("the hub did not store the heartbeats in 10 minutes")
+		case <-time.After(50 * time.Millisecond): // polling another process
+		}
+	}
+}
+
+// queueDepth reads sortie_hub_queue_depth from the hub's /metrics; -1
+// when it cannot.
+func queueDepth(ctx context.Context, hub *hubProc) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hub.api+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = res.Body.Close() }()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "sortie_hub_queue_depth "); ok {
+			d, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return -1
+			}
+			return int(d)
+		}
+	}
+	return -1
+}
+
+// loginCost is the CPU of verifying one password at production's cost.
+func loginCost(b *testing.B) time.Duration {
+	b.Helper()
+	h, err := passwd.Hash("a-gateway-password")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := passwd.Parse(h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if !c.Verify([]byte("a-gateway-password")) {
+		b.Fatal("the password does not verify")
+	}
+	return time.Since(start)
+}
