@@ -5,10 +5,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,15 +124,32 @@ func BenchmarkFleet(b *testing.B) {
 }
 
 // rawConnect is the baseline: how long the same fleet takes to connect
-// to a bare broker (no ACL, no hub) in this process.
+// to a bare broker (package broker, no ACL, no hub), run as a child
+// process as the hub is: 10,000 sockets at each end would not fit one
+// process's usual limit of open files.
 func rawConnect(b *testing.B, ids []string) time.Duration {
 	b.Helper()
-	br, err := broker.Start(broker.Options{Addr: "127.0.0.1:0"})
-	if err != nil {
+	addr := freePort(b)
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), bareBrokerEnv+"="+addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = br.Close() }()
-	f, err := fleetsim.New(fleetsim.Options{Broker: br.URL(), IDs: ids, Heartbeat: time.Hour, Connecting: 256})
+	defer func() {
+		_ = cmd.Process.Kill() // the baseline's broker has nothing to keep
+		_ = cmd.Wait()
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) { // another process: nothing to wait on but its port
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_ = c.Close() // only checking that it listens
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the bare broker did not listen in 30s")
+		}
+	}
+	f, err := fleetsim.New(fleetsim.Options{Broker: "tcp://" + addr, IDs: ids, Heartbeat: time.Hour, Connecting: 256})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -139,6 +161,23 @@ func rawConnect(b *testing.B, ids []string) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Since(start)
+}
+
+// bareBrokerEnv, set to an address, makes the test binary a bare broker
+// listening there until it is killed (TestMain).
+const bareBrokerEnv = "FLEETSIM_BARE_BROKER"
+
+// serveBareBroker is the child process of rawConnect.
+func serveBareBroker(addr string) {
+	br, err := broker.Start(broker.Options{Addr: addr})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bare broker:", err)
+		os.Exit(1)
+	}
+	defer func() { _ = br.Close() }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
 }
 
 // waitIngested waits until the hub's queue is empty and its API shows,

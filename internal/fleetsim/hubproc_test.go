@@ -3,6 +3,7 @@ package fleetsim_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,6 +26,20 @@ var hubBin struct {
 	once sync.Once
 	path string
 	err  error
+}
+
+// TestMain removes the hub binary once the tests are done.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if addr := os.Getenv(bareBrokerEnv); addr != "" {
+		serveBareBroker(addr)
+		return
+	}
+	code := m.Run()
+	if hubBin.path != "" {
+		_ = os.RemoveAll(filepath.Dir(hubBin.path)) // a temporary directory of ours
+	}
+	os.Exit(code)
 }
 
 // buildHub builds cmd/hub into a directory that lives as long as the
