@@ -722,10 +722,33 @@ func (f *Fleet) applyGateway(g Gateway, now time.Time) {
 		fg.Config = &cfg
 		f.dirtyG[fg] = true
 	}
+	f.inferKept(g.ID, cfg, now)
 	if !fg.At.IsZero() && g.Heartbeat.Time.Before(fg.At) {
 		return // older than the last bundle status: not news about drift
 	}
 	f.drift(fg, now)
+}
+
+// inferKept reads a kept bundle from a heartbeat: a status sent while
+// the hub was away (restarting; its session is clean) is lost to it,
+// and the gateway sends its latest again only when it reconnects
+// itself. A heartbeat that runs a release offered, not on trial, says
+// the same as its healthy status.
+func (f *Fleet) inferKept(gw string, cfg uplink.ConfigState, now time.Time) {
+	if cfg.Trial || cfg.Source != uplink.SourceHub || cfg.Version == 0 {
+		return
+	}
+	for _, run := range f.order {
+		t := run.byGW[gw]
+		if t == nil || !run.r.active() && !run.r.Following {
+			continue
+		}
+		s := uplink.BundleStatus{Gateway: gw, Hash: cfg.Hash, Version: cfg.Version, Rollout: run.r.ID, Status: uplink.BundleHealthy, At: cfg.Since}
+		if t.Version == cfg.Version && cfg.Hash == run.r.Hash && t.took() && t.Status != TargetHealthy ||
+			t.Back == BackNotified && t.BackVersion == cfg.Version && cfg.Hash == t.Previous {
+			f.applyStatus(gw, s, now)
+		}
+	}
 }
 
 // drift compares what a gateway runs with what it should, and applies
