@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,39 +18,85 @@ import (
 // registryChanged is the agent's message for ReasonRegistryChanged.
 const registryChanged = "the bundle's devices.toml differs from the running registry; this agent cannot swap its device registry while it runs, so a bundle must carry the devices.toml that runs (agent config shows its hash)"
 
+// outcome is a bundle status and where its bundle came from: only
+// statuses about a hub's bundles go to the hub.
+type outcome struct {
+	uplink.BundleStatus
+	source string
+}
+
+// in is a bundle to apply and where it comes from.
+type in struct {
+	hash    string
+	encoded []byte
+	version uint64
+	source  string
+	rollout string
+	soak    time.Duration
+}
+
+// errStale says a hub's offer is older than, or the same as, one taken.
+var errStale = errors.New("stale bundle offer")
+
 // offeredLocked handles a hub's bundle control: the answer says whether
 // the gateway took it; what became of it follows as bundle statuses.
 func (g *Gateway) offeredLocked(c uplink.Control) uplink.ControlResult {
 	res := uplink.ControlResult{ID: c.ID}
 	o := c.Bundle
+	out, err := g.applyLocked(in{hash: o.Hash, encoded: o.Bundle, version: o.Version, source: uplink.SourceHub, rollout: o.Rollout, soak: o.Soak()})
+	switch {
+	case err != nil:
+		res.Code, res.Error = codeStale, err.Error()
+	case out.Status == uplink.BundleRejected:
+		res.Code, res.Error = out.Reason, out.Message
+	default:
+		res.OK = true
+	}
+	return res
+}
+
+// ApplyLocal applies b as "agent apply DIR" would on the gateway (a
+// hand edit that takes effect): validated, on trial for Options.Soak,
+// then kept or reverted by itself; its heartbeat then says source
+// "local", and the hub hears no status about it.
+func (g *Gateway) ApplyLocal(b *bundle.Bundle) (uplink.BundleStatus, error) {
+	enc, err := b.Encode()
+	if err != nil {
+		return uplink.BundleStatus{}, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out, err := g.applyLocked(in{hash: bundle.HashOf(enc), encoded: enc, source: uplink.SourceLocal})
+	return out.BundleStatus, err
+}
+
+// applyLocked runs one bundle through: received, validated, swapped
+// in and put on trial; or rejected, with nothing changed. A hub's offer
+// older than the newest taken is refused with errStale; one of the same
+// version is answered with what became of it, not applied again.
+func (g *Gateway) applyLocked(b in) (outcome, error) {
 	clock := g.f.opts.Clock
 	now := clock.Now()
-	if o.Version <= g.hubVersion {
-		if last := g.last; o.Version == g.hubVersion && last != nil && last.Version == o.Version && last.Hash == o.Hash {
+	hub := b.source == uplink.SourceHub
+	if hub && b.version <= g.hubVersion {
+		if last := g.last; b.version == g.hubVersion && last != nil && last.Version == b.version && last.Hash == b.hash {
 			g.sendLocked(*last)
-			if last.Status == uplink.BundleRejected {
-				res.Code, res.Error = last.Reason, last.Message
-			} else {
-				res.OK = true
-			}
-			return res
+			return *last, nil
 		}
-		res.Code, res.Error = codeStale, fmt.Sprintf("stale bundle offer: version %d, this gateway took version %d", o.Version, g.hubVersion)
-		return res
+		return outcome{}, fmt.Errorf("%w: version %d, this gateway took version %d", errStale, b.version, g.hubVersion)
 	}
-	out := uplink.BundleStatus{Hash: o.Hash, Version: o.Version, Rollout: o.Rollout, Status: uplink.BundleReceived, At: now, Current: g.cur.k.hash}
-	g.hubVersion = o.Version
-	g.setLast(out)
-	g.sendLocked(out)
+	out := outcome{uplink.BundleStatus{Hash: b.hash, Version: b.version, Rollout: b.rollout, Status: uplink.BundleReceived, At: now, Current: g.cur.k.hash}, b.source}
+	if hub {
+		g.hubVersion = b.version
+	}
+	g.settleLocked(out)
 
-	reject := func(reason, msg string) uplink.ControlResult {
+	reject := func(reason, msg string) (outcome, error) {
 		out.Status, out.Reason, out.Message, out.At = uplink.BundleRejected, reason, msg, clock.Now()
-		g.setLast(out)
-		g.sendLocked(out)
-		res.Code, res.Error = reason, msg
-		return res
+		g.settleLocked(out)
+		return out, nil
 	}
-	k := g.f.known.judge(o.Hash, o.Bundle)
+	k := g.f.known.judge(b.hash, b.encoded)
 	switch {
 	case k.decodeErr != nil:
 		return reject(uplink.ReasonInvalid, k.decodeErr.Error())
@@ -60,44 +107,50 @@ func (g *Gateway) offeredLocked(c uplink.Control) uplink.ControlResult {
 	case k.registry != g.cur.k.registry:
 		return reject(uplink.ReasonRegistryChanged, registryChanged)
 	}
-	next := ref{k: k, version: o.Version, source: uplink.SourceHub, rollout: o.Rollout, since: now}
+	next := ref{k: k, version: b.version, source: b.source, rollout: b.rollout, since: now}
 	if k.hash == g.cur.k.hash && g.tr == nil {
 		// Already running: only its name changes.
 		next.since = g.cur.since
 		g.cur = next
 		out.Status, out.At = uplink.BundleHealthy, now
-		g.setLast(out)
-		g.sendLocked(out)
-		res.OK = true
-		return res
+		g.settleLocked(out)
+		return out, nil
 	}
 	back := g.cur
 	if g.tr != nil {
 		back = g.prev
 	}
-	out.Status, out.At, out.Current = uplink.BundleApplied, clock.Now(), o.Hash
-	g.setLast(out)
+	out.Status, out.At, out.Current = uplink.BundleApplied, clock.Now(), b.hash
+	g.last = &out
 	if g.tr != nil {
 		tried := g.cur
 		g.endTrialLocked()
-		g.sendLocked(uplink.BundleStatus{Hash: tried.k.hash, Version: tried.version, Rollout: tried.rollout, Status: uplink.BundleReverted,
-			Reason: uplink.ReasonSuperseded, Message: fmt.Sprintf("replaced by bundle %s while on trial", bundle.Short(o.Hash)), At: out.At, Current: o.Hash})
+		g.sendLocked(outcome{uplink.BundleStatus{Hash: tried.k.hash, Version: tried.version, Rollout: tried.rollout, Status: uplink.BundleReverted,
+			Reason: uplink.ReasonSuperseded, Message: fmt.Sprintf("replaced by bundle %s while on trial", bundle.Short(b.hash)), At: out.At, Current: b.hash}, tried.source})
 	}
 	g.prev, g.cur = back, next
-	g.startTrialLocked(back.k, k, o.Soak())
+	g.startTrialLocked(back.k, k, b.soak, hub)
 	g.sendLocked(out)
-	if g.fault&FaultUplinkCut != 0 {
+	if hub && g.fault&FaultUplinkCut != 0 {
 		g.cutNext = true
 	}
-	res.OK = true
-	return res
+	return out, nil
 }
 
-func (g *Gateway) setLast(st uplink.BundleStatus) { g.last = &st }
+// settleLocked makes o the latest outcome and says it.
+func (g *Gateway) settleLocked(o outcome) {
+	g.last = &o
+	g.sendLocked(o)
+}
 
-// sendLocked publishes a bundle status on the connection that is up;
-// the latest is said again on the next connection.
-func (g *Gateway) sendLocked(st uplink.BundleStatus) {
+// sendLocked publishes a bundle status about a hub's bundle on the
+// connection that is up; the latest is said again on the next
+// connection.
+func (g *Gateway) sendLocked(o outcome) {
+	if o.source != uplink.SourceHub {
+		return
+	}
+	st := o.BundleStatus
 	st.Gateway = g.id
 	if err := g.publishLocked(g.topics().BundleStatus(g.id), false, st); err != nil {
 		g.f.log.Debug("bundle status not sent", "gateway", g.id, "status", st.Status, "err", err)
@@ -107,19 +160,22 @@ func (g *Gateway) sendLocked(st uplink.BundleStatus) {
 }
 
 // startTrialLocked begins watching next, applied over old.
-func (g *Gateway) startTrialLocked(old, next *known, soak time.Duration) {
+func (g *Gateway) startTrialLocked(old, next *known, soak time.Duration, fromHub bool) {
 	o := &g.f.opts
 	if soak <= 0 {
 		soak = o.Soak
 	}
 	now := o.Clock.Now()
-	t := &trial{soakEnd: now.Add(soak), confirmBy: now.Add(soak + o.Confirm), devices: g.f.known.trialDevices(old, next)}
+	t := &trial{soakEnd: now.Add(soak), confirmBy: now.Add(soak + o.Confirm), fromHub: fromHub, devices: g.f.known.trialDevices(old, next)}
 	wake := func() {
 		if g.f.ctx.Err() == nil {
 			g.decide()
 		}
 	}
-	t.stops = append(t.stops, o.Clock.AfterFunc(soak, wake), o.Clock.AfterFunc(soak+o.Confirm, wake))
+	t.stops = append(t.stops, o.Clock.AfterFunc(soak, wake))
+	if fromHub {
+		t.stops = append(t.stops, o.Clock.AfterFunc(soak+o.Confirm, wake))
+	}
 	g.tr = t
 }
 
@@ -161,7 +217,7 @@ func (g *Gateway) decideLocked() {
 		g.revertLocked(uplink.ReasonDevicesSilent, fmt.Sprintf("devices of the changed scenes did not answer by the end of the soak: %v", silent))
 		return
 	}
-	if !g.up {
+	if t.fromHub && !g.up {
 		if now.Before(t.confirmBy) {
 			return
 		}
@@ -170,10 +226,8 @@ func (g *Gateway) decideLocked() {
 	}
 	g.endTrialLocked()
 	g.prev = ref{}
-	out := uplink.BundleStatus{Hash: g.cur.k.hash, Version: g.cur.version, Rollout: g.cur.rollout, Status: uplink.BundleHealthy,
-		At: now, Current: g.cur.k.hash}
-	g.setLast(out)
-	g.sendLocked(out)
+	g.settleLocked(outcome{uplink.BundleStatus{Hash: g.cur.k.hash, Version: g.cur.version, Rollout: g.cur.rollout, Status: uplink.BundleHealthy,
+		At: now, Current: g.cur.k.hash}, g.cur.source})
 }
 
 // revertLocked goes back to what ran before the bundle on trial.
@@ -184,10 +238,9 @@ func (g *Gateway) revertLocked(reason, msg string) {
 	if back.k == nil {
 		back = ref{k: g.boot, source: uplink.SourceFiles, since: g.started}
 	}
-	out := uplink.BundleStatus{Hash: tried.k.hash, Version: tried.version, Rollout: tried.rollout, Status: uplink.BundleReverted,
-		Reason: reason, Message: msg, At: g.f.opts.Clock.Now(), Current: back.k.hash}
+	out := outcome{uplink.BundleStatus{Hash: tried.k.hash, Version: tried.version, Rollout: tried.rollout, Status: uplink.BundleReverted,
+		Reason: reason, Message: msg, At: g.f.opts.Clock.Now(), Current: back.k.hash}, tried.source}
 	g.cur, g.prev = back, ref{}
-	g.setLast(out)
-	g.sendLocked(out)
+	g.settleLocked(out)
 	g.reconnectLocked()
 }

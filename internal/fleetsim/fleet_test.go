@@ -279,3 +279,26 @@ func TestLossyGatewayTakesAnOfferOnceWhateverItLoses(t *testing.T) {
 	r.clock.Advance(time.Minute)
 	r.waitStatuses("lossy", 1, "received", "applied", "healthy")
 }
+
+func TestLocalApplyRunsOnTrialThenIsKeptAndTellsTheHubNothing(t *testing.T) {
+	r := startRig(t, fleetsim.Options{IDs: []string{"gw"}}, nil)
+	edited := must(t)(fleetsim.With(map[string]string{"arrive.toml": fleetsim.Scene + "# edited on the gateway\n"}))
+	gw := r.fleet.Gateway("gw")
+	out, err := gw.ApplyLocal(edited)
+	if err != nil || out.Status != uplink.BundleApplied {
+		t.Fatalf("apply: %+v, %v", out, err)
+	}
+	if c := gw.Config(); c.Hash != edited.Hash() || c.Source != uplink.SourceLocal || !c.Trial || c.Files != r.fleet.Files() {
+		t.Fatalf("on trial: %+v", c)
+	}
+	r.clock.Advance(time.Minute)
+	if last, _ := gw.Last(); last.Status != uplink.BundleHealthy {
+		t.Fatalf("after the soak: %+v", last)
+	}
+	if c := gw.Config(); c.Trial || c.Hash != edited.Hash() {
+		t.Fatalf("kept: %+v", c)
+	}
+	if n := r.fleet.Stats().Statuses; n != 0 {
+		t.Errorf("%d bundle statuses sent about a local apply", n)
+	}
+}

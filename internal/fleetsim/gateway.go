@@ -40,6 +40,7 @@ type ref struct {
 // trial is the watch over a bundle applied and not yet kept.
 type trial struct {
 	soakEnd, confirmBy time.Time
+	fromHub            bool
 	devices            []string
 	stops              []func() bool
 }
@@ -64,7 +65,7 @@ type Gateway struct {
 	cur, prev  ref
 	tr         *trial
 	hubVersion uint64
-	last       *uplink.BundleStatus
+	last       *outcome
 	answers    answered
 	client     *mqttc.Client
 	up         bool
@@ -141,7 +142,7 @@ func (g *Gateway) Last() (uplink.BundleStatus, bool) {
 	if g.last == nil {
 		return uplink.BundleStatus{}, false
 	}
-	return *g.last, true
+	return g.last.BundleStatus, true
 }
 
 // Connected says whether the gateway's hub connection is up.
