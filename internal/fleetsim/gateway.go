@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sortie-edge/sortie/internal/mqttc"
@@ -53,6 +54,8 @@ type Gateway struct {
 
 	// qmu guards the control queue, which paho's handler fills: it is
 	// never held while anything waits for the network.
+	beats atomic.Uint64 // heartbeats sent
+
 	qmu     sync.Mutex
 	queue   [][]byte
 	serving bool
@@ -334,8 +337,12 @@ func (g *Gateway) heartbeatLocked() bool {
 		return false
 	}
 	g.f.stats.heartbeats.Add(1)
+	g.beats.Add(1)
 	return true
 }
+
+// Heartbeats is how many heartbeats the gateway has sent.
+func (g *Gateway) Heartbeats() uint64 { return g.beats.Load() }
 
 func (g *Gateway) silentLocked(device string) bool {
 	return g.fault&FaultDevicesSilent != 0 || g.f.silent[device]
