@@ -19,6 +19,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/passwd"
+	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/fleetsim"
 )
 
@@ -252,4 +253,42 @@ func loginCost(b *testing.B) time.Duration {
 		b.Fatal("the password does not verify")
 	}
 	return time.Since(start)
+}
+
+// BenchmarkRollout rolls a good bundle out to -fleet-gateways light
+// gateways (1,000; 10,000 with -args -fleet-gateways 10000) on the hub
+// binary, 1% canary then waves doubling, gateway soak 1s, stage soak
+// 0.5s, heartbeats every 30s (the agent's default). Figures:
+//
+//	rollout-s        from the start until every gateway is healthy
+//	hub-cpu-ms/gw    the hub process's CPU over that time, per gateway
+//	                 (the heartbeats it stores meanwhile included)
+//	idle-cpu-ms/gw   the baseline: the hub's CPU per gateway over the same
+//	                 time just before, with no rollout (the heartbeats alone)
+//	stages           the canary and the waves
+func BenchmarkRollout(b *testing.B) {
+	for range b.N {
+		r := startMeasure(b, *benchGateways, fleetsim.Faults{}, func(o *fleetsim.Options) { o.Heartbeat = fleetsim.DefaultHeartbeat })
+		n := len(r.ids)
+		good := goodBundle(b)
+		r.push(good)
+		// The baseline first: the same fleet, heartbeats only, for as long
+		// as the rollout takes (measured after it, applied before it
+		// would be too late), so a fixed 10 s window stands in.
+		idle0 := r.hub.cpu()
+		time.Sleep(10 * time.Second) // a window of the hub's idle CPU, not a synchronisation
+		idle := r.hub.cpu() - idle0
+		cpu0, start := r.hub.cpu(), time.Now()
+		v := r.start(spec())
+		v = r.waitRollout(v.ID, "ended", 20*time.Minute, ended)
+		took, cpu := time.Since(start), r.hub.cpu()-cpu0
+		if v.State != hub.RolloutCompleted || v.Counts[hub.TargetHealthy] != n {
+			b.Fatalf("rollout %s: %s (%s), %v", v.ID, v.State, v.Reason, v.Counts)
+		}
+		b.ReportMetric(float64(n), "gateways")
+		b.ReportMetric(took.Seconds(), "rollout-s")
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(n), "hub-cpu-ms/gw")
+		b.ReportMetric(float64(idle.Microseconds())/1000/float64(n)*took.Seconds()/10, "idle-cpu-ms/gw")
+		b.ReportMetric(float64(len(v.Stages)), "stages")
+	}
 }

@@ -45,19 +45,18 @@ const (
 
 // measureRig is the hub binary and a fleet of light gateways on it.
 type measureRig struct {
-	t     *testing.T
+	t     testing.TB
 	hub   *hubProc
 	fleet *fleetsim.Fleet
 	ids   []string
 	files *bundle.Bundle
 }
 
-func startMeasure(t *testing.T, faults fleetsim.Faults, tune func(*fleetsim.Options)) *measureRig {
+func startMeasure(t testing.TB, n int, faults fleetsim.Faults, tune func(*fleetsim.Options)) *measureRig {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("a thousand gateways and the hub binary: not in -short")
 	}
-	n := measureSize()
 	r := &measureRig{t: t, ids: fleetIDs(n)}
 	r.hub = startHub(t, r.ids, hashIterations)
 	o := fleetsim.Options{Broker: r.hub.broker, IDs: r.ids, Password: gatewayPassword, Seed: 27, Faults: faults,
@@ -234,7 +233,7 @@ func goodBundle(t testing.TB) *bundle.Bundle {
 // gateways are edited by hand and exactly those show as drifted within
 // two heartbeats.
 func TestGoodBundleReachesEveryGatewayHealthyAndHandEditsShowAsDrift(t *testing.T) {
-	r := startMeasure(t, fleetsim.Faults{}, nil)
+	r := startMeasure(t, measureSize(), fleetsim.Faults{}, nil)
 	n := len(r.ids)
 	good := goodBundle(t)
 	r.push(good)
@@ -321,7 +320,7 @@ func without(a, b []string) []string {
 // that has one, before offering that stage anything: no gateway runs a
 // half-applied configuration, and an abort leaves every one on its own.
 func TestBundleThirtyPercentWouldRejectIsHeldBeforeAnyGatewayGetsIt(t *testing.T) {
-	r := startMeasure(t, fleetsim.Faults{Registry: 0.3}, nil)
+	r := startMeasure(t, measureSize(), fleetsim.Faults{Registry: 0.3}, nil)
 	other := r.pushed(fleetsim.Registry + "\n# this gateway's own registry\n")
 	good := goodBundle(t)
 	r.push(good)
@@ -368,7 +367,7 @@ func TestBundleThirtyPercentWouldRejectIsHeldBeforeAnyGatewayGetsIt(t *testing.T
 // are rolled back by the hub, and no gateway past the canary hears of
 // it. Every gateway ends exactly on the old bundle.
 func TestBundleBreakingHealthOnThirtyPercentAbortsWithinTheCanaryAndRollsItBack(t *testing.T) {
-	r := startMeasure(t, fleetsim.Faults{DevicesSilent: 0.3}, nil)
+	r := startMeasure(t, measureSize(), fleetsim.Faults{DevicesSilent: 0.3}, nil)
 	good := goodBundle(t)
 	r.push(good)
 	s := spec()
@@ -417,7 +416,7 @@ func TestBundleBreakingHealthOnThirtyPercentAbortsWithinTheCanaryAndRollsItBack(
 // uplink_down at the end of the confirm window), before the hub could
 // say anything: the hub sent each one offer.
 func TestGatewaysRevertByThemselvesWithinTheHealthWindow(t *testing.T) {
-	r := startMeasure(t, fleetsim.Faults{}, func(o *fleetsim.Options) { o.SilentDevices = []string{"porch-light"} })
+	r := startMeasure(t, measureSize(), fleetsim.Faults{}, func(o *fleetsim.Options) { o.SilentDevices = []string{"porch-light"} })
 	broken := must(t)(fleetsim.With(map[string]string{"arrive.toml": fleetsim.Scene, "porch.toml": porch}))
 	r.push(broken)
 	targets := r.ids[:30]
@@ -466,7 +465,7 @@ func TestGatewaysRevertByThemselvesWithinTheHealthWindow(t *testing.T) {
 // its deadline with exactly those unreachable; a continuous rollout
 // brings them the bundle when they come back.
 func TestOfflineGatewaysEndUnreachableByTheDeadlineThenGetTheBundleWhenBack(t *testing.T) {
-	r := startMeasure(t, fleetsim.Faults{Offline: 0.05}, nil)
+	r := startMeasure(t, measureSize(), fleetsim.Faults{Offline: 0.05}, nil)
 	good := goodBundle(t)
 	r.push(good)
 	s := spec()
