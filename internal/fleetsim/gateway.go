@@ -54,7 +54,8 @@ type Gateway struct {
 
 	// qmu guards the control queue, which paho's handler fills: it is
 	// never held while anything waits for the network.
-	beats atomic.Uint64 // heartbeats sent
+	beats   atomic.Uint64 // heartbeats sent
+	isLossy atomic.Bool   // fault has FaultLossy, for paho's handler
 
 	qmu     sync.Mutex
 	queue   [][]byte
@@ -112,6 +113,7 @@ func (g *Gateway) SetFault(f Fault) {
 
 func (g *Gateway) setFaultLocked(f Fault) {
 	g.fault = f
+	g.isLossy.Store(f&FaultLossy != 0)
 	if f&FaultSlow != 0 && g.slow == 0 {
 		g.slow = g.f.slowDelay()
 	}
@@ -400,15 +402,11 @@ func (g *Gateway) onControl(topic string, payload []byte) {
 	}
 }
 
-// lossy draws whether a lossy gateway loses this message.
+// lossy draws whether a lossy gateway loses this message. It takes no
+// lock of the gateway's: paho's handler calls it, and must not wait for
+// a publish in flight under g.mu, whose PUBACK paho would hold behind it.
 func (g *Gateway) lossy() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.lossyLocked()
-}
-
-func (g *Gateway) lossyLocked() bool {
-	if g.fault&FaultLossy != 0 && g.f.chance() < g.f.opts.Faults.LossRate {
+	if g.isLossy.Load() && g.f.chance() < g.f.opts.Faults.LossRate {
 		g.f.stats.lost.Add(1)
 		return true
 	}
@@ -462,7 +460,7 @@ func (g *Gateway) answer(p []byte) {
 		}
 	}
 	g.f.stats.controls.Add(1)
-	if !g.lossyLocked() {
+	if !g.lossy() {
 		if err := g.publishLocked(g.topics().ControlResult(g.id), false, res); err != nil {
 			g.f.log.Debug("control result not delivered", "gateway", g.id, "id", res.ID, "err", err)
 		}
