@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/sortie-edge/sortie/bundle"
 )
 
 // The decoders never panic, reject with ErrMessage, and accept only
@@ -95,6 +97,7 @@ func FuzzDecodeControl(f *testing.F) {
 		`{"id":"c4","action":"explode","mission_id":"m1"}`,
 		`{"id":"","action":"retry","mission_id":"m1"}`,
 		`{"id":"c5","action":"trigger","scene":"a/b"}`,
+		`{"id":"c6","action":"bundle","bundle":{"hash":"`+bundle.HashOf([]byte(`{"format":1}`))+`","version":1,"bundle":{"format":1}}}`,
 	)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeControl(b)
@@ -111,7 +114,9 @@ func FuzzDecodeControl(f *testing.F) {
 			t.Fatalf("accepted control without id: %+v", c)
 		case c.Action == ActionTrigger && c.Scene == "":
 			t.Fatalf("accepted trigger without scene: %+v", c)
-		case c.Action != ActionTrigger && c.MissionID == "":
+		case c.Action == ActionBundle && (c.Bundle == nil || bundle.HashOf(c.Bundle.Bundle) != c.Bundle.Hash):
+			t.Fatalf("accepted a bundle offer whose bytes are not its hash: %+v", c)
+		case c.Action != ActionTrigger && c.Action != ActionBundle && c.MissionID == "":
 			t.Fatalf("accepted %s without mission: %+v", c.Action, c)
 		}
 	})
