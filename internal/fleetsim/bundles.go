@@ -244,3 +244,43 @@ func (g *Gateway) revertLocked(reason, msg string) {
 	g.settleLocked(out)
 	g.reconnectLocked()
 }
+
+// Restart restarts the gateway as a killed agent comes back (the
+// agent's openConfigs): its connection drops without a goodbye (the
+// broker publishes its will), a bundle on trial is reverted
+// ("restarted": a bundle is kept only once this process saw it
+// healthy), the config files are read again (a hand edit takes effect
+// when no bundle was kept), and it connects again and says its latest
+// status. What it took from the hub and answered is kept, as the
+// agent's store keeps it.
+func (g *Gateway) Restart() {
+	g.mu.Lock()
+	c := g.client
+	g.client, g.down, g.cutNext = nil, false, false
+	if g.up {
+		g.up = false
+		g.f.connected.Add(-1)
+	}
+	now := g.f.opts.Clock.Now()
+	g.started, g.boot = now, g.files
+	files := ref{k: g.boot, source: uplink.SourceFiles, since: now}
+	if g.tr != nil {
+		tried := g.cur
+		g.endTrialLocked()
+		back := g.prev
+		if back.k == nil || back.source == uplink.SourceFiles {
+			back = files
+		}
+		g.last = &outcome{uplink.BundleStatus{Hash: tried.k.hash, Version: tried.version, Rollout: tried.rollout, Status: uplink.BundleReverted,
+			Reason: uplink.ReasonRestarted, Message: "the agent restarted before the bundle was confirmed healthy", At: now, Current: back.k.hash}, tried.source}
+		g.cur, g.prev = back, ref{}
+	} else if g.cur.source == uplink.SourceFiles {
+		g.cur = files
+	}
+	g.mu.Unlock()
+	if c != nil {
+		c.Abort()
+		c.Close()
+	}
+	g.connect()
+}

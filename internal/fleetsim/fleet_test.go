@@ -302,3 +302,40 @@ func TestLocalApplyRunsOnTrialThenIsKeptAndTellsTheHubNothing(t *testing.T) {
 		t.Errorf("%d bundle statuses sent about a local apply", n)
 	}
 }
+
+func TestRestartDuringTheTrialRevertsAndSaysSoWhenBack(t *testing.T) {
+	r := startRig(t, fleetsim.Options{IDs: []string{"gw"}}, nil)
+	good := must(t)(fleetsim.With(map[string]string{"arrive.toml": fleetsim.Scene, "evening.toml": evening}))
+	r.hub.control("gw", offer(t, "c1", good, 1, 0))
+	r.waitStatuses("gw", 1, "received", "applied")
+	gw := r.fleet.Gateway("gw")
+	gw.Restart()
+	r.waitStatuses("gw", 1, "received", "applied", "reverted restarted")
+	if c := gw.Config(); c.Hash != r.fleet.Files() || c.Trial || c.Source != uplink.SourceFiles {
+		t.Fatalf("after the restart: %+v, want its files", c)
+	}
+	// The same offer again is not applied again: the gateway took it.
+	r.hub.control("gw", offer(t, "c2", good, 1, 0))
+	r.hub.waitFor("the answer to the offer repeated", 15*time.Second, func() bool { _, _, ok := r.hub.result("gw", "c2"); return ok })
+	r.hub.mu.Lock()
+	res, _, _ := r.hub.result("gw", "c2")
+	r.hub.mu.Unlock()
+	if !res.OK {
+		t.Errorf("the offer repeated after the restart: %+v, want ok (answered from what it became)", res)
+	}
+}
+
+func TestRestartPutsHandEditedFilesInForce(t *testing.T) {
+	r := startRig(t, fleetsim.Options{IDs: []string{"gw"}}, nil)
+	gw := r.fleet.Gateway("gw")
+	gw.Edit()
+	edited := gw.Config().Files
+	if edited == "" {
+		t.Fatal("the edit shows in no files hash")
+	}
+	gw.Restart()
+	r.hub.waitFor("it back online", 15*time.Second, func() bool { return r.hub.presence["gw"].State == uplink.StateOnline && gw.Connected() })
+	if c := gw.Config(); c.Hash != edited || c.Files != "" || c.Source != uplink.SourceFiles {
+		t.Fatalf("after the restart: %+v, want the edited files %s in force", c, edited)
+	}
+}
