@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,18 +48,18 @@ action = "turn_on"
 `
 )
 
-// startAgent runs a real agent as gateway id: an embedded broker on
-// 127.0.0.1 for its devices, a simulated home of the hall and kitchen
-// lights (no porch light), bbolt in a temporary directory, and its hub
-// sync to hubURL.
-func startAgent(t *testing.T, id, hubURL string, files *bundle.Bundle) {
+// startAgent runs a real agent as gateway id with its data in dir: an
+// embedded broker on 127.0.0.1 for its devices, a simulated home of
+// the hall and kitchen lights (no porch light), bbolt, and its hub sync
+// to hubURL. stop stops it (the test's cleanup does, if not before).
+func startAgent(t *testing.T, id, dir, hubURL string, files *bundle.Bundle) (stop func()) {
 	t.Helper()
 	set, err := check.Bundle(files)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, err := agent.New(agent.Options{
-		Gateway: id, DataDir: t.TempDir(), Registry: set.Registry, Catalog: set.Catalog, QuietMissions: true,
+		Gateway: id, DataDir: dir, Registry: set.Registry, Catalog: set.Catalog, QuietMissions: true,
 		Version: fleetsim.DefaultVersion, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
 		Driver: agent.DriverOptions{StopGrace: time.Second},
@@ -80,13 +81,18 @@ func startAgent(t *testing.T, id, hubURL string, files *bundle.Bundle) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent run: %v", err)
-		}
-		a.Close()
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent run: %v", err)
+			}
+			a.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // must fails tb on err; it returns a function for the results of a
@@ -123,14 +129,16 @@ func said(s uplink.BundleStatus) string {
 // result and bundle status the agent gives: a good bundle, one that
 // does not validate, a stale one, a control repeated, an offer
 // repeated, a newer bundle while one is on trial, one whose devices
-// never answer, another registry, a newer agent needed, and the bundle
-// that runs offered again.
+// never answer, another registry, a newer agent needed, the bundle
+// that runs offered again, and a restart during a trial (the agent
+// stopped and started again on its data).
 func TestLightGatewayAnswersOffersAsTheAgentDoes(t *testing.T) {
 	b := brokertest.Start(t)
 	hub := newRecorder(t, b.URL())
 	mb := must(t)
 	files := mb(fleetsim.DefaultFiles())
-	startAgent(t, "real", b.URL(), files)
+	agentDir := t.TempDir()
+	stopAgent := startAgent(t, "real", agentDir, b.URL(), files)
 	fleet, err := fleetsim.New(fleetsim.Options{Broker: b.URL(), IDs: []string{"light"}, Files: files,
 		SilentDevices: []string{"porch-light"}, Heartbeat: 100 * time.Millisecond, Soak: conformSoak, Confirm: conformConfirm})
 	if err != nil {
@@ -229,6 +237,40 @@ func TestLightGatewayAnswersOffersAsTheAgentDoes(t *testing.T) {
 		}
 	}
 
+	// A restart during a trial: the agent stopped and started on its
+	// data, the light gateway restarted; both revert it and say so.
+	hub.mu.Lock()
+	before := map[string]int{"real": len(hub.statuses["real"]), "light": len(hub.statuses["light"])}
+	hub.mu.Unlock()
+	trialCtl := offer(t, "c-restart", good, 9, 60)
+	for _, gw := range gws {
+		hub.control(gw, trialCtl)
+	}
+	onTrial := func(gw string) bool {
+		ss := hub.statuses[gw][before[gw]:]
+		return len(ss) > 0 && ss[len(ss)-1].Status == uplink.BundleApplied
+	}
+	hub.waitFor("both on trial of version 9", 15*time.Second, func() bool { return onTrial("real") && onTrial("light") })
+	stopAgent()
+	startAgent(t, "real", agentDir, b.URL(), files)
+	fleet.Gateway("light").Restart()
+	reverted := func(gw string) bool {
+		ss := hub.statuses[gw][before[gw]:]
+		return len(ss) > 0 && ss[len(ss)-1].Status == uplink.BundleReverted
+	}
+	hub.waitFor("both reverted after the restart", 15*time.Second, func() bool { return reverted("real") && reverted("light") })
+	hub.mu.Lock()
+	var seqs [2][]string
+	for i, gw := range gws {
+		for _, s := range hub.statuses[gw][before[gw]:] {
+			seqs[i] = append(seqs[i], said(s))
+		}
+	}
+	hub.mu.Unlock()
+	if !slices.Equal(seqs[0], seqs[1]) || !strings.HasSuffix(seqs[0][len(seqs[0])-1], "(the agent restarted before the bundle was confirmed healthy)") {
+		t.Errorf("restart: statuses differ or do not say it\nagent: %q\nlight: %q", seqs[0], seqs[1])
+	}
+
 	// What each heartbeat says runs, once both have sent one since.
 	hub.mu.Lock()
 	n := map[string]int{"real": len(hub.heartbeats["real"]), "light": len(hub.heartbeats["light"])}
@@ -243,7 +285,7 @@ func TestLightGatewayAnswersOffersAsTheAgentDoes(t *testing.T) {
 	rc, lc := *ra.Config, *la.Config
 	rc.Since, lc.Since = time.Time{}, time.Time{}
 	if rc != lc || rc.Hash != newer.Hash() || rc.Version != 8 || rc.Files != files.Hash() {
-		t.Errorf("heartbeat config: agent %+v, light %+v; want version 8 of %s, files %s", rc, lc, bundle.Short(newer.Hash()), bundle.Short(files.Hash()))
+		t.Errorf("heartbeat config: agent %+v, light %+v; want version 8 of %s (what ran before the trial cut short), files %s", rc, lc, bundle.Short(newer.Hash()), bundle.Short(files.Hash()))
 	}
 	if !slices.EqualFunc(ra.Scenes, la.Scenes, func(a, b uplink.SceneInfo) bool { return a.Name == b.Name && a.Description == b.Description }) {
 		t.Errorf("heartbeat scenes: agent %+v, light %+v", ra.Scenes, la.Scenes)
