@@ -471,7 +471,7 @@ func TestOfflineGatewaysEndUnreachableByTheDeadlineThenGetTheBundleWhenBack(t *t
 	s := spec()
 	// Three stages (1%, 11%, all), each waiting out its offline
 	// gateways: the deadline comes well after the last.
-	s.Continuous, s.Factor, s.GatewayTimeout, s.Deadline = true, 10, driver.Duration(3*time.Second), driver.Duration(45*time.Second)
+	s.Continuous, s.Factor, s.GatewayTimeout, s.Deadline = true, 10, driver.Duration(3*time.Second), driver.Duration(60*time.Second)
 	start := time.Now()
 	v := r.start(s)
 	v = r.waitRollout(v.ID, "ended", 3*time.Minute, ended)
