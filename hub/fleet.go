@@ -581,7 +581,7 @@ func (f *Fleet) applyStatus(gw string, s uplink.BundleStatus, now time.Time) {
 		if s.Status == uplink.BundleHealthy {
 			fg.Expected, fg.ExpectedVersion = s.Hash, s.Version
 			if fg.Drifted && fg.Config != nil && fg.Config.Hash == s.Hash {
-				fg.Drifted, fg.DriftSince = false, time.Time{}
+				fg.Drifted, fg.Drift, fg.DriftSince = false, "", time.Time{}
 			}
 		}
 		f.dirtyG[fg] = true
@@ -751,59 +751,98 @@ func (f *Fleet) inferKept(gw string, cfg uplink.ConfigState, now time.Time) {
 	}
 }
 
+// Kinds of drift (FleetGateway.Drift).
+const (
+	// DriftConfig: the gateway runs another configuration than the
+	// bundle it should run (a local apply, a registry edited and the
+	// agent restarted on its files, ...).
+	DriftConfig = "config"
+	// DriftFiles: the gateway runs on its config files, and they were
+	// edited by hand since it started (in force at its next start).
+	DriftFiles = "files"
+)
+
 // drift compares what a gateway runs with what it should, and applies
 // its group's policy.
 func (f *Fleet) drift(fg *FleetGateway, now time.Time) {
 	cfg := fg.Config
-	drifted := fg.Expected != "" && cfg != nil && cfg.Hash != fg.Expected && !cfg.Trial && !f.outstanding(fg.Gateway)
-	if !drifted {
+	kind := ""
+	switch {
+	case cfg == nil || cfg.Trial || f.outstanding(fg.Gateway):
+	case fg.Expected != "" && cfg.Hash != fg.Expected:
+		kind = DriftConfig
+	case cfg.Source == uplink.SourceFiles && cfg.Files != "" && cfg.Files != cfg.Hash:
+		kind = DriftFiles
+	}
+	if kind == "" {
 		if fg.Drifted {
-			fg.Drifted, fg.DriftSince = false, time.Time{}
+			fg.Drifted, fg.Drift, fg.DriftSince = false, "", time.Time{}
 			f.dirtyG[fg] = true
 		}
 		return
 	}
-	if !fg.Drifted {
-		fg.Drifted, fg.DriftSince = true, now
+	if !fg.Drifted || fg.Drift != kind {
+		fg.Drifted, fg.Drift, fg.DriftSince = true, kind, now
 		f.dirtyG[fg] = true
-		f.log.Warn("gateway drifted: it runs another configuration than the hub expects", "gateway", fg.Gateway,
-			"runs", bundle.Short(cfg.Hash), "source", cfg.Source, "expected", bundle.Short(fg.Expected))
+		f.log.Warn("gateway drifted", "gateway", fg.Gateway, "drift", kind,
+			"runs", bundle.Short(cfg.Hash), "source", cfg.Source, "files", bundle.Short(cfg.Files), "expected", bundle.Short(fg.Expected))
 	}
 	switch f.policy(fg.Group) {
 	case DriftAdopt:
+		if kind != DriftConfig {
+			return // edited files do not run yet: nothing to adopt
+		}
 		f.log.Info("drift adopted: the hub now expects what the gateway runs", "gateway", fg.Gateway, "hash", bundle.Short(cfg.Hash))
 		fg.Expected, fg.ExpectedVersion = cfg.Hash, cfg.Version
-		fg.Drifted, fg.DriftSince = false, time.Time{}
+		fg.Drifted, fg.Drift, fg.DriftSince = false, "", time.Time{}
 		f.dirtyG[fg] = true
 		f.metrics.drift.WithLabelValues(DriftAdopt).Inc()
 	case DriftRevert:
-		if !f.online(fg.Gateway) || (!fg.RevertSent.IsZero() && now.Sub(fg.RevertSent) < f.o.RevertEvery) {
-			return
+		// Edited files are put out of force by what runs now, as a
+		// bundle: the agent then runs it, not the files, at its next start.
+		want := fg.Expected
+		if want == "" {
+			want = cfg.Hash
 		}
-		if fg.RevertControl == "" || fg.Version >= fg.RevertVersion {
-			group := fg.Group
-			if group == "" {
-				group = DefaultGroup
-			}
-			rel, err := f.st.AddRelease(context.Background(), Release{Group: group, Hash: fg.Expected, Kind: ReleaseRevert, At: now})
-			if err != nil {
-				f.log.Error("drift revert: number a release", "gateway", fg.Gateway, "err", err)
-				return
-			}
-			delete(f.controls, fg.RevertControl)
-			fg.RevertControl, fg.RevertVersion = newID(), rel.Version
-			f.controls[fg.RevertControl] = controlRef{fg: fg}
-			f.metrics.drift.WithLabelValues(DriftRevert).Inc()
-		}
-		fg.RevertSent = now
-		f.dirtyG[fg] = true
-		f.offer(fg.Gateway, fg.RevertControl, fg.RevertVersion, fg.Expected, "", 0, "revert")
+		f.revert(fg, want, now)
 	default:
 		// alert: shown by the API and counted by the metrics
 	}
 }
 
+// revert offers a drifted gateway the bundle it should run, as a newer
+// release, once per RevertEvery at most.
+func (f *Fleet) revert(fg *FleetGateway, want string, now time.Time) {
+	if !f.online(fg.Gateway) || (!fg.RevertSent.IsZero() && now.Sub(fg.RevertSent) < f.o.RevertEvery) {
+		return
+	}
+	if fg.RevertControl == "" || fg.Version >= fg.RevertVersion || fg.RevertHash != want {
+		group := fg.Group
+		if group == "" {
+			group = DefaultGroup
+		}
+		rel, err := f.st.AddRelease(context.Background(), Release{Group: group, Hash: want, Kind: ReleaseRevert, At: now})
+		if err != nil {
+			f.log.Error("drift revert: the hub cannot offer the bundle the gateway should run", "gateway", fg.Gateway, "hash", bundle.Short(want), "err", err)
+			fg.RevertSent = now
+			return
+		}
+		delete(f.controls, fg.RevertControl)
+		fg.RevertControl, fg.RevertVersion, fg.RevertHash = newID(), rel.Version, want
+		f.controls[fg.RevertControl] = controlRef{fg: fg}
+		f.metrics.drift.WithLabelValues(DriftRevert).Inc()
+	}
+	fg.RevertSent = now
+	f.dirtyG[fg] = true
+	f.offer(fg.Gateway, fg.RevertControl, fg.RevertVersion, want, "", 0, "revert")
+}
+
+// policy is a group's drift policy; a gateway no rollout targeted yet
+// is in DefaultGroup.
 func (f *Fleet) policy(group string) string {
+	if group == "" {
+		group = DefaultGroup
+	}
 	if g := f.groups[group]; g != nil && g.DriftPolicy != "" {
 		return g.DriftPolicy
 	}

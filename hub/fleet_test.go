@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/uplink"
@@ -489,5 +492,93 @@ func TestPushRefusesABundleTheAgentWouldReject(t *testing.T) {
 	rel2, created, err := r.f.PushBundle(context.Background(), "", enc)
 	if err != nil || created || rel2 != rel1 {
 		t.Fatalf("second push: %+v created=%v %v, want release %+v again", rel2, created, err, rel1)
+	}
+}
+
+func TestHandEditedFilesShowAsDriftWithinAHeartbeat(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	r.online(base.Hash, "gw-1", "gw-2")
+	edited := strings.Repeat("f", 64)
+	r.f.NoteGateway(Gateway{ID: "gw-2", State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: "gw-2", Version: "v1.0.0", Time: r.clock.Now(),
+		Config: &uplink.ConfigState{Hash: base.Hash, Source: uplink.SourceFiles, Files: edited}}})
+	r.step()
+	drifted := map[string]string{}
+	for _, g := range r.f.Gateways() {
+		if g.Drifted {
+			drifted[g.Gateway] = g.Drift
+		}
+	}
+	if len(drifted) != 1 || drifted["gw-2"] != DriftFiles {
+		t.Fatalf("drifted %v, want gw-2 alone, its files edited", drifted)
+	}
+	if _, err := r.f.SetGroup(context.Background(), Group{Name: DefaultGroup, DriftPolicy: DriftRevert}); err != nil {
+		t.Fatal(err)
+	}
+	r.take()
+	r.f.NoteGateway(Gateway{ID: "gw-2", State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: "gw-2", Version: "v1.0.0", Time: r.clock.Now(),
+		Config: &uplink.ConfigState{Hash: base.Hash, Source: uplink.SourceFiles, Files: edited}}})
+	r.step()
+	sent := r.take()
+	if len(sent) != 1 || sent[0].gw != "gw-2" || sent[0].c.Bundle.Hash != base.Hash {
+		t.Fatalf("revert offers %v, want gw-2 offered what it runs (%s) so the edit never takes effect", sent, bundle.Short(base.Hash))
+	}
+}
+
+func TestFleetMetricsCountRolloutsOffersStatusesAndDrift(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	r.push(testBundle(t, "v2", ""))
+	r.online(base.Hash, "gw-1", "gw-2")
+	if _, err := r.f.StartRollout(context.Background(), RolloutSpec{}); err != nil {
+		t.Fatal(err)
+	}
+	r.step()
+	o := r.take()[0]
+	r.answer(o, uplink.BundleReceived, uplink.BundleReceived, uplink.BundleRejected)
+	r.step()
+	m := r.f.metrics
+	want := `
+# HELP sortie_hub_bundle_offers_total Bundle offers published to gateways, by kind (rollout, resend, rollback, revert).
+# TYPE sortie_hub_bundle_offers_total counter
+sortie_hub_bundle_offers_total{kind="rollout"} 1
+# HELP sortie_hub_bundle_statuses_total Bundle statuses received, by result: new, repeat (same gateway, version and step), old (an older version or step: changes nothing), invalid.
+# TYPE sortie_hub_bundle_statuses_total counter
+sortie_hub_bundle_statuses_total{result="new"} 2
+sortie_hub_bundle_statuses_total{result="repeat"} 1
+# HELP sortie_hub_rollout_aborts_total Rollouts aborted (by the failure threshold or an operator).
+# TYPE sortie_hub_rollout_aborts_total counter
+sortie_hub_rollout_aborts_total 1
+# HELP sortie_hub_gateways_drifted Gateways whose running configuration is not the bundle the hub expects there.
+# TYPE sortie_hub_gateways_drifted gauge
+sortie_hub_gateways_drifted 0
+`
+	for _, c := range []struct {
+		c     prometheus.Collector
+		names []string
+	}{
+		{m.offers, []string{"sortie_hub_bundle_offers_total"}},
+		{m.statuses, []string{"sortie_hub_bundle_statuses_total"}},
+		{m.aborts, []string{"sortie_hub_rollout_aborts_total"}},
+		{m, []string{"sortie_hub_gateways_drifted"}},
+	} {
+		if err := testutil.CollectAndCompare(c.c, strings.NewReader(want), c.names...); err != nil {
+			t.Error(err)
+		}
+	}
+	rollouts := `
+# HELP sortie_hub_rollouts Rollouts, by state (running, paused, aborting, aborted, completed, superseded).
+# TYPE sortie_hub_rollouts gauge
+sortie_hub_rollouts{state="aborted"} 1
+sortie_hub_rollouts{state="aborting"} 0
+sortie_hub_rollouts{state="completed"} 0
+sortie_hub_rollouts{state="paused"} 0
+sortie_hub_rollouts{state="running"} 0
+sortie_hub_rollouts{state="superseded"} 0
+`
+	// Aborted at once: the one that failed took nothing, so nothing is
+	// rolled back.
+	if err := testutil.CollectAndCompare(m, strings.NewReader(rollouts), "sortie_hub_rollouts"); err != nil {
+		t.Error(err)
 	}
 }
