@@ -377,11 +377,19 @@ func (f *Fleet) note(e fleetEvent) {
 	}
 }
 
-// Run loads the state and steps until ctx ends: at once when messages
+// Run loads the state (unless Load did) and steps until ctx ends: at once when messages
 // arrive, and every Tick.
 func (f *Fleet) Run(ctx context.Context) error {
-	if err := f.Load(ctx); err != nil {
-		return err
+	f.mu.Lock()
+	loaded := f.loaded
+	f.mu.Unlock()
+	if !loaded {
+		if err := f.Load(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
 	t := time.NewTicker(f.o.Tick)
 	defer t.Stop()
@@ -578,6 +586,19 @@ func (f *Fleet) applyStatus(gw string, s uplink.BundleStatus, now time.Time) {
 	default:
 		f.metrics.statuses.WithLabelValues("new").Inc()
 		fg.Version, fg.Hash, fg.Status, fg.Reason, fg.At = s.Version, s.Hash, s.Status, s.Reason, s.At
+		if s.Current != "" {
+			// What runs, a heartbeat sooner than the next heartbeat says it.
+			cfg := uplink.ConfigState{Hash: s.Current, Source: uplink.SourceHub, Version: s.Version, Since: s.At, Trial: s.Status == uplink.BundleApplied}
+			if s.Current != s.Hash {
+				if cfg = (uplink.ConfigState{Hash: s.Current, Since: s.At}); fg.Config != nil && fg.Config.Hash == s.Current {
+					cfg = *fg.Config
+				}
+			}
+			if fg.Config != nil {
+				cfg.Files = fg.Config.Files
+			}
+			fg.Config = &cfg
+		}
 		if s.Status == uplink.BundleHealthy {
 			fg.Expected, fg.ExpectedVersion = s.Hash, s.Version
 			if fg.Drifted && fg.Config != nil && fg.Config.Hash == s.Hash {
@@ -986,7 +1007,7 @@ func (f *Fleet) advanceForward(run *rolloutRun, now time.Time) {
 	if r.StageStarted.IsZero() {
 		if refused := f.preflight(run, now); refused > 0 {
 			r.State = RolloutPaused
-			r.Reason = fmt.Sprintf("pre-flight: %d gateways of stage %d would fail; see each one's reason, then resume (-skip to go on without them) or abort", refused, r.Stage)
+			r.Reason = fmt.Sprintf("pre-flight: %d gateway(s) of stage %d would fail; see each one's reason, then resume (-skip to go on without them) or abort", refused, r.Stage)
 			f.log.Warn("rollout held by the pre-flight check", "rollout", r.ID, "stage", r.Stage, "refused", refused)
 			f.touch(run, now)
 			return

@@ -331,8 +331,11 @@ func TestCanaryOfRealAgentsAbortsAndRollsBack(t *testing.T) {
 	}
 	h.eventually("the rollout ended", func() bool { v := h.rollout(r.ID); return !v.active() })
 	v := h.rollout(r.ID)
-	if v.State != RolloutAborted || v.Counts[TargetFailed] != 1 || v.Counts["rollback_"+BackRolledBack] != 1 || v.Counts[TargetNotSent] != 2 {
-		t.Fatalf("rollout %s (%s) %v, want aborted: 1 failed, 1 rolled back, 2 not sent", v.State, v.Reason, v.Counts)
+	// The canary with the kitchen light is rolled back kept (healthy) or
+	// still on trial, when the rollback supersedes its trial (reverted,
+	// superseded: failed): which one is a race of the two trials.
+	if v.State != RolloutAborted || v.Counts["rollback_"+BackRolledBack] != 1 || v.Counts[TargetNotSent] != 2 {
+		t.Fatalf("rollout %s (%s) %v, want aborted: 1 rolled back, 2 not sent", v.State, v.Reason, v.Counts)
 	}
 	for _, t2 := range v.Gateways {
 		if t2.Gateway == order[1] && t2.Reason != uplink.ReasonDevicesSilent {

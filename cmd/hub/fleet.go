@@ -461,7 +461,7 @@ func cmdFleet(ctx context.Context, e *cli.Env, args []string) error {
 		}
 		drift := ""
 		if g.Drifted {
-			drift = "drifted since " + g.DriftSince.UTC().Format(time.RFC3339)
+			drift = g.Drift + ", since " + g.DriftSince.UTC().Format(time.RFC3339)
 		}
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Gateway, g.Group, strings.Join(g.Tags, ","), runs, source, bundle.Short(g.Expected), drift)
 	}
