@@ -225,6 +225,7 @@ type Fleet struct {
 	groups   map[string]*Group
 	controls map[string]controlRef
 	sets     map[string]*check.Set
+	encs     map[string][]byte
 	nextID   uint64
 
 	dirtyR map[*Rollout]bool
@@ -237,6 +238,8 @@ type Fleet struct {
 }
 
 type rolloutRun struct {
+	// check asks the step to count the failures against the threshold.
+	check   bool
 	r       *Rollout
 	targets []*RolloutGateway // by Order
 	byGW    map[string]*RolloutGateway
@@ -288,7 +291,7 @@ func NewFleet(st FleetStore, o FleetOptions) *Fleet {
 func (f *Fleet) reset() {
 	f.runs, f.order = map[string]*rolloutRun{}, nil
 	f.gws, f.seen, f.groups = map[string]*FleetGateway{}, map[string]presenceOf{}, map[string]*Group{}
-	f.controls, f.sets = map[string]controlRef{}, map[string]*check.Set{}
+	f.controls, f.sets, f.encs = map[string]controlRef{}, map[string]*check.Set{}, map[string][]byte{}
 	f.dirtyR, f.dirtyT, f.dirtyG, f.dirtyP = map[*Rollout]bool{}, map[*RolloutGateway]bool{}, map[*FleetGateway]bool{}, map[*Group]bool{}
 }
 
@@ -527,10 +530,13 @@ func (f *Fleet) offer(gw, control string, version uint64, hash, rollout string, 
 		f.log.Error("rollouts: cannot offer a bundle", "gateway", gw, "hash", bundle.Short(hash), "err", err)
 		return
 	}
-	enc, err := set.Bundle.Encode()
-	if err != nil {
-		f.log.Error("rollouts: cannot offer a bundle", "gateway", gw, "hash", bundle.Short(hash), "err", err)
-		return
+	enc := f.encs[hash]
+	if enc == nil {
+		if enc, err = set.Bundle.Encode(); err != nil {
+			f.log.Error("rollouts: cannot offer a bundle", "gateway", gw, "hash", bundle.Short(hash), "err", err)
+			return
+		}
+		f.encs[hash] = enc // shared by every offer of it: read-only
 	}
 	f.out = append(f.out, outgoing{gw: gw, c: uplink.Control{ID: control, Action: uplink.ActionBundle, Bundle: &uplink.BundleOffer{
 		Hash: hash, Version: version, Rollout: rollout, SoakSeconds: math.Round(soak.Seconds()), Bundle: enc,
@@ -644,7 +650,7 @@ func (f *Fleet) forwardStatus(run *rolloutRun, t *RolloutGateway, s uplink.Bundl
 	t.Updated = now
 	f.dirtyT[t] = true
 	f.touch(run, now)
-	f.checkAbort(run, now)
+	run.check = true // counted once per step: a count per status would cost the fleet squared
 }
 
 // retryable reasons may pass on their own: the same bundle is worth
@@ -720,7 +726,7 @@ func (f *Fleet) applyResult(gw string, res uplink.ControlResult, now time.Time) 
 		t.Answered = true
 		if !res.OK {
 			f.fail(ref.run, t, res.Code, res.Error, now)
-			f.checkAbort(ref.run, now)
+			ref.run.check = true
 		}
 		t.Updated = now
 		f.dirtyT[t] = true
@@ -984,6 +990,10 @@ func (f *Fleet) abort(run *rolloutRun, now time.Time, why string) {
 // advance does what is due for one rollout.
 func (f *Fleet) advance(run *rolloutRun, now time.Time) {
 	r := run.r
+	if run.check {
+		run.check = false
+		f.checkAbort(run, now)
+	}
 	switch {
 	case r.State == RolloutAborting:
 		f.advanceBack(run, now)

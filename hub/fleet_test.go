@@ -582,3 +582,80 @@ sortie_hub_rollouts{state="superseded"} 0
 		t.Error(err)
 	}
 }
+
+func TestContinuousRolloutTakesInLateGatewaysAndOnesThatComeBack(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	next := r.push(testBundle(t, "v2", ""))
+	r.online(base.Hash, "gw-1")
+	r.f.NoteGateway(Gateway{ID: "gw-off", State: StateOffline})
+	r.step()
+	for _, gw := range []string{"gw-1", "gw-off"} {
+		if _, err := r.f.SetTags(context.Background(), gw, []string{"lab"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := r.f.StartRollout(context.Background(), RolloutSpec{Tag: "lab", Continuous: true, Canary: 2,
+		Deadline: driver.Duration(time.Hour), GatewayTimeout: driver.Duration(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.step()
+	for _, o := range r.take() {
+		r.answer(o, uplink.BundleReceived, uplink.BundleApplied, uplink.BundleHealthy)
+	}
+	r.step()
+	r.clock.add(time.Hour)
+	r.step()
+	if v = r.view(v.ID); v.State != RolloutCompleted || !v.Following || v.Counts[TargetUnreachable] != 1 {
+		t.Fatalf("state %s following %v counts %v, want completed, following, gw-off unreachable", v.State, v.Following, v.Counts)
+	}
+	// A gateway tagged after the end joins; the unreachable one comes back.
+	r.online(base.Hash, "gw-new")
+	if _, err := r.f.SetTags(context.Background(), "gw-new", []string{"lab"}); err != nil {
+		t.Fatal(err)
+	}
+	r.online(base.Hash, "gw-off")
+	sent := map[string]bool{}
+	for _, o := range r.take() {
+		if o.c.Bundle.Hash != next.Hash {
+			t.Fatalf("offer of %s, want %s", bundle.Short(o.c.Bundle.Hash), bundle.Short(next.Hash))
+		}
+		sent[o.gw] = true
+		r.answer(o, uplink.BundleReceived, uplink.BundleApplied, uplink.BundleHealthy)
+	}
+	r.step()
+	if !sent["gw-new"] || !sent["gw-off"] || len(sent) != 2 {
+		t.Fatalf("offers to %v, want gw-new and gw-off", sent)
+	}
+	if v = r.view(v.ID); v.Counts[TargetHealthy] != 3 {
+		t.Fatalf("counts %v, want all 3 healthy", v.Counts)
+	}
+}
+
+func TestAHeartbeatRunningTheReleaseKeptCountsAsHealthy(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	next := r.push(testBundle(t, "v2", ""))
+	r.online(base.Hash, "gw-1")
+	v, err := r.f.StartRollout(context.Background(), RolloutSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.step()
+	o := r.take()[0]
+	r.f.NoteResult("gw-1", uplink.ControlResult{ID: o.c.ID, OK: true})
+	// The statuses went while the hub was away; the heartbeat says it.
+	for _, trial := range []bool{true, false} {
+		r.f.NoteGateway(Gateway{ID: "gw-1", State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: "gw-1", Version: "v1.0.0", Time: r.clock.Now(),
+			Config: &uplink.ConfigState{Hash: next.Hash, Version: o.c.Bundle.Version, Source: uplink.SourceHub, Trial: trial}}})
+		r.step()
+		want := TargetNotified
+		if !trial {
+			want = TargetHealthy
+		}
+		if got := r.view(v.ID).Gateways[0].Status; got != want {
+			t.Fatalf("trial %v: %s, want %s", trial, got, want)
+		}
+	}
+}
