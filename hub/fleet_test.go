@@ -167,6 +167,22 @@ func (r *fleetRig) view(id string) RolloutView {
 	return v
 }
 
+// startOne pushes the shipped configuration and an edit of it, starts
+// a rollout of the edit to gw-1 (running the first) and returns its
+// offer.
+func (r *fleetRig) startOne() (base, next Release, v RolloutView, o outgoing) {
+	r.t.Helper()
+	base = r.push(testBundle(r.t, "", ""))
+	next = r.push(testBundle(r.t, "v2", ""))
+	r.online(base.Hash, "gw-1")
+	v, err := r.f.StartRollout(context.Background(), RolloutSpec{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.step()
+	return base, next, v, r.take()[0]
+}
+
 func gatewayIDs(n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -436,15 +452,7 @@ func TestPreflightHoldsAWaveThatWouldFail(t *testing.T) {
 
 func TestDriftShowsAndTheRevertPolicyOffersTheExpectedBundle(t *testing.T) {
 	r := newFleetRig(t)
-	base := r.push(testBundle(t, "", ""))
-	next := r.push(testBundle(t, "v2", ""))
-	r.online(base.Hash, "gw-1")
-	v, err := r.f.StartRollout(context.Background(), RolloutSpec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.step()
-	o := r.take()[0]
+	_, next, v, o := r.startOne()
 	r.answer(o, uplink.BundleReceived, uplink.BundleApplied, uplink.BundleHealthy)
 	r.step()
 	r.clock.add(time.Minute)
@@ -635,15 +643,7 @@ func TestContinuousRolloutTakesInLateGatewaysAndOnesThatComeBack(t *testing.T) {
 
 func TestAHeartbeatRunningTheReleaseKeptCountsAsHealthy(t *testing.T) {
 	r := newFleetRig(t)
-	base := r.push(testBundle(t, "", ""))
-	next := r.push(testBundle(t, "v2", ""))
-	r.online(base.Hash, "gw-1")
-	v, err := r.f.StartRollout(context.Background(), RolloutSpec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.step()
-	o := r.take()[0]
+	_, next, v, o := r.startOne()
 	r.f.NoteResult("gw-1", uplink.ControlResult{ID: o.c.ID, OK: true})
 	// The statuses went while the hub was away; the heartbeat says it.
 	for _, trial := range []bool{true, false} {
