@@ -1012,6 +1012,12 @@ func (f *Fleet) advanceForward(run *rolloutRun, now time.Time) {
 	}
 	f.resend(run, now)
 	if r.State == RolloutPaused {
+		// No new offers; the stage under way still settles and soaks,
+		// so that a resume does not start its soak again.
+		if !r.StageStarted.IsZero() {
+			settled, _ := f.stageSettled(run, now)
+			f.soaked(run, settled, now)
+		}
 		return
 	}
 	if r.StageStarted.IsZero() {
@@ -1030,17 +1036,7 @@ func (f *Fleet) advanceForward(run *rolloutRun, now time.Time) {
 			f.notify(run, t, now)
 		}
 	}
-	settled := true
-	timeout := !now.Before(r.StageStarted.Add(r.Spec.GatewayTimeout.D()))
-	allEnded := true
-	for _, t := range run.targets {
-		if t.Stage <= r.Stage && !t.ended() {
-			allEnded = false
-			if !timeout {
-				settled = false
-			}
-		}
-	}
+	settled, allEnded := f.stageSettled(run, now)
 	if !f.soaked(run, settled, now) {
 		return
 	}
@@ -1053,6 +1049,23 @@ func (f *Fleet) advanceForward(run *rolloutRun, now time.Time) {
 	if allEnded {
 		f.end(run, now, RolloutCompleted, "")
 	}
+}
+
+// stageSettled says whether every target of the stages so far has an
+// outcome or timed out (settled), and whether every one has an outcome.
+func (f *Fleet) stageSettled(run *rolloutRun, now time.Time) (settled, allEnded bool) {
+	r := run.r
+	timeout := !now.Before(r.StageStarted.Add(r.Spec.GatewayTimeout.D()))
+	settled, allEnded = true, true
+	for _, t := range run.targets {
+		if t.Stage <= r.Stage && !t.ended() {
+			allEnded = false
+			if !timeout {
+				settled = false
+			}
+		}
+	}
+	return settled, allEnded
 }
 
 // notify sends a target its offer, the intent written first (the
