@@ -635,6 +635,10 @@ func (f *Fleet) forwardStatus(run *rolloutRun, t *RolloutGateway, s uplink.Bundl
 		return
 	}
 	t.Answered = true
+	if t.Previous == "" && s.Status == uplink.BundleReceived && s.Current != s.Hash {
+		// Offered before the hub knew what it ran: the gateway says it.
+		t.Previous = s.Current
+	}
 	switch s.Status {
 	case uplink.BundleReceived:
 		if t.Status == TargetNotified || late {
