@@ -60,33 +60,46 @@ func testBundle(tb testing.TB, desc, minAgent string) *bundle.Bundle {
 	return nb
 }
 
-// fleetRig is an engine over a real bbolt file, its offers caught at
-// the Send seam, its clock the test's.
+// fleetRig is an engine over a real bbolt file (or, under
+// TestPGFleetStoreKeepsTheSameRollouts, the cluster mode's PostgreSQL),
+// its offers caught at the Send seam, its clock the test's.
 type fleetRig struct {
-	t     *testing.T
-	path  string
-	st    *Store
+	t    *testing.T
+	path string
+	st   interface {
+		FleetStore
+		Close() error
+	}
 	f     *Fleet
 	clock *testClock
 	mu    sync.Mutex
 	sent  []outgoing
 }
 
+// openFleetPG, when set, opens the rigs' store in PostgreSQL instead,
+// emptied for each rig (fresh: true) or as it is (a restart).
+var openFleetPG func(tb testing.TB, fresh bool) *PGStore
+
 func newFleetRig(t *testing.T) *fleetRig {
 	t.Helper()
 	r := &fleetRig{t: t, path: filepath.Join(t.TempDir(), "hub.db"), clock: &testClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}}
-	r.open()
+	r.open(true)
 	return r
 }
 
-func (r *fleetRig) open() {
+func (r *fleetRig) open(fresh bool) {
 	r.t.Helper()
-	st, err := Open(r.path, Options{NoSync: true})
-	if err != nil {
-		r.t.Fatal(err)
+	if openFleetPG != nil {
+		r.st = openFleetPG(r.t, fresh)
+	} else {
+		st, err := Open(r.path, Options{NoSync: true})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.st = st
 	}
+	st := r.st
 	r.t.Cleanup(func() { _ = st.Close() })
-	r.st = st
 	r.f = NewFleet(st, FleetOptions{Now: r.clock.Now, Send: func(gw string, c uplink.Control) error {
 		r.mu.Lock()
 		r.sent = append(r.sent, outgoing{gw: gw, c: c})
@@ -98,13 +111,13 @@ func (r *fleetRig) open() {
 	}
 }
 
-// restart is a hub restart: the engine is made again from the file.
+// restart is a hub restart: the engine is made again from the store.
 func (r *fleetRig) restart() {
 	r.t.Helper()
 	if err := r.st.Close(); err != nil {
 		r.t.Fatal(err)
 	}
-	r.open()
+	r.open(false)
 }
 
 func (r *fleetRig) step() {
