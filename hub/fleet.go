@@ -225,6 +225,7 @@ type Fleet struct {
 	groups   map[string]*Group
 	controls map[string]controlRef
 	sets     map[string]*check.Set
+	encs     map[string][]byte
 	nextID   uint64
 
 	dirtyR map[*Rollout]bool
@@ -237,6 +238,8 @@ type Fleet struct {
 }
 
 type rolloutRun struct {
+	// check asks the step to count the failures against the threshold.
+	check   bool
 	r       *Rollout
 	targets []*RolloutGateway // by Order
 	byGW    map[string]*RolloutGateway
@@ -288,7 +291,7 @@ func NewFleet(st FleetStore, o FleetOptions) *Fleet {
 func (f *Fleet) reset() {
 	f.runs, f.order = map[string]*rolloutRun{}, nil
 	f.gws, f.seen, f.groups = map[string]*FleetGateway{}, map[string]presenceOf{}, map[string]*Group{}
-	f.controls, f.sets = map[string]controlRef{}, map[string]*check.Set{}
+	f.controls, f.sets, f.encs = map[string]controlRef{}, map[string]*check.Set{}, map[string][]byte{}
 	f.dirtyR, f.dirtyT, f.dirtyG, f.dirtyP = map[*Rollout]bool{}, map[*RolloutGateway]bool{}, map[*FleetGateway]bool{}, map[*Group]bool{}
 }
 
@@ -377,11 +380,19 @@ func (f *Fleet) note(e fleetEvent) {
 	}
 }
 
-// Run loads the state and steps until ctx ends: at once when messages
+// Run loads the state (unless Load did) and steps until ctx ends: at once when messages
 // arrive, and every Tick.
 func (f *Fleet) Run(ctx context.Context) error {
-	if err := f.Load(ctx); err != nil {
-		return err
+	f.mu.Lock()
+	loaded := f.loaded
+	f.mu.Unlock()
+	if !loaded {
+		if err := f.Load(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
 	t := time.NewTicker(f.o.Tick)
 	defer t.Stop()
@@ -519,10 +530,13 @@ func (f *Fleet) offer(gw, control string, version uint64, hash, rollout string, 
 		f.log.Error("rollouts: cannot offer a bundle", "gateway", gw, "hash", bundle.Short(hash), "err", err)
 		return
 	}
-	enc, err := set.Bundle.Encode()
-	if err != nil {
-		f.log.Error("rollouts: cannot offer a bundle", "gateway", gw, "hash", bundle.Short(hash), "err", err)
-		return
+	enc := f.encs[hash]
+	if enc == nil {
+		if enc, err = set.Bundle.Encode(); err != nil {
+			f.log.Error("rollouts: cannot offer a bundle", "gateway", gw, "hash", bundle.Short(hash), "err", err)
+			return
+		}
+		f.encs[hash] = enc // shared by every offer of it: read-only
 	}
 	f.out = append(f.out, outgoing{gw: gw, c: uplink.Control{ID: control, Action: uplink.ActionBundle, Bundle: &uplink.BundleOffer{
 		Hash: hash, Version: version, Rollout: rollout, SoakSeconds: math.Round(soak.Seconds()), Bundle: enc,
@@ -578,10 +592,23 @@ func (f *Fleet) applyStatus(gw string, s uplink.BundleStatus, now time.Time) {
 	default:
 		f.metrics.statuses.WithLabelValues("new").Inc()
 		fg.Version, fg.Hash, fg.Status, fg.Reason, fg.At = s.Version, s.Hash, s.Status, s.Reason, s.At
+		if s.Current != "" {
+			// What runs, a heartbeat sooner than the next heartbeat says it.
+			cfg := uplink.ConfigState{Hash: s.Current, Source: uplink.SourceHub, Version: s.Version, Since: s.At, Trial: s.Status == uplink.BundleApplied}
+			if s.Current != s.Hash {
+				if cfg = (uplink.ConfigState{Hash: s.Current, Since: s.At}); fg.Config != nil && fg.Config.Hash == s.Current {
+					cfg = *fg.Config
+				}
+			}
+			if fg.Config != nil {
+				cfg.Files = fg.Config.Files
+			}
+			fg.Config = &cfg
+		}
 		if s.Status == uplink.BundleHealthy {
 			fg.Expected, fg.ExpectedVersion = s.Hash, s.Version
 			if fg.Drifted && fg.Config != nil && fg.Config.Hash == s.Hash {
-				fg.Drifted, fg.DriftSince = false, time.Time{}
+				fg.Drifted, fg.Drift, fg.DriftSince = false, "", time.Time{}
 			}
 		}
 		f.dirtyG[fg] = true
@@ -608,6 +635,10 @@ func (f *Fleet) forwardStatus(run *rolloutRun, t *RolloutGateway, s uplink.Bundl
 		return
 	}
 	t.Answered = true
+	if t.Previous == "" && s.Status == uplink.BundleReceived && s.Current != s.Hash {
+		// Offered before the hub knew what it ran: the gateway says it.
+		t.Previous = s.Current
+	}
 	switch s.Status {
 	case uplink.BundleReceived:
 		if t.Status == TargetNotified || late {
@@ -623,7 +654,7 @@ func (f *Fleet) forwardStatus(run *rolloutRun, t *RolloutGateway, s uplink.Bundl
 	t.Updated = now
 	f.dirtyT[t] = true
 	f.touch(run, now)
-	f.checkAbort(run, now)
+	run.check = true // counted once per step: a count per status would cost the fleet squared
 }
 
 // retryable reasons may pass on their own: the same bundle is worth
@@ -699,7 +730,7 @@ func (f *Fleet) applyResult(gw string, res uplink.ControlResult, now time.Time) 
 		t.Answered = true
 		if !res.OK {
 			f.fail(ref.run, t, res.Code, res.Error, now)
-			f.checkAbort(ref.run, now)
+			ref.run.check = true
 		}
 		t.Updated = now
 		f.dirtyT[t] = true
@@ -751,59 +782,98 @@ func (f *Fleet) inferKept(gw string, cfg uplink.ConfigState, now time.Time) {
 	}
 }
 
+// Kinds of drift (FleetGateway.Drift).
+const (
+	// DriftConfig: the gateway runs another configuration than the
+	// bundle it should run (a local apply, a registry edited and the
+	// agent restarted on its files, ...).
+	DriftConfig = "config"
+	// DriftFiles: the gateway runs on its config files, and they were
+	// edited by hand since it started (in force at its next start).
+	DriftFiles = "files"
+)
+
 // drift compares what a gateway runs with what it should, and applies
 // its group's policy.
 func (f *Fleet) drift(fg *FleetGateway, now time.Time) {
 	cfg := fg.Config
-	drifted := fg.Expected != "" && cfg != nil && cfg.Hash != fg.Expected && !cfg.Trial && !f.outstanding(fg.Gateway)
-	if !drifted {
+	kind := ""
+	switch {
+	case cfg == nil || cfg.Trial || f.outstanding(fg.Gateway):
+	case fg.Expected != "" && cfg.Hash != fg.Expected:
+		kind = DriftConfig
+	case cfg.Source == uplink.SourceFiles && cfg.Files != "" && cfg.Files != cfg.Hash:
+		kind = DriftFiles
+	}
+	if kind == "" {
 		if fg.Drifted {
-			fg.Drifted, fg.DriftSince = false, time.Time{}
+			fg.Drifted, fg.Drift, fg.DriftSince = false, "", time.Time{}
 			f.dirtyG[fg] = true
 		}
 		return
 	}
-	if !fg.Drifted {
-		fg.Drifted, fg.DriftSince = true, now
+	if !fg.Drifted || fg.Drift != kind {
+		fg.Drifted, fg.Drift, fg.DriftSince = true, kind, now
 		f.dirtyG[fg] = true
-		f.log.Warn("gateway drifted: it runs another configuration than the hub expects", "gateway", fg.Gateway,
-			"runs", bundle.Short(cfg.Hash), "source", cfg.Source, "expected", bundle.Short(fg.Expected))
+		f.log.Warn("gateway drifted", "gateway", fg.Gateway, "drift", kind,
+			"runs", bundle.Short(cfg.Hash), "source", cfg.Source, "files", bundle.Short(cfg.Files), "expected", bundle.Short(fg.Expected))
 	}
 	switch f.policy(fg.Group) {
 	case DriftAdopt:
+		if kind != DriftConfig {
+			return // edited files do not run yet: nothing to adopt
+		}
 		f.log.Info("drift adopted: the hub now expects what the gateway runs", "gateway", fg.Gateway, "hash", bundle.Short(cfg.Hash))
 		fg.Expected, fg.ExpectedVersion = cfg.Hash, cfg.Version
-		fg.Drifted, fg.DriftSince = false, time.Time{}
+		fg.Drifted, fg.Drift, fg.DriftSince = false, "", time.Time{}
 		f.dirtyG[fg] = true
 		f.metrics.drift.WithLabelValues(DriftAdopt).Inc()
 	case DriftRevert:
-		if !f.online(fg.Gateway) || (!fg.RevertSent.IsZero() && now.Sub(fg.RevertSent) < f.o.RevertEvery) {
-			return
+		// Edited files are put out of force by what runs now, as a
+		// bundle: the agent then runs it, not the files, at its next start.
+		want := fg.Expected
+		if want == "" {
+			want = cfg.Hash
 		}
-		if fg.RevertControl == "" || fg.Version >= fg.RevertVersion {
-			group := fg.Group
-			if group == "" {
-				group = DefaultGroup
-			}
-			rel, err := f.st.AddRelease(context.Background(), Release{Group: group, Hash: fg.Expected, Kind: ReleaseRevert, At: now})
-			if err != nil {
-				f.log.Error("drift revert: number a release", "gateway", fg.Gateway, "err", err)
-				return
-			}
-			delete(f.controls, fg.RevertControl)
-			fg.RevertControl, fg.RevertVersion = newID(), rel.Version
-			f.controls[fg.RevertControl] = controlRef{fg: fg}
-			f.metrics.drift.WithLabelValues(DriftRevert).Inc()
-		}
-		fg.RevertSent = now
-		f.dirtyG[fg] = true
-		f.offer(fg.Gateway, fg.RevertControl, fg.RevertVersion, fg.Expected, "", 0, "revert")
+		f.revert(fg, want, now)
 	default:
 		// alert: shown by the API and counted by the metrics
 	}
 }
 
+// revert offers a drifted gateway the bundle it should run, as a newer
+// release, once per RevertEvery at most.
+func (f *Fleet) revert(fg *FleetGateway, want string, now time.Time) {
+	if !f.online(fg.Gateway) || (!fg.RevertSent.IsZero() && now.Sub(fg.RevertSent) < f.o.RevertEvery) {
+		return
+	}
+	if fg.RevertControl == "" || fg.Version >= fg.RevertVersion || fg.RevertHash != want {
+		group := fg.Group
+		if group == "" {
+			group = DefaultGroup
+		}
+		rel, err := f.st.AddRelease(context.Background(), Release{Group: group, Hash: want, Kind: ReleaseRevert, At: now})
+		if err != nil {
+			f.log.Error("drift revert: the hub cannot offer the bundle the gateway should run", "gateway", fg.Gateway, "hash", bundle.Short(want), "err", err)
+			fg.RevertSent = now
+			return
+		}
+		delete(f.controls, fg.RevertControl)
+		fg.RevertControl, fg.RevertVersion, fg.RevertHash = newID(), rel.Version, want
+		f.controls[fg.RevertControl] = controlRef{fg: fg}
+		f.metrics.drift.WithLabelValues(DriftRevert).Inc()
+	}
+	fg.RevertSent = now
+	f.dirtyG[fg] = true
+	f.offer(fg.Gateway, fg.RevertControl, fg.RevertVersion, want, "", 0, "revert")
+}
+
+// policy is a group's drift policy; a gateway no rollout targeted yet
+// is in DefaultGroup.
 func (f *Fleet) policy(group string) string {
+	if group == "" {
+		group = DefaultGroup
+	}
 	if g := f.groups[group]; g != nil && g.DriftPolicy != "" {
 		return g.DriftPolicy
 	}
@@ -924,6 +994,10 @@ func (f *Fleet) abort(run *rolloutRun, now time.Time, why string) {
 // advance does what is due for one rollout.
 func (f *Fleet) advance(run *rolloutRun, now time.Time) {
 	r := run.r
+	if run.check {
+		run.check = false
+		f.checkAbort(run, now)
+	}
 	switch {
 	case r.State == RolloutAborting:
 		f.advanceBack(run, now)
@@ -942,12 +1016,18 @@ func (f *Fleet) advanceForward(run *rolloutRun, now time.Time) {
 	}
 	f.resend(run, now)
 	if r.State == RolloutPaused {
+		// No new offers; the stage under way still settles and soaks,
+		// so that a resume does not start its soak again.
+		if !r.StageStarted.IsZero() {
+			settled, _ := f.stageSettled(run, now)
+			f.soaked(run, settled, now)
+		}
 		return
 	}
 	if r.StageStarted.IsZero() {
 		if refused := f.preflight(run, now); refused > 0 {
 			r.State = RolloutPaused
-			r.Reason = fmt.Sprintf("pre-flight: %d gateways of stage %d would fail; see each one's reason, then resume (-skip to go on without them) or abort", refused, r.Stage)
+			r.Reason = fmt.Sprintf("pre-flight: %d gateway(s) of stage %d would fail; see each one's reason, then resume (-skip to go on without them) or abort", refused, r.Stage)
 			f.log.Warn("rollout held by the pre-flight check", "rollout", r.ID, "stage", r.Stage, "refused", refused)
 			f.touch(run, now)
 			return
@@ -960,17 +1040,7 @@ func (f *Fleet) advanceForward(run *rolloutRun, now time.Time) {
 			f.notify(run, t, now)
 		}
 	}
-	settled := true
-	timeout := !now.Before(r.StageStarted.Add(r.Spec.GatewayTimeout.D()))
-	allEnded := true
-	for _, t := range run.targets {
-		if t.Stage <= r.Stage && !t.ended() {
-			allEnded = false
-			if !timeout {
-				settled = false
-			}
-		}
-	}
+	settled, allEnded := f.stageSettled(run, now)
 	if !f.soaked(run, settled, now) {
 		return
 	}
@@ -983,6 +1053,23 @@ func (f *Fleet) advanceForward(run *rolloutRun, now time.Time) {
 	if allEnded {
 		f.end(run, now, RolloutCompleted, "")
 	}
+}
+
+// stageSettled says whether every target of the stages so far has an
+// outcome or timed out (settled), and whether every one has an outcome.
+func (f *Fleet) stageSettled(run *rolloutRun, now time.Time) (settled, allEnded bool) {
+	r := run.r
+	timeout := !now.Before(r.StageStarted.Add(r.Spec.GatewayTimeout.D()))
+	settled, allEnded = true, true
+	for _, t := range run.targets {
+		if t.Stage <= r.Stage && !t.ended() {
+			allEnded = false
+			if !timeout {
+				settled = false
+			}
+		}
+	}
+	return settled, allEnded
 }
 
 // notify sends a target its offer, the intent written first (the

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/uplink"
@@ -57,33 +60,46 @@ func testBundle(tb testing.TB, desc, minAgent string) *bundle.Bundle {
 	return nb
 }
 
-// fleetRig is an engine over a real bbolt file, its offers caught at
-// the Send seam, its clock the test's.
+// fleetRig is an engine over a real bbolt file (or, under
+// TestPGFleetStoreKeepsTheSameRollouts, the cluster mode's PostgreSQL),
+// its offers caught at the Send seam, its clock the test's.
 type fleetRig struct {
-	t     *testing.T
-	path  string
-	st    *Store
+	t    *testing.T
+	path string
+	st   interface {
+		FleetStore
+		Close() error
+	}
 	f     *Fleet
 	clock *testClock
 	mu    sync.Mutex
 	sent  []outgoing
 }
 
+// openFleetPG, when set, opens the rigs' store in PostgreSQL instead,
+// emptied for each rig (fresh: true) or as it is (a restart).
+var openFleetPG func(tb testing.TB, fresh bool) *PGStore
+
 func newFleetRig(t *testing.T) *fleetRig {
 	t.Helper()
 	r := &fleetRig{t: t, path: filepath.Join(t.TempDir(), "hub.db"), clock: &testClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}}
-	r.open()
+	r.open(true)
 	return r
 }
 
-func (r *fleetRig) open() {
+func (r *fleetRig) open(fresh bool) {
 	r.t.Helper()
-	st, err := Open(r.path, Options{NoSync: true})
-	if err != nil {
-		r.t.Fatal(err)
+	if openFleetPG != nil {
+		r.st = openFleetPG(r.t, fresh)
+	} else {
+		st, err := Open(r.path, Options{NoSync: true})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.st = st
 	}
+	st := r.st
 	r.t.Cleanup(func() { _ = st.Close() })
-	r.st = st
 	r.f = NewFleet(st, FleetOptions{Now: r.clock.Now, Send: func(gw string, c uplink.Control) error {
 		r.mu.Lock()
 		r.sent = append(r.sent, outgoing{gw: gw, c: c})
@@ -95,13 +111,13 @@ func (r *fleetRig) open() {
 	}
 }
 
-// restart is a hub restart: the engine is made again from the file.
+// restart is a hub restart: the engine is made again from the store.
 func (r *fleetRig) restart() {
 	r.t.Helper()
 	if err := r.st.Close(); err != nil {
 		r.t.Fatal(err)
 	}
-	r.open()
+	r.open(false)
 }
 
 func (r *fleetRig) step() {
@@ -162,6 +178,22 @@ func (r *fleetRig) view(id string) RolloutView {
 		r.t.Fatal(err)
 	}
 	return v
+}
+
+// startOne pushes the shipped configuration and an edit of it, starts
+// a rollout of the edit to gw-1 (running the first) and returns its
+// offer.
+func (r *fleetRig) startOne() (base, next Release, v RolloutView, o outgoing) {
+	r.t.Helper()
+	base = r.push(testBundle(r.t, "", ""))
+	next = r.push(testBundle(r.t, "v2", ""))
+	r.online(base.Hash, "gw-1")
+	v, err := r.f.StartRollout(context.Background(), RolloutSpec{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.step()
+	return base, next, v, r.take()[0]
 }
 
 func gatewayIDs(n int) []string {
@@ -433,15 +465,7 @@ func TestPreflightHoldsAWaveThatWouldFail(t *testing.T) {
 
 func TestDriftShowsAndTheRevertPolicyOffersTheExpectedBundle(t *testing.T) {
 	r := newFleetRig(t)
-	base := r.push(testBundle(t, "", ""))
-	next := r.push(testBundle(t, "v2", ""))
-	r.online(base.Hash, "gw-1")
-	v, err := r.f.StartRollout(context.Background(), RolloutSpec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.step()
-	o := r.take()[0]
+	_, next, v, o := r.startOne()
 	r.answer(o, uplink.BundleReceived, uplink.BundleApplied, uplink.BundleHealthy)
 	r.step()
 	r.clock.add(time.Minute)
@@ -489,5 +513,162 @@ func TestPushRefusesABundleTheAgentWouldReject(t *testing.T) {
 	rel2, created, err := r.f.PushBundle(context.Background(), "", enc)
 	if err != nil || created || rel2 != rel1 {
 		t.Fatalf("second push: %+v created=%v %v, want release %+v again", rel2, created, err, rel1)
+	}
+}
+
+func TestHandEditedFilesShowAsDriftWithinAHeartbeat(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	r.online(base.Hash, "gw-1", "gw-2")
+	edited := strings.Repeat("f", 64)
+	r.f.NoteGateway(Gateway{ID: "gw-2", State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: "gw-2", Version: "v1.0.0", Time: r.clock.Now(),
+		Config: &uplink.ConfigState{Hash: base.Hash, Source: uplink.SourceFiles, Files: edited}}})
+	r.step()
+	drifted := map[string]string{}
+	for _, g := range r.f.Gateways() {
+		if g.Drifted {
+			drifted[g.Gateway] = g.Drift
+		}
+	}
+	if len(drifted) != 1 || drifted["gw-2"] != DriftFiles {
+		t.Fatalf("drifted %v, want gw-2 alone, its files edited", drifted)
+	}
+	if _, err := r.f.SetGroup(context.Background(), Group{Name: DefaultGroup, DriftPolicy: DriftRevert}); err != nil {
+		t.Fatal(err)
+	}
+	r.take()
+	r.f.NoteGateway(Gateway{ID: "gw-2", State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: "gw-2", Version: "v1.0.0", Time: r.clock.Now(),
+		Config: &uplink.ConfigState{Hash: base.Hash, Source: uplink.SourceFiles, Files: edited}}})
+	r.step()
+	sent := r.take()
+	if len(sent) != 1 || sent[0].gw != "gw-2" || sent[0].c.Bundle.Hash != base.Hash {
+		t.Fatalf("revert offers %v, want gw-2 offered what it runs (%s) so the edit never takes effect", sent, bundle.Short(base.Hash))
+	}
+}
+
+func TestFleetMetricsCountRolloutsOffersStatusesAndDrift(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	r.push(testBundle(t, "v2", ""))
+	r.online(base.Hash, "gw-1", "gw-2")
+	if _, err := r.f.StartRollout(context.Background(), RolloutSpec{}); err != nil {
+		t.Fatal(err)
+	}
+	r.step()
+	o := r.take()[0]
+	r.answer(o, uplink.BundleReceived, uplink.BundleReceived, uplink.BundleRejected)
+	r.step()
+	m := r.f.metrics
+	want := `
+# HELP sortie_hub_bundle_offers_total Bundle offers published to gateways, by kind (rollout, resend, rollback, revert).
+# TYPE sortie_hub_bundle_offers_total counter
+sortie_hub_bundle_offers_total{kind="rollout"} 1
+# HELP sortie_hub_bundle_statuses_total Bundle statuses received, by result: new, repeat (same gateway, version and step), old (an older version or step: changes nothing), invalid.
+# TYPE sortie_hub_bundle_statuses_total counter
+sortie_hub_bundle_statuses_total{result="new"} 2
+sortie_hub_bundle_statuses_total{result="repeat"} 1
+# HELP sortie_hub_rollout_aborts_total Rollouts aborted (by the failure threshold or an operator).
+# TYPE sortie_hub_rollout_aborts_total counter
+sortie_hub_rollout_aborts_total 1
+# HELP sortie_hub_gateways_drifted Gateways whose running configuration is not the bundle the hub expects there.
+# TYPE sortie_hub_gateways_drifted gauge
+sortie_hub_gateways_drifted 0
+`
+	for _, c := range []struct {
+		c     prometheus.Collector
+		names []string
+	}{
+		{m.offers, []string{"sortie_hub_bundle_offers_total"}},
+		{m.statuses, []string{"sortie_hub_bundle_statuses_total"}},
+		{m.aborts, []string{"sortie_hub_rollout_aborts_total"}},
+		{m, []string{"sortie_hub_gateways_drifted"}},
+	} {
+		if err := testutil.CollectAndCompare(c.c, strings.NewReader(want), c.names...); err != nil {
+			t.Error(err)
+		}
+	}
+	rollouts := `
+# HELP sortie_hub_rollouts Rollouts, by state (running, paused, aborting, aborted, completed, superseded).
+# TYPE sortie_hub_rollouts gauge
+sortie_hub_rollouts{state="aborted"} 1
+sortie_hub_rollouts{state="aborting"} 0
+sortie_hub_rollouts{state="completed"} 0
+sortie_hub_rollouts{state="paused"} 0
+sortie_hub_rollouts{state="running"} 0
+sortie_hub_rollouts{state="superseded"} 0
+`
+	// Aborted at once: the one that failed took nothing, so nothing is
+	// rolled back.
+	if err := testutil.CollectAndCompare(m, strings.NewReader(rollouts), "sortie_hub_rollouts"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestContinuousRolloutTakesInLateGatewaysAndOnesThatComeBack(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	next := r.push(testBundle(t, "v2", ""))
+	r.online(base.Hash, "gw-1")
+	r.f.NoteGateway(Gateway{ID: "gw-off", State: StateOffline})
+	r.step()
+	for _, gw := range []string{"gw-1", "gw-off"} {
+		if _, err := r.f.SetTags(context.Background(), gw, []string{"lab"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := r.f.StartRollout(context.Background(), RolloutSpec{Tag: "lab", Continuous: true, Canary: 2,
+		Deadline: driver.Duration(time.Hour), GatewayTimeout: driver.Duration(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.step()
+	for _, o := range r.take() {
+		r.answer(o, uplink.BundleReceived, uplink.BundleApplied, uplink.BundleHealthy)
+	}
+	r.step()
+	r.clock.add(time.Hour)
+	r.step()
+	if v = r.view(v.ID); v.State != RolloutCompleted || !v.Following || v.Counts[TargetUnreachable] != 1 {
+		t.Fatalf("state %s following %v counts %v, want completed, following, gw-off unreachable", v.State, v.Following, v.Counts)
+	}
+	// A gateway tagged after the end joins; the unreachable one comes back.
+	r.online(base.Hash, "gw-new")
+	if _, err := r.f.SetTags(context.Background(), "gw-new", []string{"lab"}); err != nil {
+		t.Fatal(err)
+	}
+	r.online(base.Hash, "gw-off")
+	sent := map[string]bool{}
+	for _, o := range r.take() {
+		if o.c.Bundle.Hash != next.Hash {
+			t.Fatalf("offer of %s, want %s", bundle.Short(o.c.Bundle.Hash), bundle.Short(next.Hash))
+		}
+		sent[o.gw] = true
+		r.answer(o, uplink.BundleReceived, uplink.BundleApplied, uplink.BundleHealthy)
+	}
+	r.step()
+	if !sent["gw-new"] || !sent["gw-off"] || len(sent) != 2 {
+		t.Fatalf("offers to %v, want gw-new and gw-off", sent)
+	}
+	if v = r.view(v.ID); v.Counts[TargetHealthy] != 3 {
+		t.Fatalf("counts %v, want all 3 healthy", v.Counts)
+	}
+}
+
+func TestAHeartbeatRunningTheReleaseKeptCountsAsHealthy(t *testing.T) {
+	r := newFleetRig(t)
+	_, next, v, o := r.startOne()
+	r.f.NoteResult("gw-1", uplink.ControlResult{ID: o.c.ID, OK: true})
+	// The statuses went while the hub was away; the heartbeat says it.
+	for _, trial := range []bool{true, false} {
+		r.f.NoteGateway(Gateway{ID: "gw-1", State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: "gw-1", Version: "v1.0.0", Time: r.clock.Now(),
+			Config: &uplink.ConfigState{Hash: next.Hash, Version: o.c.Bundle.Version, Source: uplink.SourceHub, Trial: trial}}})
+		r.step()
+		want := TargetNotified
+		if !trial {
+			want = TargetHealthy
+		}
+		if got := r.view(v.ID).Gateways[0].Status; got != want {
+			t.Fatalf("trial %v: %s, want %s", trial, got, want)
+		}
 	}
 }

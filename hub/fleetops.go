@@ -258,6 +258,7 @@ func (f *Fleet) Abort(ctx context.Context, id string) (RolloutView, error) {
 			return fmt.Errorf("%w: rollout %s is %s", ErrInvalid, id, run.r.State)
 		}
 		f.abort(run, now, "aborted by the operator")
+		f.advanceBack(run, now) // nothing to roll back ends it at once
 		return nil
 	})
 }

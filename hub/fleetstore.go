@@ -213,13 +213,16 @@ type FleetGateway struct {
 	ExpectedVersion uint64 `json:"expected_version,omitempty"`
 	// Config is what its last heartbeat said it runs.
 	Config *uplink.ConfigState `json:"config,omitempty"`
-	// Drifted is set while Config.Hash is not Expected (and no rollout
-	// or trial explains it), since DriftSince.
+	// Drifted is set while Config.Hash is not Expected, or its config
+	// files were edited by hand (Drift says which), and no rollout or
+	// trial explains it, since DriftSince.
 	Drifted    bool      `json:"drifted,omitempty"`
+	Drift      string    `json:"drift,omitempty"` // DriftConfig or DriftFiles
 	DriftSince time.Time `json:"drift_since,omitzero"`
 	// Revert is the control of the drift policy's last offer, and when.
 	RevertControl string    `json:"revert_control,omitempty"`
 	RevertVersion uint64    `json:"revert_version,omitempty"`
+	RevertHash    string    `json:"revert_hash,omitempty"`
 	RevertSent    time.Time `json:"revert_sent,omitzero"`
 }
 

@@ -310,6 +310,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.link == nil {
 		return fmt.Errorf("%w: no broker URL and no cluster", ErrInvalid)
 	}
+	if s.fleet != nil {
+		// Before anything arrives or the API is ready: a rollout asked
+		// for is then one the engine knows.
+		if err := s.fleet.Load(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.link.start(ctx, func(r inboundRaw) { s.receive(ctx, r) }, func() { s.readyOnce.Do(func() { close(s.ready) }) }); err != nil {
 		return err
 	}

@@ -280,6 +280,7 @@ func cmdRolloutStart(ctx context.Context, e *cli.Env, args []string) error {
 	gwSoak := fs.Duration("gateway-soak", 0, "each gateway's trial before it reports healthy (default its own)")
 	gwTimeout := fs.Duration("gateway-timeout", 0, "how long a stage waits for one gateway (default 10m)")
 	deadline := fs.Duration("deadline", 0, "the rollout ends this long after its start (default 24h)")
+	resend := fs.Duration("resend", 0, "an unanswered offer is sent again, same control ID, this often (default 10s)")
 	fs.IntVar(&spec.Retries, "retries", 0, "offers again after a failure that may pass (storage, validation_timeout, restarted)")
 	fs.Float64Var(&spec.AbortPercent, "abort-percent", 0, "abort once this percentage of the gateways that ran it failed (default 10)")
 	fs.IntVar(&spec.AbortMin, "abort-min", 0, "and at least this many (default 1)")
@@ -296,7 +297,7 @@ func cmdRolloutStart(ctx context.Context, e *cli.Env, args []string) error {
 	if *gateways != "" {
 		spec.Gateways = strings.Split(*gateways, ",")
 	}
-	spec.Soak, spec.GatewaySoak, spec.GatewayTimeout, spec.Deadline = driver.Duration(*soak), driver.Duration(*gwSoak), driver.Duration(*gwTimeout), driver.Duration(*deadline)
+	spec.Soak, spec.GatewaySoak, spec.GatewayTimeout, spec.Deadline, spec.Resend = driver.Duration(*soak), driver.Duration(*gwSoak), driver.Duration(*gwTimeout), driver.Duration(*deadline), driver.Duration(*resend)
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -461,7 +462,7 @@ func cmdFleet(ctx context.Context, e *cli.Env, args []string) error {
 		}
 		drift := ""
 		if g.Drifted {
-			drift = "drifted since " + g.DriftSince.UTC().Format(time.RFC3339)
+			drift = g.Drift + ", since " + g.DriftSince.UTC().Format(time.RFC3339)
 		}
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Gateway, g.Group, strings.Join(g.Tags, ","), runs, source, bundle.Short(g.Expected), drift)
 	}

@@ -59,7 +59,7 @@ func TestBundleAndRolloutCommandsDriveARunningHub(t *testing.T) {
 	if code, out = hubCLI("rollout", "status", "-hub", api, "-gateways", "r-1"); code != 0 || !strings.Contains(out, "home") {
 		t.Fatalf("rollout status: exit %d\n%s", code, out)
 	}
-	if code, out = hubCLI("rollout", "abort", "-hub", api, "r-1"); code != 0 || !strings.Contains(out, "aborting") {
+	if code, out = hubCLI("rollout", "abort", "-hub", api, "r-1"); code != 0 || !strings.Contains(out, "aborted (aborted by the operator)") {
 		t.Fatalf("rollout abort: exit %d\n%s", code, out)
 	}
 	if code, out = hubCLI("rollout", "pause", "-hub", api, "r-1"); code == 0 || !strings.Contains(out, "invalid_request") {
