@@ -302,6 +302,59 @@ func TestGoodBundleReachesEveryGatewayHealthyAndHandEditsShowAsDrift(t *testing.
 	}
 }
 
+// TestHandEditedFilesShowAsDriftForExactlyThoseGatewaysWithinTwoHeartbeats:
+// the issue's hand edits, of the config files (in force at the next
+// start), on 1% of gateways that run their files: the hub shows exactly
+// those as drifted (drift: files) within two of their heartbeats.
+func TestHandEditedFilesShowAsDriftForExactlyThoseGatewaysWithinTwoHeartbeats(t *testing.T) {
+	r := startMeasure(t, measureSize(), fleetsim.Faults{}, nil)
+	var editedIDs []string
+	beats := map[string]uint64{}
+	for i, g := range r.fleet.Gateways() {
+		if i%100 == 61 {
+			beats[g.ID()] = g.Heartbeats()
+			g.Edit()
+			editedIDs = append(editedIDs, g.ID())
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var gws struct {
+			Gateways []hub.FleetGateway `json:"gateways"`
+		}
+		r.api(http.MethodGet, "/api/fleet", nil, &gws)
+		var drifted []string
+		for _, g := range gws.Gateways {
+			if g.Drifted {
+				drifted = append(drifted, g.Gateway)
+				if g.Drift != hub.DriftFiles {
+					t.Errorf("%s drifted as %q, want files", g.Gateway, g.Drift)
+				}
+			}
+		}
+		slices.Sort(drifted)
+		if extra := without(drifted, editedIDs); len(extra) > 0 {
+			t.Fatalf("gateways not edited show as drifted: %v", extra)
+		}
+		if slices.Equal(drifted, editedIDs) {
+			worst := uint64(0)
+			for _, id := range editedIDs {
+				since := r.fleet.Gateway(id).Heartbeats() - beats[id]
+				worst = max(worst, since)
+				if since > 2 {
+					t.Errorf("%s: drifted only after %d heartbeats since the edit", id, since)
+				}
+			}
+			t.Logf("drifted (files): exactly the %d gateways edited, after at most %d heartbeats each", len(drifted), worst)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drifted %v, want exactly %v", drifted, editedIDs)
+		}
+		time.Sleep(200 * time.Millisecond) // the hub's API is another process's
+	}
+}
+
 // without is a less b.
 func without(a, b []string) []string {
 	var out []string
