@@ -102,12 +102,15 @@ cross:
 # The agent package's benchmarks run a whole agent against hundreds of
 # simulated devices, seconds each, and the hub's cluster benchmarks run
 # NATS nodes and PostgreSQL for a minute or so (skipped without them):
-# they run once (-benchtime 1x).
+# they run once (-benchtime 1x), as does the fleet's (1,000 gateways
+# against the hub binary; FLEET_GATEWAYS=10000 for the issue's scale).
 CLUSTER_BENCH := ClusterIngest|ReconnectStorm
+FLEET_GATEWAYS ?= 1000
 
 bench:
-	{ $(GO) test -run '^$$' -bench . -skip '$(CLUSTER_BENCH)' -benchtime $(BENCHTIME) $$($(GO) list $(PKGS) | grep -v '/sortie/agent$$'); \
+	{ $(GO) test -run '^$$' -bench . -skip '$(CLUSTER_BENCH)' -benchtime $(BENCHTIME) $$($(GO) list $(PKGS) | grep -v -e '/sortie/agent$$' -e '/internal/fleetsim$$'); \
 	  $(GO) test -run '^$$' -bench . -benchtime 1x ./agent/; \
+	  $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/fleetsim/ -args -fleet-gateways $(FLEET_GATEWAYS); \
 	  $(GO) test -run '^$$' -bench '$(CLUSTER_BENCH)' -benchtime 1x -timeout 10m ./hub/; } 2>&1 | $(GO) run ./internal/benchtable
 
 clean:

@@ -126,6 +126,7 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 	a.mux.HandleFunc("/api/gateways/{gw}/control", a.auth(a.method(http.MethodPost, a.control)))
 	a.mux.HandleFunc("/api/gateways/{gw}/why/{request_id}", a.auth(a.method(http.MethodGet, a.why)))
 	a.mux.HandleFunc("/api/stream", a.auth(a.method(http.MethodGet, a.stream)))
+	a.fleetRoutes()
 	a.mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
 	}))

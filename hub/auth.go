@@ -52,7 +52,7 @@ type AuthOptions struct {
 // NewAuth returns the access control of the hub's embedded broker (pass
 // it as broker.Options.Auth). It refuses anonymous clients and wrong
 // passwords, and confines each gateway G to publishing on its own
-// status, heartbeat, events, traces and control/result topics (and a last will
+// status, heartbeat, events, traces, control/result and bundle/status topics (and a last will
 // on its status topic) and subscribing to its own ack and control
 // topics; the hub identity may do anything. The hub's client ID and a
 // gateway's default one are reserved to them.
@@ -80,7 +80,7 @@ func NewAuth(opts AuthOptions) (*broker.Auth, error) {
 		Internal: opts.HubUser, InternalPassword: opts.HubPassword,
 		Allow: func(gw, topic string, write bool) bool {
 			if write {
-				return topic == t.Status(gw) || topic == t.Heartbeat(gw) || topic == t.Events(gw) || topic == t.ControlResult(gw) || topic == t.Traces(gw)
+				return topic == t.Status(gw) || topic == t.Heartbeat(gw) || topic == t.Events(gw) || topic == t.ControlResult(gw) || topic == t.Traces(gw) || topic == t.BundleStatus(gw)
 			}
 			return topic == t.Ack(gw) || topic == t.Control(gw)
 		},

@@ -91,6 +91,9 @@ func newHubMetrics(s *Service) *hubMetrics {
 				return 0
 			}),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.fleet != nil {
+		reg.MustRegister(s.fleet.metrics.collectors()...)
+	}
 	return m
 }
 

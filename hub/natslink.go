@@ -71,7 +71,7 @@ func (o *ClusterOptions) withDefaults() {
 
 // orDefault sets *v to d when it is not positive: the options' zero
 // value, or a nonsense one, means the default.
-func orDefault[T int | int64 | time.Duration](v *T, d T) {
+func orDefault[T ~int | ~int64](v *T, d T) {
 	if *v <= 0 {
 		*v = d
 	}

@@ -91,6 +91,36 @@ var pgMigrations = [][]string{
 			v     bigint[] NOT NULL,
 			PRIMARY KEY (scope, hour))`,
 	},
+	// 3: bundles and rollouts (hub/pgfleet.go): the rollout engine's
+	// records, as the bbolt Store keeps them, each a JSON document.
+	{
+		`CREATE TABLE IF NOT EXISTS sortie_bundles (
+			hash text PRIMARY KEY,
+			info bytea NOT NULL,
+			data bytea NOT NULL)`,
+		// One counter for every group, as the single hub's.
+		`CREATE SEQUENCE IF NOT EXISTS sortie_release_version`,
+		`CREATE TABLE IF NOT EXISTS sortie_releases (
+			version bigint PRIMARY KEY,
+			grp     text NOT NULL,
+			hash    text NOT NULL,
+			doc     bytea NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS sortie_releases_group ON sortie_releases (grp, version DESC)`,
+		`CREATE TABLE IF NOT EXISTS sortie_rollouts (
+			id  text PRIMARY KEY,
+			doc bytea NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS sortie_targets (
+			rollout text NOT NULL,
+			gateway text NOT NULL,
+			doc     bytea NOT NULL,
+			PRIMARY KEY (rollout, gateway))`,
+		`CREATE TABLE IF NOT EXISTS sortie_fleet (
+			gateway text PRIMARY KEY,
+			doc     bytea NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS sortie_groups (
+			name text PRIMARY KEY,
+			doc  bytea NOT NULL)`,
+	},
 }
 
 // OpenPG connects to the database at dsn (a pgx connection string) and

@@ -64,6 +64,11 @@ type ServiceOptions struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Fleet configures the rollout engine, which runs when the store
+	// keeps bundles and rollouts (a FleetStore: the bbolt Store; not yet
+	// the cluster mode's). Its Send is the service's; Now and Logger
+	// default to the service's.
+	Fleet FleetOptions
 }
 
 // Service is the hub's MQTT side: it ingests what gateways publish,
@@ -103,6 +108,8 @@ type Service struct {
 	watchers map[*watcher]struct{}
 
 	presence presence
+	// fleet is the rollout engine, nil when the store keeps no rollouts.
+	fleet *Fleet
 	// storeFailed is when the store last failed to take a group (Unix
 	// nanoseconds): silence since then may be the hub's own.
 	storeFailed atomic.Int64
@@ -178,8 +185,39 @@ func NewService(st Backing, opts ServiceOptions) *Service {
 	} else {
 		s.link = &mqttLink{opts: opts, topics: s.topics, log: log}
 	}
+	if fs, ok := st.(FleetStore); ok && opts.Cluster == nil {
+		fo := opts.Fleet
+		fo.Send = s.sendControl
+		if fo.Now == nil {
+			fo.Now = opts.Now
+		}
+		if fo.Logger == nil {
+			fo.Logger = log.With("component", "rollouts")
+		}
+		s.fleet = NewFleet(fs, fo)
+	}
 	s.metrics = newHubMetrics(s)
 	return s
+}
+
+// Fleet is the rollout engine: bundles, rollouts, drift. It is nil in
+// the cluster mode (not there yet) and on a store that keeps none.
+func (s *Service) Fleet() *Fleet { return s.fleet }
+
+// sendControl publishes a control request without waiting for its
+// result (the rollout engine's offers: their results reach the engine
+// by their IDs, and an unanswered one is sent again).
+func (s *Service) sendControl(gw string, c uplink.Control) error {
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if !s.link.connected() {
+		return ErrNotConnected
+	}
+	// Not waited for: a lost offer is sent again with the same ID.
+	s.link.publish(s.topics.Control(gw), payload)
+	return nil
 }
 
 // Store returns the service's store.
@@ -272,6 +310,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.link == nil {
 		return fmt.Errorf("%w: no broker URL and no cluster", ErrInvalid)
 	}
+	if s.fleet != nil {
+		// Before anything arrives or the API is ready: a rollout asked
+		// for is then one the engine knows.
+		if err := s.fleet.Load(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.link.start(ctx, func(r inboundRaw) { s.receive(ctx, r) }, func() { s.readyOnce.Do(func() { close(s.ready) }) }); err != nil {
 		return err
 	}
@@ -285,6 +330,9 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.presenceLoop(gctx) })
 	if s.opts.Retention != (Retention{}) {
 		g.Go(func() error { return s.pruneLoop(gctx) })
+	}
+	if s.fleet != nil {
+		g.Go(func() error { return s.fleet.Run(gctx) })
 	}
 	err := g.Wait()
 	cancel() // a receive blocked on a full queue gives up, so close can wait for it
@@ -320,7 +368,7 @@ func (l *mqttLink) start(_ context.Context, deliver func(inboundRaw), ready func
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	for _, kind := range []string{"status", "heartbeat", "events", "traces", "control/result"} {
+	for _, kind := range []string{"status", "heartbeat", "events", "traces", "control/result", "bundle/status"} {
 		if _, err := c.Subscribe(l.topics.Wildcard(kind), func(topic string, payload []byte) {
 			deliver(inboundRaw{topic: topic, payload: payload, at: l.opts.Now()})
 		}); err != nil {
@@ -381,6 +429,20 @@ func (s *Service) receive(ctx context.Context, raw inboundRaw) {
 			case ch <- r:
 			default: // a duplicate; the first one counts
 			}
+		} else if s.fleet != nil {
+			s.fleet.NoteResult(gw, r)
+		}
+		return
+	}
+	if kind == "bundle/status" {
+		raw.finish(true)
+		st, err := uplink.DecodeBundleStatus(raw.payload)
+		if err != nil {
+			s.log.Warn("bad bundle status", "gateway", gw, "err", err)
+			return
+		}
+		if s.fleet != nil {
+			s.fleet.NoteStatus(gw, st)
 		}
 		return
 	}
@@ -619,6 +681,9 @@ func (s *Service) report(res Result) {
 		}
 	}
 	for i := range res.Gateways {
+		if s.fleet != nil {
+			s.fleet.NoteGateway(res.Gateways[i])
+		}
 		s.protocols.Store(res.Gateways[i].ID, res.Gateways[i].Protocol)
 		s.announce(Update{Type: "gateway", Gateway: &res.Gateways[i]})
 	}

@@ -210,7 +210,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open hub store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces} {
+		for _, name := range append([][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces}, fleetBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}

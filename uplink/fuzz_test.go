@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/sortie-edge/sortie/bundle"
 )
 
 // The decoders never panic, reject with ErrMessage, and accept only
@@ -95,19 +97,26 @@ func FuzzDecodeControl(f *testing.F) {
 		`{"id":"c4","action":"explode","mission_id":"m1"}`,
 		`{"id":"","action":"retry","mission_id":"m1"}`,
 		`{"id":"c5","action":"trigger","scene":"a/b"}`,
+		`{"id":"c6","action":"bundle","bundle":{"hash":"`+bundle.HashOf([]byte(`{"format":1}`))+`","version":1,"bundle":{"format":1}}}`,
 	)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeControl(b)
 		checkErr(t, err)
+		id := ControlID(b)
 		if err != nil {
 			return
+		}
+		if id != c.ID {
+			t.Fatalf("ControlID %q, the decoded control's %q", id, c.ID)
 		}
 		switch {
 		case c.ID == "":
 			t.Fatalf("accepted control without id: %+v", c)
 		case c.Action == ActionTrigger && c.Scene == "":
 			t.Fatalf("accepted trigger without scene: %+v", c)
-		case c.Action != ActionTrigger && c.MissionID == "":
+		case c.Action == ActionBundle && (c.Bundle == nil || bundle.HashOf(c.Bundle.Bundle) != c.Bundle.Hash):
+			t.Fatalf("accepted a bundle offer whose bytes are not its hash: %+v", c)
+		case c.Action != ActionTrigger && c.Action != ActionBundle && c.MissionID == "":
 			t.Fatalf("accepted %s without mission: %+v", c.Action, c)
 		}
 	})

@@ -406,6 +406,19 @@ func DecodeControl(b []byte) (Control, error) {
 	return c, nil
 }
 
+// ControlID reads a control request's ID without judging the rest of
+// it, so that a request that does not decode is still answered by its
+// ID, and a repeat is known by it; "" when it has no valid one.
+func ControlID(b []byte) string {
+	var loose struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(b, &loose) != nil || driver.ValidateID("control id", loose.ID) != nil {
+		return ""
+	}
+	return loose.ID
+}
+
 // DecodeAck parses an ack.
 func DecodeAck(b []byte) (Ack, error) {
 	var a Ack

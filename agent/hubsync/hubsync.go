@@ -471,7 +471,7 @@ func (u *Uplink) serveControls(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case b := <-u.controls:
-			res, again := done.get(ctx, controlID(b))
+			res, again := done.get(ctx, uplink.ControlID(b))
 			if !again {
 				res = u.control(ctx, b)
 				// Every answer is kept, a failure too: a request cut
@@ -597,24 +597,12 @@ func (d *durableAnswers) put(ctx context.Context, r uplink.ControlResult) {
 	}
 }
 
-// controlID reads a request's ID without judging the rest of it; "" when
-// it has no valid one.
-func controlID(b []byte) string {
-	var loose struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(b, &loose) != nil || driver.ValidateID("control id", loose.ID) != nil {
-		return ""
-	}
-	return loose.ID
-}
-
 // control decodes and performs one request. A request that does not
 // decode is answered with its id when one can be read.
 func (u *Uplink) control(ctx context.Context, b []byte) (res uplink.ControlResult) {
 	c, err := uplink.DecodeControl(b)
 	if err != nil {
-		id := controlID(b)
+		id := uplink.ControlID(b)
 		if id == "" {
 			id = "invalid"
 		}

@@ -186,31 +186,46 @@ func TestVersion(t *testing.T) {
 
 // TestRun starts the whole hub from a config file with flags, drives it
 // with a gateway over MQTT and the API over HTTP, then stops it.
+// runningHub is "hub run" in this process, on ports of its own.
+type runningHub struct {
+	http, broker string
+	cancel       func()
+	done         chan int
+	logs         *syncBuffer
+}
+
+// startHub runs the hub with config p until the test ends.
+func startHub(t *testing.T, p string) *runningHub {
+	t.Helper()
+	type addrs struct{ http, broker string }
+	ready := make(chan addrs, 1)
+	onListening = func(h, b string) { ready <- addrs{h, b} }
+	t.Cleanup(func() { onListening = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h := &runningHub{cancel: cancel, done: make(chan int, 1), logs: &syncBuffer{}}
+	go func() {
+		h.done <- run(ctx, []string{"run", "-config", p, "-http", "127.0.0.1:0", "-broker-listen", "127.0.0.1:0", "-log-format", "json"}, nil, h.logs, h.logs)
+	}()
+	select {
+	case a := <-ready:
+		h.http, h.broker = a.http, a.broker
+	case code := <-h.done:
+		t.Fatalf("hub exited %d: %s", code, h.logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub did not start")
+	}
+	return h
+}
+
 func TestRun(t *testing.T) {
 	h, err := hub.HashPassword("gateway-password")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := writeConfig(t, "data_dir = \"data\"\n[http]\ntoken = \"0123456789abcdef\"\n[log]\nlevel = \"warn\"\n[gateways]\nhome = \""+h+"\"\n")
-	type addrs struct{ http, broker string }
-	ready := make(chan addrs, 1)
-	onListening = func(h, b string) { ready <- addrs{h, b} }
-	t.Cleanup(func() { onListening = nil })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var logs syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"run", "-config", p, "-http", "127.0.0.1:0", "-broker-listen", "127.0.0.1:0", "-log-format", "json"}, nil, &logs, &logs)
-	}()
-	var a addrs
-	select {
-	case a = <-ready:
-	case code := <-done:
-		t.Fatalf("hub exited %d: %s", code, logs.String())
-	case <-time.After(10 * time.Second):
-		t.Fatal("hub did not start")
-	}
+	rh := startHub(t, p)
+	a, cancel, done, logs := rh, rh.cancel, rh.done, rh.logs
 
 	acks := make(chan uplink.Ack, 4)
 	tp := uplink.Topics{}

@@ -6,6 +6,9 @@
 //	hub validate [-config FILE]           check the configuration
 //	hub passwd   [-generate] GATEWAY      print a credential line for [gateways]
 //	hub nats-user [-generate] [-hub|-system] NAME a NATS user for the cluster mode
+//	hub bundle push|list|show             store and list configuration bundles
+//	hub rollout start|status|pause|resume|abort   run a bundle out in stages
+//	hub fleet | tag | group               configurations, tags, drift policies
 //	hub version                           print the version
 //	hub completion bash|zsh               a shell completion script
 package main
@@ -71,6 +74,8 @@ var program = &cli.Program{
 		{Name: "version", Summary: "print the version", Run: cmdVersion},
 	},
 }
+
+func init() { program.Commands = append(program.Commands, fleetCommands...) }
 
 // run runs a command line and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -26,16 +26,22 @@ func TestEveryCommandsHelpIsItsOwnUsage(t *testing.T) {
 		{"version", "usage: hub version", ""},
 		{"completion", "usage: hub completion bash|zsh", ""},
 		{"help", "usage: hub help [COMMAND]", ""},
+		{"bundle push", "usage: hub bundle push [-group G] [-min-agent V] DIR", "-min-agent"},
+		{"rollout start", "usage: hub rollout start [-group G] [-version N] [-gateways A,B | -tag T] [flags]", "-abort-percent"},
+		{"rollout resume", "usage: hub rollout resume [-skip] ID", "-skip"},
+		{"fleet", "usage: hub fleet [-drifted]", "-drifted"},
+		{"tag", "usage: hub tag GATEWAY [TAG ...]", "-hub"},
+		{"group", "usage: hub group -drift alert|adopt|revert GROUP", "-drift"},
 	} {
 		for _, help := range []string{"-h", "--help"} {
 			var out, errb strings.Builder
-			code := run(context.Background(), []string{c.cmd, help}, nil, &out, &errb)
+			code := run(context.Background(), append(strings.Fields(c.cmd), help), nil, &out, &errb)
 			if code != 0 || !strings.HasPrefix(out.String(), c.usage+"\n") || (c.flag != "" && !strings.Contains(out.String(), "\n  "+c.flag)) || errb.Len() > 0 {
 				t.Errorf("hub %s %s: exit %d, want 0 and %q with %s\nstdout:\n%s\nstderr:\n%s", c.cmd, help, code, c.usage, c.flag, out.String(), errb.String())
 			}
 		}
 	}
-	if n := len(program.Commands) + 2; n != 7 {
-		t.Errorf("the hub has %d commands, the test 7: add the new ones", n)
+	if n := len(program.Commands) + 2; n != 12 {
+		t.Errorf("the hub has %d commands, the test 12: add the new ones", n)
 	}
 }

@@ -1,8 +1,11 @@
 // Command sim runs a simulated home: virtual devices that speak the
-// Sortie device protocol over MQTT, with reproducible fault injection.
+// Sortie device protocol over MQTT, with reproducible fault injection;
+// or, as "sim fleet", a fleet of light simulated gateways connected to a
+// hub (docs/fleet.md, "A fleet to try it on").
 //
 //	sim -config configs/home.toml                       # embedded broker on 127.0.0.1:1883
 //	sim -config configs/home.toml -broker tcp://host:1883
+//	sim fleet -hub tcp://127.0.0.1:1884 -gateways 1000 -password 'pw-{id}' -offline 0.05
 //
 // Without -broker (and without a broker key in the config) it starts an
 // embedded broker on -listen and prints its address. It logs one line per
@@ -48,6 +51,9 @@ func main() {
 // run is the whole program; it returns when ctx ends (a clean stop) or
 // on the first error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "fleet" {
+		return runFleet(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("config", "configs/home.toml", "home config `file`")

@@ -62,6 +62,13 @@ func TestRunDemoHome(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("no ack")
 	}
+	stopRun(t, cancel, done)
+}
+
+// stopRun cancels run's context and waits, bounded, for it to return
+// without an error.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
 	cancel()
 	select {
 	case err := <-done:
