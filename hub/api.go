@@ -182,6 +182,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusGatewayTimeout, "control_timeout"
 	case errors.Is(err, ErrStoreUnavailable):
 		status, code = http.StatusServiceUnavailable, "store_unavailable"
+	case errors.Is(err, ErrNotLeader):
+		status, code = http.StatusServiceUnavailable, "not_leader"
 	}
 	msg := err.Error()
 	switch code {

@@ -23,6 +23,9 @@ var (
 	// ErrStoreUnavailable: the cluster mode's PostgreSQL cannot be
 	// reached now (down, restarting, a connection cut); a retry may work.
 	ErrStoreUnavailable = errors.New("database unavailable")
+	// ErrNotLeader: in the cluster mode, another replica drives the
+	// rollouts (or none does at this moment); ask again, or another one.
+	ErrNotLeader = errors.New("this replica does not drive the rollouts now")
 	// ErrSchemaNewer: a newer hub migrated the cluster mode's database
 	// past the schema this one knows, which it would misread.
 	ErrSchemaNewer = errors.New("the database's schema is newer than this hub")

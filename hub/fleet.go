@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sortie-edge/sortie/bundle"
@@ -215,6 +216,9 @@ type Fleet struct {
 	inMu  sync.Mutex
 	inbox []fleetEvent
 	wake  chan struct{}
+	// accepting is set while the state is loaded: a cluster replica
+	// that does not drive the rollouts drops what it hears.
+	accepting atomic.Bool
 
 	mu       sync.Mutex
 	loaded   bool
@@ -350,7 +354,38 @@ func (f *Fleet) Load(ctx context.Context) error {
 		f.seen[gws[i].ID] = presenceOf{online: gws[i].State == StateOnline, hb: gws[i].Heartbeat}
 	}
 	f.loaded = true
+	f.accepting.Store(true)
 	return nil
+}
+
+// unload forgets the state: a cluster replica that stopped driving the
+// rollouts (another replica does now).
+func (f *Fleet) unload() {
+	f.accepting.Store(false)
+	f.mu.Lock()
+	f.reset()
+	f.loaded = false
+	f.mu.Unlock()
+	f.inMu.Lock()
+	f.inbox = nil
+	f.inMu.Unlock()
+}
+
+// Leading says whether the state is loaded here: always on the single
+// hub once it runs; on the one cluster replica that drives the rollouts.
+func (f *Fleet) Leading() bool { return f.accepting.Load() }
+
+// reader is f when it holds the state, else a copy read from the store
+// now (a cluster replica that does not drive: the API still answers).
+func (f *Fleet) reader(ctx context.Context) (*Fleet, error) {
+	if f.Leading() {
+		return f, nil
+	}
+	r := NewFleet(f.st, FleetOptions{Now: f.o.Now, Logger: f.log})
+	if err := r.Load(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // NoteStatus takes a gateway's bundle status (hub/gateways/{gw}/bundle/status).
@@ -371,6 +406,9 @@ func (f *Fleet) NoteGateway(g Gateway) {
 }
 
 func (f *Fleet) note(e fleetEvent) {
+	if !f.accepting.Load() {
+		return
+	}
 	f.inMu.Lock()
 	f.inbox = append(f.inbox, e)
 	f.inMu.Unlock()

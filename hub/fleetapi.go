@@ -17,7 +17,7 @@ func (a *API) fleetRoutes() {
 		return a.auth(func(w http.ResponseWriter, r *http.Request) {
 			fl := a.fleet()
 			if fl == nil {
-				writeError(w, http.StatusNotImplemented, "no_rollouts", "this hub runs no rollouts (the cluster mode does not have them yet)")
+				writeError(w, http.StatusNotImplemented, "no_rollouts", "this hub's store keeps no rollouts")
 				return
 			}
 			h(fl, w, r)
@@ -26,22 +26,22 @@ func (a *API) fleetRoutes() {
 	a.mux.HandleFunc("GET /api/bundles", f(a.listBundles))
 	a.mux.HandleFunc("POST /api/bundles", f(a.pushBundle))
 	a.mux.HandleFunc("GET /api/bundles/{ref}", f(a.showBundle))
-	a.mux.HandleFunc("GET /api/rollouts", f(func(fl *Fleet, w http.ResponseWriter, _ *http.Request) {
+	a.mux.HandleFunc("GET /api/rollouts", f(read(a, func(fl *Fleet, w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"rollouts": fl.Rollouts()})
-	}))
+	})))
 	a.mux.HandleFunc("POST /api/rollouts", f(a.startRollout))
-	a.mux.HandleFunc("GET /api/rollouts/{id}", f(func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
+	a.mux.HandleFunc("GET /api/rollouts/{id}", f(read(a, func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
 		v, err := fl.Rollout(r.PathValue("id"))
 		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
-	}))
+	})))
 	a.mux.HandleFunc("POST /api/rollouts/{id}/{op}", f(a.rolloutOp))
-	a.mux.HandleFunc("GET /api/fleet", f(func(fl *Fleet, w http.ResponseWriter, _ *http.Request) {
+	a.mux.HandleFunc("GET /api/fleet", f(read(a, func(fl *Fleet, w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"gateways": fl.Gateways()})
-	}))
+	})))
 	a.mux.HandleFunc("PUT /api/gateways/{gw}/tags", f(func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Tags []string `json:"tags"`
@@ -57,14 +57,14 @@ func (a *API) fleetRoutes() {
 		}
 		writeJSON(w, http.StatusOK, g)
 	}))
-	a.mux.HandleFunc("GET /api/groups", f(func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
+	a.mux.HandleFunc("GET /api/groups", f(read(a, func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
 		gs, err := fl.Groups(r.Context())
 		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"groups": gs})
-	}))
+	})))
 	a.mux.HandleFunc("PUT /api/groups/{group}", f(func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
 		var g Group
 		if status, code, err := decodeBody(w, r, &g); err != nil {
@@ -79,6 +79,19 @@ func (a *API) fleetRoutes() {
 		}
 		writeJSON(w, http.StatusOK, out)
 	}))
+}
+
+// read serves h from the engine's state: its own, or, on a cluster
+// replica that does not drive the rollouts, the store's now.
+func read(a *API, h func(*Fleet, http.ResponseWriter, *http.Request)) func(*Fleet, http.ResponseWriter, *http.Request) {
+	return func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
+		rd, err := fl.reader(r.Context())
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		h(rd, w, r)
+	}
 }
 
 func (a *API) fleet() *Fleet {

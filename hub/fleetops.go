@@ -65,7 +65,7 @@ func (f *Fleet) StartRollout(ctx context.Context, spec RolloutSpec) (RolloutView
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.loaded {
-		return RolloutView{}, fmt.Errorf("%w: the rollout engine has not loaded its state", ErrStoreUnavailable)
+		return RolloutView{}, ErrNotLeader
 	}
 	now := f.o.Now()
 	targets, err := f.resolve(spec)
@@ -197,6 +197,9 @@ func (f *Fleet) runOf(id string) (*rolloutRun, error) {
 func (f *Fleet) control(ctx context.Context, id string, change func(run *rolloutRun, now time.Time) error) (RolloutView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.loaded {
+		return RolloutView{}, ErrNotLeader
+	}
 	run, err := f.runOf(id)
 	if err != nil {
 		return RolloutView{}, err
@@ -276,6 +279,9 @@ func (f *Fleet) SetTags(ctx context.Context, gw string, tags []string) (FleetGat
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.loaded {
+		return FleetGateway{}, ErrNotLeader
+	}
 	if _, ok := f.known()[gw]; !ok {
 		return FleetGateway{}, fmt.Errorf("%w: %q", ErrUnknownGateway, gw)
 	}
@@ -304,6 +310,9 @@ func (f *Fleet) SetGroup(ctx context.Context, g Group) (Group, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.loaded {
+		return Group{}, ErrNotLeader
+	}
 	p := f.groups[g.Name]
 	if p == nil {
 		p = &Group{Name: g.Name}

@@ -418,6 +418,15 @@ func (l *natsLink) trySetup(ctx context.Context, nc *nats.Conn, deliver func(inb
 		return fmt.Errorf("subscribe to control results: %w", err)
 	}
 	started = append(started, func() { _ = res.Unsubscribe() })
+	// Bundle statuses too: the replica that drives the rollouts takes
+	// them, the others drop them.
+	bst, err := l.subscribe(nc, l.subject("bundle/status"), func(m *nats.Msg) {
+		deliver(inboundRaw{topic: subjectToTopic(m.Subject), payload: m.Data, at: l.now()})
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to bundle statuses: %w", err)
+	}
+	started = append(started, func() { _ = bst.Unsubscribe() })
 	feed, err := l.subscribe(nc, l.feedSubject(), l.onFeed)
 	if err != nil {
 		return fmt.Errorf("subscribe to the feed: %w", err)

@@ -93,9 +93,10 @@ func TestHalfFailedSetupLeavesNothingSubscribed(t *testing.T) {
 	if err := l.trySetup(t.Context(), nc, deliver); err != nil {
 		t.Fatalf("set-up again: %v", err)
 	}
-	// Two consumers, the control results and the feed.
-	if n := nc.NumSubscriptions() - base; n != 4 {
-		t.Errorf("%d subscriptions after a whole set-up, want 4", n)
+	// Two consumers, the control results, the bundle statuses and the
+	// feed.
+	if n := nc.NumSubscriptions() - base; n != 5 {
+		t.Errorf("%d subscriptions after a whole set-up, want 5", n)
 	}
 	l.stopAll()
 	if n := nc.NumSubscriptions() - base; n != 0 {

@@ -40,7 +40,7 @@ func GatewayNATSPermissions(prefix, gw string) (NATSPermissions, error) {
 	t := uplink.Topics{Prefix: prefix}
 	s := func(topic string) string { return topicToSubject(topic) }
 	return NATSPermissions{
-		Publish:   []string{s(t.Status(gw)), s(t.Heartbeat(gw)), s(t.Events(gw)), s(t.Traces(gw)), s(t.ControlResult(gw))},
+		Publish:   []string{s(t.Status(gw)), s(t.Heartbeat(gw)), s(t.Events(gw)), s(t.Traces(gw)), s(t.ControlResult(gw)), s(t.BundleStatus(gw))},
 		Subscribe: []string{s(t.Ack(gw)), s(t.Control(gw))},
 	}, nil
 }

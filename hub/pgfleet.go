@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -196,4 +197,58 @@ func (s *PGStore) SaveFleet(ctx context.Context, c FleetState) (err error) {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return tx.SendBatch(ctx, &b).Close()
 	})
+}
+
+// leadLock is the session advisory lock held by the replica that drives
+// the rollouts: PostgreSQL frees it when that replica's connection ends
+// (the process dies, the network cuts it), so another replica takes
+// over; no lease of our own.
+const leadLock = releaseLock + 1
+
+// Lead tries to become the replica that drives the rollouts. held false:
+// another one does. Held, lost is closed when the lock's connection is
+// found gone (checked every second), and release gives the lock up.
+func (s *PGStore) Lead(ctx context.Context) (held bool, lost <-chan struct{}, release func(), err error) {
+	defer unavailable(&err)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, nil, nil, err
+	}
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, leadLock).Scan(&held); err != nil || !held {
+		conn.Release()
+		return false, nil, nil, err
+	}
+	gone := make(chan struct{})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				close(gone)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return true, gone, func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			// Closing the session frees the lock whatever state the
+			// connection is in; the pool makes a new one.
+			_ = conn.Conn().Close(context.Background())
+			conn.Release()
+		})
+	}, nil
 }

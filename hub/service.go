@@ -185,7 +185,7 @@ func NewService(st Backing, opts ServiceOptions) *Service {
 	} else {
 		s.link = &mqttLink{opts: opts, topics: s.topics, log: log}
 	}
-	if fs, ok := st.(FleetStore); ok && opts.Cluster == nil {
+	if fs, ok := st.(FleetStore); ok {
 		fo := opts.Fleet
 		fo.Send = s.sendControl
 		if fo.Now == nil {
@@ -200,8 +200,59 @@ func NewService(st Backing, opts ServiceOptions) *Service {
 	return s
 }
 
-// Fleet is the rollout engine: bundles, rollouts, drift. It is nil in
-// the cluster mode (not there yet) and on a store that keeps none.
+// leader is a store that can say which replica drives the rollouts.
+type leader interface {
+	Lead(ctx context.Context) (held bool, lost <-chan struct{}, release func(), err error)
+}
+
+// leadEvery is how often a cluster replica tries to drive the rollouts.
+const leadEvery = 2 * time.Second
+
+// lead runs the rollout engine while this replica holds the lead (a
+// PostgreSQL session lock): it loads the state when it takes it, and
+// forgets it when it loses it, so that exactly one replica at a time
+// offers bundles. A replica that dies frees the lock with its
+// connection; another takes over within leadEvery and resumes from the
+// store.
+func (s *Service) lead(ctx context.Context, l leader) error {
+	for {
+		held, lost, release, err := l.Lead(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("rollouts: cannot ask who drives them", "err", err)
+		}
+		if held {
+			s.log.Info("rollouts: this replica drives them")
+			lctx, cancel := context.WithCancel(ctx)
+			var g errgroup.Group
+			g.Go(func() error {
+				select {
+				case <-lost:
+					s.log.Warn("rollouts: lost the lead (its database connection is gone)")
+				case <-lctx.Done():
+				}
+				cancel()
+				return nil
+			})
+			err := s.fleet.Run(lctx)
+			cancel()
+			_ = g.Wait() // its only error is nil
+			release()
+			s.fleet.unload()
+			if err != nil {
+				s.log.Error("rollouts: the engine stopped", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(leadEvery):
+		}
+	}
+}
+
+// Fleet is the rollout engine: bundles, rollouts, drift. It is nil on
+// a store that keeps none; in the cluster mode it drives the rollouts
+// on one replica at a time (Fleet.Leading).
 func (s *Service) Fleet() *Fleet { return s.fleet }
 
 // sendControl publishes a control request without waiting for its
@@ -310,7 +361,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.link == nil {
 		return fmt.Errorf("%w: no broker URL and no cluster", ErrInvalid)
 	}
-	if s.fleet != nil {
+	if s.fleet != nil && s.opts.Cluster == nil {
 		// Before anything arrives or the API is ready: a rollout asked
 		// for is then one the engine knows.
 		if err := s.fleet.Load(ctx); err != nil {
@@ -331,8 +382,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.opts.Retention != (Retention{}) {
 		g.Go(func() error { return s.pruneLoop(gctx) })
 	}
-	if s.fleet != nil {
+	switch l, ok := s.st.(leader); {
+	case s.fleet == nil:
+	case s.opts.Cluster == nil:
 		g.Go(func() error { return s.fleet.Run(gctx) })
+	case ok:
+		g.Go(func() error { return s.lead(gctx, l) })
 	}
 	err := g.Wait()
 	cancel() // a receive blocked on a full queue gives up, so close can wait for it
@@ -681,9 +736,6 @@ func (s *Service) report(res Result) {
 		}
 	}
 	for i := range res.Gateways {
-		if s.fleet != nil {
-			s.fleet.NoteGateway(res.Gateways[i])
-		}
 		s.protocols.Store(res.Gateways[i].ID, res.Gateways[i].Protocol)
 		s.announce(Update{Type: "gateway", Gateway: &res.Gateways[i]})
 	}
@@ -910,6 +962,11 @@ func (s *Service) dropLocked(w *watcher) {
 func (s *Service) broadcast(u Update) {
 	if u.Gateway != nil {
 		s.presence.note(*u.Gateway)
+		// Every replica hears every gateway's change here (the cluster's
+		// feed): the one driving the rollouts needs them all.
+		if s.fleet != nil {
+			s.fleet.NoteGateway(*u.Gateway)
+		}
 	}
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
