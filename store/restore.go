@@ -88,6 +88,13 @@ func Restore(backup, path string) (kept []string, err error) {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
 	swapped = true
+	// A log closed clean holds nothing of the replaced file's: no copy
+	// to keep, and no log for the restored one to refuse.
+	if clean, err := wal.ClosedClean(wal.Path(path)); err == nil && clean {
+		if err := os.Remove(wal.Path(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return kept, fmt.Errorf("restore: remove %s: %w", wal.Path(path), err)
+		}
+	}
 	switch err := os.Rename(wal.Path(path), wal.Path(path)+suffix); {
 	case err == nil:
 		kept = append(kept, wal.Path(path)+suffix)
