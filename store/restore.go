@@ -17,7 +17,8 @@ import (
 // backup must pass CheckFile. The copy gets its own WAL ID (NewIdentity),
 // the owner and mode of the file it replaces, and replaces it in one
 // rename, so path always names a whole store file. The file it replaces,
-// and a log beside it, are kept under new names with the suffix
+// and a log a crash left beside it (a log a clean close marked holds
+// nothing and is removed), are kept under new names with the suffix
 // ".before-restore-<UTC time>", so a restore can be undone by hand; kept
 // lists them. A crash before the log is moved leaves it beside the
 // restored file, which refuses it (ErrForeignLog) rather than replay it.
