@@ -35,6 +35,8 @@ func (a *Agent) startHome(ctx context.Context, hc HomeConfig, c homeConn) error 
 	err = home.Start(sctx)
 	cancel()
 	if err != nil {
+		// Its devices that did connect are still running.
+		_ = home.Close() // the start has failed already; this only stops them
 		return fmt.Errorf("simulated home: %w", err)
 	}
 	a.home = home

@@ -67,8 +67,9 @@
 // the same before and after a checkpoint or a replay. AckOutbox drops
 // acknowledged entries still in the log from the overlay and marks them
 // so that no checkpoint writes them. Open replays what a crash left in the
-// log; Close checkpoints everything and deletes the log, so a stopped
-// store is the one file. The log's header carries the store's random ID
+// log; Close checkpoints everything and marks the log clean, keeping its
+// preallocated file for the next Open (writing and syncing 4 MiB of
+// zeros was most of an Open), which then has nothing to replay. The log's header carries the store's random ID
 // ("wal_id"), so a log is never replayed into another file, such as one
 // restored from a backup. The log itself, its guarantees and its file
 // format are package store/internal/wal's; what a record means (one

@@ -17,7 +17,8 @@ import (
 // backup must pass CheckFile. The copy gets its own WAL ID (NewIdentity),
 // the owner and mode of the file it replaces, and replaces it in one
 // rename, so path always names a whole store file. The file it replaces,
-// and a log beside it, are kept under new names with the suffix
+// and a log a crash left beside it (a log a clean close marked holds
+// nothing and is removed), are kept under new names with the suffix
 // ".before-restore-<UTC time>", so a restore can be undone by hand; kept
 // lists them. A crash before the log is moved leaves it beside the
 // restored file, which refuses it (ErrForeignLog) rather than replay it.
@@ -88,6 +89,13 @@ func Restore(backup, path string) (kept []string, err error) {
 		return kept, fmt.Errorf("restore: %w", err)
 	}
 	swapped = true
+	// A log closed clean holds nothing of the replaced file's: no copy
+	// to keep, and no log for the restored one to refuse.
+	if clean, err := wal.ClosedClean(wal.Path(path)); err == nil && clean {
+		if err := os.Remove(wal.Path(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return kept, fmt.Errorf("restore: remove %s: %w", wal.Path(path), err)
+		}
+	}
 	switch err := os.Rename(wal.Path(path), wal.Path(path)+suffix); {
 	case err == nil:
 		kept = append(kept, wal.Path(path)+suffix)

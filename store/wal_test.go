@@ -322,8 +322,8 @@ func TestWALCrashBeforeCheckpoint(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(wal.Path(path)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("log after Close: %v, want it removed", err)
+	if clean, err := wal.ClosedClean(wal.Path(path)); !clean || err != nil {
+		t.Errorf("log after Close: closed clean %v, %v; want it kept, closed clean", clean, err)
 	}
 	db = openOutboxAt(t, path, 0)
 	if lsn := walLSN(t, db); lsn != writes+1 {

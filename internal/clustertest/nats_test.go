@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,6 +162,9 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 	}
 	c := clustertest.StartNATS(t, 3, clustertest.NATSOptions{Users: []clustertest.User{gw}})
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mqttStreams(ctx, t, c)
 
 	t.Run("QoS1PublishReachesNATSOnAnotherNode", func(t *testing.T) {
 		ch := subscribe(t, c, n3, "a.b", n1)
@@ -275,14 +279,7 @@ func TestMQTTPublisherOutlivesDeliveryStreamLeaderKill(t *testing.T) {
 	c := clustertest.StartNATS(t, 3, clustertest.NATSOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	warm := mqttConnect(t, c.Nodes[0], "warm", c.User, c.Password, true)
-	mqttPublish(t, warm, "warm/up", 1, "creates the MQTT streams")
-	warm.Disconnect(100)
-
-	js, err := jetstream.New(natsConnect(t, c, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := mqttStreams(ctx, t, c)
 	msgs, err := js.Stream(ctx, "$MQTT_msgs")
 	if err != nil {
 		t.Fatal(err)
@@ -446,6 +443,102 @@ func streamLeader(ctx context.Context, t *testing.T, s jetstream.Stream) string 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// mqttStreams has the cluster create the account's MQTT streams (R3),
+// which its first MQTT CONNECT does, and waits until an MQTT QoS 1
+// PUBLISH on any node can be stored: each stream has a leader and current
+// replicas, and every other node has heard over its routes of the
+// delivery stream's interest in its subjects. Until then the node's
+// store of the message fails (no responders, or a stream still forming),
+// and a failed QoS 1 store closes the publisher's connection: "publish
+// warm/up: connection lost before Publish completed", a QoS 1 warm-up
+// publish to a node a moment after the streams were created. It returns
+// the JetStream client it asked with.
+func mqttStreams(ctx context.Context, t *testing.T, c *clustertest.NATS) jetstream.JetStream {
+	t.Helper()
+	start := time.Now()
+	warm := mqttConnect(t, c.Nodes[0], "warm", c.User, c.Password, true)
+	warm.Disconnect(100)
+	js, err := jetstream.New(natsConnect(t, c, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settleStreams(ctx, t, js, "$MQTT_")
+	msgs, err := js.Stream(ctx, "$MQTT_msgs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := streamLeader(ctx, t, msgs)
+	for _, n := range c.Nodes {
+		if n.Name != leader {
+			waitInterest(t, n, "$MQTT.msgs.>")
+		}
+	}
+	t.Logf("MQTT streams ready for QoS 1 on every node %v after the first CONNECT", time.Since(start).Round(time.Millisecond))
+	return js
+}
+
+// settleStreams waits until every stream whose name starts with prefix
+// (at least one) has a leader and every replica current, as the cluster
+// reports it: a stream just created may still be electing or catching up
+// its followers, when a write to it can fail.
+func settleStreams(ctx context.Context, t *testing.T, js jetstream.JetStream, prefix string) {
+	t.Helper()
+	start := time.Now()
+	var first []string // what was not settled at first, for the log
+	for {
+		var unsettled []string
+		names := js.StreamNames(ctx)
+		n := 0
+		for name := range names.Name() {
+			if !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			n++
+			if why := streamUnsettled(ctx, js, name); why != "" {
+				unsettled = append(unsettled, name+": "+why)
+			}
+		}
+		if names.Err() == nil && n > 0 && len(unsettled) == 0 {
+			if first != nil {
+				t.Logf("streams %s* settled after %v; at first: %v", prefix, time.Since(start).Round(time.Millisecond), first)
+			}
+			return
+		}
+		if first == nil {
+			first = append(unsettled, fmt.Sprintf("%d found", n))
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("streams %s* not settled: %d found, %v, %v", prefix, n, unsettled, names.Err())
+		}
+		time.Sleep(50 * time.Millisecond) // polling the cluster's view
+	}
+}
+
+// streamUnsettled says why the stream is not settled; "" when it is.
+func streamUnsettled(ctx context.Context, js jetstream.JetStream, name string) string {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(rctx, name)
+	if err != nil {
+		return err.Error()
+	}
+	info, err := s.Info(rctx)
+	switch {
+	case err != nil:
+		return err.Error()
+	case info.Cluster == nil || info.Cluster.Leader == "":
+		return "no leader"
+	case len(info.Cluster.Replicas)+1 < info.Config.Replicas:
+		return fmt.Sprintf("%d of %d replicas", len(info.Cluster.Replicas)+1, info.Config.Replicas)
+	}
+	for _, r := range info.Cluster.Replicas {
+		if !r.Current || r.Offline {
+			return "replica " + r.Name + " not current"
+		}
+	}
+	return ""
 }
 
 // makeLeader asks the stream's leader to step down in favour of node.

@@ -391,6 +391,15 @@ func (c *FS) ReadFile(name string) ([]byte, error) {
 	return ino.data.bytes(), nil
 }
 
+// Head returns the first n bytes of what reads see of name, and its size.
+func (c *FS) Head(name string, n int) ([]byte, int64, error) {
+	data, err := c.ReadFile(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	return data[:min(n, len(data))], int64(len(data)), nil
+}
+
 // Remove removes name from what the process sees; the directory on disk
 // keeps it until SyncDir.
 func (c *FS) Remove(name string) error {

@@ -47,8 +47,11 @@
 // # File naming
 //
 // The log of the store file "<path>" is "<path>-wal" (Path), as SQLite
-// names its own. Create truncates it; the store removes it on a clean
-// close (Close(true)), so a stopped store is one file.
+// names its own. A clean close (Close(true): everything logged applied)
+// keeps the file and marks its header clean at the last LSN; the next
+// Create continuing from that LSN reuses it, clearing the mark durably
+// first, rather than writing and syncing its preallocated zeros again
+// (most of a store's open). Any other Create truncates it.
 //
 // # On-disk format
 //
@@ -57,7 +60,11 @@
 //	[0:16]   magic "SORTIE-WAL\x00\x00\x00\x00\x00\x02" (the last byte is the format version;
 //	         Read also reads version 1, which has no skip frames)
 //	[16:24]  the owning store's WAL ID (its meta "wal_id")
-//	[24:32]  zero
+//	[24:32]  the clean mark: zero while the log is open or after a crash;
+//	         after a clean close, the last LSN written plus one, and then
+//	         no record in the file has a higher LSN (a log that may hold
+//	         a failed append's is removed instead). Builds before the
+//	         mark read it as zero and skip the records, all applied.
 //
 // Then records, contiguous from byte 32, each a 16-byte frame and its
 // payload:
@@ -73,8 +80,9 @@
 //  1. treats a missing file, a file shorter than 32 bytes and a header
 //     of zeros as a log without records (its creation never completed,
 //     so nothing was acknowledged from it);
-//  2. refuses a different magic (FormatError) and a WAL ID other than
-//     its store's (ErrForeign);
+//  2. refuses a different magic (FormatError); treats a header marked
+//     clean as a log without records to replay (every one was applied);
+//     refuses a WAL ID other than its store's (ErrForeign);
 //  3. reads records from byte 32 and stops, without error, at the first
 //     frame that is shorter than 16 bytes, has a length of 0 or above
 //     MaxRecord or past the end of the file, fails its CRC, or whose LSN

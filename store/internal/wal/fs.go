@@ -2,6 +2,7 @@ package wal
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -17,6 +18,9 @@ type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	// ReadFile returns the file's contents, as os.ReadFile does.
 	ReadFile(name string) ([]byte, error)
+	// Head returns the file's first n bytes (fewer if it is shorter) and
+	// its size: a log's header, without reading its records.
+	Head(name string, n int) ([]byte, int64, error)
 	// Remove removes the named file, as os.Remove does.
 	Remove(name string) error
 	// SyncDir makes the creation, renaming or removal of the named file
@@ -50,8 +54,26 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 }
 
 func (osFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
-func (osFS) Remove(name string) error             { return os.Remove(name) }
-func (osFS) SyncDir(name string) error            { return SyncDir(name) }
+
+func (osFS) Head(name string, n int) ([]byte, int64, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = f.Close() }() // read-only
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	head := make([]byte, n)
+	k, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, 0, err
+	}
+	return head[:k], fi.Size(), nil
+}
+func (osFS) Remove(name string) error  { return os.Remove(name) }
+func (osFS) SyncDir(name string) error { return SyncDir(name) }
 
 type osFile struct{ *os.File }
 

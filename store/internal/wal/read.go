@@ -31,14 +31,19 @@ type Record struct {
 // Read returns the records of the log at path that belong to the store
 // with the given WAL ID, in LSN order; the caller skips those it has
 // applied already. A missing file or one without a complete header has
-// none. A header naming another store is ErrForeign, one with another
-// magic a *FormatError.
+// none, and so does one a clean Close marked. A header naming another
+// store is ErrForeign, one with another magic a *FormatError.
 func Read(path string, id uint64) ([]Record, error) {
 	return ReadOn(OS, path, id)
 }
 
 // ReadOn is Read on the file system fsys.
 func ReadOn(fsys FS, path string, id uint64) ([]Record, error) {
+	// The header first: after a clean close, the usual case, it is all
+	// there is to read.
+	if hdr, _, err := fsys.Head(path, HeaderLen); err == nil && closedClean(hdr) {
+		return nil, nil
+	}
 	data, err := fsys.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -53,6 +58,9 @@ func ReadOn(fsys FS, path string, id uint64) ([]Record, error) {
 	}
 	if !bytes.Equal(data[:len(magic)], magic) && !bytes.Equal(data[:len(magicV1)], magicV1) {
 		return nil, &FormatError{Path: path}
+	}
+	if closedClean(data) {
+		return nil, nil
 	}
 	if got := binary.BigEndian.Uint64(data[16:24]); got != id {
 		return nil, fmt.Errorf("%w: %s has WAL ID %016x, the store's is %016x; if the store file was restored from a backup, move the log aside", ErrForeign, path, got, id)
@@ -91,4 +99,23 @@ func Parse(data []byte) []Record {
 		data = data[FrameLen+int(n):]
 	}
 	return out
+}
+
+// ClosedClean reports whether the log at path was closed clean
+// (Close(true)), and so holds nothing to replay into any store; false
+// for a missing file.
+func ClosedClean(path string) (bool, error) {
+	hdr, _, err := OS.Head(path, HeaderLen)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return closedClean(hdr), err
+}
+
+// closedClean reports whether a log's first bytes are a header a clean
+// Close marked: every record in it was applied to the store that closed
+// it, whichever store now reads it (a backup copied in by hand gets a
+// log it need not refuse).
+func closedClean(data []byte) bool {
+	return len(data) >= HeaderLen && bytes.Equal(data[:len(magic)], magic) && binary.BigEndian.Uint64(data[24:HeaderLen]) != 0
 }

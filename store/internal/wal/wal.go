@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,13 +82,16 @@ func CreateOn(fsys FS, path string, id, lsn uint64, mode os.FileMode, prealloc i
 	if prealloc < Block || prealloc%Block != 0 {
 		return nil, fmt.Errorf("create %s: preallocation %d is not a positive multiple of %d", path, prealloc, Block)
 	}
+	hdr := make([]byte, HeaderLen)
+	copy(hdr, magic)
+	binary.BigEndian.PutUint64(hdr[16:24], id)
+	if l, err := reuse(fsys, path, hdr, lsn, prealloc); l != nil || err != nil {
+		return l, err
+	}
 	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
-	hdr := make([]byte, HeaderLen)
-	copy(hdr, magic)
-	binary.BigEndian.PutUint64(hdr[16:24], id)
 	// Zeros rather than fallocate's unwritten extents: the first write to
 	// an unwritten extent also commits the file system's journal.
 	fill := make([]byte, prealloc)
@@ -104,6 +108,13 @@ func CreateOn(fsys FS, path string, id, lsn uint64, mode os.FileMode, prealloc i
 	if err := fsys.SyncDir(path); err != nil {
 		return fail("sync directory of", err)
 	}
+	return newLog(fsys, f, path, hdr, lsn), nil
+}
+
+// newLog returns the log on f, a buffered descriptor of a file whose
+// header is hdr and whose every write is durable, positioned for the
+// first record after lsn; it switches to direct writes where it can.
+func newLog(fsys FS, f File, path string, hdr []byte, lsn uint64) *Log {
 	l := &Log{fs: fsys, f: f, path: path, off: HeaderLen, lsn: lsn, hdr: hdr}
 	if df, err := l.openDirect(); err == nil {
 		// The buffered descriptor wrote nothing since its sync: closing
@@ -112,8 +123,60 @@ func CreateOn(fsys FS, path string, id, lsn uint64, mode os.FileMode, prealloc i
 		l.f, l.direct = df, true
 		l.tail = append(l.tail, hdr...)
 	}
+	return l
+}
+
+// reuse opens the file a clean Close kept at path, when its header is
+// hdr's (the format and the store's WAL ID), marked clean at lsn, and it
+// is preallocated: writing and syncing prealloc bytes of zeros again is
+// most of a store's open. It returns nil, nil when the file is not one
+// to reuse, and Create makes a new one. Every record in a file marked
+// clean has an LSN of lsn or lower (Close marks only such a file), so
+// the new pass, which starts after lsn, never reads into them, as after
+// Rewind. The mark is cleared, durably, before the first append: a crash
+// from then on leaves a log the next open replays and creates afresh.
+func reuse(fsys FS, path string, hdr []byte, lsn uint64, prealloc int) (*Log, error) {
+	head, size, err := fsys.Head(path, HeaderLen)
+	if err != nil || size < int64(prealloc) || len(head) < HeaderLen || !bytes.Equal(head[:24], hdr[:24]) ||
+		binary.BigEndian.Uint64(head[24:HeaderLen]) != cleanMark(lsn) {
+		return nil, nil // missing, short, another store's or not closed clean: created anew
+	}
+	f, err := fsys.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil //nolint:nilerr // Create's own open reports what is wrong with the path
+	}
+	l := newLog(fsys, f, path, hdr, lsn)
+	if err := l.clearMark(); err != nil {
+		return nil, errors.Join(fmt.Errorf("clear the clean mark of %s: %w", path, err), l.f.Close())
+	}
 	return l, nil
 }
+
+// clearMark makes the header's clean mark zero, durably. Direct, it
+// writes the first block as the header and zeros, as the first append
+// would (the last pass's records there are stale): one synchronous
+// block write. Buffered, it writes the mark's 8 bytes and syncs.
+func (l *Log) clearMark() error {
+	if l.direct {
+		l.buf = l.buf[:0]
+		err := l.writeDirect(0)
+		if err == nil || !errors.Is(err, syscall.EINVAL) {
+			return err
+		}
+		// As in Append: a file system that refuses these writes.
+		if err := l.buffered(); err != nil {
+			return err
+		}
+	}
+	if _, err := l.f.WriteAt(l.hdr[24:HeaderLen], 24); err != nil {
+		return err
+	}
+	return l.f.Sync()
+}
+
+// cleanMark is what a clean Close writes at [24:32] of the header: one
+// more than the last LSN written, so that it is never zero.
+func cleanMark(lsn uint64) uint64 { return lsn + 1 }
 
 // LSN returns the last LSN written (or given to Create).
 func (l *Log) LSN() uint64 { return l.lsn }
@@ -317,14 +380,37 @@ func (l *Log) Rewind(applied uint64) bool {
 	return true
 }
 
-// Close closes the file and, when remove is set (the caller applied
-// everything), deletes it so a stopped store is one file again.
-func (l *Log) Close(remove bool) error {
+// Close closes the file. When clean is set (the caller applied
+// everything logged), it marks the header clean at the last LSN, durably,
+// so that the next Create reuses the preallocated file; a log that may
+// still hold a failed append's records past that LSN (a fence not yet
+// written over), or whose mark cannot be written, is removed instead, as
+// Create would make it anew anyway.
+func (l *Log) Close(clean bool) error {
 	err := l.f.Close()
-	if remove && err == nil {
-		if rerr := l.fs.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = rerr
-		}
+	if !clean || err != nil {
+		return err
 	}
-	return err
+	if l.failedEnd == 0 && l.markClean() == nil {
+		return nil
+	}
+	if rerr := l.fs.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return rerr
+	}
+	return nil
+}
+
+// markClean writes the clean mark into the header through a buffered
+// descriptor (the mark is 8 bytes, not a block) and syncs it.
+func (l *Log) markClean() error {
+	f, err := l.fs.OpenFile(l.path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	var mark [8]byte
+	binary.BigEndian.PutUint64(mark[:], cleanMark(l.lsn))
+	if _, err := f.WriteAt(mark[:], 24); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	return errors.Join(f.Sync(), f.Close())
 }

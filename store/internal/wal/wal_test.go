@@ -471,19 +471,109 @@ func TestDirectRefusedFallsBack(t *testing.T) {
 	}
 }
 
-// TestCloseRemoves: Close(true) deletes the log, Close(false) keeps it.
-func TestCloseRemoves(t *testing.T) {
-	for _, remove := range []bool{false, true} {
+// TestCleanCloseKeepsTheFileForTheNextCreate: Close(true) keeps the
+// preallocated file, marked clean at its last LSN, and a Create that
+// continues from that LSN reuses it: the old records stay behind the new
+// pass and are never read back, and the mark is cleared before the first
+// append, so a crash from then on is replayed as usual.
+func TestCleanCloseKeepsTheFileForTheNextCreate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x-wal")
+	l, err := Create(path, 7, 0, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, []byte("one"))
+	mustAppend(t, l, []byte("two"))
+	if err := l.Close(true); err != nil {
+		t.Fatal(err)
+	}
+	data := mustReadFile(t, path)
+	if got := binary.BigEndian.Uint64(data[24:32]); got != 3 {
+		t.Fatalf("clean mark %d after a clean close at LSN 2, want 3", got)
+	}
+	// Nothing to replay, whichever store reads it (one restored from a
+	// backup by hand has another WAL ID).
+	for _, id := range []uint64{7, 8} {
+		if recs, err := Read(path, id); err != nil || len(recs) != 0 {
+			t.Errorf("Read of a log closed clean, as store %d: LSNs %v, %v; want none and no error", id, lsnsOf(recs), err)
+		}
+	}
+
+	l, err = Create(path, 7, 2, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = mustReadFile(t, path)
+	if got := binary.BigEndian.Uint64(data[24:32]); got != 0 {
+		t.Errorf("clean mark %d once reopened, want 0", got)
+	}
+	// Each append took a block: the second's is as it was (clearing the
+	// mark writes at most the first block).
+	if recs := Parse(data[Block:]); len(recs) != 1 || recs[0].LSN != 2 {
+		t.Errorf("the reused file's second block holds LSNs %v, want the last pass's 2 (not rewritten)", lsnsOf(recs))
+	}
+	mustAppend(t, l, []byte("three"))
+	if recs := mustRead(t, l); len(recs) != 1 || recs[0].LSN != 3 || string(recs[0].Payload) != "three" {
+		t.Errorf("read LSNs %v after one append to the reused file, want [3]", lsnsOf(recs))
+	}
+	if err := l.Close(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.BigEndian.Uint64(mustReadFile(t, path)[24:32]); got != 0 {
+		t.Errorf("clean mark %d after Close(false), want 0", got)
+	}
+
+	// Not marked (Close(false), as after a crash): created anew.
+	l, err = Create(path, 7, 3, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs := Parse(mustReadFile(t, path)[HeaderLen:]); len(recs) != 0 {
+		t.Errorf("a log closed unclean was reused: it holds LSNs %v", lsnsOf(recs))
+	}
+	mustAppend(t, l, []byte("four"))
+	if err := l.Close(true); err != nil {
+		t.Fatal(err)
+	}
+	// Marked at another LSN than the store's (a store file from
+	// elsewhere): created anew.
+	l, err = Create(path, 7, 9, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs := Parse(mustReadFile(t, path)[HeaderLen:]); len(recs) != 0 {
+		t.Errorf("a log marked clean at LSN 4 was reused at 9: it holds LSNs %v", lsnsOf(recs))
+	}
+	if err := l.Close(false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCleanCloseRemovesALogWithAFence: a log that may still hold a
+// failed append's records past its last LSN is not kept for reuse (they
+// could continue the next pass's sequence); Close(false) keeps any log.
+func TestCleanCloseRemovesALogWithAFence(t *testing.T) {
+	for _, clean := range []bool{false, true} {
 		l, err := Create(filepath.Join(t.TempDir(), "x-wal"), 7, 0, 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustAppend(t, l, []byte("one"))
-		if err := l.Close(remove); err != nil {
+		failAfterWriting(t, l, []byte("failed"))
+		if err := l.Close(clean); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(l.path); errors.Is(err, os.ErrNotExist) != remove {
-			t.Errorf("Close(%v): Stat = %v", remove, err)
+		if _, err := os.Stat(l.path); errors.Is(err, os.ErrNotExist) != clean {
+			t.Errorf("Close(%v) with a fence: Stat = %v", clean, err)
 		}
 	}
+}
+
+func mustReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
