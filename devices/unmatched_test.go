@@ -1,38 +1,19 @@
 package devices_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
 )
-
-// syncBuffer is a log destination that handlers on several goroutines
-// may write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight: acks
 // that answer no command (not JSON, no id, a negative ack without a code
@@ -45,7 +26,7 @@ func TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight(t *testing.T
 	b := brokertest.Start(t)
 	hold := make(chan struct{})
 	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, func(wire.Command, int) reply { return reply{Hold: hold} })
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	stray := make(chan string, 8)
 	c := dial(t, b, func(o *devices.Options) {
 		o.AckTimeout = 10 * time.Second

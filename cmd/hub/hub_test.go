@@ -13,9 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
@@ -198,7 +199,7 @@ func TestRun(t *testing.T) {
 	t.Cleanup(func() { onListening = nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"run", "-config", p, "-http", "127.0.0.1:0", "-broker-listen", "127.0.0.1:0", "-log-format", "json"}, nil, &logs, &logs)
@@ -268,25 +269,6 @@ func TestRun(t *testing.T) {
 	if strings.Contains(logs.String(), "gateway-password") || strings.Contains(logs.String(), "0123456789abcdef") {
 		t.Fatal("a secret reached the logs")
 	}
-}
-
-// syncBuffer is a bytes.Buffer for logs written from many goroutines
-// (mochi's listener logs even after Close returns).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestStartingHubAnswersWhy: while the store is awaited, /healthz is a

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/internal/testkit"
+
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/internal/mqttc"
@@ -24,22 +26,7 @@ import (
 const wait = 10 * time.Second
 
 // logBuf is a log that tests read while the client writes it.
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testkit.SyncBuffer }
 
 func (l *logBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
@@ -98,18 +85,6 @@ func (in inbox) expect(t *testing.T, want string) {
 	}
 }
 
-func await[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(wait):
-		t.Fatalf("no %s within %v", what, wait)
-		var zero T
-		return zero
-	}
-}
-
 // TestSubscriptionSurvivesBrokerRestart: a broker that restarts with no
 // memory of the client gets its subscription again; the loss and the
 // return are logged once each, with the broker's address.
@@ -128,14 +103,14 @@ func TestSubscriptionSurvivesBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	connect(t, c)
-	await(t, ups, "first connection")
+	testkit.Receive(t, ups, wait, "first connection")
 	if err := b.Publish("t/1", []byte("before"), false, 1); err != nil {
 		t.Fatal(err)
 	}
 	in.expect(t, "t/1 before")
 
 	_ = b.Close() // closed again, harmlessly, by the cleanup
-	if err := await(t, losses, "loss"); err == nil {
+	if err := testkit.Receive(t, losses, wait, "loss"); err == nil {
 		t.Error("a loss reported without its reason")
 	}
 	if c.Connected() {
@@ -146,7 +121,7 @@ func TestSubscriptionSurvivesBrokerRestart(t *testing.T) {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = b2.Close() })
-	await(t, ups, "reconnection")
+	testkit.Receive(t, ups, wait, "reconnection")
 	if err := b2.Publish("t/1", []byte("after"), false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +153,9 @@ func TestFailedAttemptsLoggedOnce(t *testing.T) {
 		OnConnectionLost: func(err error) { losses <- err },
 	})
 	connect(t, c)
-	await(t, ups, "first connection")
+	testkit.Receive(t, ups, wait, "first connection")
 	_ = b.Close()
-	if err := await(t, losses, "loss"); err == nil {
+	if err := testkit.Receive(t, losses, wait, "loss"); err == nil {
 		t.Error("a loss reported without its reason")
 	}
 
@@ -208,7 +183,7 @@ func TestFailedAttemptsLoggedOnce(t *testing.T) {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = b2.Close() })
-	await(t, ups, "reconnection")
+	testkit.Receive(t, ups, wait, "reconnection")
 
 	if n := len(logs.lines("cannot connect to the broker; retrying")); n != 1 {
 		t.Errorf("failed attempts logged %d times, want once:\n%s", n, logs.String())
@@ -357,7 +332,7 @@ func TestOnceAbortPublishesWill(t *testing.T) {
 	})
 	connect(t, c)
 	c.Abort()
-	if err := await(t, losses, "loss after Abort"); err == nil {
+	if err := testkit.Receive(t, losses, wait, "loss after Abort"); err == nil {
 		t.Error("a loss reported without its reason")
 	}
 	wills.expect(t, "will/dev offline")
