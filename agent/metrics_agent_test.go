@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/driver/drivertest"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sortie-edge/sortie/driver"
@@ -50,14 +52,14 @@ action = "turn_on"
 type metricsRig struct {
 	t     *testing.T
 	a     *Agent
-	watch *watcher
+	watch *drivertest.Watcher
 	stop  func() // stops and closes the agent; also run by the cleanup
 }
 
 func startMetricsRig(t *testing.T, dir string, tune func(*Options)) *metricsRig {
 	t.Helper()
 	reg, cat := parseScenes(t, metricsScenes, "metrics.toml")
-	r := &metricsRig{t: t, watch: &watcher{states: map[string]driver.State{}, ch: make(chan struct{})}}
+	r := &metricsRig{t: t, watch: drivertest.NewWatcher()}
 	o := Options{
 		Gateway: "home", DataDir: dir, Registry: reg, Catalog: cat, QuietMissions: true, Version: "test-1",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -113,7 +115,7 @@ func (r *metricsRig) trigger(scene, requestID string) string {
 // wait waits until mission id is in state want.
 func (r *metricsRig) wait(id string, want driver.State) {
 	r.t.Helper()
-	r.watch.wait(r.t, id, want)
+	r.watch.Wait(r.t, id, want)
 }
 
 // eventually polls cond, bounded: nothing signals these to the test.
