@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agenttest"
+
 	"github.com/sortie-edge/sortie/internal/testkit"
 
 	"github.com/sortie-edge/sortie/agent"
@@ -115,7 +117,7 @@ catch_up_window = "3m"
 // runs every missed firing, "once" the latest of them, "skip" none; each
 // firing not run is recorded as skipped; none runs twice.
 func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
-	cat, reg := loadTestScenes(t, scheduleScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", scheduleScenes)
 	dir := t.TempDir()
 	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
 	clock := testkit.NewClock(t0)
@@ -130,7 +132,7 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 	a := startAgent(t, dir, cat, reg, tune)
 	clock.Set(t0.Add(30 * time.Second))
 	seen.await(t, id("tick_all", "1", 10, 1), id("tick_once", "every-minute", 10, 1), id("tick_skip", "1", 10, 1), id("tick_window", "1", 10, 1))
-	a.stop()
+	a.Stop()
 
 	// Ten minutes later: 10:02 to 10:10 were missed, 10:11 is on time.
 	clock.Set(time.Date(2026, 3, 1, 10, 11, 30, 0, time.UTC))
@@ -197,7 +199,7 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 	}
 
 	var list api.ScheduleList
-	if _, err := a.api.Call(ctx, http.MethodGet, "/api/schedules?next=2", nil, &list); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodGet, "/api/schedules?next=2", nil, &list); err != nil {
 		t.Fatal(err)
 	}
 	sort.Slice(list.Schedules, func(i, j int) bool { return list.Schedules[i].ID < list.Schedules[j].ID })
@@ -213,7 +215,7 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 // ones, passed over, by the latest of them: every firing up to the
 // cursor has a mission or a record that accounts for it.
 func TestFiringsMissedBehindTheLatestHundredAreRecordedByTheLatestOfThem(t *testing.T) {
-	cat, reg := loadTestScenes(t, `
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", `
 [[scene]]
 name = "tick"
 mode = "parallel"
@@ -237,7 +239,7 @@ catch_up_window = "24h"
 	a := startAgent(t, dir, cat, reg, tune)
 	clock.Set(t0.Add(30 * time.Second))
 	seen.await(t, id(time.Date(2026, 3, 1, 10, 1, 0, 0, time.UTC)))
-	a.stop()
+	a.Stop()
 
 	// 10:02 to 12:59 missed (178), 13:00 on time; handled oldest first,
 	// so its mission comes after every missed firing was decided.
@@ -288,7 +290,7 @@ catch_up = "skip"
 // there is room, however late; a schedule with catch_up = "skip" does
 // not take it for one missed while the agent was away.
 func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
-	cat, reg := loadTestScenes(t, overloadScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", overloadScenes)
 	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
 	clock := testkit.NewClock(t0)
 	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 100)}
@@ -301,7 +303,7 @@ func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
 	var rep struct {
 		MissionID string `json:"mission_id"`
 	}
-	if _, err := a.api.Call(ctx, http.MethodPost, "/api/missions", map[string]any{"scene": "hold", "request_id": "h-1"}, &rep); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodPost, "/api/missions", map[string]any{"scene": "hold", "request_id": "h-1"}, &rep); err != nil {
 		t.Fatal(err)
 	}
 	firing := "sched-tick-1-20260301T100100Z"
@@ -321,7 +323,7 @@ func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling the scheduler's first try, which has no event
 	}
-	if _, err := a.api.Call(ctx, http.MethodPost, "/api/missions/"+rep.MissionID+"/cancel", nil, nil); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodPost, "/api/missions/"+rep.MissionID+"/cancel", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Three minutes on: late, but tried before, so it runs.
@@ -340,7 +342,7 @@ func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
 // ahead (and wrote its cursors then) fires again from the true time
 // rather than waiting for the clock to reach the cursor.
 func TestACursorAheadOfTheClockIsMovedBack(t *testing.T) {
-	cat, reg := loadTestScenes(t, scheduleScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", scheduleScenes)
 	dir := t.TempDir()
 	clock := testkit.NewClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
 	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 1000)}
@@ -349,7 +351,7 @@ func TestACursorAheadOfTheClockIsMovedBack(t *testing.T) {
 		o.Observers = []driver.Observer{seen}
 	}
 	a := startAgent(t, dir, cat, reg, tune)
-	a.stop()
+	a.Stop()
 	t1 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
 	clock.Set(t1)
 	startAgent(t, dir, cat, reg, tune)
