@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -16,12 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agenttest"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -58,11 +58,9 @@ type = "speaker"
 // benchAgent runs a whole agent in this process: embedded broker,
 // zero-latency simulated devices, real bbolt store, and an app client.
 type benchAgent struct {
-	a      *agent.Agent
-	app    paho.Client
-	url    string
-	cancel context.CancelFunc
-	done   chan error
+	a   *agenttest.Agent
+	app paho.Client
+	url string
 
 	mu       sync.Mutex
 	firstCmd map[string]time.Time // mission ID -> first device command
@@ -108,7 +106,7 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	cfg.Simulator.Home = "home.toml"
 	cfg.Driver.Workers = 64
 	cfg.Log.Level = "error"
-	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}, done: make(chan error, 1)}
+	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}}
 	// The agent's own logger for the configured level (error), as a
 	// deployment makes it: at info, the simulated devices log every command.
 	// The garbage collector as the agent binary sets it (run does this
@@ -119,22 +117,7 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 		b.Fatal(err)
 	}
 	opts.OverTCP = overTCP
-	if ba.a, err = agent.New(opts); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ba.cancel = cancel
-	if err := ba.a.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	go func() { ba.done <- ba.a.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-ba.done; err != nil {
-			b.Errorf("agent: %v", err)
-		}
-		ba.a.Close()
-	})
+	ba.a = agenttest.Start(b, opts)
 	ba.url = ba.a.Addrs().BrokerURL
 	ba.app = paho.NewClient(paho.NewClientOptions().AddBroker(ba.url).SetClientID("bench-app").SetOrderMatters(false))
 	if tok := ba.app.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agenttest"
+
 	"github.com/sortie-edge/sortie/driver/drivertest"
 
 	"github.com/sortie-edge/sortie/agent"
@@ -264,47 +266,16 @@ params = { power = "on", target = { from = "temperature", default = 24 } }
 
 func newCLIFixture(t *testing.T, token string) *cliFixture {
 	t.Helper()
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := scenes.Parse([]byte(cliScenes), "cli.toml", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &cliFixture{
-		token: token,
-		gate:  drivertest.NewGate(),
-		watch: drivertest.NewWatcher(),
-	}
-	a, err := agent.New(agent.Options{
-		Gateway: "test", DataDir: t.TempDir(), Registry: reg, Catalog: cat,
-		Broker:    agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
-		HTTP:      agent.HTTPOptions{Listen: "127.0.0.1:0", Token: token},
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", cliScenes)
+	f := &cliFixture{token: token, gate: drivertest.NewGate(), watch: drivertest.NewWatcher()}
+	a := agenttest.Start(t, agent.Options{
+		Gateway: "test", Registry: reg, Catalog: cat,
+		HTTP:      agent.HTTPOptions{Token: token},
 		Handlers:  map[string]driver.Handler{scenes.DelayKind: f.gate, devices.KindCommand: f.gate},
 		Observers: []driver.Observer{f.watch},
 		Driver:    agent.DriverOptions{StopGrace: time.Second},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		// A held step must not keep the stop waiting.
-		f.gate.Open()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent run: %v", err)
-		}
-		a.Close()
-	})
+	t.Cleanup(f.gate.Open) // before the agent's stop: a held step must not keep it waiting
 	f.url = a.Addrs().API
 	return f
 }
