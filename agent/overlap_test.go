@@ -122,7 +122,7 @@ func TestOverlapArbitrationNeverTearsOrFlipFlops(t *testing.T) {
 						time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // overlap, not synchronisation
 					}
 					var rep scenes.Reply
-					if _, err := r.api.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{
+					if _, err := r.a.API.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{
 						Scene: fmt.Sprintf("%s-s%d", prefix, j), RequestID: fmt.Sprintf("ov-%d-%d", run, n),
 					}, &rep); err != nil {
 						t.Error(err)

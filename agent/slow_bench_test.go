@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/agent/agenttest"
+
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
@@ -32,8 +34,7 @@ import (
 // broker, with every mission's end recorded.
 type slowRig struct {
 	stop func() // ends the rig: agent, broker and devices
-	a    *agent.Agent
-	api  *api.Client
+	a    *agenttest.Agent
 	home *simulator.Home
 
 	submits atomic.Int64 // makes request IDs unique across submits
@@ -121,30 +122,17 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 			}
 		}
 	})
-	r.a, err = agent.New(agent.Options{
+	r.a = agenttest.Start(b, agent.Options{
 		Gateway: "bench", DataDir: filepath.Join(dir, "data"), Registry: reg, Catalog: cat,
-		Broker:        agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
-		HTTP:          agent.HTTPOptions{Listen: "127.0.0.1:0"},
 		Driver:        agent.DriverOptions{Workers: h.workers, StepTimeout: h.timeout, StopGrace: time.Second},
 		Observers:     []driver.Observer{obs},
 		QuietMissions: true,
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := r.a.Start(ctx); err != nil {
-		cancel()
-		r.a.Close()
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.a.Run(ctx) }()
 	r.home, err = simulator.NewHome(simulator.HomeConfig{Broker: r.a.Addrs().BrokerURL, Seed: 1, Devices: h.devices, Bridges: h.bridges})
 	if err != nil {
 		b.Fatal(err)
 	}
-	hctx, hcancel := context.WithTimeout(ctx, time.Minute)
+	hctx, hcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer hcancel()
 	if err := r.home.Start(hctx); err != nil {
 		b.Fatal(err)
@@ -152,19 +140,11 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 	// Stopped at the end of its iteration, not of the benchmark: the
 	// framework may run several, and two rigs of a thousand devices at
 	// once would measure each other.
-	var once sync.Once
-	r.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				b.Errorf("agent run: %v", err)
-			}
-			r.a.Close()
-			_ = r.home.Close() // the devices' goodbyes; the measurement is over
-		})
-	}
+	r.stop = sync.OnceFunc(func() {
+		r.a.Stop()
+		_ = r.home.Close() // the devices' goodbyes; the measurement is over
+	})
 	b.Cleanup(r.stop) // a rig left by a failed iteration
-	r.api = &api.Client{Base: r.a.Addrs().API}
 	return r
 }
 
@@ -181,7 +161,7 @@ func (r *slowRig) submit(b testing.TB, names []string, conc int) []string {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			var rep scenes.Reply
-			if _, err := r.api.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{Scene: n, RequestID: fmt.Sprintf("%s-%d-%d", n, batch, i)}, &rep); err != nil {
+			if _, err := r.a.API.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{Scene: n, RequestID: fmt.Sprintf("%s-%d-%d", n, batch, i)}, &rep); err != nil {
 				b.Errorf("submit %s: %v", n, err)
 				return
 			}
