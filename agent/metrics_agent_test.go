@@ -307,7 +307,10 @@ func TestAckTimeoutsCountedByDeviceType(t *testing.T) {
 // a series in sortie_step_duration_seconds (it was device_type="delay");
 // its device step is there.
 func TestDelaysAreNotTimedAsSteps(t *testing.T) {
-	r := startMetricsRig(t, t.TempDir(), nil)
+	delay := &delayFromFirstAttempt{started: map[string]time.Time{}}
+	r := startMetricsRig(t, t.TempDir(), func(o *Options) {
+		o.Handlers = map[string]driver.Handler{scenes.DelayKind: delay}
+	})
 	id := r.trigger("later", "delay-1")
 	r.wait(id, driver.StateSucceeded)
 	r.want(map[string]float64{
@@ -318,6 +321,25 @@ func TestDelaysAreNotTimedAsSteps(t *testing.T) {
 	if n := seriesCount(t, r.a.metrics.reg, "sortie_step_duration_seconds"); n != 1 {
 		t.Errorf("step duration series: %d, want 1", n)
 	}
+}
+
+// delayFromFirstAttempt is the real delay handler, its wait counted from
+// its first attempt rather than from the step's start: on a loaded
+// machine that attempt may come 20 ms after the start, and the delay
+// would then not wait at all (the test failed so once).
+type delayFromFirstAttempt struct {
+	mu      sync.Mutex
+	started map[string]time.Time
+}
+
+func (d *delayFromFirstAttempt) Execute(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
+	d.mu.Lock()
+	if _, ok := d.started[req.MissionID]; !ok {
+		d.started[req.MissionID] = time.Now()
+	}
+	req.Started = d.started[req.MissionID]
+	d.mu.Unlock()
+	return scenes.DelayHandler{}.Execute(ctx, req)
 }
 
 // TestBuildInfoNamesTheBuild: sortie_build_info is one series, 1, with
