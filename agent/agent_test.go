@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 
 	"github.com/sortie-edge/sortie/agent/agenttest"
 
@@ -95,13 +98,12 @@ func startWaiting(t *testing.T, bo agent.BrokerOptions, want string) *waitingSta
 	go func() { s.started <- s.a.Start(s.ctx) }()
 	var code int
 	var body string
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(body, want); {
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz while the agent waits for its broker: %d %s; want %q", code, body, want)
+	testkit.Until(t, 15*time.Second, func() error { // polling, as a supervisor does
+		if code, body = s.readyz(); !strings.Contains(body, want) {
+			return fmt.Errorf("/readyz while the agent waits for its broker: %d %s; want %q", code, body, want)
 		}
-		time.Sleep(20 * time.Millisecond) // polling, as a supervisor does
-		code, body = s.readyz()
-	}
+		return nil
+	})
 	if code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz while starting: %d %s", code, body)
 	}

@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
@@ -127,17 +130,14 @@ func (r *bundleRig) config() api.ConfigInfo {
 // trial ends on the agent's own timer, which the test does not drive.
 func (r *bundleRig) waitLast(status string) api.ConfigInfo {
 	r.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c := r.config()
-		if c.Last != nil && c.Last.Status == status {
-			return c
+	var c api.ConfigInfo
+	testkit.Until(r.t, 15*time.Second, func() error {
+		if c = r.config(); c.Last == nil || c.Last.Status != status {
+			return fmt.Errorf("latest outcome %+v, want %s", c.Last, status)
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("latest outcome %+v, want %s", c.Last, status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return c
 }
 
 func (r *bundleRig) steps(id string) int {
@@ -399,17 +399,11 @@ func TestHubOfferOverTheUplinkIsReportedAndTheHeartbeatCarriesTheHash(t *testing
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		testkit.Eventually(t, 15*time.Second, what, func() bool {
 			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s", what)
-			}
-		}
+			defer mu.Unlock()
+			return cond()
+		})
 	}
 	waitFor("heartbeat with the files' hash", func() bool { return config != nil && config.Hash == v1.Hash() && config.Source == uplink.SourceFiles })
 
@@ -533,18 +527,15 @@ func TestHomeAssistantAnnouncesTheScenesOfABundleApplied(t *testing.T) {
 	if out := r.apply(makeBundle(t, map[string]string{"other.toml": other})); out.Status != uplink.BundleApplied {
 		t.Fatalf("apply: %+v", out)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Until(t, 10*time.Second, func() error {
 		mu.Lock()
+		defer mu.Unlock()
 		added, removed := configs["homeassistant/button/sortie_home/other/config"], configs["homeassistant/button/sortie_home/slow/config"]
-		_, seenRemoved := configs["homeassistant/button/sortie_home/slow/config"]
-		mu.Unlock()
-		if added != "" && seenRemoved && removed == "" {
-			return
+		if _, seenRemoved := configs["homeassistant/button/sortie_home/slow/config"]; added == "" || !seenRemoved || removed != "" {
+			return fmt.Errorf("Home Assistant's configs: %v; want other announced and slow's removed", configs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Home Assistant's configs: %v; want other announced and slow's removed", configs)
-		}
-	}
+		return nil
+	})
 }
 
 func TestBundleAppliedOnTrialIsSupersededAndJudgedAgainstTheLastKept(t *testing.T) {

@@ -66,7 +66,7 @@ params = { power = "on", brightness = 20 }
 			if got := r.home.Devices()[0].State()["brightness"]; got != float64(tc.brightness) && got != tc.brightness {
 				t.Errorf("light at %v, want %d", got, tc.brightness)
 			}
-			if !noted(r, first, second) {
+			if !r.noted(first, second) {
 				t.Errorf("first's timeline has no note of second")
 			}
 			evs, _ := r.a.Driver().Timeline(ctx, first)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/internal/testkit"
+
 	"github.com/sortie-edge/sortie/driver/drivertest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -116,16 +118,6 @@ func (r *metricsRig) trigger(scene, requestID string) string {
 func (r *metricsRig) wait(id string, want driver.State) {
 	r.t.Helper()
 	r.watch.Wait(r.t, id, want)
-}
-
-// eventually polls cond, bounded: nothing signals these to the test.
-func (r *metricsRig) eventually(what string, cond func() bool) {
-	r.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("never: %s", what)
-		}
-	}
 }
 
 // device returns a simulated device of the rig's home.
@@ -260,9 +252,9 @@ func TestResumedMissionsCountAsStarted(t *testing.T) {
 	r := startMetricsRig(t, dir, nil)
 	// The mission waits for the light, live, across the restart.
 	r.device("kitchen-light").SetOnline(false)
-	r.eventually("the agent sees kitchen-light offline", func() bool { return !r.a.dev.Available("kitchen-light") })
+	testkit.Eventually(t, 10*time.Second, "the agent sees kitchen-light offline", func() bool { return !r.a.dev.Available("kitchen-light") })
 	id := r.trigger("later", "resume-1")
-	r.eventually("the mission waits for its device", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the mission waits for its device", func() bool {
 		n, _ := r.value(`sortie_step_waits_total{code="device_offline"}`)
 		return n > 0
 	})
@@ -375,12 +367,12 @@ func TestDeviceOnlineFollowsAvailability(t *testing.T) {
 	}
 	ac := r.device("living-ac")
 	ac.SetOnline(false)
-	r.eventually("living-ac offline in /metrics", func() bool { return online("living-ac", "ac") == 0 })
+	testkit.Eventually(t, 10*time.Second, "living-ac offline in /metrics", func() bool { return online("living-ac", "ac") == 0 })
 	if got := online("living-light", "light"); got != 1 {
 		t.Errorf("living-light: %v, want 1", got)
 	}
 	ac.SetOnline(true)
-	r.eventually("living-ac online again in /metrics", func() bool { return online("living-ac", "ac") == 1 })
+	testkit.Eventually(t, 10*time.Second, "living-ac online again in /metrics", func() bool { return online("living-ac", "ac") == 1 })
 }
 
 // TestStoreMetricsFollowTheStore: the sizes of the store's files are
@@ -428,7 +420,9 @@ func TestStoreMetricsFollowTheStore(t *testing.T) {
 // sortie_retention_pruned_total by kind, and the pruned missions leave
 // sortie_missions at once.
 func TestRetentionCountsWhatItPrunes(t *testing.T) {
+	clock := testkit.NewClock(time.Now()) // the trigger records' age
 	r := startMetricsRig(t, t.TempDir(), func(o *Options) {
+		o.Clock = clock
 		// The loop prunes once as it starts, maybe after the first
 		// mission ended, then not within the test: the test prunes once
 		// more when all three ended, and counts what both deleted.
@@ -445,7 +439,7 @@ func TestRetentionCountsWhatItPrunes(t *testing.T) {
 	if err := r.a.traces.flush(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // the three trigger records are past their age
+	clock.Advance(20 * time.Millisecond) // the three trigger records are past their age
 	r.a.pruneOnce(context.Background())
 	r.want(map[string]float64{
 		`sortie_retention_pruned_total{kind="mission"}`: 2,

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -309,19 +310,16 @@ func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
 	firing := "sched-tick-1-20260301T100100Z"
 	clock.Set(t0.Add(30 * time.Second))
 	// Turned away: the record says overloaded, and that it will be tried again.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		w, err := a.Why(ctx, firing)
-		if err == nil && w.Reason == "overloaded" {
-			if !strings.Contains(w.Explanation, "tries the firing again") {
-				t.Errorf("explanation %q does not say the schedule tries again", w.Explanation)
-			}
-			break
+	// Polled: the scheduler's first try has no event.
+	var w api.Why
+	testkit.Until(t, 20*time.Second, func() (err error) {
+		if w, err = a.Why(ctx, firing); err == nil && w.Reason != "overloaded" {
+			err = fmt.Errorf("the firing was not turned away: %+v", w)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the firing was not turned away: %+v %v", w, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the scheduler's first try, which has no event
+		return err
+	})
+	if !strings.Contains(w.Explanation, "tries the firing again") {
+		t.Errorf("explanation %q does not say the schedule tries again", w.Explanation)
 	}
 	if _, err := a.API.Call(ctx, http.MethodPost, "/api/missions/"+rep.MissionID+"/cancel", nil, nil); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,10 @@ type slowRig struct {
 	ended      chan string
 	// waits are closed when their mission ends (see done).
 	waits map[string]chan struct{}
+	// notes are the details of each mission's note events; noteCh is
+	// closed at each new one.
+	notes  map[string][]string
+	noteCh chan struct{}
 }
 
 // done returns a channel closed when mission id has ended.
@@ -68,6 +73,40 @@ func (r *slowRig) done(id string) <-chan struct{} {
 	}
 	r.waits[id] = ch
 	return ch
+}
+
+func (r *slowRig) observeNote(ev driver.Event, m *driver.Mission) {
+	if ev.Input != driver.InNote {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes[m.ID] = append(r.notes[m.ID], ev.Detail)
+	close(r.noteCh)
+	r.noteCh = make(chan struct{})
+}
+
+// noted waits until mission id has a note naming about, and reports
+// whether it came within a minute. The arbiter writes its notes one at a
+// time after the decisions, so on a loaded machine they may come seconds
+// after the missions they name have ended.
+func (r *slowRig) noted(id, about string) bool {
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		ok := slices.ContainsFunc(r.notes[id], func(d string) bool { return strings.Contains(d, about) })
+		ch := r.noteCh
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
 }
 
 // slowHome describes the rig: registry additions (links, devices) to the
@@ -96,7 +135,8 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &slowRig{ends: map[string]driver.State{}, errs: map[string]int{}, codes: map[string]int{}, ended: make(chan string, 1<<16)}
+	r := &slowRig{ends: map[string]driver.State{}, errs: map[string]int{}, codes: map[string]int{}, ended: make(chan string, 1<<16),
+		notes: map[string][]string{}, noteCh: make(chan struct{})}
 	obs := driver.ObserverFunc(func(ev driver.Event, m *driver.Mission) {
 		switch {
 		case ev.Input == driver.InStepError && ev.Code == driver.CodeSuperseded:
@@ -125,7 +165,7 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 	r.a = agenttest.Start(b, agent.Options{
 		Gateway: "bench", DataDir: filepath.Join(dir, "data"), Registry: reg, Catalog: cat,
 		Driver:        agent.DriverOptions{Workers: h.workers, StepTimeout: h.timeout, StopGrace: time.Second},
-		Observers:     []driver.Observer{obs},
+		Observers:     []driver.Observer{obs, driver.ObserverFunc(r.observeNote)},
 		QuietMissions: true,
 	})
 	r.home, err = simulator.NewHome(simulator.HomeConfig{Broker: r.a.Addrs().BrokerURL, Seed: 1, Devices: h.devices, Bridges: h.bridges})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/internal/testkit"
+
 	"github.com/sortie-edge/sortie/agent/agentconf"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -324,15 +326,12 @@ func TestEmbeddedBrokerClientIDs(t *testing.T) {
 	c.Disconnect(50)
 	// The broker releases the ID when it has handled the disconnection,
 	// which the client does not wait for: try until it has.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := login(t, url, "shared-id", "ops", "ops-password", nil, nil); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("a client ID whose clean session ended is still held: %v", err)
+	testkit.Until(t, 10*time.Second, func() error {
+		if _, err := login(t, url, "shared-id", "ops", "ops-password", nil, nil); err != nil {
+			return fmt.Errorf("a client ID whose clean session ended is still held: %w", err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestExposureWarnings(t *testing.T) {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/internal/testkit"
+
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/bundle"
@@ -196,17 +198,11 @@ func startStatusHub(t *testing.T, gw string) *statusHub {
 // it is lost (the gateway takes controls at QoS 0, clean session).
 func (h *statusHub) connected(t *testing.T, since time.Time) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	testkit.Eventually(t, 15*time.Second, "the gateway's connection to the hub", func() bool {
 		h.mu.Lock()
-		ok := h.beat.After(since)
-		h.mu.Unlock()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the gateway did not connect to the hub")
-		}
-	}
+		defer h.mu.Unlock()
+		return h.beat.After(since)
+	})
 }
 
 func (h *statusHub) offer(t *testing.T, id string, version uint64, b *bundle.Bundle) {
@@ -228,20 +224,20 @@ func (h *statusHub) offer(t *testing.T, id string, version uint64, b *bundle.Bun
 // gateway says again on every connection.
 func (h *statusHub) final(t *testing.T, version uint64) uplink.BundleStatus {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	var last uplink.BundleStatus
+	testkit.Until(t, 15*time.Second, func() error {
 		h.mu.Lock()
 		ss := h.statuses[version]
 		h.mu.Unlock()
 		if n := len(ss); n > 0 {
-			switch s := ss[n-1]; s.Status {
+			switch last = ss[n-1]; last.Status {
 			case uplink.BundleHealthy, uplink.BundleReverted, uplink.BundleRejected:
-				return s
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no final status of version %d reached the hub: %+v", version, ss)
-		}
-	}
+		return fmt.Errorf("no final status of version %d reached the hub: %+v", version, ss)
+	})
+	return last
 }
 
 // config is what the running agent of e says it runs.

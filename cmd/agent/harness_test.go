@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/internal/testkit"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/agent"
@@ -315,8 +317,7 @@ func (e *testEnv) awaitRetained() {
 		return
 	}
 	want := len(e.home.Devices())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Until(e.t, 10*time.Second, func() error {
 		var l api.DeviceList
 		e.get("/api/devices", &l)
 		n := 0
@@ -325,14 +326,11 @@ func (e *testEnv) awaitRetained() {
 				n++
 			}
 		}
-		if n >= want {
-			return
+		if n < want {
+			return fmt.Errorf("the agent knows %d of the home's %d devices\n%s", n, want, e.proc.log())
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the agent knows %d of the home's %d devices after 10s\n%s", n, want, e.proc.log())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (p *agentProc) log() string {

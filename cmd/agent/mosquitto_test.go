@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // mosquitto is Debian's mosquitto on a port of 127.0.0.1, keeping its
@@ -76,16 +78,13 @@ func (m *mosquitto) start() {
 	if err := m.cmd.Start(); err != nil {
 		m.t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", m.port)); err == nil {
+	testkit.Eventually(m.t, 10*time.Second, "mosquitto listening", func() bool { // polling a port; it has no event
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", m.port))
+		if err == nil {
 			_ = c.Close() // only probing that it listens
-			return
 		}
-		if time.Now().After(deadline) {
-			m.t.Fatal("mosquitto does not listen after 10s")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a port; it has no event
-	}
+		return err == nil
+	})
 }
 
 // stop stops it cleanly (it saves its sessions) and waits for its exit.
