@@ -81,26 +81,7 @@ func startMetricsRig(t *testing.T, dir string, tune func(*Options)) *metricsRig 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	r.a = a
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	r.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent run: %v", err)
-			}
-			a.Close()
-		})
-	}
-	t.Cleanup(r.stop)
+	r.a, r.stop = a, testkit.Run(t, a)
 	return r
 }
 

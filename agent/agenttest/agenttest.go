@@ -7,12 +7,11 @@
 package agenttest
 
 import (
-	"context"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"testing"
-	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/api"
@@ -20,19 +19,15 @@ import (
 	"github.com/sortie-edge/sortie/scenes"
 )
 
-// StopWithin bounds how long Stop waits for Run to return.
-const StopWithin = 30 * time.Second
-
 // Agent is a started agent, running until Stop or the test's end.
 type Agent struct {
 	*agent.Agent
 	// API is a client of the agent's management API.
 	API *api.Client
-
-	tb     testing.TB
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
+	// Stop stops the agent as SIGTERM would and closes it, failing the
+	// test if Run returns an error or not within testkit.StopWithin.
+	// Only the first call does anything; the test's cleanup calls it too.
+	Stop func()
 }
 
 // Start makes an agent of o and starts and runs it, failing tb if it
@@ -64,34 +59,8 @@ func Start(tb testing.TB, o agent.Options) *Agent {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		tb.Fatal(err)
-	}
-	ta := &Agent{Agent: a, API: &api.Client{Base: a.Addrs().API}, tb: tb, cancel: cancel, done: make(chan error, 1)}
-	go func() { ta.done <- a.Run(ctx) }()
-	tb.Cleanup(ta.Stop)
-	return ta
-}
-
-// Stop stops the agent as SIGTERM would and closes it, failing the test
-// if Run returns an error or not within StopWithin. Only the first call
-// does anything; the test's cleanup calls it too.
-func (a *Agent) Stop() {
-	a.once.Do(func() {
-		a.cancel()
-		select {
-		case err := <-a.done:
-			if err != nil {
-				a.tb.Errorf("agent run: %v", err)
-			}
-		case <-time.After(StopWithin):
-			a.tb.Errorf("agent run did not return within %s of its stop", StopWithin)
-		}
-		a.Close()
-	})
+	stop := testkit.Run(tb, a)
+	return &Agent{Agent: a, API: &api.Client{Base: a.Addrs().API}, Stop: stop}
 }
 
 // Path is the absolute path of p, a path relative to the repository's
