@@ -7,31 +7,22 @@ import (
 	"time"
 )
 
-// Runner is a component with the life of agent.Agent: Start, then Run
-// until its context ends, then Close.
-type Runner interface {
-	Start(ctx context.Context) error
-	Run(ctx context.Context) error
-	Close()
-}
-
-// StopWithin bounds how long a stop of Run waits for Run to return.
+// StopWithin bounds how long a stop waits for a run to return.
 const StopWithin = 30 * time.Second
 
-// Run starts r and runs it, failing tb (FailNow, after closing r) if it
-// does not start. It returns the stop: it ends Run's context, fails tb if
-// Run returns an error or not within StopWithin, and closes r. Only its
-// first call does anything; the test's cleanup calls it too.
-func Run(tb testing.TB, r Runner) (stop func()) {
+// Go calls run on a goroutine of its own with a context that the stop
+// it returns ends; the stop then fails tb if run returns an error or not
+// within StopWithin. Only the stop's first call does anything; the
+// test's cleanup calls it too.
+func Go(tb testing.TB, run func(context.Context) error) (stop func()) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := r.Start(ctx); err != nil {
-		cancel()
-		r.Close()
-		tb.Fatalf("start: %v", err)
-	}
+	return goWith(tb, ctx, cancel, run)
+}
+
+func goWith(tb testing.TB, ctx context.Context, cancel context.CancelFunc, run func(context.Context) error) (stop func()) {
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	stop = sync.OnceFunc(func() {
 		cancel()
 		select {
@@ -42,6 +33,33 @@ func Run(tb testing.TB, r Runner) (stop func()) {
 		case <-time.After(StopWithin):
 			tb.Errorf("run did not return within %s of its stop", StopWithin)
 		}
+	})
+	tb.Cleanup(stop)
+	return stop
+}
+
+// Runner is a component with the life of agent.Agent: Start, then Run
+// until its context ends, then Close.
+type Runner interface {
+	Start(ctx context.Context) error
+	Run(ctx context.Context) error
+	Close()
+}
+
+// Run starts r and runs it (as Go does), both with the context the stop
+// ends, failing tb (FailNow, after closing r) if it does not start. Its
+// stop is Go's, and closes r after.
+func Run(tb testing.TB, r Runner) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.Start(ctx); err != nil {
+		cancel()
+		r.Close()
+		tb.Fatalf("start: %v", err)
+	}
+	stopRun := goWith(tb, ctx, cancel, r.Run)
+	stop = sync.OnceFunc(func() {
+		stopRun()
 		r.Close()
 	})
 	tb.Cleanup(stop)
