@@ -41,7 +41,7 @@ func TestSIGKILLLoopEveryRestartComesBack(t *testing.T) {
 		t.Skip("SIGKILLs the agent dozens of times")
 	}
 	t.Run("embedded", func(t *testing.T) { killLoop(t, brokertest.Start(t).URL(), *kills, killHome{}) })
-	t.Run("mosquitto", func(t *testing.T) { killLoop(t, startMosquitto(t).url(), *kills, killHome{}) })
+	t.Run("mosquitto", func(t *testing.T) { killLoop(t, brokertest.StartMosquitto(t, true).URL(), *kills, killHome{}) })
 }
 
 // killHome is the home a kill loop runs on: the demo home by default.
