@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -23,33 +24,16 @@ import (
 	"github.com/sortie-edge/sortie/store"
 )
 
-// apiScenes are the scenes of the API tests: a held single-mode scene,
-// a parallel one for volume, and one with a bounded trigger parameter.
-const apiScenes = `
-[[scene]]
-name = "solo"
-description = "One step the test lets through."
-mode = "single"
-[[scene.step]]
-id = "hold"
-delay = "1s"
-
-[[scene]]
-name = "many"
-mode = "parallel"
-[[scene.step]]
-delay = "1s"
-[[scene.step]]
-delay = "1s"
-
-[[scene]]
-name = "cool"
-mode = "parallel"
-[[scene.step]]
-device = "living-ac"
-action = "set"
-params = { power = "on", target = { from = "temperature", default = 24 } }
-`
+// apiScenes are the scenes of the API tests (and of cmd/agent's CLI
+// tests): a held single-mode scene, a parallel one for volume, and one
+// with a bounded trigger parameter.
+var apiScenes = func() string {
+	b, err := os.ReadFile("testdata/gated.toml")
+	if err != nil {
+		panic(err) // the package's own file
+	}
+	return string(b)
+}()
 
 // fakeDevices stands in for the devices client: the API only reads it.
 type fakeDevices struct {

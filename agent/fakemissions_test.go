@@ -292,7 +292,7 @@ func (f *fakeMissions) waitResumed(t testing.TB, want ...string) {
 // modeScenes are the API tests' scenes (single "solo", parallel "many",
 // parallel "cool" with a trigger parameter bounded by the registry at
 // 16..30) plus a scene of each of the two other modes.
-const modeScenes = apiScenes + `
+var modeScenes = apiScenes + `
 [[scene]]
 name = "again"
 mode = "restart"

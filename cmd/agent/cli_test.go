@@ -230,7 +230,8 @@ func TestCLIEndToEnd(t *testing.T) {
 }
 
 // cliFixture is a whole agent in this process whose device and delay
-// steps are a gate the test opens, with the scenes of cliScenes.
+// steps are a gate the test opens, with the scenes of the agent's API
+// tests (agent/testdata/gated.toml).
 type cliFixture struct {
 	url   string
 	token string
@@ -238,35 +239,13 @@ type cliFixture struct {
 	watch *drivertest.Watcher
 }
 
-const cliScenes = `
-[[scene]]
-name = "solo"
-description = "One step the test lets through."
-mode = "single"
-[[scene.step]]
-id = "hold"
-delay = "1s"
-
-[[scene]]
-name = "many"
-mode = "parallel"
-[[scene.step]]
-delay = "1s"
-[[scene.step]]
-delay = "1s"
-
-[[scene]]
-name = "cool"
-mode = "parallel"
-[[scene.step]]
-device = "living-ac"
-action = "set"
-params = { power = "on", target = { from = "temperature", default = 24 } }
-`
-
 func newCLIFixture(t *testing.T, token string) *cliFixture {
 	t.Helper()
-	reg, cat := agenttest.Scenes(t, "configs/devices.toml", cliScenes)
+	src, err := os.ReadFile(agenttest.Path("agent/testdata/gated.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", string(src))
 	f := &cliFixture{token: token, gate: drivertest.NewGate(), watch: drivertest.NewWatcher()}
 	a := agenttest.Start(t, agent.Options{
 		Gateway: "test", Registry: reg, Catalog: cat,
