@@ -11,13 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
-	"github.com/sortie-edge/sortie/agent/agenttest"
-
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // TestRunStopsCleanlyDespiteASilentAPIConnection: a client that opened a

@@ -15,11 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/driver/drivertest"
-
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/drivertest"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
 )

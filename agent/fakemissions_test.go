@@ -14,6 +14,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -390,12 +391,7 @@ func (f *modesFixture) publish(payload string) {
 // of its topic and its decoded body.
 func (f *modesFixture) reply(t testing.TB) (string, scenes.Reply) {
 	t.Helper()
-	var s string
-	select {
-	case s = <-f.pub:
-	case <-time.After(waitLimit):
-		t.Fatal("no reply published")
-	}
+	s := testkit.Receive(t, f.pub, waitLimit, "no reply published")
 	topic, body, _ := strings.Cut(s, " ")
 	id, ok := strings.CutPrefix(topic, replyTopic)
 	if !ok {

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/agent/agenttest"
-
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"

@@ -15,13 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
-	"github.com/sortie-edge/sortie/driver/drivertest"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/drivertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 )

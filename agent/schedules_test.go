@@ -11,13 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/agent/agenttest"
-
-	"github.com/sortie-edge/sortie/internal/testkit"
-
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // submitted collects the request keys of submitted missions.

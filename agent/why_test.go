@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/agent/agenttest"
-
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/scenes"

@@ -12,16 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
-	"github.com/sortie-edge/sortie/agent/agenttest"
-
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/mqttc"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 

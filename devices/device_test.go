@@ -11,13 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // reply is what a fake device does with one received command. n counts

@@ -11,11 +11,10 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 

@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 	"github.com/sortie-edge/sortie/uplink"
 )

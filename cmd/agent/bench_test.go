@@ -15,14 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/agent/agenttest"
-
 	paho "github.com/eclipse/paho.mqtt.golang"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // benchScene is a 3-step scene in parallel mode, so that concurrent
@@ -211,18 +211,8 @@ func (ba *benchAgent) run(b *testing.B, req string) (time.Duration, time.Duratio
 	if tok := ba.app.Publish("sortie/gateways/bench/trigger", 1, false, fmt.Sprintf(`{"scene":"bench","request_id":%q}`, req)); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		b.Fatal(tok.Error())
 	}
-	var id string
-	select {
-	case id = <-acc:
-	case <-time.After(10 * time.Second):
-		b.Fatal("no reply")
-	}
-	var end time.Time
-	select {
-	case end = <-ba.done2(id):
-	case <-time.After(10 * time.Second):
-		b.Fatal("mission did not finish")
-	}
+	id := testkit.Receive(b, acc, 10*time.Second, "no reply")
+	end := testkit.Receive(b, ba.done2(id), 10*time.Second, "mission did not finish")
 	ba.mu.Lock()
 	first := ba.firstCmd[id]
 	delete(ba.firstCmd, id)
@@ -299,11 +289,7 @@ func (bl *baseline) sample(n, c int) {
 		if tok := bl.req.Publish("raw/cmd", 1, false, `{"id":"x"}`); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			bl.b.Fatal("raw publish: ", tok.Error())
 		}
-		select {
-		case <-bl.got:
-		case <-time.After(5 * time.Second):
-			bl.b.Fatal("raw echo lost")
-		}
+		testkit.Receive(bl.b, bl.got, 5*time.Second, "raw echo lost")
 		bl.rtts = append(bl.rtts, time.Since(start))
 	}
 	k := make([]byte, 8)

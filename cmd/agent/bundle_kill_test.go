@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/internal/mqttc"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/uplink"
 )
 

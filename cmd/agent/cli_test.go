@@ -13,13 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/agent/agenttest"
-
-	"github.com/sortie-edge/sortie/driver/drivertest"
-
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/drivertest"
 	"github.com/sortie-edge/sortie/scenes"
 )
 

@@ -16,13 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 

@@ -15,11 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/internal/testkit"
-
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/internal/mqttc"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // wait bounds every wait for something the test caused.
