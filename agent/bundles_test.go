@@ -58,7 +58,7 @@ action = "turn_on"
 // makeBundle is the shipped registry and the given scene files.
 func makeBundle(t testing.TB, sceneFiles map[string]string) *bundle.Bundle {
 	t.Helper()
-	reg, err := os.ReadFile(repoPath(t, "configs/devices.toml"))
+	reg, err := os.ReadFile(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -321,7 +321,7 @@ const replyTopic = "sortie/gateways/gw/replies/"
 
 func newModesFixture(t testing.TB) *modesFixture {
 	t.Helper()
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	reg, err := devices.LoadRegistry(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}

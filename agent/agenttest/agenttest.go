@@ -7,8 +7,6 @@
 package agenttest
 
 import (
-	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/sortie-edge/sortie/agent"
@@ -62,18 +60,11 @@ func Start(tb testing.TB, o agent.Options) *Agent {
 	return &Agent{Agent: a, API: &api.Client{Base: a.Addrs().API}, Stop: stop}
 }
 
-// Path is the absolute path of p, a path relative to the repository's
-// root, wherever the test runs.
-func Path(p string) string {
-	_, here, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(here), "..", "..", p)
-}
-
 // Registry loads the device registry at p (relative to the repository's
 // root).
 func Registry(tb testing.TB, p string) *devices.Registry {
 	tb.Helper()
-	reg, err := devices.LoadRegistry(Path(p))
+	reg, err := devices.LoadRegistry(testkit.RepoPath(p))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -84,7 +75,7 @@ func Registry(tb testing.TB, p string) *devices.Registry {
 func Shipped(tb testing.TB) (*devices.Registry, *scenes.Catalog) {
 	tb.Helper()
 	reg := Registry(tb, "configs/devices.toml")
-	cat, err := scenes.Load(Path("configs/scenes"), reg)
+	cat, err := scenes.Load(testkit.RepoPath("configs/scenes"), reg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -75,7 +75,7 @@ type benchAgent struct {
 // and the figure would be the devices', not the engine's.
 func benchRegistry(b *testing.B, dir string) string {
 	b.Helper()
-	src, err := os.ReadFile(repoPath(b, "configs/devices.toml"))
+	src, err := os.ReadFile(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -86,7 +86,7 @@ password_hash = %q
 name = "ops"
 role = "admin"
 password_hash = %q
-`, repoPath(t, "configs/home.toml"), testHash(t, "voice-password"), testHash(t, "light-password"), testHash(t, "ops-password")))
+`, testkit.RepoPath("configs/home.toml"), testHash(t, "voice-password"), testHash(t, "light-password"), testHash(t, "ops-password")))
 	p := e.start()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -365,7 +365,7 @@ func TestExposureWarnings(t *testing.T) {
 func TestHTTPAPIOverTLS(t *testing.T) {
 	certFile, keyFile, pool := brokertest.SelfSigned(t, t.TempDir())
 	e := newBareEnv(t, "https")
-	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n", fmt.Sprintf("[simulator]\nhome = %q\n", repoPath(t, "configs/home.toml")))
+	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n", fmt.Sprintf("[simulator]\nhome = %q\n", testkit.RepoPath("configs/home.toml")))
 	cfg, err := os.ReadFile(e.cfgPath)
 	if err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ func TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle(t *testing.T) {
 	}
 	hub := startStatusHub(t, "applykill")
 	e := newGatewayEnv(t, "applykill", fmt.Sprintf("[bundles]\nsoak = \"150ms\"\n[hub]\nurl = %q\nheartbeat = \"1s\"\n", hub.url))
-	files, err := bundle.FromFiles(repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), bundle.Settings{})
+	files, err := bundle.FromFiles(testkit.RepoPath("configs/devices.toml"), testkit.RepoPath("configs/scenes"), bundle.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestHandEditedFilesShowInTheHash(t *testing.T) {
 	if err := os.MkdirAll(scenes, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile(repoPath(t, "configs/scenes/go_home.toml"))
+	src, err := os.ReadFile(testkit.RepoPath("configs/scenes/go_home.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestHandEditedFilesShowInTheHash(t *testing.T) {
 	e.writeConfig("embedded = false\nurl = \""+e.broker.URL()+"\"\n", "")
 	p := e.start()
 	before := config(t, e)
-	want, err := bundle.FromFiles(repoPath(t, "configs/devices.toml"), scenes, bundle.Settings{})
+	want, err := bundle.FromFiles(testkit.RepoPath("configs/devices.toml"), scenes, bundle.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/driver/drivertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -239,7 +240,7 @@ type cliFixture struct {
 
 func newCLIFixture(t *testing.T, token string) *cliFixture {
 	t.Helper()
-	src, err := os.ReadFile(agenttest.Path("agent/testdata/gated.toml"))
+	src, err := os.ReadFile(testkit.RepoPath("agent/testdata/gated.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -81,9 +82,9 @@ func TestSimulatedHomeStartBounded(t *testing.T) {
 	dir := t.TempDir()
 	cfg := DefaultConfig()
 	cfg.Dir = dir
-	cfg.Devices = repoPath(t, "configs/devices.toml")
-	cfg.Scenes = repoPath(t, "configs/scenes")
-	cfg.Simulator.Home = repoPath(t, "configs/home.toml")
+	cfg.Devices = testkit.RepoPath("configs/devices.toml")
+	cfg.Scenes = testkit.RepoPath("configs/scenes")
+	cfg.Simulator.Home = testkit.RepoPath("configs/home.toml")
 	cfg.Broker.Embedded, cfg.Broker.URL = false, url
 	cfg.HTTP.Listen = ""
 	opts, err := agentOptions(cfg, newLogger(cfg.Log, io.Discard))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 )
 
@@ -59,7 +60,7 @@ type footprintAgent struct {
 
 func footprintConfig(b *testing.B, dir, dataDir string, home bool) string {
 	b.Helper()
-	goHome, err := os.ReadFile(repoPath(b, "configs/scenes/go_home.toml"))
+	goHome, err := os.ReadFile(testkit.RepoPath("configs/scenes/go_home.toml"))
 	if err != nil {
 		b.Fatal(err)
 	}

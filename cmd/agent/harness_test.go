@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,12 +57,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = os.RemoveAll(dir) // a temporary directory; the result is the tests'
 	os.Exit(code)
-}
-
-// repoPath resolves a path from the repository root.
-func repoPath(t testing.TB, p string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", p)
 }
 
 // testEnv is one agent process, a broker and a simulated home in the
@@ -127,7 +120,7 @@ func newBareEnv(t *testing.T, gw string) *testEnv {
 func (e *testEnv) connect(url string) {
 	t := e.t
 	t.Helper()
-	hc, err := simulator.LoadHome(repoPath(t, "configs/home.toml"))
+	hc, err := simulator.LoadHome(testkit.RepoPath("configs/home.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +203,7 @@ format = "json"
 [driver]
 stop_grace = "5s"
 %s
-`, e.gw, filepath.Join(e.dir, "data"), cmp.Or(e.devices, repoPath(t, "configs/devices.toml")), cmp.Or(e.scenes, repoPath(t, "configs/scenes")), broker, cmp.Or(e.ackTimeout, "300ms"), extraConfig)
+`, e.gw, filepath.Join(e.dir, "data"), cmp.Or(e.devices, testkit.RepoPath("configs/devices.toml")), cmp.Or(e.scenes, testkit.RepoPath("configs/scenes")), broker, cmp.Or(e.ackTimeout, "300ms"), extraConfig)
 	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package testkit
 
 import (
 	"context"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -64,4 +66,11 @@ func Run(tb testing.TB, r Runner) (stop func()) {
 	})
 	tb.Cleanup(stop)
 	return stop
+}
+
+// RepoPath is the absolute path of p, a path relative to the
+// repository's root, wherever the test runs.
+func RepoPath(p string) string {
+	_, here, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(here), "..", "..", p)
 }
