@@ -54,7 +54,7 @@ func TestStartWaitsOutARefusingBrokerAndReadyzSaysWhy(t *testing.T) {
 // external broker listens waits for it, /readyz saying so, and starts
 // once it is up.
 func TestStartWaitsForABrokerNotUpYet(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	s := startWaiting(t, agent.BrokerOptions{URL: "tcp://" + addr}, "starting: devices: ")
 	b, err := broker.Start(broker.Options{Addr: addr})
 	if err != nil {
@@ -79,7 +79,7 @@ type waitingStart struct {
 func startWaiting(t *testing.T, bo agent.BrokerOptions, want string) *waitingStart {
 	t.Helper()
 	reg, cat := agenttest.Shipped(t)
-	s := &waitingStart{api: freeAddr(t), started: make(chan error, 1)}
+	s := &waitingStart{api: testkit.FreeAddr(t), started: make(chan error, 1)}
 	var err error
 	s.a, err = agent.New(agent.Options{
 		Gateway: "home", DataDir: t.TempDir(), Registry: reg, Catalog: cat, Broker: bo,
@@ -148,16 +148,4 @@ func (s *waitingStart) ready(t *testing.T) {
 	if code, body := s.readyz(); code != http.StatusOK {
 		t.Errorf("/readyz once started: %d %s", code, body)
 	}
-}
-
-// freeAddr is a free port of 127.0.0.1, for a listener that a test
-// starts later; a race with another taker fails that start loudly.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }() // freed for the taker
-	return ln.Addr().String()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -457,12 +456,7 @@ func TestApplyingWhatRunsOnlyRenamesItAndSurvivesARestart(t *testing.T) {
 func TestHubBundleWithoutTheHubConnectionRevertsAfterTheConfirmWindow(t *testing.T) {
 	v1 := makeBundle(t, map[string]string{"slow.toml": slowV1})
 	// A hub address nothing listens on: the uplink never comes up.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	_ = ln.Close() // freed: nothing listens there now
+	closed := testkit.FreeAddr(t)
 	r := startBundleRig(t, t.TempDir(), v1, func(o *Options) {
 		o.Hub = &HubOptions{URL: "tcp://" + closed}
 		o.Bundles.Confirm = 500 * time.Millisecond

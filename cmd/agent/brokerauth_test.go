@@ -372,7 +372,7 @@ func TestHTTPAPIOverTLS(t *testing.T) {
 	}
 	// The API's address is fixed here: the command line reads it from the
 	// config, which cannot say ":0".
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	cfgText := strings.Replace(string(cfg), "[http]\nlisten = \"127.0.0.1:0\"\n",
 		fmt.Sprintf("[http]\nlisten = %q\ntoken = \"api-token-1\"\ncert_file = %q\nkey_file = %q\n", addr, certFile, keyFile), 1)
 	if err := os.WriteFile(e.cfgPath, []byte(cfgText), 0o600); err != nil {

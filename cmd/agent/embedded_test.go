@@ -78,7 +78,7 @@ func TestEmbeddedBrokerInProcess(t *testing.T) {
 func TestSimulatedHomeStartBounded(t *testing.T) {
 	defer func(d time.Duration) { agent.HomeStartTimeout = d }(agent.HomeStartTimeout)
 	agent.HomeStartTimeout = time.Second
-	url := "tcp://" + freeAddr(t) // nothing listens there now
+	url := "tcp://" + testkit.FreeAddr(t) // nothing listens there now
 	dir := t.TempDir()
 	cfg := DefaultConfig()
 	cfg.Dir = dir

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -25,17 +24,6 @@ import (
 	"github.com/sortie-edge/sortie/simulator"
 )
 
-// freeAddr returns a loopback address that was free a moment ago. The hub
-// must come back on the same ports after a restart, so :0 will not do.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }() // only its port was wanted
-	return ln.Addr().String()
-}
-
 // hubProc runs the hub binary.
 type hubProc struct {
 	t                 *testing.T
@@ -49,7 +37,7 @@ type hubProc struct {
 
 func startHubProc(t *testing.T, passwords map[string]string) *hubProc {
 	dir := t.TempDir()
-	h := &hubProc{t: t, broker: freeAddr(t), http: freeAddr(t), token: "system-test-token"}
+	h := &hubProc{t: t, broker: testkit.FreeAddr(t), http: testkit.FreeAddr(t), token: "system-test-token"}
 	var gws strings.Builder
 	for gw, pw := range passwords {
 		hash, err := hub.HashPassword(pw)

@@ -130,7 +130,7 @@ func killLoop(t *testing.T, url string, kills int, h killHome) {
 // supervisor stopping it expects.
 func TestAgentWaitsForItsBrokerAndStopsCleanly(t *testing.T) {
 	e := newBareEnv(t, "early")
-	e.writeConfig(fmt.Sprintf("embedded = false\nurl = \"tcp://%s\"\n", freeAddr(t)), "")
+	e.writeConfig(fmt.Sprintf("embedded = false\nurl = \"tcp://%s\"\n", testkit.FreeAddr(t)), "")
 	p := e.launch()
 	testkit.Until(t, 30*time.Second, func() error { // polling, as a supervisor does
 		select {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -301,12 +300,7 @@ func TestStartingHubAnswersWhy(t *testing.T) {
 // not up yet answers /healthz with a 503 saying so, rather than refusing
 // connections, and a stop while it waits is a clean exit.
 func TestHubListensWhileWaitingForPostgreSQL(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // serve binds it; a race with another process fails below
+	addr := testkit.FreeAddr(t) // serve binds it; a race with another process fails below
 	cfg := DefaultConfig()
 	cfg.HTTP.Listen, cfg.HTTP.Token = addr, "0123456789abcdef0123"
 	cfg.Cluster.Enabled, cfg.Cluster.NATS, cfg.Cluster.NATSPassword = true, "nats://127.0.0.1:1", "x"

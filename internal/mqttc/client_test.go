@@ -292,17 +292,12 @@ func TestCloseBoundedWithSilentBroker(t *testing.T) {
 // TestConnectBoundedByContext: with no broker, Connect retries until its
 // context ends and then says why the last attempt failed.
 func TestConnectBoundedByContext(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // a port with nothing behind it
+	addr := testkit.FreeAddr(t) // a port with nothing behind it
 	var logs logBuf
 	c := newClient(t, mqttc.Options{Broker: "tcp://" + addr, Logger: logs.logger()})
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	err = c.Connect(ctx)
+	err := c.Connect(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("Connect = %v, want the deadline and the last attempt's refusal", err)
 	}

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -73,4 +74,17 @@ func Run(tb testing.TB, r Runner) (stop func()) {
 func RepoPath(p string) string {
 	_, here, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(here), "..", "..", p)
+}
+
+// FreeAddr is a free port of 127.0.0.1 (host:port), for a listener a
+// test starts later or for an address where nothing listens; a race with
+// another taker fails that start loudly.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }() // freed for the taker
+	return ln.Addr().String()
 }
