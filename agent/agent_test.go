@@ -129,13 +129,9 @@ func (s *waitingStart) readyz() (int, string) {
 // ready.
 func (s *waitingStart) ready(t *testing.T) {
 	t.Helper()
-	select {
-	case err := <-s.started:
-		if err != nil {
-			t.Fatalf("Start once the broker answers: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Start did not return once the broker answered")
+	err := testkit.Receive(t, s.started, 20*time.Second, "Start did not return once the broker answered")
+	if err != nil {
+		t.Fatalf("Start once the broker answers: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.a.Run(s.ctx) }()

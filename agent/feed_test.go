@@ -123,12 +123,8 @@ func TestFeedLateSubscriber(t *testing.T) {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
 	f.Observe(ev(2), m)
-	select {
-	case e := <-got:
-		if e.Seq != 2 {
-			t.Errorf("got event %d, want 2 (1 was published to nobody)", e.Seq)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the late subscriber got no event")
+	e := testkit.Receive(t, got, 5*time.Second, "the late subscriber got no event")
+	if e.Seq != 2 {
+		t.Errorf("got event %d, want 2 (1 was published to nobody)", e.Seq)
 	}
 }

@@ -49,13 +49,9 @@ func TestQueuedRunStartsEvenWhenJobsAreFull(t *testing.T) {
 	done.State = driver.StateSucceeded
 	trig.Observe(driver.Event{MissionID: "run-1", Input: driver.InComplete, From: driver.StateRunning, To: driver.StateSucceeded}, &done)
 	testkit.Go(t, trig.Run)
-	select {
-	case id := <-spy.resumed:
-		if id != "held-2" {
-			t.Fatalf("resumed %s, want held-2", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the held run never started")
+	id := testkit.Receive(t, spy.resumed, 10*time.Second, "the held run never started")
+	if id != "held-2" {
+		t.Fatalf("resumed %s, want held-2", id)
 	}
 
 	// An operator retries the finished run: it is live again.

@@ -368,14 +368,10 @@ func TestHomeAssistantRunsScenesFromItsButtons(t *testing.T) {
 	if got := ends.await(t, "z_away"); got != driver.StateSucceeded {
 		t.Fatalf("z_away from its button ended %s: %q", got, ends.failures())
 	}
-	select {
-	case s := <-states:
-		var st map[string]any
-		if err := json.Unmarshal([]byte(s), &st); err != nil || st["state"] != "SUCCEEDED" || st["source"] != "homeassistant" {
-			t.Errorf("the sensor's state %s", s)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no state on the scene's sensor")
+	s := testkit.Receive(t, states, 10*time.Second, "no state on the scene's sensor")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(s), &st); err != nil || st["state"] != "SUCCEEDED" || st["source"] != "homeassistant" {
+		t.Errorf("the sensor's state %s", s)
 	}
 }
 

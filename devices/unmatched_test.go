@@ -56,13 +56,9 @@ func TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight(t *testing.T
 	// Acks from one publisher arrive in order: once this one is in, so
 	// are the malformed ones before it.
 	dev.publish(ackTopic, false, wire.Ack{ID: "never-sent", OK: true})
-	select {
-	case id := <-stray:
-		if id != "never-sent" {
-			t.Fatalf("stray ack %q, want never-sent", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the unknown ack never arrived")
+	id := testkit.Receive(t, stray, 5*time.Second, "the unknown ack never arrived")
+	if id != "never-sent" {
+		t.Fatalf("stray ack %q, want never-sent", id)
 	}
 	select {
 	case err := <-done:
@@ -168,13 +164,9 @@ func TestAckOfAPostGivenUpOnIsLate(t *testing.T) {
 		t.Fatalf("Collect giving up: ok %v, err %v; want an ack timeout", ok, err)
 	}
 	close(hold)
-	select {
-	case dup := <-stray:
-		if dup {
-			t.Fatal("the late ack counted as a duplicate")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no late ack")
+	dup := testkit.Receive(t, stray, 5*time.Second, "no late ack")
+	if dup {
+		t.Fatal("the late ack counted as a duplicate")
 	}
 	if s := c.Stats(); s.LateAcks != 1 || s.UnknownAcks != 0 {
 		t.Errorf("stats = %+v, want 1 late, 0 unknown", s)

@@ -148,13 +148,9 @@ func runScene(t *testing.T, c paho.Client, gw, scene, req string, log func() str
 	if tok := c.Publish(base+"/trigger", 1, false, fmt.Sprintf(`{"scene":%q,"request_id":%q}`, scene, req)); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("trigger: %v", tok.Error())
 	}
-	select {
-	case r := <-replies:
-		if !strings.Contains(r, `"accepted"`) {
-			t.Fatalf("reply %s, want accepted", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no reply to the app's trigger")
+	r := testkit.Receive(t, replies, 10*time.Second, "no reply to the app's trigger")
+	if !strings.Contains(r, `"accepted"`) {
+		t.Fatalf("reply %s, want accepted", r)
 	}
 	deadline := time.After(30 * time.Second)
 	for {
@@ -221,13 +217,9 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 	// An app that publishes a command is cut off, and the command goes
 	// nowhere: the first command the device then gets is the admin's.
 	voice.Publish("sortie/devices/living-light/cmd", 1, false, "from the app")
-	select {
-	case id := <-lost:
-		if id != "t-voice" {
-			t.Fatalf("%s lost its connection, want t-voice", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the broker kept an app that published a device command")
+	id := testkit.Receive(t, lost, 5*time.Second, "the broker kept an app that published a device command")
+	if id != "t-voice" {
+		t.Fatalf("%s lost its connection, want t-voice", id)
 	}
 	ops, err := login(t, url, "t-ops", "ops", "ops-password", nil, lost)
 	if err != nil {
@@ -236,13 +228,9 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 	if tok := ops.Publish("sortie/devices/living-light/cmd", 1, false, "from ops"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("admin publish: %v", tok.Error())
 	}
-	select {
-	case got := <-cmds:
-		if got != "from ops" {
-			t.Errorf("the device got %q first, want the admin's command", got)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the admin's command did not reach the device")
+	got := testkit.Receive(t, cmds, 5*time.Second, "the admin's command did not reach the device")
+	if got != "from ops" {
+		t.Errorf("the device got %q first, want the admin's command", got)
 	}
 	// The same user may take its own session over, as a device that
 	// restarted does.

@@ -135,13 +135,9 @@ func startFootprint(b *testing.B, cfg string) *footprintAgent {
 func (p *footprintAgent) stop(b *testing.B) {
 	b.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			b.Fatalf("agent stopped with %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		b.Fatal("agent did not stop within 60s")
+	err := testkit.Receive(b, p.exited, 60*time.Second, "agent did not stop within 60s")
+	if err != nil {
+		b.Fatalf("agent stopped with %v", err)
 	}
 }
 

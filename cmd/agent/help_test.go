@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/internal/cli"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // TestHelpIsUsageAndExitsZero: asking a command for help prints its own
@@ -142,13 +143,9 @@ func TestTriggerWaitExitsByHowTheMissionEnds(t *testing.T) {
 	}
 	f.gate.Release <- struct{}{}
 	for _, ch := range []chan result{done, watched} {
-		select {
-		case r := <-ch:
-			if r.code != 1 || !strings.Contains(r.out, "CANCELLED") {
-				t.Errorf("a cancelled mission followed: exit %d\n%s", r.code, r.out)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("no end to the wait for a cancelled mission")
+		r := testkit.Receive(t, ch, 30*time.Second, "no end to the wait for a cancelled mission")
+		if r.code != 1 || !strings.Contains(r.out, "CANCELLED") {
+			t.Errorf("a cancelled mission followed: exit %d\n%s", r.code, r.out)
 		}
 	}
 }

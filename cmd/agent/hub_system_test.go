@@ -111,13 +111,9 @@ func (h *hubProc) stop() {
 	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		h.t.Fatal(err)
 	}
-	select {
-	case err := <-h.exited:
-		if err != nil {
-			h.t.Errorf("hub on SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		h.t.Fatal("hub did not stop")
+	err := testkit.Receive(h.t, h.exited, 20*time.Second, "hub did not stop")
+	if err != nil {
+		h.t.Errorf("hub on SIGTERM: %v", err)
 	}
 }
 

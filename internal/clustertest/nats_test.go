@@ -210,13 +210,9 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 		mqttPublish(t, hub, "sortie/gw1/control", 1, "from MQTT")
 		want := map[string]byte{"from NATS": 0, "from MQTT": 1}
 		for range want {
-			select {
-			case m := <-got:
-				if q, ok := want[string(m.Payload())]; !ok || m.Qos() != q {
-					t.Errorf("got %q at QoS %d; want %v", m.Payload(), m.Qos(), want)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the MQTT subscriber on n2 got too little")
+			m := testkit.Receive(t, got, 10*time.Second, "the MQTT subscriber on n2 got too little")
+			if q, ok := want[string(m.Payload())]; !ok || m.Qos() != q {
+				t.Errorf("got %q at QoS %d; want %v", m.Payload(), m.Qos(), want)
 			}
 		}
 		mc.Disconnect(100)
