@@ -30,8 +30,9 @@ type Agent struct {
 // Start makes an agent of o and starts and runs it, failing tb if it
 // cannot. Zero fields of o get a test's defaults: gateway "home", a data
 // directory of tb.TempDir(), the embedded broker (unless o names an
-// external one) and the API listening on 127.0.0.1 port 0, and the shipped device registry and scenes
-// (configs/). A nil Logger discards, as agent.New has it.
+// external one) and the API listening on 127.0.0.1 port 0, and, with
+// neither a Registry nor a Catalog, the shipped ones (Shipped). A nil
+// Logger discards, as agent.New has it.
 func Start(tb testing.TB, o agent.Options) *Agent {
 	tb.Helper()
 	if o.Gateway == "" {
