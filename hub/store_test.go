@@ -18,8 +18,8 @@ var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 // testStore opens an empty store: a bbolt file, or, in the run of the
 // store cases that TestPGStoreKeepsTheSameRules starts, its PostgreSQL
-// database (pgStoreEnv names it), emptied. A test that takes its store
-// from here is a store case: it runs on both backends.
+// database (pgStoreEnv names it), emptied. A test or fuzz target that
+// calls it in its own body is a store case: it runs on both backends.
 func testStore(tb testing.TB) Backing {
 	tb.Helper()
 	var st Backing
