@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,10 +12,10 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
-	"github.com/sortie-edge/sortie/devices"
-	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // TestRunStopsCleanlyDespiteASilentAPIConnection: a client that opened a
@@ -23,40 +24,15 @@ import (
 // grace nor makes Run fail. Found by a benchmark whose HTTP client had
 // dialled one connection more than it used.
 func TestRunStopsCleanlyDespiteASilentAPIConnection(t *testing.T) {
-	reg, cat := shippedCatalog(t)
-	a, err := agent.New(agent.Options{
-		Gateway: "home", DataDir: t.TempDir(), Registry: reg, Catalog: cat,
-		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
-		HTTP:   agent.HTTPOptions{Listen: "127.0.0.1:0"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	addr := a.Addrs().API[len("http://"):]
-	conn, err := net.Dial("tcp", addr)
+	a := agenttest.Start(t, agent.Options{})
+	conn, err := net.Dial("tcp", a.Addrs().API[len("http://"):])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close() }() // the test's own idle connection
 	start := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v, want a clean stop", err)
-		}
-		t.Logf("stopped in %v", time.Since(start).Round(time.Millisecond))
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return")
-	}
+	a.Stop() // fails the test unless Run returns nil within its bound
+	t.Logf("stopped in %v", time.Since(start).Round(time.Millisecond))
 }
 
 // TestStartWaitsOutARefusingBrokerAndReadyzSaysWhy: an external broker
@@ -78,7 +54,7 @@ func TestStartWaitsOutARefusingBrokerAndReadyzSaysWhy(t *testing.T) {
 // external broker listens waits for it, /readyz saying so, and starts
 // once it is up.
 func TestStartWaitsForABrokerNotUpYet(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	s := startWaiting(t, agent.BrokerOptions{URL: "tcp://" + addr}, "starting: devices: ")
 	b, err := broker.Start(broker.Options{Addr: addr})
 	if err != nil {
@@ -102,8 +78,8 @@ type waitingStart struct {
 // with want, while Start has not returned.
 func startWaiting(t *testing.T, bo agent.BrokerOptions, want string) *waitingStart {
 	t.Helper()
-	reg, cat := shippedCatalog(t)
-	s := &waitingStart{api: freeAddr(t), started: make(chan error, 1)}
+	reg, cat := agenttest.Shipped(t)
+	s := &waitingStart{api: testkit.FreeAddr(t), started: make(chan error, 1)}
 	var err error
 	s.a, err = agent.New(agent.Options{
 		Gateway: "home", DataDir: t.TempDir(), Registry: reg, Catalog: cat, Broker: bo,
@@ -120,13 +96,12 @@ func startWaiting(t *testing.T, bo agent.BrokerOptions, want string) *waitingSta
 	go func() { s.started <- s.a.Start(s.ctx) }()
 	var code int
 	var body string
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(body, want); {
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz while the agent waits for its broker: %d %s; want %q", code, body, want)
+	testkit.Until(t, 15*time.Second, func() error { // polling, as a supervisor does
+		if code, body = s.readyz(); !strings.Contains(body, want) {
+			return fmt.Errorf("/readyz while the agent waits for its broker: %d %s; want %q", code, body, want)
 		}
-		time.Sleep(20 * time.Millisecond) // polling, as a supervisor does
-		code, body = s.readyz()
-	}
+		return nil
+	})
 	if code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz while starting: %d %s", code, body)
 	}
@@ -154,13 +129,9 @@ func (s *waitingStart) readyz() (int, string) {
 // ready.
 func (s *waitingStart) ready(t *testing.T) {
 	t.Helper()
-	select {
-	case err := <-s.started:
-		if err != nil {
-			t.Fatalf("Start once the broker answers: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Start did not return once the broker answered")
+	err := testkit.Receive(t, s.started, 20*time.Second, "Start did not return once the broker answered")
+	if err != nil {
+		t.Fatalf("Start once the broker answers: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.a.Run(s.ctx) }()
@@ -173,30 +144,4 @@ func (s *waitingStart) ready(t *testing.T) {
 	if code, body := s.readyz(); code != http.StatusOK {
 		t.Errorf("/readyz once started: %d %s", code, body)
 	}
-}
-
-// freeAddr is a free port of 127.0.0.1, for a listener that a test
-// starts later; a race with another taker fails that start loudly.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }() // freed for the taker
-	return ln.Addr().String()
-}
-
-// shippedCatalog loads the shipped devices and scenes.
-func shippedCatalog(t *testing.T) (*devices.Registry, *scenes.Catalog) {
-	t.Helper()
-	reg, err := devices.LoadRegistry("../configs/devices.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := scenes.Load("../configs/scenes", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg, cat
 }

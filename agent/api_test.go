@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,98 +18,21 @@ import (
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/drivertest"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/store"
 )
 
-// apiScenes are the scenes of the API tests: a held single-mode scene,
-// a parallel one for volume, and one with a bounded trigger parameter.
-const apiScenes = `
-[[scene]]
-name = "solo"
-description = "One step the test lets through."
-mode = "single"
-[[scene.step]]
-id = "hold"
-delay = "1s"
-
-[[scene]]
-name = "many"
-mode = "parallel"
-[[scene.step]]
-delay = "1s"
-[[scene.step]]
-delay = "1s"
-
-[[scene]]
-name = "cool"
-mode = "parallel"
-[[scene.step]]
-device = "living-ac"
-action = "set"
-params = { power = "on", target = { from = "temperature", default = 24 } }
-`
-
-// gate is the step handler of the API tests: it fails on demand, and
-// while hold is set each attempt waits for a release.
-type gate struct {
-	hold    atomic.Bool
-	fail    atomic.Bool
-	entered chan string
-	release chan struct{}
-}
-
-func (g *gate) Execute(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
-	if g.fail.Load() {
-		return nil, driver.PermanentError("broken", errors.New("broken on purpose"))
+// apiScenes are the scenes of the API tests (and of cmd/agent's CLI
+// tests): a held single-mode scene, a parallel one for volume, and one
+// with a bounded trigger parameter.
+var apiScenes = func() string {
+	b, err := os.ReadFile("testdata/gated.toml")
+	if err != nil {
+		panic(err) // the package's own file
 	}
-	if g.hold.Load() {
-		g.entered <- req.MissionID
-		select {
-		case <-g.release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return nil, nil
-}
-
-// watcher records each mission's latest state and wakes waiters. The
-// state is the event's, not the mission's: a commit's events are observed
-// one by one, each by every observer, with the mission as the whole
-// commit left it, so a waiter woken by the first would run ahead of the
-// observers yet to see the last (the metrics' end of the mission, say).
-type watcher struct {
-	mu     sync.Mutex
-	states map[string]driver.State
-	ch     chan struct{}
-}
-
-func (w *watcher) Observe(ev driver.Event, m *driver.Mission) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.states[m.ID] = ev.To
-	close(w.ch)
-	w.ch = make(chan struct{})
-}
-
-func (w *watcher) wait(t *testing.T, id string, want driver.State) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		w.mu.Lock()
-		got, ch := w.states[id], w.ch
-		w.mu.Unlock()
-		if got == want {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("mission %s is %s, want %s", id, got, want)
-		}
-	}
-}
+	return string(b)
+}()
 
 // fakeDevices stands in for the devices client: the API only reads it.
 type fakeDevices struct {
@@ -131,8 +54,8 @@ type apiFixture struct {
 	api   *api.Handler
 	srv   *httptest.Server
 	drv   *driver.Driver
-	gate  *gate
-	watch *watcher
+	gate  *drivertest.Gate
+	watch *drivertest.Watcher
 	devs  *fakeDevices
 	token string
 	// writeErr is what the store's WriteError says.
@@ -162,8 +85,8 @@ func newAPIFixture(t testing.TB, token string, tune ...func(*driver.Options)) *a
 	}
 	f := &apiFixture{
 		drv: drv, token: token,
-		gate:  &gate{entered: make(chan string, 16), release: make(chan struct{})},
-		watch: &watcher{states: map[string]driver.State{}, ch: make(chan struct{})},
+		gate:  drivertest.NewGate(),
+		watch: drivertest.NewWatcher(),
 		devs: &fakeDevices{
 			offline: map[string]bool{"living-ac": true},
 			states:  map[string]map[string]any{"living-light": {"power": "on", "brightness": int64(80)}},
@@ -196,8 +119,7 @@ func newAPIFixture(t testing.TB, token string, tune ...func(*driver.Options)) *a
 		cancel()
 		<-trigDone
 		// A held step must not keep Stop waiting.
-		f.gate.hold.Store(false)
-		close(f.gate.release)
+		f.gate.Open()
 		if err := drv.Stop(context.Background()); err != nil {
 			t.Errorf("driver stop: %v", err)
 		}
@@ -301,7 +223,7 @@ func TestAPIAuth(t *testing.T) {
 func TestAPIBadInput(t *testing.T) {
 	f := newAPIFixture(t, "")
 	id := f.submit(t, "many", "bad-input-1")
-	f.watch.wait(t, id, driver.StateSucceeded)
+	f.watch.Wait(t, id, driver.StateSucceeded)
 	big := `{"scene":"many","request_id":"big","params":{"x":"` + strings.Repeat("a", api.MaxBodySize) + `"}}`
 	mid := `{"scene":"many","request_id":"mid","params":{"x":"` + strings.Repeat("a", scenes.MaxTriggerSize) + `"}}`
 	cases := []struct {
@@ -361,9 +283,9 @@ func TestAPIBadInput(t *testing.T) {
 
 func TestAPISubmitModesAndIdempotency(t *testing.T) {
 	f := newAPIFixture(t, "")
-	f.gate.hold.Store(true)
+	f.gate.Hold.Store(true)
 	id := f.submit(t, "solo", "solo-1")
-	<-f.gate.entered
+	<-f.gate.Entered
 	var rep scenes.Reply
 	if code := f.do(t, "POST", "/api/missions", `{"scene":"solo","request_id":"solo-1"}`, &rep); code != 200 || !rep.Duplicate || rep.MissionID != id {
 		t.Errorf("repeated request: %d %+v, want 200 duplicate of %s", code, rep, id)
@@ -372,10 +294,10 @@ func TestAPISubmitModesAndIdempotency(t *testing.T) {
 	if !strings.Contains(e.Error.Message, id) {
 		t.Errorf("already_running message %q does not name %s", e.Error.Message, id)
 	}
-	f.gate.release <- struct{}{}
-	f.watch.wait(t, id, driver.StateSucceeded)
+	f.gate.Release <- struct{}{}
+	f.watch.Wait(t, id, driver.StateSucceeded)
 	// Without a request ID each submit is new; params reach the mission.
-	f.gate.hold.Store(false)
+	f.gate.Hold.Store(false)
 	var a, b scenes.Reply
 	f.do(t, "POST", "/api/missions", `{"scene":"cool","params":{"temperature":21}}`, &a)
 	f.do(t, "POST", "/api/missions", `{"scene":"cool"}`, &b)
@@ -393,7 +315,7 @@ func TestAPISubmitModesAndIdempotency(t *testing.T) {
 
 func TestAPIPauseResumeCancelRetry(t *testing.T) {
 	f := newAPIFixture(t, "")
-	f.gate.hold.Store(true)
+	f.gate.Hold.Store(true)
 	control := func(id, action, body string) api.MissionItem {
 		t.Helper()
 		var it api.MissionItem
@@ -405,41 +327,41 @@ func TestAPIPauseResumeCancelRetry(t *testing.T) {
 
 	// Pause while a step runs: requested now, taken at the step boundary.
 	id := f.submit(t, "many", "prc-1")
-	<-f.gate.entered
+	<-f.gate.Entered
 	if it := control(id, "pause", ""); !it.Control.Pause || it.State != driver.StateStepRunning {
 		t.Errorf("pause during a step: %+v", it)
 	}
-	f.gate.release <- struct{}{}
-	f.watch.wait(t, id, driver.StatePaused)
+	f.gate.Release <- struct{}{}
+	f.watch.Wait(t, id, driver.StatePaused)
 	if it := control(id, "priority", `{"priority":90}`); it.Priority != 90 {
 		t.Errorf("priority: %+v", it)
 	}
 	if it := control(id, "resume", ""); it.State != driver.StateRunning {
 		t.Errorf("resume: %+v", it)
 	}
-	<-f.gate.entered
-	f.gate.release <- struct{}{}
-	f.watch.wait(t, id, driver.StateSucceeded)
+	<-f.gate.Entered
+	f.gate.Release <- struct{}{}
+	f.watch.Wait(t, id, driver.StateSucceeded)
 
 	// Cancel while paused.
 	id = f.submit(t, "many", "prc-2")
-	<-f.gate.entered
+	<-f.gate.Entered
 	control(id, "pause", "")
-	f.gate.release <- struct{}{}
-	f.watch.wait(t, id, driver.StatePaused)
+	f.gate.Release <- struct{}{}
+	f.watch.Wait(t, id, driver.StatePaused)
 	if it := control(id, "cancel", ""); it.State != driver.StateCancelled && !it.Control.Cancel {
 		t.Errorf("cancel paused: %+v", it)
 	}
-	f.watch.wait(t, id, driver.StateCancelled)
+	f.watch.Wait(t, id, driver.StateCancelled)
 
 	// Retry a failed mission.
-	f.gate.hold.Store(false)
-	f.gate.fail.Store(true)
+	f.gate.Hold.Store(false)
+	f.gate.Fail.Store(true)
 	id = f.submit(t, "many", "prc-3")
-	f.watch.wait(t, id, driver.StateFailed)
-	f.gate.fail.Store(false)
+	f.watch.Wait(t, id, driver.StateFailed)
+	f.gate.Fail.Store(false)
 	control(id, "retry", "")
-	f.watch.wait(t, id, driver.StateSucceeded)
+	f.watch.Wait(t, id, driver.StateSucceeded)
 
 	var d api.MissionDetail
 	f.do(t, "GET", "/api/missions/"+id, "", &d)
@@ -460,7 +382,7 @@ func TestAPIListPaging(t *testing.T) {
 	var ids []string
 	for i := range 5 {
 		id := f.submit(t, "many", "page-"+string(rune('a'+i)))
-		f.watch.wait(t, id, driver.StateSucceeded)
+		f.watch.Wait(t, id, driver.StateSucceeded)
 		ids = append(ids, id)
 	}
 	var got []string
@@ -588,9 +510,9 @@ func FuzzAPISubmit(f *testing.F) {
 // again gets its mission.
 func TestAPIMaxLiveIsOverloadedWithRetryAfter(t *testing.T) {
 	f := newAPIFixture(t, "", func(o *driver.Options) { o.MaxLive = 1 })
-	f.gate.hold.Store(true)
+	f.gate.Hold.Store(true)
 	id := f.submit(t, "many", "live-1")
-	<-f.gate.entered
+	<-f.gate.Entered
 	req, err := http.NewRequest("POST", f.srv.URL+"/api/missions", strings.NewReader(`{"scene":"many","request_id":"live-2"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -609,8 +531,8 @@ func TestAPIMaxLiveIsOverloadedWithRetryAfter(t *testing.T) {
 	if code := f.do(t, "POST", "/api/missions", `{"scene":"many","request_id":"live-1"}`, &rep); code != 200 || !rep.Duplicate || rep.MissionID != id {
 		t.Errorf("the live request sent again: %d %+v, want 200 duplicate of %s", code, rep, id)
 	}
-	f.gate.release <- struct{}{}
-	<-f.gate.entered
-	f.gate.release <- struct{}{}
-	f.watch.wait(t, id, driver.StateSucceeded)
+	f.gate.Release <- struct{}{}
+	<-f.gate.Entered
+	f.gate.Release <- struct{}{}
+	f.watch.Wait(t, id, driver.StateSucceeded)
 }

@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"net"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +16,7 @@ import (
 	"github.com/sortie-edge/sortie/bundle/check"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/mqttc"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -56,7 +57,7 @@ action = "turn_on"
 // makeBundle is the shipped registry and the given scene files.
 func makeBundle(t testing.TB, sceneFiles map[string]string) *bundle.Bundle {
 	t.Helper()
-	reg, err := os.ReadFile(repoPath(t, "configs/devices.toml"))
+	reg, err := os.ReadFile(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,17 +128,14 @@ func (r *bundleRig) config() api.ConfigInfo {
 // trial ends on the agent's own timer, which the test does not drive.
 func (r *bundleRig) waitLast(status string) api.ConfigInfo {
 	r.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c := r.config()
-		if c.Last != nil && c.Last.Status == status {
-			return c
+	var c api.ConfigInfo
+	testkit.Until(r.t, 15*time.Second, func() error {
+		if c = r.config(); c.Last == nil || c.Last.Status != status {
+			return fmt.Errorf("latest outcome %+v, want %s", c.Last, status)
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("latest outcome %+v, want %s", c.Last, status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return c
 }
 
 func (r *bundleRig) steps(id string) int {
@@ -403,17 +401,11 @@ func TestHubOfferOverTheUplinkIsReportedAndTheHeartbeatCarriesTheHash(t *testing
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		testkit.Eventually(t, 15*time.Second, what, func() bool {
 			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s", what)
-			}
-		}
+			defer mu.Unlock()
+			return cond()
+		})
 	}
 	waitFor("heartbeat with the files' hash", func() bool { return config != nil && config.Hash == v1.Hash() && config.Source == uplink.SourceFiles })
 
@@ -468,12 +460,7 @@ func TestApplyingWhatRunsOnlyRenamesItAndSurvivesARestart(t *testing.T) {
 func TestHubBundleWithoutTheHubConnectionRevertsAfterTheConfirmWindow(t *testing.T) {
 	v1 := makeBundle(t, map[string]string{"slow.toml": slowV1})
 	// A hub address nothing listens on: the uplink never comes up.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	_ = ln.Close() // freed: nothing listens there now
+	closed := testkit.FreeAddr(t)
 	r := startBundleRig(t, t.TempDir(), v1, func(o *Options) {
 		o.Hub = &HubOptions{URL: "tcp://" + closed}
 		o.Bundles.Confirm = 500 * time.Millisecond
@@ -537,18 +524,15 @@ func TestHomeAssistantAnnouncesTheScenesOfABundleApplied(t *testing.T) {
 	if out := r.apply(makeBundle(t, map[string]string{"other.toml": other})); out.Status != uplink.BundleApplied {
 		t.Fatalf("apply: %+v", out)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Until(t, 10*time.Second, func() error {
 		mu.Lock()
+		defer mu.Unlock()
 		added, removed := configs["homeassistant/button/sortie_home/other/config"], configs["homeassistant/button/sortie_home/slow/config"]
-		_, seenRemoved := configs["homeassistant/button/sortie_home/slow/config"]
-		mu.Unlock()
-		if added != "" && seenRemoved && removed == "" {
-			return
+		if _, seenRemoved := configs["homeassistant/button/sortie_home/slow/config"]; added == "" || !seenRemoved || removed != "" {
+			return fmt.Errorf("Home Assistant's configs: %v; want other announced and slow's removed", configs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Home Assistant's configs: %v; want other announced and slow's removed", configs)
-		}
-	}
+		return nil
+	})
 }
 
 func TestBundleAppliedOnTrialIsSupersededAndJudgedAgainstTheLastKept(t *testing.T) {

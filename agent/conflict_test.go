@@ -2,12 +2,14 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -66,7 +68,7 @@ params = { power = "on", brightness = 20 }
 			if got := r.home.Devices()[0].State()["brightness"]; got != float64(tc.brightness) && got != tc.brightness {
 				t.Errorf("light at %v, want %d", got, tc.brightness)
 			}
-			if !noted(r, first, second) {
+			if !r.noted(first, second) {
 				t.Errorf("first's timeline has no note of second")
 			}
 			evs, _ := r.a.Driver().Timeline(ctx, first)
@@ -80,15 +82,12 @@ params = { power = "on", brightness = 20 }
 // waitStep waits until step k of mission id has status want.
 func waitStep(t *testing.T, r *slowRig, id string, k int, want driver.StepStatus) {
 	t.Helper()
-	for range 1000 {
+	// Polled: the step's commit is another goroutine's.
+	testkit.Until(t, 30*time.Second, func() error {
 		m, err := r.a.Driver().Get(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
+		if err == nil && m.Results[k].Status != want {
+			err = fmt.Errorf("step %d of %s is %s, want %s", k, id, m.Results[k].Status, want)
 		}
-		if m.Results[k].Status == want {
-			return
-		}
-		time.Sleep(2 * time.Millisecond) // another goroutine's commit; nothing to await here
-	}
-	t.Fatalf("step %d of %s never %s", k, id, want)
+		return err
+	})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -292,7 +293,7 @@ func (f *fakeMissions) waitResumed(t testing.TB, want ...string) {
 // modeScenes are the API tests' scenes (single "solo", parallel "many",
 // parallel "cool" with a trigger parameter bounded by the registry at
 // 16..30) plus a scene of each of the two other modes.
-const modeScenes = apiScenes + `
+var modeScenes = apiScenes + `
 [[scene]]
 name = "again"
 mode = "restart"
@@ -320,7 +321,7 @@ const replyTopic = "sortie/gateways/gw/replies/"
 
 func newModesFixture(t testing.TB) *modesFixture {
 	t.Helper()
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	reg, err := devices.LoadRegistry(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,12 +391,7 @@ func (f *modesFixture) publish(payload string) {
 // of its topic and its decoded body.
 func (f *modesFixture) reply(t testing.TB) (string, scenes.Reply) {
 	t.Helper()
-	var s string
-	select {
-	case s = <-f.pub:
-	case <-time.After(waitLimit):
-		t.Fatal("no reply published")
-	}
+	s := testkit.Receive(t, f.pub, waitLimit, "no reply published")
 	topic, body, _ := strings.Cut(s, " ")
 	id, ok := strings.CutPrefix(topic, replyTopic)
 	if !ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 type chanPublisher chan string
@@ -37,7 +38,7 @@ func TestFeedSkipsUnfollowedEvents(t *testing.T) {
 		return strings.Contains(topic, "/missions/"+follow.Load().(string)+"/")
 	}
 	f.subsAdded = func() uint64 { return uint64(added.Load()) }
-	runUntilCleanup(t, "feed", f.Run)
+	testkit.Go(t, f.Run)
 
 	seq := uint64(0)
 	ev := func(id string, to driver.State) (driver.Event, *driver.Mission) {
@@ -99,7 +100,7 @@ func TestFeedLateSubscriber(t *testing.T) {
 	b := brokertest.Start(t)
 	f := newFeed(slog.New(slog.NewTextHandler(io.Discard, nil)), brokerPublisher{b}, newAgentTopics("sortie", "home"), "home")
 	f.listened, f.subsAdded = b.Subscribed, b.SubscriptionsAdded
-	runUntilCleanup(t, "feed", f.Run)
+	testkit.Go(t, f.Run)
 	m := &driver.Mission{ID: "m1", Type: "go_home", Steps: make([]driver.Step, 2)}
 	ev := func(seq uint64) driver.Event {
 		return driver.Event{MissionID: "m1", Seq: seq, Input: driver.InBeginStep, To: driver.StateStepRunning, Time: time.Now()}
@@ -122,12 +123,8 @@ func TestFeedLateSubscriber(t *testing.T) {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
 	f.Observe(ev(2), m)
-	select {
-	case e := <-got:
-		if e.Seq != 2 {
-			t.Errorf("got event %d, want 2 (1 was published to nobody)", e.Seq)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the late subscriber got no event")
+	e := testkit.Receive(t, got, 5*time.Second, "the late subscriber got no event")
+	if e.Seq != 2 {
+		t.Errorf("got event %d, want 2 (1 was published to nobody)", e.Seq)
 	}
 }

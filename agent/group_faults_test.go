@@ -116,7 +116,7 @@ retry = { max_attempts = 2, initial_backoff = "20ms", max_elapsed = "120ms" }
 				b := 1 + rng.IntN(100)
 				var rep scenes.Reply
 				params, _ := json.Marshal(map[string]any{"b": b})
-				if _, err := r.api.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{
+				if _, err := r.a.API.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{
 					Scene: policy + "-" + prefix, RequestID: fmt.Sprintf("run-%d", run), Params: params,
 				}, &rep); err != nil {
 					t.Error(err)

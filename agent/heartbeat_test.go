@@ -3,13 +3,15 @@ package agent_test
 import (
 	"context"
 	"testing"
+
+	"github.com/sortie-edge/sortie/agent/agenttest"
 )
 
 // TestHeartbeatCarriesScenesWithParams pins what the hub's scene picker
 // reads: every scene, with the trigger parameters it takes and whether
 // each is required.
 func TestHeartbeatCarriesScenesWithParams(t *testing.T) {
-	cat, reg := loadTestScenes(t, traceScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", traceScenes)
 	a := startAgent(t, t.TempDir(), cat, reg, nil)
 	hb := a.Heartbeat(context.Background())
 	var names []string

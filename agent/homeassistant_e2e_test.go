@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
@@ -86,7 +87,7 @@ func TestScenesOnHomeAssistantDevicesOnEveryBroker(t *testing.T) {
 			if bk == "mosquitto" {
 				opts.Broker = agent.BrokerOptions{URL: brokertest.Mosquitto(t), AckTimeout: 3 * time.Second}
 			}
-			a := runAgent(t, opts)
+			a := agenttest.Start(t, opts)
 			cfg := simulator.HAConfig{Conn: simulator.Conn{Broker: a.Addrs().BrokerURL}, Name: "workshop",
 				WiFiFaults: simulator.WiFiFaults{Delay: 50 * time.Millisecond, Jitter: 150 * time.Millisecond},
 				Entities: []simulator.HAEntity{{Type: "switch", ObjectID: "fan"}, {Type: "light", ObjectID: "lamp"},

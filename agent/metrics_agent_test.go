@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/drivertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 )
@@ -50,14 +52,14 @@ action = "turn_on"
 type metricsRig struct {
 	t     *testing.T
 	a     *Agent
-	watch *watcher
+	watch *drivertest.Watcher
 	stop  func() // stops and closes the agent; also run by the cleanup
 }
 
 func startMetricsRig(t *testing.T, dir string, tune func(*Options)) *metricsRig {
 	t.Helper()
 	reg, cat := parseScenes(t, metricsScenes, "metrics.toml")
-	r := &metricsRig{t: t, watch: &watcher{states: map[string]driver.State{}, ch: make(chan struct{})}}
+	r := &metricsRig{t: t, watch: drivertest.NewWatcher()}
 	o := Options{
 		Gateway: "home", DataDir: dir, Registry: reg, Catalog: cat, QuietMissions: true, Version: "test-1",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -77,26 +79,7 @@ func startMetricsRig(t *testing.T, dir string, tune func(*Options)) *metricsRig 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	r.a = a
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	r.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent run: %v", err)
-			}
-			a.Close()
-		})
-	}
-	t.Cleanup(r.stop)
+	r.a, r.stop = a, testkit.Run(t, a)
 	return r
 }
 
@@ -113,17 +96,7 @@ func (r *metricsRig) trigger(scene, requestID string) string {
 // wait waits until mission id is in state want.
 func (r *metricsRig) wait(id string, want driver.State) {
 	r.t.Helper()
-	r.watch.wait(r.t, id, want)
-}
-
-// eventually polls cond, bounded: nothing signals these to the test.
-func (r *metricsRig) eventually(what string, cond func() bool) {
-	r.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("never: %s", what)
-		}
-	}
+	r.watch.Wait(r.t, id, want)
 }
 
 // device returns a simulated device of the rig's home.
@@ -258,9 +231,9 @@ func TestResumedMissionsCountAsStarted(t *testing.T) {
 	r := startMetricsRig(t, dir, nil)
 	// The mission waits for the light, live, across the restart.
 	r.device("kitchen-light").SetOnline(false)
-	r.eventually("the agent sees kitchen-light offline", func() bool { return !r.a.dev.Available("kitchen-light") })
+	testkit.Eventually(t, 10*time.Second, "the agent sees kitchen-light offline", func() bool { return !r.a.dev.Available("kitchen-light") })
 	id := r.trigger("later", "resume-1")
-	r.eventually("the mission waits for its device", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the mission waits for its device", func() bool {
 		n, _ := r.value(`sortie_step_waits_total{code="device_offline"}`)
 		return n > 0
 	})
@@ -305,7 +278,10 @@ func TestAckTimeoutsCountedByDeviceType(t *testing.T) {
 // a series in sortie_step_duration_seconds (it was device_type="delay");
 // its device step is there.
 func TestDelaysAreNotTimedAsSteps(t *testing.T) {
-	r := startMetricsRig(t, t.TempDir(), nil)
+	delay := &delayFromFirstAttempt{started: map[string]time.Time{}}
+	r := startMetricsRig(t, t.TempDir(), func(o *Options) {
+		o.Handlers = map[string]driver.Handler{scenes.DelayKind: delay}
+	})
 	id := r.trigger("later", "delay-1")
 	r.wait(id, driver.StateSucceeded)
 	r.want(map[string]float64{
@@ -316,6 +292,25 @@ func TestDelaysAreNotTimedAsSteps(t *testing.T) {
 	if n := seriesCount(t, r.a.metrics.reg, "sortie_step_duration_seconds"); n != 1 {
 		t.Errorf("step duration series: %d, want 1", n)
 	}
+}
+
+// delayFromFirstAttempt is the real delay handler, its wait counted from
+// its first attempt rather than from the step's start: on a loaded
+// machine that attempt may come 20 ms after the start, and the delay
+// would then not wait at all (the test failed so once).
+type delayFromFirstAttempt struct {
+	mu      sync.Mutex
+	started map[string]time.Time
+}
+
+func (d *delayFromFirstAttempt) Execute(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
+	d.mu.Lock()
+	if _, ok := d.started[req.MissionID]; !ok {
+		d.started[req.MissionID] = time.Now()
+	}
+	req.Started = d.started[req.MissionID]
+	d.mu.Unlock()
+	return scenes.DelayHandler{}.Execute(ctx, req)
 }
 
 // TestBuildInfoNamesTheBuild: sortie_build_info is one series, 1, with
@@ -351,12 +346,12 @@ func TestDeviceOnlineFollowsAvailability(t *testing.T) {
 	}
 	ac := r.device("living-ac")
 	ac.SetOnline(false)
-	r.eventually("living-ac offline in /metrics", func() bool { return online("living-ac", "ac") == 0 })
+	testkit.Eventually(t, 10*time.Second, "living-ac offline in /metrics", func() bool { return online("living-ac", "ac") == 0 })
 	if got := online("living-light", "light"); got != 1 {
 		t.Errorf("living-light: %v, want 1", got)
 	}
 	ac.SetOnline(true)
-	r.eventually("living-ac online again in /metrics", func() bool { return online("living-ac", "ac") == 1 })
+	testkit.Eventually(t, 10*time.Second, "living-ac online again in /metrics", func() bool { return online("living-ac", "ac") == 1 })
 }
 
 // TestStoreMetricsFollowTheStore: the sizes of the store's files are
@@ -404,7 +399,9 @@ func TestStoreMetricsFollowTheStore(t *testing.T) {
 // sortie_retention_pruned_total by kind, and the pruned missions leave
 // sortie_missions at once.
 func TestRetentionCountsWhatItPrunes(t *testing.T) {
+	clock := testkit.NewClock(time.Now()) // the trigger records' age
 	r := startMetricsRig(t, t.TempDir(), func(o *Options) {
+		o.Clock = clock
 		// The loop prunes once as it starts, maybe after the first
 		// mission ended, then not within the test: the test prunes once
 		// more when all three ended, and counts what both deleted.
@@ -421,7 +418,7 @@ func TestRetentionCountsWhatItPrunes(t *testing.T) {
 	if err := r.a.traces.flush(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // the three trigger records are past their age
+	clock.Advance(20 * time.Millisecond) // the three trigger records are past their age
 	r.a.pruneOnce(context.Background())
 	r.want(map[string]float64{
 		`sortie_retention_pruned_total{kind="mission"}`: 2,

@@ -17,6 +17,7 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 )
 
@@ -207,11 +208,7 @@ sortie_device_unmatched_acks_total{reason="unknown_command"} %d
 	if err := b.Publish(topic, []byte(`{"id":"never-sent","ok":true}`), false, 1); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-stray:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the unknown ack never arrived")
-	}
+	testkit.Receive(t, stray, 5*time.Second, "the unknown ack never arrived")
 	check(3, 1)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -259,11 +260,7 @@ func TestConcurrentDuplicatesOfAParallelSceneMakeOneMission(t *testing.T) {
 		}()
 	}
 	for range 2 {
-		select {
-		case <-inside:
-		case <-time.After(waitLimit):
-			t.Fatal("both triggers did not reach Submit together")
-		}
+		testkit.Receive(t, inside, waitLimit, "both triggers did not reach Submit together")
 	}
 	release()
 	a, b := <-replies, <-replies
@@ -424,11 +421,7 @@ func TestStopWaitsForTheTriggerBeingDecided(t *testing.T) {
 	run := f.run(t)
 	inside, release := holdSubmits(t, f, 1)
 	f.publish(`{"scene":"solo","request_id":"r-stop"}`)
-	select {
-	case <-inside:
-	case <-time.After(waitLimit):
-		t.Fatal("the trigger never reached Submit")
-	}
+	testkit.Receive(t, inside, waitLimit, "the trigger never reached Submit")
 	run.cancel()
 	select {
 	case err := <-run.done:

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -12,11 +13,11 @@ import (
 // agent cannot run without, or gives the embedded broker bad users, is
 // told so by New, before anything is opened.
 func TestNewRejectsIncompleteOptions(t *testing.T) {
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	reg, err := devices.LoadRegistry(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := scenes.Load(repoPath(t, "configs/scenes"), reg)
+	cat, err := scenes.Load(testkit.RepoPath("configs/scenes"), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,7 @@ func TestOverlapArbitrationNeverTearsOrFlipFlops(t *testing.T) {
 						time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // overlap, not synchronisation
 					}
 					var rep scenes.Reply
-					if _, err := r.api.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{
+					if _, err := r.a.API.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{
 						Scene: fmt.Sprintf("%s-s%d", prefix, j), RequestID: fmt.Sprintf("ov-%d-%d", run, n),
 					}, &rep); err != nil {
 						t.Error(err)
@@ -263,7 +263,7 @@ func checkOverlap(t *testing.T, report func(string, ...any), run int, prefix str
 			if i := strings.Index(text, "mission "); i >= 0 {
 				other = strings.TrimRight(strings.Fields(text[i+len("mission "):])[0], ";,.")
 			}
-			if other == "" || !noted(r, other, m.ID) {
+			if other == "" || !r.noted(other, m.ID) {
 				report("seed %d: %s's step %d %s (%q), but mission %q's timeline has no note of it", run, m.ID, k, res.Status, text, other)
 			}
 		}
@@ -271,26 +271,10 @@ func checkOverlap(t *testing.T, report func(string, ...any), run int, prefix str
 		for _, ev := range evs {
 			if ev.Input == driver.InNote && strings.HasPrefix(ev.Detail, "took ") {
 				o := ev.Detail[strings.LastIndex(ev.Detail, " ")+1:]
-				if !noted(r, o, m.ID) {
+				if !r.noted(o, m.ID) {
 					report("seed %d: %s %q, but %s's timeline has no note of it", run, m.ID, ev.Detail, o)
 				}
 			}
 		}
 	}
-}
-
-// noted waits (the notes are written just after the decision) until
-// mission id's timeline has a note naming mission about.
-func noted(r *slowRig, id, about string) bool {
-	for range 200 {
-		evs, err := r.a.Driver().Timeline(context.Background(), id)
-		if err != nil {
-			return false
-		}
-		if slices.ContainsFunc(evs, func(ev driver.Event) bool { return ev.Input == driver.InNote && strings.Contains(ev.Detail, about) }) {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond) // another goroutine writes it; nothing to await
-	}
-	return false
 }

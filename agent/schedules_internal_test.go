@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 
 	"github.com/sortie-edge/sortie/scenes"
@@ -123,13 +124,9 @@ func TestARefusedTraceBatchIsWrittenLaterByItself(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- tr.run(ctx) }()
 	tr.record(store.Evaluation{RequestID: "r-1", Outcome: outcomeRejected})
-	select {
-	case n := <-db.writes:
-		if n != 1 {
-			t.Fatalf("wrote %d records, want 1", n)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the refused record was never written again")
+	n := testkit.Receive(t, db.writes, 10*time.Second, "the refused record was never written again")
+	if n != 1 {
+		t.Fatalf("wrote %d records, want 1", n)
 	}
 	cancel()
 	if err := <-done; err != nil {

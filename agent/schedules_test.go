@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -11,67 +12,11 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
-
-// manualClock is a clock the test sets; AfterFuncs run when it passes
-// their time.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers map[*manualTimer]bool
-}
-
-type manualTimer struct {
-	at time.Time
-	f  func()
-}
-
-func newManualClock(t time.Time) *manualClock {
-	return &manualClock{now: t, timers: map[*manualTimer]bool{}}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tm := &manualTimer{at: c.now.Add(d), f: f}
-	if d <= 0 {
-		go f()
-		return func() bool { return false }
-	}
-	c.timers[tm] = true
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		had := c.timers[tm]
-		delete(c.timers, tm)
-		return had
-	}
-}
-
-// set moves the clock to t and runs the timers that are due.
-func (c *manualClock) set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	var due []*manualTimer
-	for tm := range c.timers {
-		if !tm.at.After(t) {
-			due = append(due, tm)
-			delete(c.timers, tm)
-		}
-	}
-	c.mu.Unlock()
-	for _, tm := range due {
-		tm.f()
-	}
-}
 
 // submitted collects the request keys of submitted missions.
 type submitted struct {
@@ -171,10 +116,10 @@ catch_up_window = "3m"
 // runs every missed firing, "once" the latest of them, "skip" none; each
 // firing not run is recorded as skipped; none runs twice.
 func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
-	cat, reg := loadTestScenes(t, scheduleScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", scheduleScenes)
 	dir := t.TempDir()
 	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
-	clock := newManualClock(t0)
+	clock := testkit.NewClock(t0)
 	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 1000)}
 	tune := func(o *agent.Options) {
 		o.Clock = clock
@@ -184,12 +129,12 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 		return "sched-" + scene + "-" + name + "-" + time.Date(2026, 3, 1, hh, mm, 0, 0, time.UTC).Format("20060102T150405Z")
 	}
 	a := startAgent(t, dir, cat, reg, tune)
-	clock.set(t0.Add(30 * time.Second))
+	clock.Set(t0.Add(30 * time.Second))
 	seen.await(t, id("tick_all", "1", 10, 1), id("tick_once", "every-minute", 10, 1), id("tick_skip", "1", 10, 1), id("tick_window", "1", 10, 1))
-	a.stop()
+	a.Stop()
 
 	// Ten minutes later: 10:02 to 10:10 were missed, 10:11 is on time.
-	clock.set(time.Date(2026, 3, 1, 10, 11, 30, 0, time.UTC))
+	clock.Set(time.Date(2026, 3, 1, 10, 11, 30, 0, time.UTC))
 	a = startAgent(t, dir, cat, reg, tune)
 	seen.await(t, id("tick_all", "1", 10, 11), id("tick_once", "every-minute", 10, 11), id("tick_skip", "1", 10, 11), id("tick_window", "1", 10, 11), id("tick_five", "1", 10, 10))
 	ctx := context.Background()
@@ -253,7 +198,7 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 	}
 
 	var list api.ScheduleList
-	if _, err := a.api.Call(ctx, http.MethodGet, "/api/schedules?next=2", nil, &list); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodGet, "/api/schedules?next=2", nil, &list); err != nil {
 		t.Fatal(err)
 	}
 	sort.Slice(list.Schedules, func(i, j int) bool { return list.Schedules[i].ID < list.Schedules[j].ID })
@@ -269,7 +214,7 @@ func TestSchedulesCatchUpByTheirPolicyAfterDowntime(t *testing.T) {
 // ones, passed over, by the latest of them: every firing up to the
 // cursor has a mission or a record that accounts for it.
 func TestFiringsMissedBehindTheLatestHundredAreRecordedByTheLatestOfThem(t *testing.T) {
-	cat, reg := loadTestScenes(t, `
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", `
 [[scene]]
 name = "tick"
 mode = "parallel"
@@ -283,7 +228,7 @@ catch_up_window = "24h"
 `)
 	dir := t.TempDir()
 	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
-	clock := newManualClock(t0)
+	clock := testkit.NewClock(t0)
 	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 100)}
 	tune := func(o *agent.Options) {
 		o.Clock = clock
@@ -291,13 +236,13 @@ catch_up_window = "24h"
 	}
 	id := func(at time.Time) string { return "sched-tick-1-" + at.Format("20060102T150405Z") }
 	a := startAgent(t, dir, cat, reg, tune)
-	clock.set(t0.Add(30 * time.Second))
+	clock.Set(t0.Add(30 * time.Second))
 	seen.await(t, id(time.Date(2026, 3, 1, 10, 1, 0, 0, time.UTC)))
-	a.stop()
+	a.Stop()
 
 	// 10:02 to 12:59 missed (178), 13:00 on time; handled oldest first,
 	// so its mission comes after every missed firing was decided.
-	clock.set(time.Date(2026, 3, 1, 13, 0, 30, 0, time.UTC))
+	clock.Set(time.Date(2026, 3, 1, 13, 0, 30, 0, time.UTC))
 	a = startAgent(t, dir, cat, reg, tune)
 	onTime := time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC)
 	seen.await(t, id(onTime))
@@ -344,9 +289,9 @@ catch_up = "skip"
 // there is room, however late; a schedule with catch_up = "skip" does
 // not take it for one missed while the agent was away.
 func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
-	cat, reg := loadTestScenes(t, overloadScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", overloadScenes)
 	t0 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
-	clock := newManualClock(t0)
+	clock := testkit.NewClock(t0)
 	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 100)}
 	a := startAgent(t, t.TempDir(), cat, reg, func(o *agent.Options) {
 		o.Clock = clock
@@ -357,32 +302,29 @@ func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
 	var rep struct {
 		MissionID string `json:"mission_id"`
 	}
-	if _, err := a.api.Call(ctx, http.MethodPost, "/api/missions", map[string]any{"scene": "hold", "request_id": "h-1"}, &rep); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodPost, "/api/missions", map[string]any{"scene": "hold", "request_id": "h-1"}, &rep); err != nil {
 		t.Fatal(err)
 	}
 	firing := "sched-tick-1-20260301T100100Z"
-	clock.set(t0.Add(30 * time.Second))
+	clock.Set(t0.Add(30 * time.Second))
 	// Turned away: the record says overloaded, and that it will be tried again.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		w, err := a.Why(ctx, firing)
-		if err == nil && w.Reason == "overloaded" {
-			if !strings.Contains(w.Explanation, "tries the firing again") {
-				t.Errorf("explanation %q does not say the schedule tries again", w.Explanation)
-			}
-			break
+	// Polled: the scheduler's first try has no event.
+	var w api.Why
+	testkit.Until(t, 20*time.Second, func() (err error) {
+		if w, err = a.Why(ctx, firing); err == nil && w.Reason != "overloaded" {
+			err = fmt.Errorf("the firing was not turned away: %+v", w)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the firing was not turned away: %+v %v", w, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the scheduler's first try, which has no event
+		return err
+	})
+	if !strings.Contains(w.Explanation, "tries the firing again") {
+		t.Errorf("explanation %q does not say the schedule tries again", w.Explanation)
 	}
-	if _, err := a.api.Call(ctx, http.MethodPost, "/api/missions/"+rep.MissionID+"/cancel", nil, nil); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodPost, "/api/missions/"+rep.MissionID+"/cancel", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Three minutes on: late, but tried before, so it runs.
 	for i := range 3 {
-		clock.set(t0.Add(time.Duration(90+60*i) * time.Second))
+		clock.Set(t0.Add(time.Duration(90+60*i) * time.Second))
 	}
 	seen.await(t, firing)
 	// The mission is there (its record of acceptance follows the reply).
@@ -396,19 +338,19 @@ func TestAFiringTurnedAwayRunsOnceTaken(t *testing.T) {
 // ahead (and wrote its cursors then) fires again from the true time
 // rather than waiting for the clock to reach the cursor.
 func TestACursorAheadOfTheClockIsMovedBack(t *testing.T) {
-	cat, reg := loadTestScenes(t, scheduleScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", scheduleScenes)
 	dir := t.TempDir()
-	clock := newManualClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
+	clock := testkit.NewClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
 	seen := &submitted{keys: map[string]int{}, ch: make(chan string, 1000)}
 	tune := func(o *agent.Options) {
 		o.Clock = clock
 		o.Observers = []driver.Observer{seen}
 	}
 	a := startAgent(t, dir, cat, reg, tune)
-	a.stop()
+	a.Stop()
 	t1 := time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC)
-	clock.set(t1)
+	clock.Set(t1)
 	startAgent(t, dir, cat, reg, tune)
-	clock.set(t1.Add(30 * time.Second))
+	clock.Set(t1.Add(30 * time.Second))
 	seen.await(t, "sched-tick_skip-1-20260301T100100Z", "sched-tick_all-1-20260301T100100Z")
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
@@ -32,8 +34,7 @@ import (
 // broker, with every mission's end recorded.
 type slowRig struct {
 	stop func() // ends the rig: agent, broker and devices
-	a    *agent.Agent
-	api  *api.Client
+	a    *agenttest.Agent
 	home *simulator.Home
 
 	submits atomic.Int64 // makes request IDs unique across submits
@@ -48,6 +49,10 @@ type slowRig struct {
 	ended      chan string
 	// waits are closed when their mission ends (see done).
 	waits map[string]chan struct{}
+	// notes are the details of each mission's note events; noteCh is
+	// closed at each new one.
+	notes  map[string][]string
+	noteCh chan struct{}
 }
 
 // done returns a channel closed when mission id has ended.
@@ -67,6 +72,40 @@ func (r *slowRig) done(id string) <-chan struct{} {
 	}
 	r.waits[id] = ch
 	return ch
+}
+
+func (r *slowRig) observeNote(ev driver.Event, m *driver.Mission) {
+	if ev.Input != driver.InNote {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes[m.ID] = append(r.notes[m.ID], ev.Detail)
+	close(r.noteCh)
+	r.noteCh = make(chan struct{})
+}
+
+// noted waits until mission id has a note naming about, and reports
+// whether it came within a minute. The arbiter writes its notes one at a
+// time after the decisions, so on a loaded machine they may come seconds
+// after the missions they name have ended.
+func (r *slowRig) noted(id, about string) bool {
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		ok := slices.ContainsFunc(r.notes[id], func(d string) bool { return strings.Contains(d, about) })
+		ch := r.noteCh
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
 }
 
 // slowHome describes the rig: registry additions (links, devices) to the
@@ -95,7 +134,8 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &slowRig{ends: map[string]driver.State{}, errs: map[string]int{}, codes: map[string]int{}, ended: make(chan string, 1<<16)}
+	r := &slowRig{ends: map[string]driver.State{}, errs: map[string]int{}, codes: map[string]int{}, ended: make(chan string, 1<<16),
+		notes: map[string][]string{}, noteCh: make(chan struct{})}
 	obs := driver.ObserverFunc(func(ev driver.Event, m *driver.Mission) {
 		switch {
 		case ev.Input == driver.InStepError && ev.Code == driver.CodeSuperseded:
@@ -121,30 +161,17 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 			}
 		}
 	})
-	r.a, err = agent.New(agent.Options{
+	r.a = agenttest.Start(b, agent.Options{
 		Gateway: "bench", DataDir: filepath.Join(dir, "data"), Registry: reg, Catalog: cat,
-		Broker:        agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
-		HTTP:          agent.HTTPOptions{Listen: "127.0.0.1:0"},
 		Driver:        agent.DriverOptions{Workers: h.workers, StepTimeout: h.timeout, StopGrace: time.Second},
-		Observers:     []driver.Observer{obs},
+		Observers:     []driver.Observer{obs, driver.ObserverFunc(r.observeNote)},
 		QuietMissions: true,
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := r.a.Start(ctx); err != nil {
-		cancel()
-		r.a.Close()
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.a.Run(ctx) }()
 	r.home, err = simulator.NewHome(simulator.HomeConfig{Broker: r.a.Addrs().BrokerURL, Seed: 1, Devices: h.devices, Bridges: h.bridges})
 	if err != nil {
 		b.Fatal(err)
 	}
-	hctx, hcancel := context.WithTimeout(ctx, time.Minute)
+	hctx, hcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer hcancel()
 	if err := r.home.Start(hctx); err != nil {
 		b.Fatal(err)
@@ -152,19 +179,11 @@ func startSlowRig(b testing.TB, h slowHome) *slowRig {
 	// Stopped at the end of its iteration, not of the benchmark: the
 	// framework may run several, and two rigs of a thousand devices at
 	// once would measure each other.
-	var once sync.Once
-	r.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				b.Errorf("agent run: %v", err)
-			}
-			r.a.Close()
-			_ = r.home.Close() // the devices' goodbyes; the measurement is over
-		})
-	}
+	r.stop = sync.OnceFunc(func() {
+		r.a.Stop()
+		_ = r.home.Close() // the devices' goodbyes; the measurement is over
+	})
 	b.Cleanup(r.stop) // a rig left by a failed iteration
-	r.api = &api.Client{Base: r.a.Addrs().API}
 	return r
 }
 
@@ -181,7 +200,7 @@ func (r *slowRig) submit(b testing.TB, names []string, conc int) []string {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			var rep scenes.Reply
-			if _, err := r.api.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{Scene: n, RequestID: fmt.Sprintf("%s-%d-%d", n, batch, i)}, &rep); err != nil {
+			if _, err := r.a.API.Call(context.Background(), "POST", "/api/missions", api.SubmitRequest{Scene: n, RequestID: fmt.Sprintf("%s-%d-%d", n, batch, i)}, &rep); err != nil {
 				b.Errorf("submit %s: %v", n, err)
 				return
 			}

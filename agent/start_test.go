@@ -14,6 +14,7 @@ import (
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/store"
@@ -33,15 +34,15 @@ type startRig struct {
 
 func newStartRig(t *testing.T, embedded bool) startRig {
 	t.Helper()
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	reg, err := devices.LoadRegistry(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := scenes.Load(repoPath(t, "configs/scenes"), reg)
+	cat, err := scenes.Load(testkit.RepoPath("configs/scenes"), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := bundle.FromFiles(repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), bundle.Settings{})
+	files, err := bundle.FromFiles(testkit.RepoPath("configs/devices.toml"), testkit.RepoPath("configs/scenes"), bundle.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}

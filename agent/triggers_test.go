@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -27,11 +28,11 @@ func (s *resumeSpy) Resume(_ context.Context, id string) (*driver.Mission, error
 // not a slot in the job queue, so a burst of triggers cannot make a held
 // run wait forever; and a retried mission counts as a running run again.
 func TestQueuedRunStartsEvenWhenJobsAreFull(t *testing.T) {
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	reg, err := devices.LoadRegistry(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := scenes.Load(repoPath(t, "configs/scenes"), reg)
+	cat, err := scenes.Load(testkit.RepoPath("configs/scenes"), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,14 +48,10 @@ func TestQueuedRunStartsEvenWhenJobsAreFull(t *testing.T) {
 	done := *running
 	done.State = driver.StateSucceeded
 	trig.Observe(driver.Event{MissionID: "run-1", Input: driver.InComplete, From: driver.StateRunning, To: driver.StateSucceeded}, &done)
-	runUntilCleanup(t, "triggers", trig.Run)
-	select {
-	case id := <-spy.resumed:
-		if id != "held-2" {
-			t.Fatalf("resumed %s, want held-2", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the held run never started")
+	testkit.Go(t, trig.Run)
+	id := testkit.Receive(t, spy.resumed, 10*time.Second, "the held run never started")
+	if id != "held-2" {
+		t.Fatalf("resumed %s, want held-2", id)
 	}
 
 	// An operator retries the finished run: it is live again.

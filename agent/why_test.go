@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/scenes"
@@ -40,74 +41,23 @@ action = "set"
 params = { brightness = { from = "level" } }
 `
 
-// testAgent is an agent on a fixed data directory, started and run
-// until stop.
-type testAgent struct {
-	*agent.Agent
-	t      testing.TB
-	api    *api.Client
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func startAgent(t testing.TB, dir string, cat *scenes.Catalog, reg *devices.Registry, tune func(*agent.Options)) *testAgent {
+// startAgent starts an agent of the scenes cat on the data directory
+// dir, its traces flushed soon, and runs it until stopped.
+func startAgent(t testing.TB, dir string, cat *scenes.Catalog, reg *devices.Registry, tune func(*agent.Options)) *agenttest.Agent {
 	t.Helper()
-	o := agent.Options{
-		Gateway: "home", DataDir: dir, Registry: reg, Catalog: cat, QuietMissions: true,
-		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
-		HTTP:   agent.HTTPOptions{Listen: "127.0.0.1:0"},
-		Traces: agent.TraceOptions{FlushInterval: 20 * time.Millisecond},
-	}
+	o := agent.Options{DataDir: dir, Registry: reg, Catalog: cat, QuietMissions: true,
+		Traces: agent.TraceOptions{FlushInterval: 20 * time.Millisecond}}
 	if tune != nil {
 		tune(&o)
 	}
-	a, err := agent.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	ta := &testAgent{Agent: a, t: t, api: &api.Client{Base: a.Addrs().API}, cancel: cancel, done: make(chan error, 1)}
-	go func() { ta.done <- a.Run(ctx) }()
-	t.Cleanup(ta.stop)
-	return ta
-}
-
-// stop stops the agent as SIGTERM would, and closes it.
-func (a *testAgent) stop() {
-	if a.cancel == nil {
-		return
-	}
-	a.cancel()
-	if err := <-a.done; err != nil {
-		a.t.Errorf("agent run: %v", err)
-	}
-	a.Close()
-	a.cancel = nil
-}
-
-func loadTestScenes(t testing.TB, src string) (*scenes.Catalog, *devices.Registry) {
-	t.Helper()
-	reg, err := devices.LoadRegistry("../configs/devices.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := scenes.Parse([]byte(src), "test.toml", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cat, reg
+	return agenttest.Start(t, o)
 }
 
 // TestWhyAnswersEveryTriggerAfterARestart: every trigger, accepted,
 // resent or rejected for any reason, is answered by why with its outcome
 // and reason after the agent was stopped and started again.
 func TestWhyAnswersEveryTriggerAfterARestart(t *testing.T) {
-	cat, reg := loadTestScenes(t, traceScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", traceScenes)
 	dir := t.TempDir()
 	a := startAgent(t, dir, cat, reg, nil)
 	ctx := context.Background()
@@ -115,7 +65,7 @@ func TestWhyAnswersEveryTriggerAfterARestart(t *testing.T) {
 	wants := map[string]want{}
 	send := func(body map[string]any, w want) {
 		id := body["request_id"].(string)
-		_, err := a.api.Call(ctx, http.MethodPost, "/api/missions", body, nil)
+		_, err := a.API.Call(ctx, http.MethodPost, "/api/missions", body, nil)
 		var ce *api.CallError
 		if err != nil && !errors.As(err, &ce) {
 			t.Fatalf("%s: %v", id, err)
@@ -140,12 +90,12 @@ func TestWhyAnswersEveryTriggerAfterARestart(t *testing.T) {
 	send(map[string]any{"scene": "long", "request_id": "long-1"}, want{"accepted", ""})
 	send(map[string]any{"scene": "long", "request_id": "long-2"}, want{"rejected", scenes.ReasonAlreadyRunning})
 	send(map[string]any{"scene": "quick", "request_id": "bad", "params": map[string]any{"x": []int{1}}}, want{"rejected", scenes.ReasonInvalidParam})
-	a.stop()
+	a.Stop()
 
 	a = startAgent(t, dir, cat, reg, nil)
 	for id, w := range wants {
 		var ans api.Why
-		if _, err := a.api.Call(ctx, http.MethodGet, "/api/why/"+id, nil, &ans); err != nil {
+		if _, err := a.API.Call(ctx, http.MethodGet, "/api/why/"+id, nil, &ans); err != nil {
 			t.Errorf("why %s: %v", id, err)
 			continue
 		}
@@ -160,19 +110,19 @@ func TestWhyAnswersEveryTriggerAfterARestart(t *testing.T) {
 		}
 	}
 	var dup api.Why
-	if _, err := a.api.Call(ctx, http.MethodGet, "/api/why/r-000", nil, &dup); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodGet, "/api/why/r-000", nil, &dup); err != nil {
 		t.Fatal(err)
 	}
 	if len(dup.Evaluations) != 2 || dup.Evaluations[0].Outcome != "accepted" || dup.Evaluations[1].Via != "api" {
 		t.Errorf("r-000 evaluations = %+v, want accepted then duplicate, via api", dup.Evaluations)
 	}
-	_, err := a.api.Call(ctx, http.MethodGet, "/api/why/never-sent", nil, nil)
+	_, err := a.API.Call(ctx, http.MethodGet, "/api/why/never-sent", nil, nil)
 	var ce *api.CallError
 	if !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
 		t.Errorf("why of an unknown request: %v, want a 404", err)
 	}
 	var list api.WhyList
-	if _, err := a.api.Call(ctx, http.MethodGet, "/api/why?limit=5", nil, &list); err != nil {
+	if _, err := a.API.Call(ctx, http.MethodGet, "/api/why?limit=5", nil, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Traces) != 5 || list.Traces[0].Outcome != "rejected" {
@@ -183,13 +133,13 @@ func TestWhyAnswersEveryTriggerAfterARestart(t *testing.T) {
 // TestWhyIsAnsweredAtOnceAfterTheReply: the record of a trigger is
 // readable as soon as its reply is, before the batch is written.
 func TestWhyIsAnsweredAtOnceAfterTheReply(t *testing.T) {
-	cat, reg := loadTestScenes(t, traceScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", traceScenes)
 	a := startAgent(t, t.TempDir(), cat, reg, func(o *agent.Options) { o.Traces.FlushInterval = time.Hour })
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
-			_, _ = a.api.Call(ctx, http.MethodPost, "/api/missions", map[string]any{"scene": "nope", "request_id": fmt.Sprintf("n-%d", i)}, nil) // rejected: that is the point
+			_, _ = a.API.Call(ctx, http.MethodPost, "/api/missions", map[string]any{"scene": "nope", "request_id": fmt.Sprintf("n-%d", i)}, nil) // rejected: that is the point
 		})
 	}
 	wg.Wait()
@@ -205,7 +155,7 @@ func TestWhyIsAnsweredAtOnceAfterTheReply(t *testing.T) {
 // redirected in plain text, as the mux would, but refused in JSON, as
 // every error of the API is.
 func TestAPathThatIsNotCanonicalIsAJSONNotFound(t *testing.T) {
-	cat, reg := loadTestScenes(t, traceScenes)
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", traceScenes)
 	a := startAgent(t, t.TempDir(), cat, reg, nil)
 	for _, p := range []string{"/api/missions/../../etc/passwd", "/api//missions", "/api/./why/x"} {
 		resp, err := http.Get(a.Addrs().API + p)

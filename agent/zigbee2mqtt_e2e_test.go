@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/broker/passwd"
-	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/internal/mqttc"
-	"github.com/sortie-edge/sortie/scenes"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -71,7 +71,7 @@ action = "lock"
 func TestGoHomeOnZigbee2MQTTDevices(t *testing.T) {
 	for _, bk := range []string{"embedded", "mosquitto"} {
 		t.Run(bk, func(t *testing.T) {
-			reg, cat := mixedHome(t)
+			reg, cat := agenttest.Scenes(t, "configs/mixed/devices.toml", z2mHomeScenes)
 			ends := newEnds()
 			opts := agent.Options{
 				Gateway: "z2m", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
@@ -83,7 +83,7 @@ func TestGoHomeOnZigbee2MQTTDevices(t *testing.T) {
 			if bk == "mosquitto" {
 				opts.Broker = agent.BrokerOptions{URL: brokertest.Mosquitto(t), AckTimeout: 5 * time.Second}
 			}
-			a := runAgent(t, opts)
+			a := agenttest.Start(t, opts)
 			url := a.Addrs().BrokerURL
 			bridge := func() *simulator.Zigbee2MQTT {
 				z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{
@@ -241,19 +241,17 @@ func triggerClient(t *testing.T, url string) *mqttc.Client {
 	return c
 }
 
-func waitOffline(t *testing.T, a *agent.Agent, id string) {
+func waitOffline(t *testing.T, a *agenttest.Agent, id string) {
 	t.Helper()
-	// Nothing signals the agent's view of a device to a test: polled,
-	// bounded.
-	for range 5000 {
+	// Nothing signals the agent's view of a device to a test: polled.
+	testkit.Eventually(t, 10*time.Second, id+" offline to the agent", func() bool {
 		for _, d := range a.Heartbeat(context.Background()).Devices {
 			if d.ID == id && !d.Online {
-				return
+				return true
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	t.Fatalf("%s never went offline to the agent", id)
+		return false
+	})
 }
 
 // TestDiscoverThroughTheAPIProposesOnlyNewDevices: the mixed demo's
@@ -262,8 +260,8 @@ func waitOffline(t *testing.T, a *agent.Agent, id string) {
 // proposes the new bulb, with a type, and lists the others as known;
 // GET /api/devices lists it as announced and not in the registry.
 func TestDiscoverThroughTheAPIProposesOnlyNewDevices(t *testing.T) {
-	reg, cat := mixedHome(t)
-	a := runAgent(t, agent.Options{
+	reg, cat := agenttest.Scenes(t, "configs/mixed/devices.toml", z2mHomeScenes)
+	a := agenttest.Start(t, agent.Options{
 		Gateway: "disc", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
 		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
 		HTTP:   agent.HTTPOptions{Listen: "127.0.0.1:0"}, QuietMissions: true,
@@ -302,36 +300,13 @@ func TestDiscoverThroughTheAPIProposesOnlyNewDevices(t *testing.T) {
 	}
 }
 
-// runAgent starts an agent and runs it until the test ends.
-func runAgent(t *testing.T, opts agent.Options) *agent.Agent {
-	t.Helper()
-	a, err := agent.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
-	if err := a.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
-	return a
-}
-
 // TestHomeAssistantRunsScenesFromItsButtons: with Home Assistant
 // discovery on, the agent announces a button and a sensor per scene
 // (retained, available while it runs), removes the entities of a scene
 // it no longer has, runs a scene when its button is pressed, and
 // publishes the run's outcome on the scene's sensor.
 func TestHomeAssistantRunsScenesFromItsButtons(t *testing.T) {
-	reg, cat := mixedHome(t)
+	reg, cat := agenttest.Scenes(t, "configs/mixed/devices.toml", z2mHomeScenes)
 	b := brokertest.Start(t)
 	ha := triggerClient(t, b.URL())
 	// A scene of an earlier configuration, announced then.
@@ -347,7 +322,7 @@ func TestHomeAssistantRunsScenesFromItsButtons(t *testing.T) {
 		t.Fatal(err)
 	}
 	ends := newEnds()
-	runAgent(t, agent.Options{
+	agenttest.Start(t, agent.Options{
 		Gateway: "ha", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
 		Broker:        agent.BrokerOptions{URL: b.URL(), AckTimeout: 5 * time.Second},
 		HomeAssistant: &agent.HomeAssistantOptions{Version: "test"}, Observers: []driver.Observer{ends}, QuietMissions: true,
@@ -393,34 +368,11 @@ func TestHomeAssistantRunsScenesFromItsButtons(t *testing.T) {
 	if got := ends.await(t, "z_away"); got != driver.StateSucceeded {
 		t.Fatalf("z_away from its button ended %s: %q", got, ends.failures())
 	}
-	select {
-	case s := <-states:
-		var st map[string]any
-		if err := json.Unmarshal([]byte(s), &st); err != nil || st["state"] != "SUCCEEDED" || st["source"] != "homeassistant" {
-			t.Errorf("the sensor's state %s", s)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no state on the scene's sensor")
+	s := testkit.Receive(t, states, 10*time.Second, "no state on the scene's sensor")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(s), &st); err != nil || st["state"] != "SUCCEEDED" || st["source"] != "homeassistant" {
+		t.Errorf("the sensor's state %s", s)
 	}
-}
-
-// mixedHome is the mixed demo's registry with the scenes given, or the
-// Zigbee2MQTT scenes of these tests.
-func mixedHome(t *testing.T, sceneTOML ...string) (*devices.Registry, *scenes.Catalog) {
-	t.Helper()
-	reg, err := devices.LoadRegistry("../configs/mixed/devices.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := z2mHomeScenes
-	if len(sceneTOML) > 0 {
-		src = sceneTOML[0]
-	}
-	cat, err := scenes.Parse([]byte(src), "scenes.toml", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg, cat
 }
 
 // TestEcosystemDevicesLogInWithTheirOwnRoles: with the embedded broker's
@@ -428,7 +380,7 @@ func mixedHome(t *testing.T, sceneTOML ...string) (*devices.Registry, *scenes.Ca
 // with their own users and roles, and scenes on them succeed: each may
 // do what its firmware does, within its own topics.
 func TestEcosystemDevicesLogInWithTheirOwnRoles(t *testing.T) {
-	reg, cat := mixedHome(t, z2mHomeScenes+`
+	reg, cat := agenttest.Scenes(t, "configs/mixed/devices.toml", z2mHomeScenes+`
 [[scene]]
 name = "wifi_on"
 [[scene.step]]
@@ -443,7 +395,7 @@ action = "turn_on"
 		return h
 	}
 	ends := newEnds()
-	a := runAgent(t, agent.Options{
+	a := agenttest.Start(t, agent.Options{
 		Gateway: "acl", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
 		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0", AckTimeout: 5 * time.Second, Users: []agent.BrokerUser{
 			{Name: "bridge", Role: agent.RoleZigbee2MQTT, PasswordHash: hash("bridge-pw")},
@@ -541,7 +493,7 @@ retry = { max_attempts = 1 }
 func TestScenesOnWiFiDevicesOnEveryBroker(t *testing.T) {
 	for _, bk := range []string{"embedded", "mosquitto"} {
 		t.Run(bk, func(t *testing.T) {
-			reg, cat := mixedHome(t, wifiScenes)
+			reg, cat := agenttest.Scenes(t, "configs/mixed/devices.toml", wifiScenes)
 			ends := newEnds()
 			opts := agent.Options{
 				Gateway: "wifi", DataDir: filepath.Join(t.TempDir(), "data"), Registry: reg, Catalog: cat,
@@ -551,7 +503,7 @@ func TestScenesOnWiFiDevicesOnEveryBroker(t *testing.T) {
 			if bk == "mosquitto" {
 				opts.Broker = agent.BrokerOptions{URL: brokertest.Mosquitto(t), AckTimeout: 5 * time.Second}
 			}
-			a := runAgent(t, opts)
+			a := agenttest.Start(t, opts)
 			conn := simulator.Conn{Broker: a.Addrs().BrokerURL}
 			wifi := simulator.WiFiFaults{Delay: 50 * time.Millisecond, Jitter: 100 * time.Millisecond}
 			lamp, err := simulator.StartTasmota(t.Context(), simulator.TasmotaConfig{Conn: conn, Topic: "tasmota_5E1A2B", Kind: "dimmer", WiFiFaults: wifi, Dimmer: 30})

@@ -19,6 +19,7 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 func TestSendAck(t *testing.T) {
@@ -477,11 +478,7 @@ func TestPostedAckWaitsForCollectWhateverTheCache(t *testing.T) {
 		}
 	}
 	for range n {
-		select {
-		case <-acked:
-		case <-time.After(10 * time.Second):
-			t.Fatal("not every posted command was acked")
-		}
+		testkit.Receive(t, acked, 10*time.Second, "not every posted command was acked")
 	}
 	for i := range n {
 		ack, ok, err := c.Collect("lamp", fmt.Sprintf("c%d", i), false)

@@ -16,6 +16,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // reply is what a fake device does with one received command. n counts
@@ -359,16 +360,10 @@ func dial(t testing.TB, b *broker.Broker, mod func(*devices.Options)) *devices.C
 // for it (OnDisconnect runs before the client is deleted), so this polls.
 func waitGone(t testing.TB, b *broker.Broker, clientID string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := b.Server().Clients.Get(clientID); !ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("broker still has client %s", clientID)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the broker forgetting client "+clientID, func() bool {
+		_, ok := b.Server().Clients.Get(clientID)
+		return !ok
+	})
 }
 
 // closeBrokerFirst makes the test's cleanup close the broker before the

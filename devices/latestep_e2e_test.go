@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,25 +11,9 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 )
-
-// manualClock is a driver.Clock moved by hand; its timers never fire, so
-// only Step advances missions.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-func (c *manualClock) AfterFunc(time.Duration, func()) func() bool {
-	return func() bool { return true }
-}
 
 // TestCommandAtItsDeadlineDoesNotWedgeTheDevice: with the real driver and
 // handlers, A's ack timeout and B's attempt deadline fall in the same
@@ -40,7 +23,7 @@ func (c *manualClock) AfterFunc(time.Duration, func()) func() bool {
 // device's turn must not stay taken, or every later command to it fails
 // with no_turn. Found by review, with a light that loses every ack.
 func TestCommandAtItsDeadlineDoesNotWedgeTheDevice(t *testing.T) {
-	clk := &manualClock{now: time.Now()}
+	clk := testkit.NewClock(time.Now())
 	var drvp atomic.Pointer[driver.Driver]
 	var drv *driver.Driver
 	wake := func(k string) {

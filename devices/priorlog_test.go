@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -97,11 +98,7 @@ func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 	}
 	// The read is answered and the command sent; the process "dies"
 	// before the bulb has applied it.
-	select {
-	case <-set:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the command never reached the bridge")
-	}
+	testkit.Receive(t, set, 5*time.Second, "the command never reached the bridge")
 	_ = c1.Close()
 	_ = log1.Close()
 
@@ -117,11 +114,7 @@ func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 	acked := w.wait(devices.AckKey("hall-bulb", "m1-s1"))
 	ack, done, err := c2.PostState("hall-bulb", "m1-s1", want, 2, time.Now().Add(5*time.Second), nil)
 	if !done && err == nil {
-		select {
-		case <-acked:
-		case <-time.After(5 * time.Second):
-			t.Fatal("no ack for the recovered attempt")
-		}
+		testkit.Receive(t, acked, 5*time.Second, "no ack for the recovered attempt")
 		ack, _, err = c2.Collect("hall-bulb", "m1-s1", false)
 	}
 	if err != nil {

@@ -1,11 +1,9 @@
 package devices_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,26 +11,8 @@ import (
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/devices/wire"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
-
-// syncBuffer is a log destination that handlers on several goroutines
-// may write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight: acks
 // that answer no command (not JSON, no id, a negative ack without a code
@@ -45,7 +25,7 @@ func TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight(t *testing.T
 	b := brokertest.Start(t)
 	hold := make(chan struct{})
 	dev := startDevice(t, b, "lamp", map[string]any{"power": "off"}, func(wire.Command, int) reply { return reply{Hold: hold} })
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	stray := make(chan string, 8)
 	c := dial(t, b, func(o *devices.Options) {
 		o.AckTimeout = 10 * time.Second
@@ -76,13 +56,9 @@ func TestMalformedAndUnknownAcksAreCountedAndSparTheCommandInFlight(t *testing.T
 	// Acks from one publisher arrive in order: once this one is in, so
 	// are the malformed ones before it.
 	dev.publish(ackTopic, false, wire.Ack{ID: "never-sent", OK: true})
-	select {
-	case id := <-stray:
-		if id != "never-sent" {
-			t.Fatalf("stray ack %q, want never-sent", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the unknown ack never arrived")
+	id := testkit.Receive(t, stray, 5*time.Second, "the unknown ack never arrived")
+	if id != "never-sent" {
+		t.Fatalf("stray ack %q, want never-sent", id)
 	}
 	select {
 	case err := <-done:
@@ -188,13 +164,9 @@ func TestAckOfAPostGivenUpOnIsLate(t *testing.T) {
 		t.Fatalf("Collect giving up: ok %v, err %v; want an ack timeout", ok, err)
 	}
 	close(hold)
-	select {
-	case dup := <-stray:
-		if dup {
-			t.Fatal("the late ack counted as a duplicate")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no late ack")
+	dup := testkit.Receive(t, stray, 5*time.Second, "no late ack")
+	if dup {
+		t.Fatal("the late ack counted as a duplicate")
 	}
 	if s := c.Stats(); s.LateAcks != 1 || s.UnknownAcks != 0 {
 		t.Errorf("stats = %+v, want 1 late, 0 unknown", s)

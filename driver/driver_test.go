@@ -9,7 +9,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
+
+// newFakeClock is the driver tests' manual clock, at a fixed evening.
+func newFakeClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC))
+}
 
 // script is a handler whose behaviour per step ID is given by a function
 // of the attempt number; it records every call.
@@ -50,7 +57,7 @@ func (s *script) trace() []string {
 	return out
 }
 
-func fixture(t *testing.T, opts Options) (*Driver, *fakeClock, *memStore, *script) {
+func fixture(t *testing.T, opts Options) (*Driver, *testkit.Clock, *memStore, *script) {
 	t.Helper()
 	clk := newFakeClock()
 	st := newMemStore(t)
@@ -94,7 +101,7 @@ func submit(t *testing.T, d *Driver, spec Spec) *Mission {
 
 // drain advances the driver synchronously, moving the fake clock to each
 // next wake-up, until nothing is left to do.
-func drain(t *testing.T, d *Driver, clk *fakeClock) {
+func drain(t *testing.T, d *Driver, clk *testkit.Clock) {
 	t.Helper()
 	for range 100000 {
 		n, err := d.Step(context.Background())

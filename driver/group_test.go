@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // group makes steps a parallel group with policy p (and quorum q).
@@ -490,11 +492,11 @@ func TestGroupCancelAbandonsAQueuedBranchWhoseTurnCame(t *testing.T) {
 // countingClock counts reads of the time: a worker that spins reads it
 // on every turn.
 type countingClock struct {
-	*fakeClock
+	*testkit.Clock
 	reads atomic.Int64
 }
 
-func (c *countingClock) Now() time.Time { c.reads.Add(1); return c.fakeClock.Now() }
+func (c *countingClock) Now() time.Time { c.reads.Add(1); return c.Clock.Now() }
 
 // TestGroupDrainDoesNotSpinOnAQueuedBranch: while Stop waits for a
 // branch in flight, a sibling parked for its turn (its time passed) is
@@ -510,7 +512,7 @@ func TestGroupDrainDoesNotSpinOnAQueuedBranch(t *testing.T) {
 		}
 		return nil, Pending("turn/b", req.Deadline, "queued", nil)
 	})
-	clk := &countingClock{fakeClock: newFakeClock()}
+	clk := &countingClock{Clock: newFakeClock()}
 	d, err := New(Options{Store: newMemStore(t), Clock: clk, Seed: 1, StopGrace: 10 * time.Second, Handlers: map[string]Handler{"test": h}})
 	if err != nil {
 		t.Fatal(err)
@@ -565,7 +567,7 @@ func TestGroupBranchHandlerIgnoringItsTimeoutIsGivenUp(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); step(t, d) }()
 	<-entered
-	for clk.pending() < 2 { // the handler's timeout and the watchdog, on the fake clock
+	for clk.Pending() < 2 { // the handler's timeout and the watchdog, on the fake clock
 		runtime.Gosched()
 	}
 	clk.Advance(3 * time.Second)

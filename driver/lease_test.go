@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // A step begun write-ahead (at Submit) is leased then, but the clock for
@@ -115,12 +117,7 @@ func TestZombieStepLeaseExpires(t *testing.T) {
 	if first != second {
 		t.Errorf("re-execution used key %s, first %s", second, first)
 	}
-	var got *Mission
-	select {
-	case got = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("mission did not finish after the lease expired")
-	}
+	got := testkit.Receive(t, done, 10*time.Second, "mission did not finish after the lease expired")
 	if got.State != StateSucceeded {
 		t.Fatalf("state %s", got.State)
 	}
@@ -204,9 +201,5 @@ func TestZombiesDoNotExhaustWorkers(t *testing.T) {
 	if _, _, err := d.Submit(context.Background(), Spec{Type: "ok", Steps: steps("b")}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-okRan:
-	case <-time.After(10 * time.Second):
-		t.Fatal("an unrelated mission never ran: zombies hold the worker slots")
-	}
+	testkit.Receive(t, okRan, 10*time.Second, "an unrelated mission never ran: zombies hold the worker slots")
 }

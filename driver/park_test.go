@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // parker is a handler that parks each fresh attempt on the key its
@@ -218,7 +220,7 @@ func TestCancelWaitsForParkedStep(t *testing.T) {
 }
 
 // drainUntil is drain that stops once done says so.
-func drainUntil(t *testing.T, d *Driver, clk *fakeClock, done func() bool) {
+func drainUntil(t *testing.T, d *Driver, clk *testkit.Clock, done func() bool) {
 	t.Helper()
 	for range 10000 {
 		if done() {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // gateStore holds the first save of a FAILED mission until the test lets
@@ -67,10 +69,11 @@ func TestRetryRacingFailureCommitRunsStepOnce(t *testing.T) {
 	<-st.saving // the worker holds e.mu, committing FAILED
 	retryErr := make(chan error, 1)
 	go func() { _, err := d.Retry(context.Background(), m.ID); retryErr <- err }()
-	// Retry must have taken the entry and be blocked on e.mu. Nothing
-	// observable marks a goroutine blocked on a mutex, so this one wait
-	// stays a sleep; too short a one only makes the test miss the race.
-	time.Sleep(50 * time.Millisecond)
+	// Retry must have taken the entry and be blocked on e.mu: seen only
+	// in the goroutines' stacks.
+	testkit.Eventually(t, 10*time.Second, "Retry blocked on the entry's lock", func() bool {
+		return testkit.GoroutineIn("(*Driver).lockEntry", "sync.(*Mutex).Lock")
+	})
 	close(st.proceed)
 	if err := <-retryErr; err != nil {
 		t.Fatalf("retry: %v", err)

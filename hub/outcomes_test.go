@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
-	"github.com/sortie-edge/sortie/internal/clustertest"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -119,18 +118,4 @@ func TestOutcomesCountEachMissionOnce(t *testing.T) {
 	if rows, err := st.OutcomeHours(ctx, scopeAll(), 0, now.Unix()/3600+1); err != nil || len(rows) != 0 {
 		t.Errorf("after pruning 36 days on: %d rows (%v), want none", len(rows), err)
 	}
-}
-
-// TestPGOutcomesCountEachMissionOnce runs the outcome cases on
-// PostgreSQL: the cluster mode's roll-up counts as the bbolt store's.
-func TestPGOutcomesCountEachMissionOnce(t *testing.T) {
-	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
-	st, err := OpenPG(context.Background(), pg.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	openPG = func(testing.TB) Backing { return st }
-	t.Cleanup(func() { openPG = nil })
-	TestOutcomesCountEachMissionOnce(t)
 }

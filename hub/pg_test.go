@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,44 +25,79 @@ import (
 	"github.com/sortie-edge/sortie/uplink"
 )
 
+// pgStoreEnv names the PostgreSQL database of a run of the store cases.
+const pgStoreEnv = "SORTIE_HUB_TEST_PG"
+
 // TestPGStoreKeepsTheSameRules runs the store's cases on PostgreSQL:
 // the cluster mode must store, deduplicate, chain acks, page, prune and
-// count exactly as the single hub does.
+// count exactly as the single hub does. The cases are the tests and
+// fuzz targets of this package that take their store from testStore,
+// found in its source, so none is left out; they run in a run of this
+// test binary of their own, with pgStoreEnv set, and each must pass.
 func TestPGStoreKeepsTheSameRules(t *testing.T) {
+	if os.Getenv(pgStoreEnv) != "" {
+		t.Skip("the run of the store cases")
+	}
+	cases := storeCases(t)
 	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
-	st, err := OpenPG(context.Background(), pg.DSN())
+	args := []string{"-test.run", "^(" + strings.Join(cases, "|") + ")$", "-test.count=1", "-test.v"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
+	cmd.Env = append(os.Environ(), pgStoreEnv+"="+pg.DSN())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the store cases on PostgreSQL: %v\n%s", err, out)
+	}
+	for _, c := range cases {
+		if !regexp.MustCompile(`(?m)^--- (PASS|SKIP): ` + c + ` `).Match(out) {
+			t.Errorf("store case %s did not pass on PostgreSQL:\n%s", c, out)
+		}
+	}
+	t.Logf("%d store cases passed on PostgreSQL: %s", len(cases), strings.Join(cases, " "))
+}
+
+// storeCases lists the tests and fuzz targets of this package's source
+// whose own body calls testStore (a case takes its store there, not
+// through a helper of its own).
+func storeCases(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = st.Close() })
-	openPG = func(tb testing.TB) Backing {
-		tb.Helper()
-		if _, err := st.pool.Exec(context.Background(), `TRUNCATE sortie_gateways, sortie_missions, sortie_events, sortie_traces`); err != nil {
-			tb.Fatal(err)
+	var cases []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return st
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || fn.Body == nil || !strings.HasPrefix(fn.Name.Name, "Test") && !strings.HasPrefix(fn.Name.Name, "Fuzz") {
+				continue
+			}
+			found := false
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if id, ok := c.Fun.(*ast.Ident); ok && id.Name == "testStore" {
+						found = true
+					}
+				}
+				return !found
+			})
+			if found {
+				cases = append(cases, fn.Name.Name)
+			}
+		}
 	}
-	t.Cleanup(func() { openPG = nil })
-	for _, tc := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
-		{"Ingest", TestIngest},
-		{"IngestRejects", TestIngestRejects},
-		{"Presence", TestPresence},
-		{"PresenceIgnoresOlderNews", TestPresenceIgnoresOlderNews},
-		{"MissionsPaging", TestMissionsPaging},
-		{"Prune", TestPrune},
-		{"FailedSince", TestFailedSinceCountsRecentFailuresPerGateway},
-		{"ChainAcksOnlyWhatIsStored", TestChainAcksOnlyWhatIsStored},
-		{"ChainUnderLossAndReorder", TestChainNeverAcksBeyondStoredUnderLossAndReorder},
-		{"ChainStartsAgainForAnotherOutbox", TestChainStartsAgainForAnotherOutbox},
-		{"OlderGatewayCumulative", TestBatchFromOlderGatewayAckedCumulatively},
-		{"TraceRecords", TestTraceRecordsAreKeptOncePerSeqAndAcked},
-		{"ContextDone", TestStoreCallsStopWhenTheirContextIsDone},
-	} {
-		t.Run(tc.name, tc.run)
+	if len(cases) == 0 {
+		t.Fatal("no test calls testStore")
 	}
+	slices.Sort(cases)
+	return cases
 }
 
 // TestPGStoreReplicasShareAGateway: two replicas applying one gateway's

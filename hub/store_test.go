@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -15,23 +16,29 @@ import (
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
-// testStore opens an empty store: a bbolt file, or the PostgreSQL
-// database of TestPGStoreKeepsTheSameRules while it runs.
+// testStore opens an empty store: a bbolt file, or, in the run of the
+// store cases that TestPGStoreKeepsTheSameRules starts, its PostgreSQL
+// database (pgStoreEnv names it), emptied. A test or fuzz target that
+// calls it in its own body is a store case: it runs on both backends.
 func testStore(tb testing.TB) Backing {
 	tb.Helper()
-	if openPG != nil {
-		return openPG(tb)
+	var st Backing
+	var err error
+	if dsn := os.Getenv(pgStoreEnv); dsn != "" {
+		var pg *PGStore
+		if pg, err = OpenPG(context.Background(), dsn); err == nil {
+			_, err = pg.pool.Exec(context.Background(), `TRUNCATE sortie_gateways, sortie_missions, sortie_events, sortie_traces`)
+			st = pg
+		}
+	} else {
+		st, err = Open(filepath.Join(tb.TempDir(), "hub.db"), Options{NoSync: true})
 	}
-	st, err := Open(filepath.Join(tb.TempDir(), "hub.db"), Options{NoSync: true})
 	if err != nil {
 		tb.Fatalf("open: %v", err)
 	}
 	tb.Cleanup(func() { _ = st.Close() })
 	return st
 }
-
-// openPG, when set, makes testStore open PostgreSQL.
-var openPG func(testing.TB) Backing
 
 // ingest stores one batch from gateway gw.
 func ingest(st Backing, now time.Time, gw string, b uplink.Batch) (Result, error) {

@@ -3,37 +3,16 @@ package scenes
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
-
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// AfterFunc is unused by DelayHandler, which never schedules anything.
-func (c *fakeClock) AfterFunc(time.Duration, func()) func() bool { return func() bool { return false } }
 
 func TestDelayHandler(t *testing.T) {
 	start := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	clock := &fakeClock{now: start}
+	clock := testkit.NewClock(start)
 	h := DelayHandler{Clock: clock}
 	req := driver.StepRequest{Kind: DelayKind, Params: []byte(`{"duration":"2s"}`), Started: start}
 
@@ -61,7 +40,7 @@ func TestDelayHandler(t *testing.T) {
 }
 
 func TestDelayHandlerBadParams(t *testing.T) {
-	h := DelayHandler{Clock: &fakeClock{now: time.Unix(0, 0)}}
+	h := DelayHandler{Clock: testkit.NewClock(time.Unix(0, 0))}
 	for _, p := range []string{``, `{}`, `{"duration":"soon"}`, `{"duration":"-1s"}`, `{"duration":"1s","x":1}`, `[]`} {
 		_, err := h.Execute(context.Background(), driver.StepRequest{Params: []byte(p)})
 		if class, code := driver.Classify(err); class != driver.Permanent || code != "invalid_param" {

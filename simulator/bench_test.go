@@ -10,6 +10,7 @@ import (
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/devices/wire"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // BenchmarkHandle measures the device firmware on one command against a
@@ -71,11 +72,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			if err := waitToken(c.Publish(topic, 1, false, payload(i)), "publish"); err != nil {
 				b.Fatal(err)
 			}
-			select {
-			case <-got:
-			case <-time.After(wait):
-				b.Fatal("no answer")
-			}
+			testkit.Receive(b, got, wait, "no answer")
 		}
 		return time.Since(start)
 	}

@@ -15,6 +15,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 	"github.com/sortie-edge/sortie/uplink"
 )
@@ -316,25 +317,7 @@ func start(tb testing.TB, opts Options) (*Uplink, func()) {
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- u.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					tb.Errorf("Run: %v", err)
-				}
-			case <-time.After(wait):
-				tb.Errorf("Run did not return after cancel")
-			}
-		})
-	}
-	tb.Cleanup(stop)
-	return u, stop
+	return u, testkit.Go(tb, u.Run)
 }
 
 // waitStats waits until cond holds for u's stats.

@@ -17,6 +17,7 @@ import (
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -254,7 +255,7 @@ action = "set"
 params = { target = 35 }
 `)
 	cfg := filepath.Join(dir, "agent.toml")
-	writeFile(t, cfg, fmt.Sprintf("devices = %q\nscenes = %q\n", repoPath(t, "configs/devices.toml"), scenesDir))
+	writeFile(t, cfg, fmt.Sprintf("devices = %q\nscenes = %q\n", testkit.RepoPath("configs/devices.toml"), scenesDir))
 	out, err := exec.Command(agentBin, "validate", "-config", cfg).CombinedOutput()
 	if err == nil {
 		t.Fatalf("validate accepted a broken scene:\n%s", out)
@@ -264,7 +265,7 @@ params = { target = 35 }
 			t.Errorf("validate output lacks %q:\n%s", want, out)
 		}
 	}
-	ok, err := exec.Command(agentBin, "validate", "-config", repoPath(t, "configs/agent.toml")).CombinedOutput()
+	ok, err := exec.Command(agentBin, "validate", "-config", testkit.RepoPath("configs/agent.toml")).CombinedOutput()
 	if err != nil {
 		t.Errorf("shipped config does not validate: %v\n%s", err, ok)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -21,8 +20,9 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // benchScene is a 3-step scene in parallel mode, so that concurrent
@@ -58,11 +58,9 @@ type = "speaker"
 // benchAgent runs a whole agent in this process: embedded broker,
 // zero-latency simulated devices, real bbolt store, and an app client.
 type benchAgent struct {
-	a      *agent.Agent
-	app    paho.Client
-	url    string
-	cancel context.CancelFunc
-	done   chan error
+	a   *agenttest.Agent
+	app paho.Client
+	url string
 
 	mu       sync.Mutex
 	firstCmd map[string]time.Time // mission ID -> first device command
@@ -77,7 +75,7 @@ type benchAgent struct {
 // and the figure would be the devices', not the engine's.
 func benchRegistry(b *testing.B, dir string) string {
 	b.Helper()
-	src, err := os.ReadFile(repoPath(b, "configs/devices.toml"))
+	src, err := os.ReadFile(testkit.RepoPath("configs/devices.toml"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +106,7 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 	cfg.Simulator.Home = "home.toml"
 	cfg.Driver.Workers = 64
 	cfg.Log.Level = "error"
-	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}, done: make(chan error, 1)}
+	ba := &benchAgent{firstCmd: map[string]time.Time{}, finished: map[string]chan time.Time{}, accepted: map[string]chan string{}}
 	// The agent's own logger for the configured level (error), as a
 	// deployment makes it: at info, the simulated devices log every command.
 	// The garbage collector as the agent binary sets it (run does this
@@ -119,22 +117,7 @@ func startBenchAgent(b *testing.B, overTCP bool) *benchAgent {
 		b.Fatal(err)
 	}
 	opts.OverTCP = overTCP
-	if ba.a, err = agent.New(opts); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ba.cancel = cancel
-	if err := ba.a.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	go func() { ba.done <- ba.a.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-ba.done; err != nil {
-			b.Errorf("agent: %v", err)
-		}
-		ba.a.Close()
-	})
+	ba.a = agenttest.Start(b, opts)
 	ba.url = ba.a.Addrs().BrokerURL
 	ba.app = paho.NewClient(paho.NewClientOptions().AddBroker(ba.url).SetClientID("bench-app").SetOrderMatters(false))
 	if tok := ba.app.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -228,18 +211,8 @@ func (ba *benchAgent) run(b *testing.B, req string) (time.Duration, time.Duratio
 	if tok := ba.app.Publish("sortie/gateways/bench/trigger", 1, false, fmt.Sprintf(`{"scene":"bench","request_id":%q}`, req)); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		b.Fatal(tok.Error())
 	}
-	var id string
-	select {
-	case id = <-acc:
-	case <-time.After(10 * time.Second):
-		b.Fatal("no reply")
-	}
-	var end time.Time
-	select {
-	case end = <-ba.done2(id):
-	case <-time.After(10 * time.Second):
-		b.Fatal("mission did not finish")
-	}
+	id := testkit.Receive(b, acc, 10*time.Second, "no reply")
+	end := testkit.Receive(b, ba.done2(id), 10*time.Second, "mission did not finish")
 	ba.mu.Lock()
 	first := ba.firstCmd[id]
 	delete(ba.firstCmd, id)
@@ -316,11 +289,7 @@ func (bl *baseline) sample(n, c int) {
 		if tok := bl.req.Publish("raw/cmd", 1, false, `{"id":"x"}`); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			bl.b.Fatal("raw publish: ", tok.Error())
 		}
-		select {
-		case <-bl.got:
-		case <-time.After(5 * time.Second):
-			bl.b.Fatal("raw echo lost")
-		}
+		testkit.Receive(bl.b, bl.got, 5*time.Second, "raw echo lost")
 		bl.rtts = append(bl.rtts, time.Since(start))
 	}
 	k := make([]byte, 8)

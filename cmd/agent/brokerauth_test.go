@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/agent/agentconf"
-
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agentconf"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 func testHash(t *testing.T, pw string) string {
@@ -86,7 +86,7 @@ password_hash = %q
 name = "ops"
 role = "admin"
 password_hash = %q
-`, repoPath(t, "configs/home.toml"), testHash(t, "voice-password"), testHash(t, "light-password"), testHash(t, "ops-password")))
+`, testkit.RepoPath("configs/home.toml"), testHash(t, "voice-password"), testHash(t, "light-password"), testHash(t, "ops-password")))
 	p := e.start()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -148,13 +148,9 @@ func runScene(t *testing.T, c paho.Client, gw, scene, req string, log func() str
 	if tok := c.Publish(base+"/trigger", 1, false, fmt.Sprintf(`{"scene":%q,"request_id":%q}`, scene, req)); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("trigger: %v", tok.Error())
 	}
-	select {
-	case r := <-replies:
-		if !strings.Contains(r, `"accepted"`) {
-			t.Fatalf("reply %s, want accepted", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no reply to the app's trigger")
+	r := testkit.Receive(t, replies, 10*time.Second, "no reply to the app's trigger")
+	if !strings.Contains(r, `"accepted"`) {
+		t.Fatalf("reply %s, want accepted", r)
 	}
 	deadline := time.After(30 * time.Second)
 	for {
@@ -221,13 +217,9 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 	// An app that publishes a command is cut off, and the command goes
 	// nowhere: the first command the device then gets is the admin's.
 	voice.Publish("sortie/devices/living-light/cmd", 1, false, "from the app")
-	select {
-	case id := <-lost:
-		if id != "t-voice" {
-			t.Fatalf("%s lost its connection, want t-voice", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the broker kept an app that published a device command")
+	id := testkit.Receive(t, lost, 5*time.Second, "the broker kept an app that published a device command")
+	if id != "t-voice" {
+		t.Fatalf("%s lost its connection, want t-voice", id)
 	}
 	ops, err := login(t, url, "t-ops", "ops", "ops-password", nil, lost)
 	if err != nil {
@@ -236,13 +228,9 @@ func TestEmbeddedBrokerUsers(t *testing.T) {
 	if tok := ops.Publish("sortie/devices/living-light/cmd", 1, false, "from ops"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("admin publish: %v", tok.Error())
 	}
-	select {
-	case got := <-cmds:
-		if got != "from ops" {
-			t.Errorf("the device got %q first, want the admin's command", got)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the admin's command did not reach the device")
+	got := testkit.Receive(t, cmds, 5*time.Second, "the admin's command did not reach the device")
+	if got != "from ops" {
+		t.Errorf("the device got %q first, want the admin's command", got)
 	}
 	// The same user may take its own session over, as a device that
 	// restarted does.
@@ -324,15 +312,12 @@ func TestEmbeddedBrokerClientIDs(t *testing.T) {
 	c.Disconnect(50)
 	// The broker releases the ID when it has handled the disconnection,
 	// which the client does not wait for: try until it has.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := login(t, url, "shared-id", "ops", "ops-password", nil, nil); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("a client ID whose clean session ended is still held: %v", err)
+	testkit.Until(t, 10*time.Second, func() error {
+		if _, err := login(t, url, "shared-id", "ops", "ops-password", nil, nil); err != nil {
+			return fmt.Errorf("a client ID whose clean session ended is still held: %w", err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestExposureWarnings(t *testing.T) {
@@ -368,14 +353,14 @@ func TestExposureWarnings(t *testing.T) {
 func TestHTTPAPIOverTLS(t *testing.T) {
 	certFile, keyFile, pool := brokertest.SelfSigned(t, t.TempDir())
 	e := newBareEnv(t, "https")
-	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n", fmt.Sprintf("[simulator]\nhome = %q\n", repoPath(t, "configs/home.toml")))
+	e.writeConfig("embedded = true\nlisten = \"127.0.0.1:0\"\n", fmt.Sprintf("[simulator]\nhome = %q\n", testkit.RepoPath("configs/home.toml")))
 	cfg, err := os.ReadFile(e.cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The API's address is fixed here: the command line reads it from the
 	// config, which cannot say ":0".
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	cfgText := strings.Replace(string(cfg), "[http]\nlisten = \"127.0.0.1:0\"\n",
 		fmt.Sprintf("[http]\nlisten = %q\ntoken = \"api-token-1\"\ncert_file = %q\nkey_file = %q\n", addr, certFile, keyFile), 1)
 	if err := os.WriteFile(e.cfgPath, []byte(cfgText), 0o600); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/internal/mqttc"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -45,7 +46,7 @@ func TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle(t *testing.T) {
 	}
 	hub := startStatusHub(t, "applykill")
 	e := newGatewayEnv(t, "applykill", fmt.Sprintf("[bundles]\nsoak = \"150ms\"\n[hub]\nurl = %q\nheartbeat = \"1s\"\n", hub.url))
-	files, err := bundle.FromFiles(repoPath(t, "configs/devices.toml"), repoPath(t, "configs/scenes"), bundle.Settings{})
+	files, err := bundle.FromFiles(testkit.RepoPath("configs/devices.toml"), testkit.RepoPath("configs/scenes"), bundle.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,17 +197,11 @@ func startStatusHub(t *testing.T, gw string) *statusHub {
 // it is lost (the gateway takes controls at QoS 0, clean session).
 func (h *statusHub) connected(t *testing.T, since time.Time) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	testkit.Eventually(t, 15*time.Second, "the gateway's connection to the hub", func() bool {
 		h.mu.Lock()
-		ok := h.beat.After(since)
-		h.mu.Unlock()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the gateway did not connect to the hub")
-		}
-	}
+		defer h.mu.Unlock()
+		return h.beat.After(since)
+	})
 }
 
 func (h *statusHub) offer(t *testing.T, id string, version uint64, b *bundle.Bundle) {
@@ -228,20 +223,20 @@ func (h *statusHub) offer(t *testing.T, id string, version uint64, b *bundle.Bun
 // gateway says again on every connection.
 func (h *statusHub) final(t *testing.T, version uint64) uplink.BundleStatus {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	var last uplink.BundleStatus
+	testkit.Until(t, 15*time.Second, func() error {
 		h.mu.Lock()
 		ss := h.statuses[version]
 		h.mu.Unlock()
 		if n := len(ss); n > 0 {
-			switch s := ss[n-1]; s.Status {
+			switch last = ss[n-1]; last.Status {
 			case uplink.BundleHealthy, uplink.BundleReverted, uplink.BundleRejected:
-				return s
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no final status of version %d reached the hub: %+v", version, ss)
-		}
-	}
+		return fmt.Errorf("no final status of version %d reached the hub: %+v", version, ss)
+	})
+	return last
 }
 
 // config is what the running agent of e says it runs.
@@ -265,7 +260,7 @@ func TestHandEditedFilesShowInTheHash(t *testing.T) {
 	if err := os.MkdirAll(scenes, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile(repoPath(t, "configs/scenes/go_home.toml"))
+	src, err := os.ReadFile(testkit.RepoPath("configs/scenes/go_home.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +269,7 @@ func TestHandEditedFilesShowInTheHash(t *testing.T) {
 	e.writeConfig("embedded = false\nurl = \""+e.broker.URL()+"\"\n", "")
 	p := e.start()
 	before := config(t, e)
-	want, err := bundle.FromFiles(repoPath(t, "configs/devices.toml"), scenes, bundle.Settings{})
+	want, err := bundle.FromFiles(testkit.RepoPath("configs/devices.toml"), scenes, bundle.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}

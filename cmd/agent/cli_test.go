@@ -10,14 +10,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/driver/drivertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 )
 
@@ -108,7 +109,7 @@ func TestCLIAgainstAPI(t *testing.T) {
 	if id == nil {
 		t.Fatalf("no mission ID in %q", out)
 	}
-	f.watch.wait(t, id[1], driver.StateSucceeded)
+	f.watch.Wait(t, id[1], driver.StateSucceeded)
 	if code, out, _ := runCLI("trigger", "cool", "-request-id", "cli-1", "-config", cfg); code != 0 || !strings.Contains(out, "already accepted as mission "+id[1]) {
 		t.Errorf("repeated trigger: exit %d %q", code, out)
 	}
@@ -159,23 +160,23 @@ func TestCLIAgainstAPI(t *testing.T) {
 	// Control through the CLI, with the token from the environment.
 	t.Setenv(tokenEnv, token)
 	addr := strings.TrimPrefix(f.url, "http://")
-	f.gate.hold.Store(true)
+	f.gate.Hold.Store(true)
 	id2 := f.submit(t, "many", "cli-2")
-	<-f.gate.entered
+	<-f.gate.Entered
 	if code, out, errOut := runCLI("missions", "pause", id2, "-addr", addr); code != 0 || !strings.Contains(out, "pause requested") {
 		t.Errorf("pause: exit %d %q %q", code, out, errOut)
 	}
 	if code, out, _ := runCLI("missions", "priority", id2, "80", "-addr", addr); code != 0 || !strings.Contains(out, "priority 80") {
 		t.Errorf("priority: exit %d %q", code, out)
 	}
-	f.gate.release <- struct{}{}
-	f.watch.wait(t, id2, driver.StatePaused)
+	f.gate.Release <- struct{}{}
+	f.watch.Wait(t, id2, driver.StatePaused)
 	// The worker may still hold the mission for a moment after pausing it:
 	// the cancel is then recorded and taken when it lets go.
 	if code, out, _ := runCLI("missions", "cancel", id2, "-addr", addr); code != 0 || !strings.Contains(out, "CANCELLED") && !strings.Contains(out, "cancel requested") {
 		t.Errorf("cancel: exit %d %q", code, out)
 	}
-	f.watch.wait(t, id2, driver.StateCancelled)
+	f.watch.Wait(t, id2, driver.StateCancelled)
 }
 
 // TestCLIEndToEnd drives the real agent binary: a trigger over MQTT,
@@ -228,84 +229,31 @@ func TestCLIEndToEnd(t *testing.T) {
 }
 
 // cliFixture is a whole agent in this process whose device and delay
-// steps are a gate the test opens, with the scenes of cliScenes.
+// steps are a gate the test opens, with the scenes of the agent's API
+// tests (agent/testdata/gated.toml).
 type cliFixture struct {
 	url   string
 	token string
-	gate  *gate
-	watch *watcher
+	gate  *drivertest.Gate
+	watch *drivertest.Watcher
 }
-
-const cliScenes = `
-[[scene]]
-name = "solo"
-description = "One step the test lets through."
-mode = "single"
-[[scene.step]]
-id = "hold"
-delay = "1s"
-
-[[scene]]
-name = "many"
-mode = "parallel"
-[[scene.step]]
-delay = "1s"
-[[scene.step]]
-delay = "1s"
-
-[[scene]]
-name = "cool"
-mode = "parallel"
-[[scene.step]]
-device = "living-ac"
-action = "set"
-params = { power = "on", target = { from = "temperature", default = 24 } }
-`
 
 func newCLIFixture(t *testing.T, token string) *cliFixture {
 	t.Helper()
-	reg, err := devices.LoadRegistry(repoPath(t, "configs/devices.toml"))
+	src, err := os.ReadFile(testkit.RepoPath("agent/testdata/gated.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := scenes.Parse([]byte(cliScenes), "cli.toml", reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &cliFixture{
-		token: token,
-		gate:  &gate{entered: make(chan string, 16), release: make(chan struct{})},
-		watch: &watcher{states: map[string]driver.State{}, ch: make(chan struct{})},
-	}
-	a, err := agent.New(agent.Options{
-		Gateway: "test", DataDir: t.TempDir(), Registry: reg, Catalog: cat,
-		Broker:    agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
-		HTTP:      agent.HTTPOptions{Listen: "127.0.0.1:0", Token: token},
+	reg, cat := agenttest.Scenes(t, "configs/devices.toml", string(src))
+	f := &cliFixture{token: token, gate: drivertest.NewGate(), watch: drivertest.NewWatcher()}
+	a := agenttest.Start(t, agent.Options{
+		Gateway: "test", Registry: reg, Catalog: cat,
+		HTTP:      agent.HTTPOptions{Token: token},
 		Handlers:  map[string]driver.Handler{scenes.DelayKind: f.gate, devices.KindCommand: f.gate},
 		Observers: []driver.Observer{f.watch},
 		Driver:    agent.DriverOptions{StopGrace: time.Second},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		// A held step must not keep the stop waiting.
-		f.gate.hold.Store(false)
-		close(f.gate.release)
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent run: %v", err)
-		}
-		a.Close()
-	})
+	t.Cleanup(f.gate.Open) // before the agent's stop: a held step must not keep it waiting
 	f.url = a.Addrs().API
 	return f
 }
@@ -328,57 +276,4 @@ func (f *cliFixture) submit(t *testing.T, scene, requestID string) string {
 		t.Fatalf("submit %s: %d %+v %v", scene, resp.StatusCode, rep, err)
 	}
 	return rep.MissionID
-}
-
-// gate is the step handler of the CLI tests: while hold is set each
-// attempt waits for a release.
-type gate struct {
-	hold    atomic.Bool
-	entered chan string
-	release chan struct{}
-}
-
-func (g *gate) Execute(ctx context.Context, req driver.StepRequest) (map[string]any, error) {
-	if g.hold.Load() {
-		g.entered <- req.MissionID
-		select {
-		case <-g.release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return nil, nil
-}
-
-// watcher records each mission's latest state and wakes waiters.
-type watcher struct {
-	mu     sync.Mutex
-	states map[string]driver.State
-	ch     chan struct{}
-}
-
-func (w *watcher) Observe(_ driver.Event, m *driver.Mission) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.states[m.ID] = m.State
-	close(w.ch)
-	w.ch = make(chan struct{})
-}
-
-func (w *watcher) wait(t *testing.T, id string, want driver.State) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		w.mu.Lock()
-		got, ch := w.states[id], w.ch
-		w.mu.Unlock()
-		if got == want {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("mission %s is %s, want %s", id, got, want)
-		}
-	}
 }

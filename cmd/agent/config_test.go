@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -38,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 			switch c.name {
 			case "defaults":
 			case "shipped":
-				path = repoPath(t, "configs/agent.toml")
+				path = testkit.RepoPath("configs/agent.toml")
 			default:
 				path = filepath.Join(t.TempDir(), "agent.toml")
 				writeFile(t, path, c.toml)

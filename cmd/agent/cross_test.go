@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // TestARM64BuildRunsUnderQEMU cross-compiles the agent as `make cross`
@@ -52,7 +54,7 @@ func TestARM64BuildRunsUnderQEMU(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "qemu-test") {
 		t.Fatalf("arm64 agent version: %v\n%s", err, out)
 	}
-	out, err = exec.Command(qemu, bin, "validate", "-config", repoPath(t, "configs/agent.toml")).CombinedOutput()
+	out, err = exec.Command(qemu, bin, "validate", "-config", testkit.RepoPath("configs/agent.toml")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ok:") {
 		t.Fatalf("arm64 agent validate: %v\n%s", err, out)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -29,7 +30,7 @@ func TestSIGKILLLoopWithDevicesOfOtherEcosystems(t *testing.T) {
 	h := killHome{
 		scenes: []string{"go_home", "leave_home"},
 		start: func(e *testEnv, url string) {
-			hc, err := simulator.LoadHome(repoPath(t, "configs/mixed/home.toml"))
+			hc, err := simulator.LoadHome(testkit.RepoPath("configs/mixed/home.toml"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,7 +44,7 @@ func TestSIGKILLLoopWithDevicesOfOtherEcosystems(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = home.Close() })
-			e.devices, e.scenes, e.ackTimeout = repoPath(t, "configs/mixed/devices.toml"), repoPath(t, "configs/mixed/scenes"), "2s"
+			e.devices, e.scenes, e.ackTimeout = testkit.RepoPath("configs/mixed/devices.toml"), testkit.RepoPath("configs/mixed/scenes"), "2s"
 		},
 		check: func(e *testEnv) {
 			for _, d := range home.ShellyDevices() {

@@ -12,6 +12,7 @@ import (
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -82,11 +83,7 @@ action = "unlock"
 	r := e.trigger("evening", "r-evening", nil)
 	id := r["mission_id"].(string)
 	e.waitEvent(id, func(ev agent.EventMessage) bool { return ev.Input == driver.InBeginStep && ev.Step == 0 }, 20*time.Second)
-	select {
-	case <-set:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the bulb's command never reached the bridge")
-	}
+	testkit.Receive(t, set, 10*time.Second, "the bulb's command never reached the bridge")
 	p.stop(t, syscall.SIGKILL) // the bulb has not applied it yet: it answers after 1.5 s
 	e.start()
 	e.waitState(id, driver.StateFailed, 30*time.Second)

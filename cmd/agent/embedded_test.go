@@ -9,6 +9,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -77,13 +78,13 @@ func TestEmbeddedBrokerInProcess(t *testing.T) {
 func TestSimulatedHomeStartBounded(t *testing.T) {
 	defer func(d time.Duration) { agent.HomeStartTimeout = d }(agent.HomeStartTimeout)
 	agent.HomeStartTimeout = time.Second
-	url := "tcp://" + freeAddr(t) // nothing listens there now
+	url := "tcp://" + testkit.FreeAddr(t) // nothing listens there now
 	dir := t.TempDir()
 	cfg := DefaultConfig()
 	cfg.Dir = dir
-	cfg.Devices = repoPath(t, "configs/devices.toml")
-	cfg.Scenes = repoPath(t, "configs/scenes")
-	cfg.Simulator.Home = repoPath(t, "configs/home.toml")
+	cfg.Devices = testkit.RepoPath("configs/devices.toml")
+	cfg.Scenes = testkit.RepoPath("configs/scenes")
+	cfg.Simulator.Home = testkit.RepoPath("configs/home.toml")
 	cfg.Broker.Embedded, cfg.Broker.URL = false, url
 	cfg.HTTP.Listen = ""
 	opts, err := agentOptions(cfg, newLogger(cfg.Log, io.Discard))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 )
 
@@ -59,7 +60,7 @@ type footprintAgent struct {
 
 func footprintConfig(b *testing.B, dir, dataDir string, home bool) string {
 	b.Helper()
-	goHome, err := os.ReadFile(repoPath(b, "configs/scenes/go_home.toml"))
+	goHome, err := os.ReadFile(testkit.RepoPath("configs/scenes/go_home.toml"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,13 +135,9 @@ func startFootprint(b *testing.B, cfg string) *footprintAgent {
 func (p *footprintAgent) stop(b *testing.B) {
 	b.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			b.Fatalf("agent stopped with %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		b.Fatal("agent did not stop within 60s")
+	err := testkit.Receive(b, p.exited, 60*time.Second, "agent did not stop within 60s")
+	if err != nil {
+		b.Fatalf("agent stopped with %v", err)
 	}
 }
 

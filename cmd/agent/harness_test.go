@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +24,7 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -57,12 +57,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = os.RemoveAll(dir) // a temporary directory; the result is the tests'
 	os.Exit(code)
-}
-
-// repoPath resolves a path from the repository root.
-func repoPath(t testing.TB, p string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", p)
 }
 
 // testEnv is one agent process, a broker and a simulated home in the
@@ -126,7 +120,7 @@ func newBareEnv(t *testing.T, gw string) *testEnv {
 func (e *testEnv) connect(url string) {
 	t := e.t
 	t.Helper()
-	hc, err := simulator.LoadHome(repoPath(t, "configs/home.toml"))
+	hc, err := simulator.LoadHome(testkit.RepoPath("configs/home.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +203,7 @@ format = "json"
 [driver]
 stop_grace = "5s"
 %s
-`, e.gw, filepath.Join(e.dir, "data"), cmp.Or(e.devices, repoPath(t, "configs/devices.toml")), cmp.Or(e.scenes, repoPath(t, "configs/scenes")), broker, cmp.Or(e.ackTimeout, "300ms"), extraConfig)
+`, e.gw, filepath.Join(e.dir, "data"), cmp.Or(e.devices, testkit.RepoPath("configs/devices.toml")), cmp.Or(e.scenes, testkit.RepoPath("configs/scenes")), broker, cmp.Or(e.ackTimeout, "300ms"), extraConfig)
 	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -315,8 +309,7 @@ func (e *testEnv) awaitRetained() {
 		return
 	}
 	want := len(e.home.Devices())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Until(e.t, 10*time.Second, func() error {
 		var l api.DeviceList
 		e.get("/api/devices", &l)
 		n := 0
@@ -325,14 +318,11 @@ func (e *testEnv) awaitRetained() {
 				n++
 			}
 		}
-		if n >= want {
-			return
+		if n < want {
+			return fmt.Errorf("the agent knows %d of the home's %d devices\n%s", n, want, e.proc.log())
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the agent knows %d of the home's %d devices after 10s\n%s", n, want, e.proc.log())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (p *agentProc) log() string {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/internal/cli"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // TestHelpIsUsageAndExitsZero: asking a command for help prints its own
@@ -121,7 +122,7 @@ func TestTriggerWaitExitsByHowTheMissionEnds(t *testing.T) {
 	if code, out := cli("trigger", "nope", "-wait"); code != 2 || !strings.Contains(out, "unknown_scene") {
 		t.Errorf("trigger -wait of an unknown scene: exit %d\n%s", code, out)
 	}
-	f.gate.hold.Store(true)
+	f.gate.Hold.Store(true)
 	type result struct {
 		code int
 		out  string
@@ -131,7 +132,7 @@ func TestTriggerWaitExitsByHowTheMissionEnds(t *testing.T) {
 		code, out := cli("trigger", "solo", "-wait", "-request-id", "held")
 		done <- result{code, out}
 	}()
-	id := <-f.gate.entered
+	id := <-f.gate.Entered
 	watched := make(chan result, 1)
 	go func() {
 		code, out := cli("missions", "watch", id)
@@ -140,15 +141,11 @@ func TestTriggerWaitExitsByHowTheMissionEnds(t *testing.T) {
 	if code, out := cli("missions", "cancel", id); code != 0 {
 		t.Fatalf("cancel: exit %d\n%s", code, out)
 	}
-	f.gate.release <- struct{}{}
+	f.gate.Release <- struct{}{}
 	for _, ch := range []chan result{done, watched} {
-		select {
-		case r := <-ch:
-			if r.code != 1 || !strings.Contains(r.out, "CANCELLED") {
-				t.Errorf("a cancelled mission followed: exit %d\n%s", r.code, r.out)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("no end to the wait for a cancelled mission")
+		r := testkit.Receive(t, ch, 30*time.Second, "no end to the wait for a cancelled mission")
+		if r.code != 1 || !strings.Contains(r.out, "CANCELLED") {
+			t.Errorf("a cancelled mission followed: exit %d\n%s", r.code, r.out)
 		}
 	}
 }

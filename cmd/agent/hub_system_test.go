@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -21,19 +20,9 @@ import (
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
-
-// freeAddr returns a loopback address that was free a moment ago. The hub
-// must come back on the same ports after a restart, so :0 will not do.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }() // only its port was wanted
-	return ln.Addr().String()
-}
 
 // hubProc runs the hub binary.
 type hubProc struct {
@@ -48,7 +37,7 @@ type hubProc struct {
 
 func startHubProc(t *testing.T, passwords map[string]string) *hubProc {
 	dir := t.TempDir()
-	h := &hubProc{t: t, broker: freeAddr(t), http: freeAddr(t), token: "system-test-token"}
+	h := &hubProc{t: t, broker: testkit.FreeAddr(t), http: testkit.FreeAddr(t), token: "system-test-token"}
 	var gws strings.Builder
 	for gw, pw := range passwords {
 		hash, err := hub.HashPassword(pw)
@@ -122,13 +111,9 @@ func (h *hubProc) stop() {
 	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		h.t.Fatal(err)
 	}
-	select {
-	case err := <-h.exited:
-		if err != nil {
-			h.t.Errorf("hub on SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		h.t.Fatal("hub did not stop")
+	err := testkit.Receive(h.t, h.exited, 20*time.Second, "hub did not stop")
+	if err != nil {
+		h.t.Errorf("hub on SIGTERM: %v", err)
 	}
 }
 
@@ -170,8 +155,7 @@ type hubMission struct {
 // gateway reconnects within its backoff).
 func (h *hubProc) waitOnline(gw string) {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Until(h.t, 30*time.Second, func() error { // polling an HTTP API
 		var out struct {
 			Gateways []struct {
 				ID    string `json:"id"`
@@ -181,14 +165,11 @@ func (h *hubProc) waitOnline(gw string) {
 		h.api("GET", "/api/gateways", nil, &out)
 		for _, g := range out.Gateways {
 			if g.ID == gw && g.State == "online" {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("hub never saw %s online: %+v", gw, out)
-		}
-		time.Sleep(50 * time.Millisecond) // polling an HTTP API
-	}
+		return fmt.Errorf("hub never saw %s online: %+v", gw, out)
+	})
 }
 
 // hubTrace is the hub's record of one trigger.
@@ -205,17 +186,12 @@ type hubTrace struct {
 // waitTrace waits until the hub holds n records of a gateway's trigger.
 func (h *hubProc) waitTrace(gw, requestID string, n int) hubTrace {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var tr hubTrace
-		if code := h.api("GET", "/api/gateways/"+gw+"/why/"+requestID, nil, &tr); code == http.StatusOK && len(tr.Records) >= n {
-			return tr
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("the hub has no record of %s's trigger %s", gw, requestID)
-		}
-		time.Sleep(50 * time.Millisecond) // polling an HTTP API
-	}
+	var tr hubTrace
+	testkit.Eventually(h.t, 30*time.Second, fmt.Sprintf("the hub's record of %s's trigger %s", gw, requestID), func() bool {
+		tr = hubTrace{}
+		return h.api("GET", "/api/gateways/"+gw+"/why/"+requestID, nil, &tr) == http.StatusOK && len(tr.Records) >= n
+	})
+	return tr
 }
 
 // hubMissionOf fetches one mission with its timeline.
@@ -229,17 +205,15 @@ func (h *hubProc) mission(gw, id string) (hubMission, bool) {
 // events as the agent's timeline and in state want.
 func (h *hubProc) waitMission(gw, id string, want driver.State, events int) hubMission {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		m, ok := h.mission(gw, id)
-		if ok && m.Summary.State == want && m.Events >= events {
-			return m
+	var m hubMission
+	testkit.Until(h.t, 30*time.Second, func() error { // the hub pushes no event to await here
+		var ok bool
+		if m, ok = h.mission(gw, id); !ok || m.Summary.State != want || m.Events < events {
+			return fmt.Errorf("hub: mission %s/%s is %+v, want %s with %d events", gw, id, m.Summary, want, events)
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("hub: mission %s/%s is %+v, want %s with %d events", gw, id, m.Summary, want, events)
-		}
-		time.Sleep(50 * time.Millisecond) // polling an HTTP API; the hub pushes no event to await here
-	}
+		return nil
+	})
+	return m
 }
 
 // metricsText fetches the agent's /metrics.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // kills is the SIGKILL loop's length per broker: a dozen in make test,
@@ -41,7 +42,7 @@ func TestSIGKILLLoopEveryRestartComesBack(t *testing.T) {
 		t.Skip("SIGKILLs the agent dozens of times")
 	}
 	t.Run("embedded", func(t *testing.T) { killLoop(t, brokertest.Start(t).URL(), *kills, killHome{}) })
-	t.Run("mosquitto", func(t *testing.T) { killLoop(t, startMosquitto(t).url(), *kills, killHome{}) })
+	t.Run("mosquitto", func(t *testing.T) { killLoop(t, brokertest.StartMosquitto(t, true).URL(), *kills, killHome{}) })
 }
 
 // killHome is the home a kill loop runs on: the demo home by default.
@@ -129,28 +130,24 @@ func killLoop(t *testing.T, url string, kills int, h killHome) {
 // supervisor stopping it expects.
 func TestAgentWaitsForItsBrokerAndStopsCleanly(t *testing.T) {
 	e := newBareEnv(t, "early")
-	e.writeConfig(fmt.Sprintf("embedded = false\nurl = \"tcp://%s\"\n", freeAddr(t)), "")
+	e.writeConfig(fmt.Sprintf("embedded = false\nurl = \"tcp://%s\"\n", testkit.FreeAddr(t)), "")
 	p := e.launch()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		p.mu.Lock()
-		addr := p.http
-		p.mu.Unlock()
-		var r api.Readiness
-		if addr != "" && e.get("/readyz", &r) == 503 && len(r.Reasons) == 1 && strings.HasPrefix(r.Reasons[0], "starting: devices: ") {
-			t.Logf("/readyz: %s", r.Reasons[0])
-			break
-		}
+	testkit.Until(t, 30*time.Second, func() error { // polling, as a supervisor does
 		select {
 		case err := <-p.exited:
 			t.Fatalf("agent exited while its broker was not up: %v\n%s", err, p.log())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never said the agent waits for its broker\n%s", p.log())
+		p.mu.Lock()
+		addr := p.http
+		p.mu.Unlock()
+		var r api.Readiness
+		if addr == "" || e.get("/readyz", &r) != 503 || len(r.Reasons) != 1 || !strings.HasPrefix(r.Reasons[0], "starting: devices: ") {
+			return fmt.Errorf("/readyz never said the agent waits for its broker: %+v\n%s", r, p.log())
 		}
-		time.Sleep(50 * time.Millisecond) // polling, as a supervisor does
-	}
+		t.Logf("/readyz: %s", r.Reasons[0])
+		return nil
+	})
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit %d on SIGTERM while waiting for the broker, want 0\n%s", code, p.log())
 	}

@@ -2,100 +2,12 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/broker/brokertest"
 )
-
-// mosquitto is Debian's mosquitto on a port of 127.0.0.1, keeping its
-// sessions across restarts (persistence, saved at each clean stop).
-type mosquitto struct {
-	t    *testing.T
-	bin  string
-	conf string
-	port int
-	cmd  *exec.Cmd
-}
-
-func startMosquitto(t *testing.T) *mosquitto {
-	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		bin = "/usr/sbin/mosquitto"
-		if _, serr := os.Stat(bin); serr != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("mosquitto not found (.ci/run installs it)")
-			}
-			t.Skip("mosquitto not found")
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close() // mosquitto takes the port; a race with another taker fails start, loudly
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "mosquitto.conf")
-	writeFile(t, conf, fmt.Sprintf(`listener %d 127.0.0.1
-allow_anonymous true
-user %s
-persistence true
-persistence_location %s/
-set_tcp_nodelay true
-max_queued_messages 100000
-log_dest none
-`, port, currentUser(), dir))
-	m := &mosquitto{t: t, bin: bin, conf: conf, port: port}
-	m.start()
-	t.Cleanup(func() { m.stop() })
-	return m
-}
-
-// currentUser is who mosquitto should run as: started as root it would
-// switch to its own user, which may not write the test's directory (its
-// sessions would then not be saved across restarts).
-func currentUser() string {
-	if u, err := user.Current(); err == nil {
-		return u.Username
-	}
-	return "root"
-}
-
-func (m *mosquitto) url() string { return fmt.Sprintf("tcp://127.0.0.1:%d", m.port) }
-
-func (m *mosquitto) start() {
-	m.t.Helper()
-	m.cmd = exec.Command(m.bin, "-c", m.conf)
-	if err := m.cmd.Start(); err != nil {
-		m.t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", m.port)); err == nil {
-			_ = c.Close() // only probing that it listens
-			return
-		}
-		if time.Now().After(deadline) {
-			m.t.Fatal("mosquitto does not listen after 10s")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a port; it has no event
-	}
-}
-
-// stop stops it cleanly (it saves its sessions) and waits for its exit.
-func (m *mosquitto) stop() {
-	if m.cmd == nil || m.cmd.Process == nil || m.cmd.ProcessState != nil {
-		return
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	_ = m.cmd.Wait() // its exit status after SIGTERM says nothing more
-}
 
 // TestMosquittoRestartsLoseNoTrigger: with Debian's mosquitto as the
 // broker, restarted 20 times while an app publishes a trigger every 50 ms
@@ -107,22 +19,22 @@ func TestMosquittoRestartsLoseNoTrigger(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a broker 20 times")
 	}
-	mq := startMosquitto(t)
+	mq := brokertest.StartMosquitto(t, true)
 	e := newBareEnv(t, "mq")
-	e.connect(mq.url())
-	e.writeConfig(fmt.Sprintf("embedded = false\nurl = %q\n", mq.url()), "")
+	e.connect(mq.URL())
+	e.writeConfig(fmt.Sprintf("embedded = false\nurl = %q\n", mq.URL()), "")
 	e.start()
 
-	app := newTriggerApp(t, mq.url(), "mq")
+	app := newTriggerApp(t, mq.URL(), "mq")
 	app.flow(50 * time.Millisecond)
 	for i := range 20 {
 		time.Sleep(300 * time.Millisecond) // triggers flow between restarts
-		mq.stop()
+		mq.Stop()
 		// The broker is down a moment, sometimes long enough for the
 		// agent's reconnection to back off past its return: triggers then
 		// reach a broker the agent is not connected to.
 		time.Sleep(time.Duration(100+400*(i%4)) * time.Millisecond)
-		mq.start()
+		mq.Start()
 	}
 	time.Sleep(500 * time.Millisecond) // a last stretch with the broker up
 	ids := app.halt()

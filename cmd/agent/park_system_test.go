@@ -12,6 +12,7 @@ import (
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
@@ -54,25 +55,20 @@ func TestSIGKILLWithHundredsParked(t *testing.T) {
 	// (QoS 0, and it drops events when hundreds of missions move at once,
 	// as here after the restart), the store is the record.
 	left := append([]string(nil), ids...)
-	deadline := time.Now().Add(60 * time.Second)
-	for len(left) > 0 {
+	testkit.Until(t, 60*time.Second, func() error { // polling another process's API
 		var rest []string
+		var d api.MissionDetail
 		for _, id := range left {
-			var d api.MissionDetail
 			if code := e.get("/api/missions/"+id, &d); code != 200 || d.Mission == nil || d.Mission.State != driver.StateSucceeded {
 				rest = append(rest, id)
 			}
 		}
-		left = rest
-		if len(left) > 0 && time.Now().After(deadline) {
-			var d api.MissionDetail
+		if left = rest; len(left) > 0 {
 			e.get("/api/missions/"+left[0], &d)
-			t.Fatalf("%d missions not SUCCEEDED 60 s after the restart, e.g. %s: %+v", len(left), left[0], d.Mission)
+			return fmt.Errorf("%d missions not SUCCEEDED after the restart, e.g. %s: %+v", len(left), left[0], d.Mission)
 		}
-		if len(left) > 0 {
-			time.Sleep(50 * time.Millisecond) // polling another process's API
-		}
-	}
+		return nil
+	})
 	for _, l := range lights {
 		d := e.device(l)
 		if c := d.Counters(); c.Applied != perLight {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // readyConfig writes an agent config as a gateway runs it (the embedded
@@ -31,7 +33,7 @@ listen = %q
 [log]
 format = "json"
 level = "warn"
-`, dataDir, repoPath(b, "configs/devices.toml"), repoPath(b, "configs/scenes"), loopbackAddr(b), api))
+`, dataDir, testkit.RepoPath("configs/devices.toml"), testkit.RepoPath("configs/scenes"), loopbackAddr(b), api))
 	return cfg, api
 }
 

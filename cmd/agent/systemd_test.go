@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sortie-edge/sortie/internal/clustertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // The shipped systemd units are valid for systemd itself (every key
@@ -22,7 +23,7 @@ func TestSystemdUnits(t *testing.T) {
 		}
 		t.Skip("systemd-analyze not found")
 	}
-	units, err := filepath.Glob(repoPath(t, "configs/systemd") + "/*")
+	units, err := filepath.Glob(testkit.RepoPath("configs/systemd") + "/*")
 	if err != nil || len(units) != 5 {
 		t.Fatalf("units %v (%v), want the agent, the backup service and its timer, the hub and a NATS node", units, err)
 	}
@@ -54,7 +55,7 @@ func TestSystemdUnits(t *testing.T) {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 	// The service's own pre-start check, on the shipped config.
-	if out, err := exec.Command(agentBin, "validate", "-config", repoPath(t, "configs/agent.toml")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(agentBin, "validate", "-config", testkit.RepoPath("configs/agent.toml")).CombinedOutput(); err != nil {
 		t.Fatalf("agent validate: %v\n%s", err, out)
 	}
 }

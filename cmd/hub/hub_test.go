@@ -7,13 +7,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/cli"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -191,7 +190,7 @@ type runningHub struct {
 	http, broker string
 	cancel       func()
 	done         chan int
-	logs         *syncBuffer
+	logs         *testkit.SyncBuffer
 }
 
 // startHub runs the hub with config p until the test ends.
@@ -203,7 +202,7 @@ func startHub(t *testing.T, p string) *runningHub {
 	t.Cleanup(func() { onListening = nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h := &runningHub{cancel: cancel, done: make(chan int, 1), logs: &syncBuffer{}}
+	h := &runningHub{cancel: cancel, done: make(chan int, 1), logs: &testkit.SyncBuffer{}}
 	go func() {
 		h.done <- run(ctx, []string{"run", "-config", p, "-http", "127.0.0.1:0", "-broker-listen", "127.0.0.1:0", "-log-format", "json"}, nil, h.logs, h.logs)
 	}()
@@ -285,25 +284,6 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for logs written from many goroutines
-// (mochi's listener logs even after Close returns).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestStartingHubAnswersWhy: while the store is awaited, /healthz is a
 // 503 saying what the hub waits for (the error itself to a request with
 // the token only), and the API a JSON error, never a refused connection
@@ -335,12 +315,7 @@ func TestStartingHubAnswersWhy(t *testing.T) {
 // not up yet answers /healthz with a 503 saying so, rather than refusing
 // connections, and a stop while it waits is a clean exit.
 func TestHubListensWhileWaitingForPostgreSQL(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // serve binds it; a race with another process fails below
+	addr := testkit.FreeAddr(t) // serve binds it; a race with another process fails below
 	cfg := DefaultConfig()
 	cfg.HTTP.Listen, cfg.HTTP.Token = addr, "0123456789abcdef0123"
 	cfg.Cluster.Enabled, cfg.Cluster.NATS, cfg.Cluster.NATSPassword = true, "nats://127.0.0.1:1", "x"

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,22 +22,11 @@ import (
 	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/bundle/check"
 	"github.com/sortie-edge/sortie/hub"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
 var hubKills = flag.Int("hub-kills", 4, "SIGKILLs of the hub during TestSIGKILLOfTheHubMidRollout")
-
-// freePort is a port free a moment ago: the hub's listeners must keep
-// their addresses across its restarts, for the gateways to come back.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
-}
 
 // lightsBundle is configs/devices.toml and one scene turning the
 // living-room light on (and, with kitchen, the kitchen's).
@@ -65,7 +53,7 @@ type hubProcess struct {
 	bin, cfg   string
 	httpAddr   string
 	cmd        *exec.Cmd
-	logs       *syncBuffer
+	logs       *testkit.SyncBuffer
 	starts     int
 	token      string
 	httpClient *http.Client
@@ -133,7 +121,7 @@ func TestSIGKILLOfTheHubMidRollout(t *testing.T) {
 		t.Fatalf("build the hub: %v", err)
 	}
 	gws := []string{"gw-0", "gw-1", "gw-2", "gw-3", "gw-4", "gw-5"}
-	brokerAddr, httpAddr := freePort(t), freePort(t)
+	brokerAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "data_dir = %q\n[http]\nlisten = %q\ntoken = \"0123456789abcdef\"\n[broker]\nlisten = %q\n[log]\nlevel = \"warn\"\n[gateways]\n",
 		filepath.Join(dir, "data"), httpAddr, brokerAddr)
@@ -148,7 +136,7 @@ func TestSIGKILLOfTheHubMidRollout(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &hubProcess{t: t, bin: bin, cfg: cfgPath, httpAddr: httpAddr, logs: &syncBuffer{}, token: "0123456789abcdef",
+	h := &hubProcess{t: t, bin: bin, cfg: cfgPath, httpAddr: httpAddr, logs: &testkit.SyncBuffer{}, token: "0123456789abcdef",
 		httpClient: &http.Client{Timeout: 5 * time.Second}}
 	h.start()
 	t.Cleanup(h.kill)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sortie-edge/sortie/internal/clustertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // Three nodes form one cluster: every node sees a JetStream meta group
@@ -213,13 +214,9 @@ func TestMQTTAcrossTheCluster(t *testing.T) {
 		mqttPublish(t, hub, "sortie/gw1/control", 1, "from MQTT")
 		want := map[string]byte{"from NATS": 0, "from MQTT": 1}
 		for range want {
-			select {
-			case m := <-got:
-				if q, ok := want[string(m.Payload())]; !ok || m.Qos() != q {
-					t.Errorf("got %q at QoS %d; want %v", m.Payload(), m.Qos(), want)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the MQTT subscriber on n2 got too little")
+			m := testkit.Receive(t, got, 10*time.Second, "the MQTT subscriber on n2 got too little")
+			if q, ok := want[string(m.Payload())]; !ok || m.Qos() != q {
+				t.Errorf("got %q at QoS %d; want %v", m.Payload(), m.Qos(), want)
 			}
 		}
 		mc.Disconnect(100)
@@ -561,8 +558,7 @@ func makeLeader(ctx context.Context, t *testing.T, nc *nats.Conn, s jetstream.St
 // subscription to sub made on another node.
 func waitInterest(t *testing.T, n *clustertest.Node, sub string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, n.Name+"'s remote interest in "+sub, func() bool {
 		var routez struct {
 			Routes []struct {
 				Subs []string `json:"subscriptions_list"`
@@ -571,14 +567,11 @@ func waitInterest(t *testing.T, n *clustertest.Node, sub string) {
 		getJSON(t, n.MonitorURL()+"/routez?subs=1", &routez)
 		for _, r := range routez.Routes {
 			if slices.Contains(r.Subs, sub) {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no remote interest in %s", n.Name, sub)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 // mqttConsumers is the number of consumers of the MQTT delivery stream.
@@ -612,17 +605,12 @@ func mqttConsumers(t *testing.T, c *clustertest.NATS) int {
 // waitConsumers waits until the MQTT delivery stream has want consumers.
 func waitConsumers(t *testing.T, c *clustertest.NATS, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := mqttConsumers(t, c)
-		if n == want {
-			return
+	testkit.Until(t, 10*time.Second, func() error {
+		if n := mqttConsumers(t, c); n != want {
+			return fmt.Errorf("$MQTT_msgs consumers = %d, want %d", n, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("$MQTT_msgs consumers = %d, want %d", n, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // mqttConnect connects a paho client to node n, with a clean session

@@ -21,6 +21,7 @@ import (
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/fleetsim"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 var benchGateways = flag.Int("fleet-gateways", 1000, "gateways of BenchmarkFleet (the issue's scale: 10000)")
@@ -130,7 +131,7 @@ func BenchmarkFleet(b *testing.B) {
 // process's usual limit of open files.
 func rawConnect(b *testing.B, ids []string) time.Duration {
 	b.Helper()
-	addr := freePort(b)
+	addr := testkit.FreeAddr(b)
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
 	cmd.Env = append(os.Environ(), bareBrokerEnv+"="+addr)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -3,99 +3,28 @@ package fleetsim_test
 import (
 	"context"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/internal/fleetsim"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/uplink"
 )
-
-// manualClock is a driver.Clock that moves only when told: timers due
-// by Advance run on the caller's goroutine, in time order.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2026, 12, 6, 20, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &manualTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-// Advance moves the clock by d and runs the timers that come due.
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
-		var due *manualTimer
-		for i, t := range c.timers {
-			if t.stopped {
-				continue
-			}
-			if !t.at.After(end) {
-				due = t
-				c.timers = slices.Delete(c.timers, i, i+1)
-			}
-			break
-		}
-		if due == nil {
-			c.timers = slices.DeleteFunc(c.timers, func(t *manualTimer) bool { return t.stopped })
-			c.now = end
-			c.mu.Unlock()
-			return
-		}
-		due.stopped = true
-		c.now = due.at
-		c.mu.Unlock()
-		due.f()
-	}
-}
 
 // rig is a fleet and the hub's side, on one broker on 127.0.0.1.
 type rig struct {
 	t     *testing.T
 	hub   *recorder
 	fleet *fleetsim.Fleet
-	clock *manualClock
+	clock *testkit.Clock
 }
 
 func startRig(t *testing.T, o fleetsim.Options, faults map[string]fleetsim.Fault) *rig {
 	t.Helper()
 	b := brokertest.Start(t)
-	r := &rig{t: t, hub: newRecorder(t, b.URL()), clock: newManualClock()}
+	r := &rig{t: t, hub: newRecorder(t, b.URL()), clock: testkit.NewClock(time.Date(2026, 12, 6, 20, 0, 0, 0, time.UTC))}
 	o.Broker, o.Clock = b.URL(), r.clock
 	if o.Soak == 0 {
 		o.Soak = time.Minute

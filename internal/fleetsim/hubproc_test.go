@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/broker/passwd"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -84,17 +84,6 @@ func gatewayPassword(id string) string { return "pw-" + id + "-long-enough" }
 // is measured here; BenchmarkFleetConnect reports it apart.
 const hashIterations = 1000
 
-func freePort(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close() // free again for the hub to take
-	return addr
-}
-
 // startHub runs the hub for gateways ids and waits until its broker and
 // API answer.
 func startHub(tb testing.TB, ids []string, iterations int) *hubProc {
@@ -102,7 +91,7 @@ func startHub(tb testing.TB, ids []string, iterations int) *hubProc {
 	bin := buildHub(tb)
 	dir := tb.TempDir()
 	var conf strings.Builder
-	brokerAddr, apiAddr := freePort(tb), freePort(tb)
+	brokerAddr, apiAddr := testkit.FreeAddr(tb), testkit.FreeAddr(tb)
 	h := &hubProc{tb: tb, broker: "tcp://" + brokerAddr, api: "http://" + apiAddr, token: "fleetsim-bench-token"}
 	fmt.Fprintf(&conf, "data_dir = %q\n[broker]\nlisten = %q\n[http]\nlisten = %q\ntoken = %q\n[log]\nlevel = \"warn\"\n[gateways]\n",
 		filepath.Join(dir, "data"), brokerAddr, apiAddr, h.token)

@@ -18,28 +18,14 @@ import (
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/internal/mqttc"
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // wait bounds every wait for something the test caused.
 const wait = 10 * time.Second
 
 // logBuf is a log that tests read while the client writes it.
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testkit.SyncBuffer }
 
 func (l *logBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
@@ -98,18 +84,6 @@ func (in inbox) expect(t *testing.T, want string) {
 	}
 }
 
-func await[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(wait):
-		t.Fatalf("no %s within %v", what, wait)
-		var zero T
-		return zero
-	}
-}
-
 // TestSubscriptionSurvivesBrokerRestart: a broker that restarts with no
 // memory of the client gets its subscription again; the loss and the
 // return are logged once each, with the broker's address.
@@ -128,14 +102,14 @@ func TestSubscriptionSurvivesBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	connect(t, c)
-	await(t, ups, "first connection")
+	testkit.Receive(t, ups, wait, "first connection")
 	if err := b.Publish("t/1", []byte("before"), false, 1); err != nil {
 		t.Fatal(err)
 	}
 	in.expect(t, "t/1 before")
 
 	_ = b.Close() // closed again, harmlessly, by the cleanup
-	if err := await(t, losses, "loss"); err == nil {
+	if err := testkit.Receive(t, losses, wait, "loss"); err == nil {
 		t.Error("a loss reported without its reason")
 	}
 	if c.Connected() {
@@ -146,7 +120,7 @@ func TestSubscriptionSurvivesBrokerRestart(t *testing.T) {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = b2.Close() })
-	await(t, ups, "reconnection")
+	testkit.Receive(t, ups, wait, "reconnection")
 	if err := b2.Publish("t/1", []byte("after"), false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +152,9 @@ func TestFailedAttemptsLoggedOnce(t *testing.T) {
 		OnConnectionLost: func(err error) { losses <- err },
 	})
 	connect(t, c)
-	await(t, ups, "first connection")
+	testkit.Receive(t, ups, wait, "first connection")
 	_ = b.Close()
-	if err := await(t, losses, "loss"); err == nil {
+	if err := testkit.Receive(t, losses, wait, "loss"); err == nil {
 		t.Error("a loss reported without its reason")
 	}
 
@@ -208,7 +182,7 @@ func TestFailedAttemptsLoggedOnce(t *testing.T) {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = b2.Close() })
-	await(t, ups, "reconnection")
+	testkit.Receive(t, ups, wait, "reconnection")
 
 	if n := len(logs.lines("cannot connect to the broker; retrying")); n != 1 {
 		t.Errorf("failed attempts logged %d times, want once:\n%s", n, logs.String())
@@ -318,17 +292,12 @@ func TestCloseBoundedWithSilentBroker(t *testing.T) {
 // TestConnectBoundedByContext: with no broker, Connect retries until its
 // context ends and then says why the last attempt failed.
 func TestConnectBoundedByContext(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // a port with nothing behind it
+	addr := testkit.FreeAddr(t) // a port with nothing behind it
 	var logs logBuf
 	c := newClient(t, mqttc.Options{Broker: "tcp://" + addr, Logger: logs.logger()})
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	err = c.Connect(ctx)
+	err := c.Connect(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("Connect = %v, want the deadline and the last attempt's refusal", err)
 	}
@@ -357,7 +326,7 @@ func TestOnceAbortPublishesWill(t *testing.T) {
 	})
 	connect(t, c)
 	c.Abort()
-	if err := await(t, losses, "loss after Abort"); err == nil {
+	if err := testkit.Receive(t, losses, wait, "loss after Abort"); err == nil {
 		t.Error("a loss reported without its reason")
 	}
 	wills.expect(t, "will/dev offline")
