@@ -1,6 +1,7 @@
 package devices
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -153,9 +154,7 @@ func (a *admission) device(id string) *gate {
 		if link != "" {
 			l := a.links[link]
 			if l == nil {
-				cfg := a.reg.Links[link]
-				burst := float64(max(cfg.Burst, 1))
-				l = &gate{max: cfg.MaxInFlight, rate: cfg.Rate, burst: burst, tokens: burst, last: a.now()}
+				l = a.linkGate(a.reg.Links[link])
 				a.links[link] = l
 			}
 			g.link = l
@@ -163,6 +162,56 @@ func (a *admission) device(id string) *gate {
 		}
 	}
 	return g
+}
+
+// setRegistry makes the limits of reg those of the turns granted from
+// now on. A device keeps its commands in flight and its queue; each
+// link's gate is made anew from reg, counting the commands in flight on
+// its devices (a link reg keeps keeps its tokens).
+func (a *admission) setRegistry(reg *Registry) {
+	a.mu.Lock()
+	old := a.links
+	a.reg, a.links = reg, map[string]*gate{}
+	for _, l := range old {
+		if l.timer != nil {
+			l.timer.Stop()
+			l.timer = nil
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.devs)) {
+		g := a.devs[id]
+		n, link := reg.Limits(id)
+		g.max, g.link = n, nil
+		if link == "" {
+			continue
+		}
+		l := a.links[link]
+		if l == nil {
+			l = a.linkGate(reg.Links[link])
+			if was := old[link]; was != nil && was.rate == l.rate && was.burst == l.burst {
+				l.tokens, l.last = was.tokens, was.last
+			}
+			a.links[link] = l
+		}
+		g.link = l
+		l.devs = append(l.devs, g)
+		l.used += g.used
+	}
+	for _, w := range a.waiting {
+		_, w.link = reg.Limits(w.device)
+	}
+	var woken []string
+	for _, id := range slices.Sorted(maps.Keys(a.devs)) {
+		woken = append(woken, a.pumpLocked(a.devs[id])...)
+	}
+	a.mu.Unlock()
+	a.wakeAll(woken, "")
+}
+
+// linkGate is a new gate for a link, its bucket full.
+func (a *admission) linkGate(cfg *Link) *gate {
+	burst := float64(max(cfg.Burst, 1))
+	return &gate{max: cfg.MaxInFlight, rate: cfg.Rate, burst: burst, tokens: burst, last: a.now()}
 }
 
 func (a *admission) linkOf(device string) string {

@@ -182,6 +182,45 @@ func (a *announced) update(topic string, fs []adapter.Found) {
 	}
 }
 
+// rebase compares what is announced now with reg, a registry that
+// replaced the one a was made with, and reports the differences that
+// appear: an announced device reg does not name. A device reg names
+// stops being reported as new; one it no longer names is not reported
+// gone.
+func (a *announced) rebase(reg *Registry) {
+	registered := make(map[string]string)
+	for _, d := range reg.Devices {
+		if d.Protocol != "" && d.Protocol != ProtocolSortie {
+			registered[d.Protocol+" "+d.Address] = d.ID
+		}
+	}
+	a.mu.Lock()
+	a.registered = registered
+	for k, ch := range a.changes {
+		if _, ok := registered[k]; ok != ch.Gone || ok && ch.Device != registered[k] {
+			delete(a.changes, k)
+		}
+	}
+	var out []Announcement
+	for _, topic := range slices.Sorted(maps.Keys(a.byTopic)) {
+		for _, f := range a.byTopic[topic] {
+			k := f.Protocol + " " + f.Address
+			if _, ok := registered[k]; ok || len(a.changes) >= maxFound {
+				continue
+			}
+			if _, said := a.changes[k]; !said {
+				ch := Announcement{Found: f, Since: a.now()}
+				a.changes[k] = ch
+				out = append(out, ch)
+			}
+		}
+	}
+	a.mu.Unlock()
+	for _, ch := range out {
+		a.notify(ch)
+	}
+}
+
 // list is what differs now, devices not in the registry first.
 func (a *announced) list() []Announcement {
 	a.mu.Lock()
@@ -241,7 +280,7 @@ func (a *announced) current() ([]adapter.Found, []string) {
 // first connection when the registry names a device of another
 // ecosystem (otherwise from the first Discover).
 func (c *Client) followAnnouncements() error {
-	if len(c.ecos) == 0 {
+	if len(c.eco.Load().ecos) == 0 {
 		return nil
 	}
 	return c.startAnnouncements()
@@ -255,11 +294,60 @@ func (c *Client) startAnnouncements() error {
 	if c.ann != nil {
 		return nil
 	}
-	decoders, err := announcers(c.opts.Registry)
+	ann, subs, filters, err := c.watchAnnouncements(c.eco.Load().reg)
 	if err != nil {
 		return err
 	}
-	ann := newAnnounced(c.opts.Registry, func(an Announcement) {
+	c.ann, c.annSubs, c.annFilters = ann, subs, filters
+	return nil
+}
+
+// rewatchAnnouncements compares what is announced with reg, which now
+// runs: in place when reg reads the same topics, else by a new watch
+// whose subscriptions replay what is announced, the old one ended once
+// the new one is in place. Caller holds swapMu.
+func (c *Client) rewatchAnnouncements(reg *Registry) error {
+	c.annMu.Lock()
+	defer c.annMu.Unlock()
+	if c.ann == nil {
+		if len(c.eco.Load().ecos) == 0 {
+			return nil
+		}
+		ann, subs, filters, err := c.watchAnnouncements(reg)
+		if err != nil {
+			return err
+		}
+		c.ann, c.annSubs, c.annFilters = ann, subs, filters
+		return nil
+	}
+	decoders, err := announcers(reg)
+	if err != nil {
+		return err
+	}
+	if slices.Equal(slices.Sorted(maps.Keys(decoders)), c.annFilters) {
+		c.ann.rebase(reg)
+		return nil
+	}
+	ann, subs, filters, err := c.watchAnnouncements(reg)
+	if err != nil {
+		return err
+	}
+	old := c.annSubs
+	c.ann, c.annSubs, c.annFilters = ann, subs, filters
+	for _, cancel := range old {
+		cancel()
+	}
+	return nil
+}
+
+// watchAnnouncements subscribes a new watch of the announcements,
+// compared with reg.
+func (c *Client) watchAnnouncements(reg *Registry) (*announced, []func(), []string, error) {
+	decoders, err := announcers(reg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ann := newAnnounced(reg, func(an Announcement) {
 		switch {
 		case an.Gone:
 			c.log.Warn("a device of the registry is no longer announced by its ecosystem", "device", an.Device,
@@ -274,7 +362,9 @@ func (c *Client) startAnnouncements() error {
 			c.opts.OnAnnouncement(an)
 		}
 	})
-	for _, filter := range slices.Sorted(maps.Keys(decoders)) {
+	filters := slices.Sorted(maps.Keys(decoders))
+	var subs []func()
+	for _, filter := range filters {
 		decode := decoders[filter]
 		// Optional: an agent whose broker does not let it read the
 		// announcements still drives its devices.
@@ -293,14 +383,14 @@ func (c *Client) startAnnouncements() error {
 			ann.update(topic, fs)
 		})
 		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", filter, err)
+			for _, cancel := range subs {
+				cancel()
+			}
+			return nil, nil, nil, fmt.Errorf("subscribe %s: %w", filter, err)
 		}
-		c.mu.Lock()
-		c.unsub = append(c.unsub, cancel)
-		c.mu.Unlock()
+		subs = append(subs, cancel)
 	}
-	c.ann = ann
-	return nil
+	return ann, subs, filters, nil
 }
 
 // Announced lists the differences between what the ecosystems announce
