@@ -33,7 +33,8 @@ const (
 	ReasonInvalid           = "invalid"            // a file does not validate ("agent validate"'s rules)
 	ReasonValidationTimeout = "validation_timeout" // validating took longer than the gateway allows
 	ReasonAgentTooOld       = "agent_too_old"      // the bundle's min_agent is newer than the agent
-	ReasonRegistryChanged   = "registry_changed"   // the device registry differs; it changes only at a restart
+	ReasonRegistryChanged   = "registry_changed"   // the registry changes what the embedded broker's access rules took at start
+	ReasonRegistryRefused   = "registry_refused"   // the device layer could not take the registry (a subscription refused)
 	ReasonStorage           = "storage"            // the gateway could not stage it on disk
 	ReasonDevicesSilent     = "devices_silent"     // devices its changed scenes use did not answer in the soak
 	ReasonMissionFailed     = "mission_failed"     // a mission of a changed scene failed in the soak
