@@ -133,6 +133,30 @@ func TestSetRegistryMovesATasmotaDeviceToItsNewTopic(t *testing.T) {
 	}
 }
 
+// A command in flight when its device moves to another topic is
+// confirmed as it was sent: by what the device says on the old topic.
+func TestSetRegistryConfirmsACommandInFlightOnTheTopicItWasSentTo(t *testing.T) {
+	r, lamp, _ := newTasmotaRig(t, func(l, _ *simulator.TasmotaConfig) { l.Delay = 400 * time.Millisecond })
+	req := z2mCommand(t, "c1", "desk-lamp", "turn_on", map[string]any{"brightness": 55}, 1)
+	_, err := r.kinds[devices.KindCommand].Execute(t.Context(), req)
+	var pe *driver.PendingError
+	if !errors.As(err, &pe) {
+		t.Fatalf("turn_on: %v, want it parked on its ack", err)
+	}
+	if err := r.h.SetRegistry(parseReg(t, strings.Replace(tasmotaRegistry, "tasmota_5E1A2B", "tasmota_C0FFEE", 1))); err != nil {
+		t.Fatal(err)
+	}
+	req.Resume = &driver.Parked{Key: pe.Key, Until: pe.Until, Note: pe.Note, Out: pe.Out, Since: time.Now()}
+	req.Resume.Woken = r.wakes.await(pe.Key, pe.Until)
+	out, err := r.run(t, devices.KindCommand, req)
+	if err != nil {
+		t.Fatalf("the command in flight during the move: %v", err)
+	}
+	if st := out["state"].(map[string]any); st["brightness"] != int64(55) || lamp.Dimmer() != 55 {
+		t.Errorf("state %v, the lamp at %d", st, lamp.Dimmer())
+	}
+}
+
 // A device the new registry removes: its next step fails permanently,
 // naming it unknown, and its turn is not kept.
 func TestSetRegistryRemovedDeviceFailsItsNextStepPermanently(t *testing.T) {
@@ -167,4 +191,14 @@ func TestSetRegistryOnAClosedClientChangesNothing(t *testing.T) {
 	if r.client.Registry() != before {
 		t.Error("the registry changed")
 	}
+}
+
+// TestSetRegistryInProcess runs the swaps with the client on the broker
+// in process, as the agent with its embedded broker runs them.
+func TestSetRegistryInProcess(t *testing.T) {
+	inProcess = true
+	defer func() { inProcess = false }()
+	t.Run("AddsAZigbee2MQTTDevice", TestSetRegistryAddsAZigbee2MQTTDeviceWithoutLosingACommandInFlight)
+	t.Run("MovesATasmotaDevice", TestSetRegistryMovesATasmotaDeviceToItsNewTopic)
+	t.Run("RemovedDevice", TestSetRegistryRemovedDeviceFailsItsNextStepPermanently)
 }

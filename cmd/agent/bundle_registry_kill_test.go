@@ -65,7 +65,7 @@ func TestSIGKILLDuringARegistrySwapLeavesTheOldOrTheNewRegistry(t *testing.T) {
 		}
 		// A random moment of the apply, not a synchronisation: the kill
 		// lands before, during or after the swap.
-		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
 		p.stop(t, syscall.SIGKILL)
 		_ = cmd.Wait() // killed with its agent, or answered: the restart says what runs
 		p = e.start()
