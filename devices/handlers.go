@@ -587,9 +587,15 @@ func (h *Handlers) Restore(ctx context.Context, req driver.StepRequest) (map[str
 	if p.Device == "" {
 		return nil, driver.PermanentError(CodeBadStep, errors.New("restore: no device in params or forward outputs"))
 	}
+	reg := h.reg.Load()
+	if _, ok := reg.Device(p.Device); !ok {
+		// Removed by a registry swapped in since the forward step: its
+		// undo cannot go, and says so rather than "nothing to restore".
+		return nil, h.checkWith(reg, CommandParams{Device: p.Device, Action: SetAction})
+	}
 	prior, _ := req.Forward["prior_state"].(map[string]any)
 	set := make(map[string]any, len(prior))
-	for _, k := range h.reg.Load().Settable(p.Device) {
+	for _, k := range reg.Settable(p.Device) {
 		if v, ok := prior[k]; ok {
 			set[k] = v
 		}

@@ -173,6 +173,11 @@ address = "Front door"
 	if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "unknown device") {
 		t.Fatalf("command to the removed lock: %v, want a permanent unknown device", err)
 	}
+	undo := driver.StepRequest{MissionID: "m-d0", IdempotencyKey: "d0-undo", Attempt: 1, Compensating: true,
+		Params: mustJSON(t, map[string]any{"device": "door"}), Forward: map[string]any{"device": "door", "prior_state": map[string]any{"locked": false}}}
+	if _, err := r.run(t, devices.KindRestore, undo); !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "unknown device") {
+		t.Fatalf("undo on the removed lock: %v, want a permanent unknown device", err)
+	}
 	if r.bridge.Sets() != 0 {
 		t.Errorf("the bridge got %d commands", r.bridge.Sets())
 	}
