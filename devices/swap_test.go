@@ -186,6 +186,27 @@ address = "Front door"
 	}
 }
 
+// A broker that refuses what the new registry's devices need fails the
+// swap, and the client runs on as before.
+func TestSetRegistryThatTheBrokerRefusesChangesNothing(t *testing.T) {
+	b := brokertest.StartACL(t, "agent", "pw", func(topic string, _ bool) bool { return !strings.HasPrefix(topic, "forbidden") })
+	w := newWakes()
+	c := dial(t, b, func(o *devices.Options) {
+		o.Username, o.Password, o.OnChange, o.Registry, o.AckTimeout = "agent", "pw", w.wake, parseReg(t, tasmotaRegistry), time.Second
+	})
+	before := c.Registry()
+	err := c.SetRegistry(parseReg(t, z2mRegistry+"\n[protocols.zigbee2mqtt]\nbase_topic = \"forbidden\"\n"))
+	if !errors.Is(err, devices.ErrSwap) {
+		t.Fatalf("swap the broker refuses: %v, want ErrSwap", err)
+	}
+	if c.Registry() != before || c.Speaks("hall-bulb") || !c.Speaks("desk-lamp") {
+		t.Fatal("the refused swap changed the registry")
+	}
+	if !c.Connected() {
+		t.Fatal("the refused swap took the connection down")
+	}
+}
+
 func TestSetRegistryOnAClosedClientChangesNothing(t *testing.T) {
 	r := newEcoRig(t, nil, z2mRegistry)
 	before := r.client.Registry()
