@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -364,6 +365,21 @@ func sameRegistry(lc *liveConfig, set *check.Set) bool {
 	return string(have) == string(want)
 }
 
+// devicesChanged lists the devices of next whose entry, type, link or
+// ecosystem settings differ from prev's, or that prev lacks.
+func devicesChanged(prev, next *devices.Registry) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range next.Devices {
+		o, ok := prev.Device(d.ID)
+		if !ok || !reflect.DeepEqual(o, d) || !reflect.DeepEqual(prev.Types[o.Type], next.Types[d.Type]) ||
+			!reflect.DeepEqual(prev.Links[o.Link], next.Links[d.Link]) ||
+			!reflect.DeepEqual(prev.Protocols[o.Protocol], next.Protocols[d.Protocol]) {
+			out[d.ID] = true
+		}
+	}
+	return out
+}
+
 // swapBack gives the device layer back the registry of back, when from
 // ran another one.
 func (c *configs) swapBack(from, back *liveConfig) {
@@ -424,11 +440,17 @@ func (c *configs) startTrial(old, lc *liveConfig, soak time.Duration, fromHub bo
 	t := &trial{soakEnd: now.Add(soak), confirmBy: now.Add(soak + c.o.Confirm), fromHub: fromHub,
 		changed: map[string]bool{}, missions: map[string]bool{}}
 	devs := map[string]bool{}
+	// A scene whose file did not change but whose devices did (a new
+	// address, type, link) is on trial as much as an edited one.
+	var redone map[string]bool
+	if !sameRegistry(old, lc.set) {
+		redone = devicesChanged(old.set.Registry, lc.set.Registry)
+	}
 	for _, name := range lc.set.Catalog.Names() {
 		info, _ := lc.set.Catalog.Scene(name)
 		data, _ := lc.set.Bundle.File(info.File)
 		before, ok := old.set.Bundle.File(info.File)
-		if ok && string(before) == string(data) {
+		if ok && string(before) == string(data) && !slices.ContainsFunc(lc.set.Catalog.Devices(name), func(d string) bool { return redone[d] }) {
 			if _, had := old.set.Catalog.Scene(name); had {
 				continue
 			}

@@ -236,3 +236,33 @@ func mustBundle(t testing.TB, registry string, sceneFiles map[string]string) *bu
 	}
 	return b
 }
+
+// A bundle that changes only the registry puts the scenes using the
+// devices it changed on trial: a Tasmota topic nobody answers on is
+// silent by the end of the soak, and the revert puts the old topic back.
+func TestRegistryOnlyBundleWatchesTheScenesOfTheDevicesItChanged(t *testing.T) {
+	scenes := map[string]string{"desk.toml": turnOn("desk", "desk-lamp", 30), "slow.toml": slowV1}
+	v1 := registryBundle(t, strings.Replace(deskDevice, "%s", "tasmota_OLD", 1), scenes)
+	r := startBundleRig(t, t.TempDir(), v1, nil)
+	lamp, err := simulator.StartTasmota(t.Context(), simulator.TasmotaConfig{Conn: simulator.Conn{Broker: r.a.broker.URL()},
+		Topic: "tasmota_OLD", Kind: "dimmer", WiFiFaults: simulator.WiFiFaults{Delay: 10 * time.Millisecond}, Dimmer: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lamp.Close)
+	r.wait(r.trigger("desk", "before"), driver.StateSucceeded)
+
+	wrong := registryBundle(t, strings.Replace(deskDevice, "%s", "tasmota_TYPO", 1), scenes)
+	if out := r.apply(wrong); out.Status != uplink.BundleApplied {
+		t.Fatalf("apply: %+v", out)
+	}
+	if c := r.config(); c.Trial == nil || strings.Join(c.Trial.Scenes, ",") != "desk" || strings.Join(c.Trial.Devices, ",") != "desk-lamp" {
+		t.Fatalf("trial %+v, want the desk scene and its lamp watched", c.Trial)
+	}
+	c := r.waitLast(uplink.BundleReverted)
+	if c.Last.Reason != uplink.ReasonDevicesSilent || !strings.Contains(c.Last.Message, "desk-lamp") {
+		t.Fatalf("reverted %+v, want for the silent desk lamp", c.Last)
+	}
+	// Confirmed only by what the lamp says on its own topic again.
+	r.wait(r.trigger("desk", "after-revert"), driver.StateSucceeded)
+}

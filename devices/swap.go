@@ -3,6 +3,7 @@ package devices
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 )
 
@@ -44,6 +45,11 @@ type ecoSet struct {
 	subs    []func()
 	pending int
 	idle    chan struct{}
+	// moved are, while staged, the devices the live set has at another
+	// address (or with other settings); fresh those of them whose new
+	// address said something in the replay (under the client's mu).
+	moved map[string]bool
+	fresh map[string]bool
 }
 
 func newEcoSet(reg *Registry) (*ecoSet, error) {
@@ -78,8 +84,13 @@ func (c *Client) speaksFor(set *ecoSet, e *ecosystem, device string) bool {
 	case setLive:
 		return true
 	case setStaged:
-		_, has := c.eco.Load().of[device]
-		return !has
+		if _, has := c.eco.Load().of[device]; has && !set.moved[device] {
+			return false // the live set still speaks for it
+		}
+		c.mu.Lock()
+		set.fresh[device] = true
+		c.mu.Unlock()
+		return true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -123,6 +134,7 @@ func (c *Client) SetRegistry(reg *Registry) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSwap, err)
 	}
+	next.moved, next.fresh = moved(c.eco.Load().reg, reg), make(map[string]bool)
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -142,6 +154,16 @@ func (c *Client) SetRegistry(reg *Registry) error {
 		return fmt.Errorf("%w: %w", ErrSwap, ErrClosed)
 	}
 	old := c.eco.Load()
+	var forgot []string
+	for d := range next.moved {
+		// What the old address said is not this one's: unknown (and so
+		// not heard from) until the device speaks there.
+		if e := c.devices[d]; e != nil && !next.fresh[d] {
+			e.state, e.availKnown = nil, false
+			e.changedLocked()
+			forgot = append(forgot, d)
+		}
+	}
 	next.state.Store(setLive)
 	c.eco.Store(next)
 	old.state.Store(setRetired)
@@ -152,6 +174,9 @@ func (c *Client) SetRegistry(reg *Registry) error {
 	connected, inFlight := c.connected, old.pending
 	c.bg.Add(1) // under mu, with closed false: before shutdown's Wait
 	c.mu.Unlock()
+	for _, d := range forgot {
+		c.notify(d)
+	}
 	// Ended once its last command in flight settles (now, mostly): not
 	// on the receive path that settles it, where an unsubscription
 	// waiting for the broker's answer would stall the messages behind it.
@@ -186,4 +211,21 @@ func (c *Client) SetRegistry(reg *Registry) error {
 		c.probeOnConnect()
 	}
 	return nil
+}
+
+// moved lists the ecosystem devices of next that prev has at another
+// address, with another config, protocol or protocol settings.
+func moved(prev, next *Registry) map[string]bool {
+	out := make(map[string]bool)
+	for _, d := range next.Devices {
+		o, ok := prev.Device(d.ID)
+		if !ok || d.Protocol == "" || d.Protocol == ProtocolSortie {
+			continue
+		}
+		if o.Protocol != d.Protocol || o.Address != d.Address || !reflect.DeepEqual(o.Config, d.Config) ||
+			!reflect.DeepEqual(prev.Protocols[d.Protocol], next.Protocols[d.Protocol]) {
+			out[d.ID] = true
+		}
+	}
+	return out
 }
