@@ -1,7 +1,6 @@
 package devices
 
 import (
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -178,8 +177,7 @@ func (a *admission) setRegistry(reg *Registry) {
 			l.timer = nil
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(a.devs)) {
-		g := a.devs[id]
+	for id, g := range a.devs {
 		n, link := reg.Limits(id)
 		g.max, g.link = n, nil
 		if link == "" {
@@ -201,8 +199,8 @@ func (a *admission) setRegistry(reg *Registry) {
 		_, w.link = reg.Limits(w.device)
 	}
 	var woken []string
-	for _, id := range slices.Sorted(maps.Keys(a.devs)) {
-		woken = append(woken, a.pumpLocked(a.devs[id])...)
+	for _, g := range a.devs {
+		woken = append(woken, a.pumpLocked(g)...)
 	}
 	a.mu.Unlock()
 	a.wakeAll(woken, "")

@@ -182,45 +182,6 @@ func (a *announced) update(topic string, fs []adapter.Found) {
 	}
 }
 
-// rebase compares what is announced now with reg, a registry that
-// replaced the one a was made with, and reports the differences that
-// appear: an announced device reg does not name. A device reg names
-// stops being reported as new; one it no longer names is not reported
-// gone.
-func (a *announced) rebase(reg *Registry) {
-	registered := make(map[string]string)
-	for _, d := range reg.Devices {
-		if d.Protocol != "" && d.Protocol != ProtocolSortie {
-			registered[d.Protocol+" "+d.Address] = d.ID
-		}
-	}
-	a.mu.Lock()
-	a.registered = registered
-	for k, ch := range a.changes {
-		if _, ok := registered[k]; ok != ch.Gone || ok && ch.Device != registered[k] {
-			delete(a.changes, k)
-		}
-	}
-	var out []Announcement
-	for _, topic := range slices.Sorted(maps.Keys(a.byTopic)) {
-		for _, f := range a.byTopic[topic] {
-			k := f.Protocol + " " + f.Address
-			if _, ok := registered[k]; ok || len(a.changes) >= maxFound {
-				continue
-			}
-			if _, said := a.changes[k]; !said {
-				ch := Announcement{Found: f, Since: a.now()}
-				a.changes[k] = ch
-				out = append(out, ch)
-			}
-		}
-	}
-	a.mu.Unlock()
-	for _, ch := range out {
-		a.notify(ch)
-	}
-}
-
 // list is what differs now, devices not in the registry first.
 func (a *announced) list() []Announcement {
 	a.mu.Lock()
@@ -294,46 +255,30 @@ func (c *Client) startAnnouncements() error {
 	if c.ann != nil {
 		return nil
 	}
-	ann, subs, filters, err := c.watchAnnouncements(c.eco.Load().reg)
+	ann, subs, err := c.watchAnnouncements(c.eco.Load().reg)
 	if err != nil {
 		return err
 	}
-	c.ann, c.annSubs, c.annFilters = ann, subs, filters
+	c.ann, c.annSubs = ann, subs
 	return nil
 }
 
 // rewatchAnnouncements compares what is announced with reg, which now
-// runs: in place when reg reads the same topics, else by a new watch
-// whose subscriptions replay what is announced, the old one ended once
-// the new one is in place. Caller holds swapMu.
+// runs: a new watch, whose subscriptions replay what is announced, and
+// the old one ended once it is in place. (What it finds not in reg is
+// logged again.) Caller holds swapMu.
 func (c *Client) rewatchAnnouncements(reg *Registry) error {
 	c.annMu.Lock()
 	defer c.annMu.Unlock()
-	if c.ann == nil {
-		if len(c.eco.Load().ecos) == 0 {
-			return nil
-		}
-		ann, subs, filters, err := c.watchAnnouncements(reg)
-		if err != nil {
-			return err
-		}
-		c.ann, c.annSubs, c.annFilters = ann, subs, filters
+	if c.ann == nil && len(c.eco.Load().ecos) == 0 {
 		return nil
 	}
-	decoders, err := announcers(reg)
-	if err != nil {
-		return err
-	}
-	if slices.Equal(slices.Sorted(maps.Keys(decoders)), c.annFilters) {
-		c.ann.rebase(reg)
-		return nil
-	}
-	ann, subs, filters, err := c.watchAnnouncements(reg)
+	ann, subs, err := c.watchAnnouncements(reg)
 	if err != nil {
 		return err
 	}
 	old := c.annSubs
-	c.ann, c.annSubs, c.annFilters = ann, subs, filters
+	c.ann, c.annSubs = ann, subs
 	for _, cancel := range old {
 		cancel()
 	}
@@ -342,10 +287,10 @@ func (c *Client) rewatchAnnouncements(reg *Registry) error {
 
 // watchAnnouncements subscribes a new watch of the announcements,
 // compared with reg.
-func (c *Client) watchAnnouncements(reg *Registry) (*announced, []func(), []string, error) {
+func (c *Client) watchAnnouncements(reg *Registry) (*announced, []func(), error) {
 	decoders, err := announcers(reg)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	ann := newAnnounced(reg, func(an Announcement) {
 		switch {
@@ -362,9 +307,8 @@ func (c *Client) watchAnnouncements(reg *Registry) (*announced, []func(), []stri
 			c.opts.OnAnnouncement(an)
 		}
 	})
-	filters := slices.Sorted(maps.Keys(decoders))
 	var subs []func()
-	for _, filter := range filters {
+	for _, filter := range slices.Sorted(maps.Keys(decoders)) {
 		decode := decoders[filter]
 		// Optional: an agent whose broker does not let it read the
 		// announcements still drives its devices.
@@ -386,11 +330,11 @@ func (c *Client) watchAnnouncements(reg *Registry) (*announced, []func(), []stri
 			for _, cancel := range subs {
 				cancel()
 			}
-			return nil, nil, nil, fmt.Errorf("subscribe %s: %w", filter, err)
+			return nil, nil, fmt.Errorf("subscribe %s: %w", filter, err)
 		}
 		subs = append(subs, cancel)
 	}
-	return ann, subs, filters, nil
+	return ann, subs, nil
 }
 
 // Announced lists the differences between what the ecosystems announce

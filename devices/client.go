@@ -299,11 +299,10 @@ type Client struct {
 	swapMu  sync.Mutex // one SetRegistry at a time
 	bg      sync.WaitGroup
 	// ann follows the ecosystems' announcements once started (annMu);
-	// annSubs are its subscriptions and annFilters their filters.
+	// annSubs are its subscriptions.
 	annMu         sync.Mutex
 	ann           *announced
 	annSubs       []func()
-	annFilters    []string
 	expect        map[string]*expectation
 	localRetained LocalRetained
 	// heard is when each ecosystem device last said anything (not a
