@@ -672,7 +672,7 @@ func (c *configs) heartbeat() *uplink.ConfigState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.cur.ref
-	st := &uplink.ConfigState{Hash: r.Hash, Version: r.Version, Source: r.Source, Since: r.Since, Trial: c.trial != nil}
+	st := &uplink.ConfigState{Hash: r.Hash, Version: r.Version, Source: r.Source, Since: r.Since, Trial: c.trial != nil, SwapsRegistry: true}
 	if files != r.Hash {
 		st.Files = files
 	}

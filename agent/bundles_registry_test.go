@@ -171,6 +171,9 @@ func TestRestartOnABundleWithAnotherRegistryRunsItsRegistry(t *testing.T) {
 	if c := r2.config(); c.Current.Hash != v2.Hash() {
 		t.Fatalf("after the restart runs %s, want v2", bundle.Short(c.Current.Hash))
 	}
+	if hb := r2.a.cfg.heartbeat(); !hb.SwapsRegistry {
+		t.Error("the heartbeat does not say the agent swaps registries (swaps_registry)")
+	}
 	if !r2.a.dev.Speaks("porch-light") {
 		t.Fatalf("the device layer after the restart runs %v, not v2's registry", r2.deviceIDs())
 	}

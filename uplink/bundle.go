@@ -118,6 +118,10 @@ type ConfigState struct {
 	// files make now, which differs from Hash: they were edited since the
 	// start (in force at the next one), or a bundle runs instead of them.
 	Files string `json:"files,omitempty"`
+	// SwapsRegistry says the agent takes a bundle whose devices.toml
+	// differs without a restart; an agent without it rejects one
+	// (ReasonRegistryChanged), which a hub's pre-flight can foresee.
+	SwapsRegistry bool `json:"swaps_registry,omitempty"`
 }
 
 // BundleStatus tells the hub what became of a bundle it offered. A
