@@ -153,7 +153,9 @@ func (a *admission) device(id string) *gate {
 		if link != "" {
 			l := a.links[link]
 			if l == nil {
-				l = a.linkGate(a.reg.Links[link])
+				cfg := a.reg.Links[link]
+				burst := float64(max(cfg.Burst, 1))
+				l = &gate{max: cfg.MaxInFlight, rate: cfg.Rate, burst: burst, tokens: burst, last: a.now()}
 				a.links[link] = l
 			}
 			g.link = l
@@ -164,52 +166,34 @@ func (a *admission) device(id string) *gate {
 }
 
 // setRegistry makes the limits of reg those of the turns granted from
-// now on. A device keeps its commands in flight and its queue; each
-// link's gate is made anew from reg, counting the commands in flight on
-// its devices (a link reg keeps keeps its tokens).
+// now on. The gates are made anew from reg, each device's keeping its
+// commands in flight and its queue, each link's counting those of its
+// devices (its bucket starts full).
 func (a *admission) setRegistry(reg *Registry) {
 	a.mu.Lock()
-	old := a.links
-	a.reg, a.links = reg, map[string]*gate{}
-	for _, l := range old {
+	for _, l := range a.links {
 		if l.timer != nil {
 			l.timer.Stop()
-			l.timer = nil
 		}
 	}
-	for id, g := range a.devs {
-		n, link := reg.Limits(id)
-		g.max, g.link = n, nil
-		if link == "" {
-			continue
+	old := a.devs
+	a.reg, a.devs, a.links = reg, map[string]*gate{}, map[string]*gate{}
+	var woken []string
+	for id, was := range old {
+		g := a.device(id)
+		g.used, g.queue = was.used, was.queue
+		if g.link != nil {
+			g.link.used += was.used
 		}
-		l := a.links[link]
-		if l == nil {
-			l = a.linkGate(reg.Links[link])
-			if was := old[link]; was != nil && was.rate == l.rate && was.burst == l.burst {
-				l.tokens, l.last = was.tokens, was.last
-			}
-			a.links[link] = l
-		}
-		g.link = l
-		l.devs = append(l.devs, g)
-		l.used += g.used
 	}
 	for _, w := range a.waiting {
-		_, w.link = reg.Limits(w.device)
+		w.link = a.linkOf(w.device)
 	}
-	var woken []string
 	for _, g := range a.devs {
 		woken = append(woken, a.pumpLocked(g)...)
 	}
 	a.mu.Unlock()
 	a.wakeAll(woken, "")
-}
-
-// linkGate is a new gate for a link, its bucket full.
-func (a *admission) linkGate(cfg *Link) *gate {
-	burst := float64(max(cfg.Burst, 1))
-	return &gate{max: cfg.MaxInFlight, rate: cfg.Rate, burst: burst, tokens: burst, last: a.now()}
 }
 
 func (a *admission) linkOf(device string) string {

@@ -125,24 +125,32 @@ func (c *Client) Registry() *Registry { return c.eco.Load().reg }
 // step handlers swap theirs with Handlers.SetRegistry, which calls
 // this first.
 func (c *Client) SetRegistry(reg *Registry) error {
-	if reg == nil {
-		return fmt.Errorf("%w: no registry", ErrSwap)
-	}
 	c.swapMu.Lock()
 	defer c.swapMu.Unlock()
-	next, err := newEcoSet(reg)
-	if err != nil {
+	if err := c.swap(reg); err != nil {
 		return fmt.Errorf("%w: %w", ErrSwap, err)
 	}
-	next.moved, next.fresh = moved(c.eco.Load().reg, reg), make(map[string]bool)
+	return nil
+}
+
+// swap is SetRegistry's, under swapMu.
+func (c *Client) swap(reg *Registry) error {
+	if reg == nil {
+		return errors.New("no registry")
+	}
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return fmt.Errorf("%w: %w", ErrSwap, ErrClosed)
+		return ErrClosed
 	}
+	next, err := newEcoSet(reg)
+	if err != nil {
+		return err
+	}
+	next.moved, next.fresh = moved(c.eco.Load().reg, reg), make(map[string]bool)
 	if err := c.subscribeEcosystems(next); err != nil {
-		return fmt.Errorf("%w: %w", ErrSwap, err)
+		return err
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -151,7 +159,7 @@ func (c *Client) SetRegistry(reg *Registry) error {
 		for _, cancel := range subs {
 			cancel()
 		}
-		return fmt.Errorf("%w: %w", ErrSwap, ErrClosed)
+		return ErrClosed
 	}
 	old := c.eco.Load()
 	var forgot []string
@@ -171,7 +179,7 @@ func (c *Client) SetRegistry(reg *Registry) error {
 		close(old.idle)
 	}
 	c.retired = append(c.retired, old)
-	connected, inFlight := c.connected, old.pending
+	connected := c.connected
 	c.bg.Add(1) // under mu, with closed false: before shutdown's Wait
 	c.mu.Unlock()
 	for _, d := range forgot {
@@ -205,8 +213,7 @@ func (c *Client) SetRegistry(reg *Registry) error {
 		// is compared with the old registry until the next swap.
 		c.log.Warn("announcements not compared with the new registry", "err", err)
 	}
-	c.log.Info("device registry swapped in", "devices", len(reg.Devices), "ecosystem_devices", len(next.of),
-		"in_flight_on_the_old", inFlight)
+	c.log.Info("device registry swapped in", "devices", len(reg.Devices))
 	if connected && len(next.ecos) > 0 {
 		c.probeOnConnect()
 	}
