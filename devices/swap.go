@@ -175,19 +175,42 @@ func (c *Client) swap(reg *Registry) error {
 	next.state.Store(setLive)
 	c.eco.Store(next)
 	old.state.Store(setRetired)
-	if old.pending == 0 {
-		close(old.idle)
+	var subs []func()
+	inFlight := old.pending > 0
+	if !inFlight {
+		subs, old.subs = old.subs, nil
+	} else {
+		c.retired = append(c.retired, old)
+		c.bg.Add(1) // under mu, with closed false: before shutdown's Wait
 	}
-	c.retired = append(c.retired, old)
 	connected := c.connected
-	c.bg.Add(1) // under mu, with closed false: before shutdown's Wait
 	c.mu.Unlock()
 	for _, d := range forgot {
 		c.notify(d)
 	}
-	// Ended once its last command in flight settles (now, mostly): not
-	// on the receive path that settles it, where an unsubscription
-	// waiting for the broker's answer would stall the messages behind it.
+	for _, cancel := range subs {
+		cancel()
+	}
+	if inFlight {
+		c.retire(old)
+	}
+	if err := c.rewatchAnnouncements(reg); err != nil {
+		// The devices are driven all the same; only what is announced
+		// is compared with the old registry until the next swap.
+		c.log.Warn("announcements not compared with the new registry", "err", err)
+	}
+	c.log.Info("device registry swapped in", "devices", len(reg.Devices))
+	if connected && len(next.ecos) > 0 {
+		c.probeOnConnect()
+	}
+	return nil
+}
+
+// retire ends old's subscriptions once its last command in flight
+// settles: not on the receive path that settles it, where an
+// unsubscription waiting for the broker's answer would stall the
+// messages behind it.
+func (c *Client) retire(old *ecoSet) {
 	go func() {
 		defer c.bg.Done()
 		select {
@@ -208,16 +231,6 @@ func (c *Client) swap(reg *Registry) error {
 			cancel()
 		}
 	}()
-	if err := c.rewatchAnnouncements(reg); err != nil {
-		// The devices are driven all the same; only what is announced
-		// is compared with the old registry until the next swap.
-		c.log.Warn("announcements not compared with the new registry", "err", err)
-	}
-	c.log.Info("device registry swapped in", "devices", len(reg.Devices))
-	if connected && len(next.ecos) > 0 {
-		c.probeOnConnect()
-	}
-	return nil
 }
 
 // moved lists the ecosystem devices of next that prev has at another

@@ -112,6 +112,9 @@ func TestSetRegistryMovesATasmotaDeviceToItsNewTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	lamp.Close()
+	if !r.broker.Subscribed("stat/tasmota_5E1A2B/RESULT") {
+		t.Fatal("the lamp's topic is not read before the swap")
+	}
 	moved, err := simulator.StartTasmota(t.Context(), simulator.TasmotaConfig{Conn: simulator.Conn{Broker: r.broker.URL()},
 		Topic: "tasmota_C0FFEE", Kind: "dimmer", WiFiFaults: simulator.WiFiFaults{Delay: 10 * time.Millisecond}, Dimmer: 20})
 	if err != nil {
@@ -120,6 +123,9 @@ func TestSetRegistryMovesATasmotaDeviceToItsNewTopic(t *testing.T) {
 	t.Cleanup(moved.Close)
 	if err := r.h.SetRegistry(parseReg(t, strings.Replace(tasmotaRegistry, "tasmota_5E1A2B", "tasmota_C0FFEE", 1))); err != nil {
 		t.Fatal(err)
+	}
+	if r.broker.Subscribed("stat/tasmota_5E1A2B/RESULT") {
+		t.Error("the old topic is still read after the swap, with no command in flight on it")
 	}
 	out, err := r.run(t, devices.KindCommand, z2mCommand(t, "c2", "desk-lamp", "turn_on", map[string]any{"brightness": 70}, 1))
 	if err != nil {
