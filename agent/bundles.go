@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/bundle"
 	"github.com/sortie-edge/sortie/bundle/check"
+	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/uplink"
@@ -85,7 +87,13 @@ type configs struct {
 	// whether the hub connection is up; available whether a device
 	// answers.
 	install func(ctx context.Context, lc *liveConfig) error
-	report  func(st uplink.BundleStatus)
+	// fixed says why a registry cannot run without a restart, if it
+	// cannot (what the embedded broker's access rules took from the
+	// registry at start); swap swaps the device layer's registry in
+	// (devices.Handlers.SetRegistry), or fails with nothing changed.
+	fixed  func(reg *devices.Registry) error
+	swap   func(reg *devices.Registry) error
+	report func(st uplink.BundleStatus)
 	// onOutcome is told of each outcome once (for a metric); repeats
 	// to the hub are not outcomes.
 	onOutcome func(api.BundleOutcome)
@@ -274,10 +282,11 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 	} else if err != nil {
 		return reject(uplink.ReasonInvalid, "%v", err)
 	}
-	have, _ := c.cur.set.Bundle.File(bundle.RegistryFile)
-	want, _ := b.File(bundle.RegistryFile)
-	if string(have) != string(want) {
-		return reject(uplink.ReasonRegistryChanged, "the bundle's devices.toml differs from the running registry; this agent cannot swap its device registry while it runs, so a bundle must carry the devices.toml that runs (agent config shows its hash)")
+	newRegistry := !sameRegistry(c.cur, set)
+	if newRegistry && c.fixed != nil {
+		if err := c.fixed(set.Registry); err != nil {
+			return reject(uplink.ReasonRegistryChanged, "%v; this changes only at a restart of the agent", err)
+		}
 	}
 	lc := &liveConfig{ref: ref, set: set, loc: locationOf(set.Settings)}
 	if _, err := scheduleEntries(set.Catalog, lc.loc); err != nil {
@@ -305,6 +314,16 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 		c.outcome(out)
 		return out, nil
 	}
+	// The device layer's registry first, before the durable switch: a
+	// broker that refuses what the new devices need rejects the bundle
+	// with nothing changed, and a power cut between the two comes back
+	// on the old bundle, whose registry state.json names.
+	running := c.cur
+	if newRegistry && c.swap != nil {
+		if err := c.swap(set.Registry); err != nil {
+			return reject(uplink.ReasonRegistryRefused, "the device layer could not take the bundle's registry: %v", err)
+		}
+	}
 	// The one write that switches: from here a power cut comes back on
 	// the new bundle, on trial, which the start reverts.
 	back, backRef := c.cur, c.state.Current
@@ -316,6 +335,7 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 	out.Status, out.At, out.Current = uplink.BundleApplied, c.clock.Now(), ref.Hash
 	s.Last = &out
 	if err := c.store.save(s); err != nil {
+		c.swapBack(lc, running)
 		return reject(uplink.ReasonStorage, "%v", err)
 	}
 	superseded := c.endTrial()
@@ -336,6 +356,42 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 		"until", c.trial.soakEnd, "scenes_changed", c.trial.scenes)
 	c.outcome(out)
 	return out, nil
+}
+
+// sameRegistry says whether set carries the devices.toml lc runs.
+func sameRegistry(lc *liveConfig, set *check.Set) bool {
+	have, _ := lc.set.Bundle.File(bundle.RegistryFile)
+	want, _ := set.Bundle.File(bundle.RegistryFile)
+	return string(have) == string(want)
+}
+
+// devicesChanged lists the devices of next whose entry, type, link or
+// ecosystem settings differ from prev's, or that prev lacks.
+func devicesChanged(prev, next *devices.Registry) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range next.Devices {
+		o, ok := prev.Device(d.ID)
+		if !ok || !reflect.DeepEqual(o, d) || !reflect.DeepEqual(prev.Types[o.Type], next.Types[d.Type]) ||
+			!reflect.DeepEqual(prev.Links[o.Link], next.Links[d.Link]) ||
+			!reflect.DeepEqual(prev.Protocols[o.Protocol], next.Protocols[d.Protocol]) {
+			out[d.ID] = true
+		}
+	}
+	return out
+}
+
+// swapBack gives the device layer back the registry of back, when from
+// ran another one.
+func (c *configs) swapBack(from, back *liveConfig) {
+	if c.swap == nil || sameRegistry(from, back.set) {
+		return
+	}
+	if err := c.swap(back.set.Registry); err != nil {
+		// The broker refused now what it granted before: the devices of
+		// from stay read until the next swap or restart, which reads
+		// back's (state.json names it).
+		c.log.Error("bundle: the device registry could not be swapped back; a restart of the agent takes it", "err", err)
+	}
 }
 
 // settle records a final outcome that changed nothing that runs.
@@ -384,11 +440,17 @@ func (c *configs) startTrial(old, lc *liveConfig, soak time.Duration, fromHub bo
 	t := &trial{soakEnd: now.Add(soak), confirmBy: now.Add(soak + c.o.Confirm), fromHub: fromHub,
 		changed: map[string]bool{}, missions: map[string]bool{}}
 	devs := map[string]bool{}
+	// A scene whose file did not change but whose devices did (a new
+	// address, type, link) is on trial as much as an edited one.
+	var redone map[string]bool
+	if !sameRegistry(old, lc.set) {
+		redone = devicesChanged(old.set.Registry, lc.set.Registry)
+	}
 	for _, name := range lc.set.Catalog.Names() {
 		info, _ := lc.set.Catalog.Scene(name)
 		data, _ := lc.set.Bundle.File(info.File)
 		before, ok := old.set.Bundle.File(info.File)
-		if ok && string(before) == string(data) {
+		if ok && string(before) == string(data) && !slices.ContainsFunc(lc.set.Catalog.Devices(name), func(d string) bool { return redone[d] }) {
 			if _, had := old.set.Catalog.Scene(name); had {
 				continue
 			}
@@ -546,6 +608,10 @@ func (c *configs) revert(ctx context.Context, reason, msg string) {
 	if err := c.install(ctx, back); err != nil {
 		c.log.Error("bundle: swapping back", "err", err)
 	}
+	// The scenes first, then the registry they were made for: a trigger
+	// in between runs an old scene on the new registry, never a new
+	// scene without its devices.
+	c.swapBack(tried, back)
 	c.store.prune(s)
 	c.log.Warn("bundle reverted", "hash", bundle.Short(tried.ref.Hash), "version", tried.ref.Version, "reason", reason, "detail", msg, "now", bundle.Short(back.ref.Hash))
 	c.outcome(out)
@@ -606,7 +672,7 @@ func (c *configs) heartbeat() *uplink.ConfigState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.cur.ref
-	st := &uplink.ConfigState{Hash: r.Hash, Version: r.Version, Source: r.Source, Since: r.Since, Trial: c.trial != nil}
+	st := &uplink.ConfigState{Hash: r.Hash, Version: r.Version, Source: r.Source, Since: r.Since, Trial: c.trial != nil, SwapsRegistry: true}
 	if files != r.Hash {
 		st.Files = files
 	}
@@ -648,6 +714,15 @@ func (a *Agent) wireConfigs() {
 		}
 		return a.sched.replace(ctx, entries)
 	}
+	c.fixed = a.registryFixed
+	hs := a.arb.hs
+	c.swap = func(reg *devices.Registry) error {
+		if err := hs.SetRegistry(reg); err != nil {
+			return err
+		}
+		a.metrics.setDeviceTypes(deviceTypes(reg))
+		return nil
+	}
 	// Answering: online, and heard from (a device never heard from
 	// counts as available to the device layer, so that one without a
 	// last will can be commanded; a bundle's trial wants more).
@@ -669,6 +744,27 @@ func (a *Agent) wireConfigs() {
 			c.log.Debug("bundle status not sent", "status", st.Status, "err", err)
 		}
 	}
+}
+
+// registryFixed says why reg cannot run without a restart: the access
+// rules of the embedded broker with users were made at start from the
+// registry that ran then (the devices its device users are, the
+// Shelly adapter's src).
+func (a *Agent) registryFixed(reg *devices.Registry) error {
+	if a.auth == nil {
+		return nil
+	}
+	if err := CheckDeviceUsers(a.opts.Broker.Users, reg); err != nil {
+		return fmt.Errorf("the embedded broker's users do not match the registry: %w", err)
+	}
+	src := "sortie" // the Shelly adapter's default, as at start
+	if v, ok := reg.Protocols["shelly"]["src"].(string); ok && v != "" {
+		src = v
+	}
+	if src != a.auth.shellySrc {
+		return fmt.Errorf("protocols.shelly.src is %q, the embedded broker lets Shelly devices answer %q", src, a.auth.shellySrc)
+	}
+	return nil
 }
 
 // onHubConnect says again, on each connection to the hub, what became

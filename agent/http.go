@@ -88,7 +88,7 @@ func (a *Agent) listenHTTP() error {
 func (a *Agent) mountHTTP() {
 	o := api.Options{
 		Log: a.log.With("component", "api"), Token: a.opts.HTTP.Token, Driver: a.drv, Devices: a.dev,
-		Registry: a.reg, Catalog: a.cat, Scenes: a.catalog, Trigger: a.trig.Call, Backup: a.db.BackupFile,
+		Registry: a.reg, Registries: a.dev.Registry, Catalog: a.cat, Scenes: a.catalog, Trigger: a.trig.Call, Backup: a.db.BackupFile,
 		Why: a.Why, RecentWhy: a.RecentWhy, Declined: a.trig.declined(viaAPI), Schedules: a.sched.list,
 		WriteError: a.db.WriteError, Broker: a.linkProblem,
 		Discover: func(ctx context.Context, window time.Duration) (devices.Discovery, error) {

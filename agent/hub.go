@@ -22,7 +22,7 @@ func (a *Agent) Heartbeat(context.Context) uplink.Heartbeat {
 		active += n
 	}
 	hb := uplink.Heartbeat{Active: active}
-	for _, d := range a.reg.Devices {
+	for _, d := range a.dev.Registry().Devices {
 		ds := uplink.DeviceState{ID: d.ID, Type: d.Type, Name: d.Name, Room: d.Room, Online: a.dev.Available(d.ID)}
 		if st, ok := a.dev.State(d.ID); ok {
 			ds.State = st

@@ -249,7 +249,8 @@ func (a *Agent) connectDevices(ctx context.Context, s *startup) error {
 	// command: the state read then is kept in data_dir/priors.log, for
 	// an undo after a kill (devices.PriorLog).
 	var priors *devices.PriorLog
-	if slices.ContainsFunc(a.reg.Devices, func(d devices.Device) bool { return d.Protocol != "" && d.Protocol != devices.ProtocolSortie }) {
+	// (With bundles, a registry swapped in later may bring such devices.)
+	if o.Bundles != nil || slices.ContainsFunc(a.reg.Devices, func(d devices.Device) bool { return d.Protocol != "" && d.Protocol != devices.ProtocolSortie }) {
 		var err error
 		if priors, err = devices.OpenPriorLog(filepath.Join(o.DataDir, "priors.log"), 0); err != nil {
 			return err

@@ -165,6 +165,37 @@ func (a *admission) device(id string) *gate {
 	return g
 }
 
+// setRegistry makes the limits of reg those of the turns granted from
+// now on. The gates are made anew from reg, each device's keeping its
+// commands in flight and its queue, each link's counting those of its
+// devices (its bucket starts full).
+func (a *admission) setRegistry(reg *Registry) {
+	a.mu.Lock()
+	for _, l := range a.links {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+	}
+	old := a.devs
+	a.reg, a.devs, a.links = reg, map[string]*gate{}, map[string]*gate{}
+	var woken []string
+	for id, was := range old {
+		g := a.device(id)
+		g.used, g.queue = was.used, was.queue
+		if g.link != nil {
+			g.link.used += was.used
+		}
+	}
+	for _, w := range a.waiting {
+		w.link = a.linkOf(w.device)
+	}
+	for _, g := range a.devs {
+		woken = append(woken, a.pumpLocked(g)...)
+	}
+	a.mu.Unlock()
+	a.wakeAll(woken, "")
+}
+
 func (a *admission) linkOf(device string) string {
 	_, link := a.reg.Limits(device)
 	return link

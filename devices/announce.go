@@ -241,7 +241,7 @@ func (a *announced) current() ([]adapter.Found, []string) {
 // first connection when the registry names a device of another
 // ecosystem (otherwise from the first Discover).
 func (c *Client) followAnnouncements() error {
-	if len(c.ecos) == 0 {
+	if len(c.eco.Load().ecos) == 0 {
 		return nil
 	}
 	return c.startAnnouncements()
@@ -255,11 +255,44 @@ func (c *Client) startAnnouncements() error {
 	if c.ann != nil {
 		return nil
 	}
-	decoders, err := announcers(c.opts.Registry)
+	ann, subs, err := c.watchAnnouncements(c.eco.Load().reg)
 	if err != nil {
 		return err
 	}
-	ann := newAnnounced(c.opts.Registry, func(an Announcement) {
+	c.ann, c.annSubs = ann, subs
+	return nil
+}
+
+// rewatchAnnouncements compares what is announced with reg, which now
+// runs: a new watch, whose subscriptions replay what is announced, and
+// the old one ended once it is in place. (What it finds not in reg is
+// logged again.) Caller holds swapMu.
+func (c *Client) rewatchAnnouncements(reg *Registry) error {
+	c.annMu.Lock()
+	defer c.annMu.Unlock()
+	if c.ann == nil && len(c.eco.Load().ecos) == 0 {
+		return nil
+	}
+	ann, subs, err := c.watchAnnouncements(reg)
+	if err != nil {
+		return err
+	}
+	old := c.annSubs
+	c.ann, c.annSubs = ann, subs
+	for _, cancel := range old {
+		cancel()
+	}
+	return nil
+}
+
+// watchAnnouncements subscribes a new watch of the announcements,
+// compared with reg.
+func (c *Client) watchAnnouncements(reg *Registry) (*announced, []func(), error) {
+	decoders, err := announcers(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ann := newAnnounced(reg, func(an Announcement) {
 		switch {
 		case an.Gone:
 			c.log.Warn("a device of the registry is no longer announced by its ecosystem", "device", an.Device,
@@ -274,6 +307,7 @@ func (c *Client) startAnnouncements() error {
 			c.opts.OnAnnouncement(an)
 		}
 	})
+	var subs []func()
 	for _, filter := range slices.Sorted(maps.Keys(decoders)) {
 		decode := decoders[filter]
 		// Optional: an agent whose broker does not let it read the
@@ -293,14 +327,14 @@ func (c *Client) startAnnouncements() error {
 			ann.update(topic, fs)
 		})
 		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", filter, err)
+			for _, cancel := range subs {
+				cancel()
+			}
+			return nil, nil, fmt.Errorf("subscribe %s: %w", filter, err)
 		}
-		c.mu.Lock()
-		c.unsub = append(c.unsub, cancel)
-		c.mu.Unlock()
+		subs = append(subs, cancel)
 	}
-	c.ann = ann
-	return nil
+	return ann, subs, nil
 }
 
 // Announced lists the differences between what the ecosystems announce

@@ -290,14 +290,19 @@ type Client struct {
 	gaveUp  *fifo.Map[ackKey, struct{}]
 	devices map[string]*deviceEntry
 
-	// ecos are the adapters of the ecosystems the registry's devices
-	// speak, ecoOf each such device's; both are fixed at Dial. expect
-	// holds the command in flight to each such device (ecoclient.go).
-	ecos []*ecosystem
-	// ann follows the ecosystems' announcements once started (annMu).
+	// eco is the registry that runs and the adapters of the ecosystems
+	// its devices speak, swapped whole by SetRegistry (swap.go); retired
+	// are the sets swapped out whose commands are still in flight. expect
+	// holds the command in flight to each ecosystem device (ecoclient.go).
+	eco     atomic.Pointer[ecoSet]
+	retired []*ecoSet
+	swapMu  sync.Mutex // one SetRegistry at a time
+	bg      sync.WaitGroup
+	// ann follows the ecosystems' announcements once started (annMu);
+	// annSubs are its subscriptions.
 	annMu         sync.Mutex
 	ann           *announced
-	ecoOf         map[string]*ecosystem
+	annSubs       []func()
 	expect        map[string]*expectation
 	localRetained LocalRetained
 	// heard is when each ecosystem device last said anything (not a
@@ -328,24 +333,17 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		recent:  fifo.New[ackKey, recentAck](opts.AckCache),
 		gaveUp:  fifo.New[ackKey, struct{}](opts.AckCache),
 		devices: make(map[string]*deviceEntry),
-		ecoOf:   make(map[string]*ecosystem),
 		expect:  make(map[string]*expectation),
 		heard:   make(map[string]time.Time),
 
 		probeTimers: make(map[string]*time.Timer),
 	}
-	if opts.Registry != nil {
-		ecos, err := opts.Registry.adapters()
-		if err != nil {
-			return nil, fmt.Errorf("dial: %w", err)
-		}
-		c.ecos = ecos
-		for _, e := range ecos {
-			for _, d := range e.devices {
-				c.ecoOf[d] = e
-			}
-		}
+	set, err := newEcoSet(opts.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
 	}
+	set.state.Store(setLive)
+	c.eco.Store(set)
 	if opts.Local != nil {
 		c.localRetained, _ = opts.Local.(LocalRetained)
 		return c, c.dialLocal()
@@ -374,7 +372,11 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("subscribe: %w", err)
 		}
 	}
-	if err := c.subscribeEcosystems(); err != nil {
+	if err := c.subscribeEcosystems(set); err != nil {
+		c.shutdown()
+		return nil, err
+	}
+	if err := c.followAnnouncements(); err != nil {
 		c.shutdown()
 		return nil, err
 	}
@@ -413,7 +415,11 @@ func (c *Client) dialLocal() error {
 		c.unsub = append(c.unsub, cancel)
 		c.mu.Unlock()
 	}
-	if err := c.subscribeEcosystems(); err != nil {
+	if err := c.subscribeEcosystems(c.eco.Load()); err != nil {
+		c.shutdown()
+		return err
+	}
+	if err := c.followAnnouncements(); err != nil {
 		c.shutdown()
 		return err
 	}
@@ -470,6 +476,11 @@ func (c *Client) shutdown() {
 	close(c.done)
 	unsub := c.unsub
 	c.unsub = nil
+	for _, set := range append(c.retired, c.eco.Load()) {
+		unsub = append(unsub, set.subs...)
+		set.subs = nil
+	}
+	c.retired = nil
 	for _, x := range c.expect {
 		stopTimer(x)
 	}
@@ -477,6 +488,10 @@ func (c *Client) shutdown() {
 		t.Stop()
 	}
 	c.mu.Unlock()
+	c.annMu.Lock()
+	unsub = append(unsub, c.annSubs...)
+	c.annSubs = nil
+	c.annMu.Unlock()
 	for _, cancel := range unsub {
 		cancel()
 	}
@@ -487,6 +502,7 @@ func (c *Client) shutdown() {
 	if c.mc != nil {
 		c.mc.Close()
 	}
+	c.bg.Wait()
 }
 
 // Stats returns a snapshot of the counters.

@@ -118,10 +118,11 @@ func (c *Client) Discover(ctx context.Context, o DiscoverOptions) (Discovery, er
 	// Shelly devices that said nothing during the window are asked too,
 	// when the registry names them already: they are not new then, but
 	// their components are.
-	for _, e := range c.ecos {
+	set := c.eco.Load()
+	for _, e := range set.ecos {
 		if e.name == shelly.Name {
 			for _, d := range e.devices {
-				if dev, ok := c.opts.Registry.Device(d); ok {
+				if dev, ok := set.reg.Device(d); ok {
 					probe(strings.Split(dev.Address, ":")[0])
 				}
 			}

@@ -35,7 +35,9 @@ const probeWindow = 2 * time.Second
 type expectation struct {
 	key  ackKey
 	want map[string]any
-	eco  *ecosystem
+	// set is the registry's set the command was sent under: one swapped
+	// out since keeps reading for it until it settles (swap.go).
+	set *ecoSet
 	// probing: the read before a retry is out and the command is not;
 	// cmd is what to send when the read does not show want.
 	probing bool
@@ -50,19 +52,20 @@ type expectation struct {
 // Speaks reports whether the device speaks another ecosystem's dialect
 // (PostState, not Post, sends its commands).
 func (c *Client) Speaks(deviceID string) bool {
-	_, ok := c.ecoOf[deviceID]
+	_, ok := c.eco.Load().of[deviceID]
 	return ok
 }
 
-// subscribeEcosystems subscribes to what each adapter reads. A topic
-// two adapters read (a Zigbee2MQTT bridge's state, which a Home
-// Assistant config's availability may name too) is one subscription
-// whose messages go to both: the broker sends each message, and replays
-// the retained ones, once.
-func (c *Client) subscribeEcosystems() error {
+// subscribeEcosystems subscribes to what each adapter of set reads,
+// keeping the cancels in set.subs. A topic two adapters read (a
+// Zigbee2MQTT bridge's state, which a Home Assistant config's
+// availability may name too) is one subscription whose messages go to
+// both: the broker sends each message, and replays the retained ones,
+// once. A subscription refused cancels those made before it.
+func (c *Client) subscribeEcosystems(set *ecoSet) error {
 	readers := make(map[string][]*ecosystem)
 	var filters []string
-	for _, e := range c.ecos {
+	for _, e := range set.ecos {
 		for _, f := range e.proto.Filters() {
 			if readers[f] == nil {
 				filters = append(filters, f)
@@ -72,11 +75,12 @@ func (c *Client) subscribeEcosystems() error {
 			}
 		}
 	}
+	var subs []func()
 	for _, f := range filters {
 		ecos := readers[f]
 		handle := func(topic string, payload []byte, retained bool) {
 			for _, e := range ecos {
-				c.onEcoMessage(e, adapter.Message{Topic: topic, Payload: payload, Retained: retained})
+				c.onEcoMessage(set, e, adapter.Message{Topic: topic, Payload: payload, Retained: retained})
 			}
 		}
 		var cancel func()
@@ -92,13 +96,17 @@ func (c *Client) subscribeEcosystems() error {
 			})
 		}
 		if err != nil {
+			for _, cancel := range subs {
+				cancel()
+			}
 			return fmt.Errorf("subscribe %s: %w", f, err)
 		}
-		c.mu.Lock()
-		c.unsub = append(c.unsub, cancel)
-		c.mu.Unlock()
+		subs = append(subs, cancel)
 	}
-	return c.followAnnouncements()
+	c.mu.Lock()
+	set.subs = subs
+	c.mu.Unlock()
+	return nil
 }
 
 // gated keeps Close's promise for in-process handlers (see dialLocal).
@@ -121,7 +129,7 @@ type LocalRetained interface {
 // onEcoMessage applies what one message says. It runs on the receive
 // path and must not block: it decodes one bounded payload and publishes
 // without waiting.
-func (c *Client) onEcoMessage(e *ecosystem, m adapter.Message) {
+func (c *Client) onEcoMessage(set *ecoSet, e *ecosystem, m adapter.Message) {
 	e.mu.Lock()
 	reports, err := e.proto.Decode(m)
 	e.mu.Unlock()
@@ -131,8 +139,8 @@ func (c *Client) onEcoMessage(e *ecosystem, m adapter.Message) {
 		c.malformed(e.name, m.Topic, "", m.Payload, err)
 	}
 	for _, r := range reports {
-		if c.ecoOf[r.Device] != e {
-			continue // an adapter speaks only for its own devices
+		if !c.speaksFor(set, e, r.Device) {
+			continue
 		}
 		if !m.Retained {
 			c.mu.Lock()
@@ -257,8 +265,7 @@ func (c *Client) ecoAck(device string, x *expectation, ack wire.Ack) {
 		c.mu.Unlock()
 		return // settled already, or given up on
 	}
-	delete(c.expect, device)
-	stopTimer(x)
+	c.unexpectLocked(device, x)
 	c.mu.Unlock()
 	c.applyAck("", device, ack)
 }
@@ -277,7 +284,8 @@ func stopTimer(x *expectation) {
 // 1 reads the device first: a device already in the wanted state is done
 // without a command.
 func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int, giveUp time.Time, onDone func()) (ack wire.Ack, done bool, err error) {
-	e := c.ecoOf[deviceID]
+	set := c.eco.Load()
+	e := set.of[deviceID]
 	if e == nil {
 		return wire.Ack{}, false, fmt.Errorf("send: %w: device %s speaks no other protocol", ErrInvalidCommand, deviceID)
 	}
@@ -324,10 +332,9 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 		}
 		// Its command was settled or given up on another way: the device
 		// is not waiting on it any more.
-		delete(c.expect, deviceID)
-		stopTimer(old)
+		c.unexpectLocked(deviceID, old)
 	}
-	x := &expectation{key: key, want: cloneMap(want), eco: e, first: attempt <= 1}
+	x := &expectation{key: key, want: cloneMap(want), set: set, first: attempt <= 1}
 	logged := false
 	if c.opts.PriorLog != nil {
 		// What the device was before the step's first attempt, perhaps
@@ -353,6 +360,7 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	c.recent.Delete(key)
 	c.gaveUp.Delete(key)
 	c.expect[deviceID] = x
+	set.pending++
 	send := cmd
 	if len(probe) > 0 {
 		x.probing, x.cmd, send = true, cmd, probe
@@ -363,8 +371,7 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	if err := c.ecoPublish(deviceID, send); err != nil {
 		c.mu.Lock()
 		if c.expect[deviceID] == x {
-			delete(c.expect, deviceID)
-			stopTimer(x)
+			c.unexpectLocked(deviceID, x)
 		}
 		delete(c.posted, key)
 		c.mu.Unlock()
@@ -414,8 +421,7 @@ func (c *Client) ecoPublish(device string, msgs []adapter.Message) error {
 // dropExpectation forgets the command a step gave up on. Caller holds mu.
 func (c *Client) dropExpectation(key ackKey) {
 	if x := c.expect[key.device]; x != nil && x.key == key {
-		delete(c.expect, key.device)
-		stopTimer(x)
+		c.unexpectLocked(key.device, x)
 	}
 }
 
@@ -423,7 +429,7 @@ func (c *Client) dropExpectation(key ackKey) {
 // (adapter.Prober) for its state when a connection is up, and takes
 // those that said nothing by their deadline offline.
 func (c *Client) probeOnConnect() {
-	for _, e := range c.ecos {
+	for _, e := range c.eco.Load().ecos {
 		pr, ok := e.proto.(adapter.Prober)
 		if !ok {
 			continue

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sortie-edge/sortie/devices/wire"
@@ -113,8 +114,12 @@ type HandlerOptions struct {
 // states (see Command). Safe for concurrent use.
 type Handlers struct {
 	client *Client
-	reg    *Registry
-	opts   HandlerOptions
+	// reg is the registry the checks and expectations of commands sent
+	// from now on read (SetRegistry swaps it); prev the one before it,
+	// for the verification of a command sent under it.
+	reg  atomic.Pointer[Registry]
+	prev atomic.Pointer[Registry]
+	opts HandlerOptions
 	// admit gives commands their turn on busy devices and links.
 	admit *admission
 	// owners knows, for each device, the newest mission that commanded
@@ -134,10 +139,11 @@ type Handlers struct {
 }
 
 // checkedParams are decoded command params and the outcome of checking
-// them against the registry, which does not change once loaded.
+// them against reg.
 type checkedParams struct {
 	p     CommandParams
 	check error
+	reg   *Registry
 }
 
 // Bounds of Handlers.decoded: params longer than paramsCacheLen are not
@@ -168,13 +174,33 @@ func NewHandlers(c *Client, r *Registry, opts HandlerOptions) *Handlers {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Handlers{
-		client: c, reg: r, opts: opts,
+	h := &Handlers{
+		client: c, opts: opts,
 		admit:   newAdmission(r, opts.Now, c.opts.OnChange, opts.OnTurn),
 		owners:  newOwners(),
 		priors:  fifo.New[string, map[string]any](opts.PriorCache),
 		decoded: make(map[string]checkedParams),
 	}
+	h.reg.Store(r)
+	return h
+}
+
+// SetRegistry swaps r in: the client's first (Client.SetRegistry, whose
+// error it returns with nothing changed), then the checks, expectations
+// and limits of the commands the steps send from now on. A command in
+// flight finishes as it was sent: its ack, its turn on its device and
+// link, its verification. Who owns each device (the arbitration between
+// missions) is kept: it is by device ID. A device r no longer names
+// fails the next step that commands it, permanently, as any unknown
+// device does (docs/fleet.md says why).
+func (h *Handlers) SetRegistry(r *Registry) error {
+	if err := h.client.SetRegistry(r); err != nil {
+		return err
+	}
+	h.prev.Store(h.reg.Load())
+	h.reg.Store(r)
+	h.admit.setRegistry(r)
+	return nil
 }
 
 // Links reports the admission state of each link's devices, and under ""
@@ -221,6 +247,9 @@ func (h *Handlers) Command(ctx context.Context, req driver.StepRequest) (map[str
 		return nil, err
 	}
 	if c.check != nil {
+		// Checked anew after a registry swap: a turn the step was queued
+		// for goes to the next command.
+		h.admit.withdraw(req.IdempotencyKey)
 		return nil, c.check
 	}
 	return h.send(ctx, req, c.p)
@@ -230,16 +259,18 @@ func (h *Handlers) Command(ctx context.Context, req driver.StepRequest) (map[str
 // them done. Params that fail to decode are not kept: each attempt
 // reports them.
 func (h *Handlers) commandParams(raw json.RawMessage) (checkedParams, error) {
+	reg := h.reg.Load()
 	h.decMu.Lock()
 	c, ok := h.decoded[string(raw)]
 	h.decMu.Unlock()
-	if ok {
+	if ok && c.reg == reg {
 		return c, nil
 	}
+	c = checkedParams{reg: reg}
 	if err := decodeParams(raw, &c.p); err != nil {
 		return checkedParams{}, err
 	}
-	c.check = h.check(c.p)
+	c.check = h.checkWith(reg, c.p)
 	if len(raw) <= paramsCacheLen {
 		h.decMu.Lock()
 		if len(h.decoded) >= paramsCacheMax {
@@ -252,13 +283,15 @@ func (h *Handlers) commandParams(raw json.RawMessage) (checkedParams, error) {
 }
 
 // check checks a command against the registry, as a step error.
-func (h *Handlers) check(p CommandParams) error {
+func (h *Handlers) check(p CommandParams) error { return h.checkWith(h.reg.Load(), p) }
+
+func (h *Handlers) checkWith(reg *Registry, p CommandParams) error {
 	switch p.OnConflict {
 	case "", ConflictPreempt, ConflictQueue, ConflictSkip:
 	default:
 		return driver.PermanentError(CodeBadStep, fmt.Errorf("on_conflict %q is not preempt, queue or skip", p.OnConflict))
 	}
-	err := h.reg.Check(p.Device, p.Action, p.Params)
+	err := reg.Check(p.Device, p.Action, p.Params)
 	if err == nil {
 		return nil
 	}
@@ -376,7 +409,7 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 	if h.client.Speaks(p.Device) {
 		// No command ID reaches these devices: the command is the state
 		// it leads to, which is also what confirms it.
-		ack, done, err = h.client.PostState(p.Device, cmd.ID, h.reg.Expected(p.Device, p.Action, p.Params), req.Attempt, giveUp, release)
+		ack, done, err = h.client.PostState(p.Device, cmd.ID, h.reg.Load().Expected(p.Device, p.Action, p.Params), req.Attempt, giveUp, release)
 	} else {
 		ack, done, err = h.client.Post(p.Device, cmd, giveUp, release)
 	}
@@ -454,7 +487,13 @@ func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, 
 // deduplicated by the device, which re-acks without acting again, so a
 // retry cannot make a device reach a state it did not reach.
 func (h *Handlers) verified(req driver.StepRequest, p CommandParams, r *driver.Parked, now time.Time) (map[string]any, error) {
-	want := h.reg.Expected(p.Device, p.Action, p.Params)
+	want := h.reg.Load().Expected(p.Device, p.Action, p.Params)
+	if want == nil {
+		if prev := h.prev.Load(); prev != nil {
+			// Sent under the registry swapped out since: verified as sent.
+			want = prev.Expected(p.Device, p.Action, p.Params)
+		}
+	}
 	got, _ := h.client.State(p.Device)
 	out := r.Out
 	if matches(got, want) || h.client.Speaks(p.Device) && matchesWithin(got, want) {
@@ -485,7 +524,7 @@ func (h *Handlers) classifySend(err error) error {
 	switch {
 	case errors.As(err, &rej):
 		if rej.Label == "" {
-			rej.Label = h.reg.Label(rej.Device)
+			rej.Label = h.reg.Load().Label(rej.Device)
 		}
 		if rej.Retryable() {
 			return driver.RetryableError(rej.Code, err)
@@ -548,9 +587,15 @@ func (h *Handlers) Restore(ctx context.Context, req driver.StepRequest) (map[str
 	if p.Device == "" {
 		return nil, driver.PermanentError(CodeBadStep, errors.New("restore: no device in params or forward outputs"))
 	}
+	reg := h.reg.Load()
+	if _, ok := reg.Device(p.Device); !ok {
+		// Removed by a registry swapped in since the forward step: its
+		// undo cannot go, and says so rather than "nothing to restore".
+		return nil, h.checkWith(reg, CommandParams{Device: p.Device, Action: SetAction})
+	}
 	prior, _ := req.Forward["prior_state"].(map[string]any)
 	set := make(map[string]any, len(prior))
-	for _, k := range h.reg.Settable(p.Device) {
+	for _, k := range reg.Settable(p.Device) {
 		if v, ok := prior[k]; ok {
 			set[k] = v
 		}
@@ -583,7 +628,7 @@ func (h *Handlers) WaitState(_ context.Context, req driver.StepRequest) (map[str
 	if err := decodeParams(req.Params, &p); err != nil {
 		return nil, err
 	}
-	if _, ok := h.reg.Device(p.Device); !ok {
+	if _, ok := h.reg.Load().Device(p.Device); !ok {
 		return nil, driver.PermanentError(CodeUnknownDevice, fmt.Errorf("wait_state: unknown device %q", p.Device))
 	}
 	if len(p.State) == 0 {

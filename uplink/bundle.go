@@ -33,7 +33,8 @@ const (
 	ReasonInvalid           = "invalid"            // a file does not validate ("agent validate"'s rules)
 	ReasonValidationTimeout = "validation_timeout" // validating took longer than the gateway allows
 	ReasonAgentTooOld       = "agent_too_old"      // the bundle's min_agent is newer than the agent
-	ReasonRegistryChanged   = "registry_changed"   // the device registry differs; it changes only at a restart
+	ReasonRegistryChanged   = "registry_changed"   // the registry changes what the embedded broker's access rules took at start
+	ReasonRegistryRefused   = "registry_refused"   // the device layer could not take the registry (a subscription refused)
 	ReasonStorage           = "storage"            // the gateway could not stage it on disk
 	ReasonDevicesSilent     = "devices_silent"     // devices its changed scenes use did not answer in the soak
 	ReasonMissionFailed     = "mission_failed"     // a mission of a changed scene failed in the soak
@@ -117,6 +118,10 @@ type ConfigState struct {
 	// files make now, which differs from Hash: they were edited since the
 	// start (in force at the next one), or a bundle runs instead of them.
 	Files string `json:"files,omitempty"`
+	// SwapsRegistry says the agent takes a bundle whose devices.toml
+	// differs without a restart; an agent without it rejects one
+	// (ReasonRegistryChanged), which a hub's pre-flight can foresee.
+	SwapsRegistry bool `json:"swaps_registry,omitempty"`
 }
 
 // BundleStatus tells the hub what became of a bundle it offered. A

@@ -74,7 +74,10 @@ type Options struct {
 	Driver   *driver.Driver
 	Devices  DeviceStatus
 	Registry *devices.Registry
-	Catalog  *scenes.Catalog
+	// Registries, when set, is the registry that runs now, for an agent
+	// that swaps it (configuration bundles); Registry is then unused.
+	Registries func() *devices.Registry
+	Catalog    *scenes.Catalog
 	// Trigger submits a decoded trigger through the agent's trigger
 	// service (scene modes, request-ID idempotency) and returns its
 	// reply; an error means the service did not answer in time.
@@ -627,8 +630,9 @@ type announcer interface {
 }
 
 func (s *Handler) listDevices(w http.ResponseWriter, _ *http.Request) {
-	out := DeviceList{Connected: s.opts.Devices.Connected(), Devices: make([]DeviceItem, 0, len(s.opts.Registry.Devices))}
-	for _, d := range s.opts.Registry.Devices {
+	reg := s.registry()
+	out := DeviceList{Connected: s.opts.Devices.Connected(), Devices: make([]DeviceItem, 0, len(reg.Devices))}
+	for _, d := range reg.Devices {
 		st, _ := s.opts.Devices.State(d.ID)
 		out.Devices = append(out.Devices, DeviceItem{
 			ID: d.ID, Type: d.Type, Name: d.Name, Room: d.Room, Available: s.opts.Devices.Available(d.ID), State: st,
@@ -675,7 +679,15 @@ func (s *Handler) discover(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, CodeInternal, "discover: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, DiscoverResult{Discovery: d, TOML: devices.RegistryTOML(d, s.opts.Registry)})
+	writeJSON(w, http.StatusOK, DiscoverResult{Discovery: d, TOML: devices.RegistryTOML(d, s.registry())})
+}
+
+// registry is the device registry that runs now.
+func (s *Handler) registry() *devices.Registry {
+	if s.opts.Registries != nil {
+		return s.opts.Registries()
+	}
+	return s.opts.Registry
 }
 
 // SceneItem is one scene of GET /api/scenes.
