@@ -40,9 +40,7 @@ type Problem struct {
 // the same rules.
 func (l Location) Problems() []Problem {
 	var out []Problem
-	bad := func(field, format string, args ...any) {
-		out = append(out, Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
-	}
+	bad := func(field, format string, args ...any) { out = appendProblem(out, field, format, args...) }
 	if (l.Latitude == nil) != (l.Longitude == nil) {
 		bad("location.latitude", "latitude and longitude go together")
 	}
@@ -116,4 +114,12 @@ func tomlFloat(f float64) string {
 		s += ".0"
 	}
 	return s
+}
+
+// appendProblem is kept out of line: inlined at each of Problems'
+// checks it costs the gateway's binary kilobytes.
+//
+//go:noinline
+func appendProblem(out []Problem, field, format string, args ...any) []Problem {
+	return append(out, Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
 }
