@@ -112,7 +112,9 @@ func (e *UserError) Error() string {
 // password hash made by broker/passwd. It returns every problem.
 func CheckUsers(users []BrokerUser) []*UserError {
 	var errs []*UserError
-	bad := func(i int, field, format string, args ...any) { errs = appendUserError(errs, i, field, format, args...) }
+	bad := func(i int, field, format string, args ...any) {
+		errs = appendUserError(errs, i, field, format, args...)
+	}
 	names := map[string]bool{}
 	for i, u := range users {
 		switch {

@@ -1347,12 +1347,31 @@ func (f *Fleet) refusal(r *Rollout, gw string) string {
 	have, _ := curSet.Bundle.File(bundle.RegistryFile)
 	want, _ := set.Bundle.File(bundle.RegistryFile)
 	if string(have) != string(want) {
-		return "registry_changed: the bundle's devices.toml is not the one it runs (" + registryDiff(curSet, set) + "); an agent swaps its registry only at a restart"
+		if !hb.Config.SwapsRegistry {
+			return "registry_changed: the bundle's devices.toml is not the one it runs (" + registryDiff(curSet, set) + "); this agent swaps its registry only at a restart"
+		}
+		// An agent that swaps registries takes the bundle's: right when
+		// the group's registry was edited, wrong when the gateway runs a
+		// registry of its own (another building's devices), which the
+		// bundle would replace.
+		if !f.releasedIn(r.Spec.Group, cur) {
+			return "registry_changed: it runs a devices.toml of its own, not one released to group " + r.Spec.Group + " (" + registryDiff(curSet, set) + "); the bundle would replace it"
+		}
+		return "" // devices it adds that do not answer revert its trial (devices_silent)
 	}
 	if missing := missingDevices(set, hb.Devices); len(missing) > 0 {
 		return fmt.Sprintf("devices_missing: it reports no device %s of the bundle's registry", strings.Join(missing, ", "))
 	}
 	return ""
+}
+
+// releasedIn reports whether hash was released to group (any version).
+func (f *Fleet) releasedIn(group, hash string) bool {
+	rels, err := f.st.Releases(context.Background(), group)
+	if err != nil {
+		return false // refused, and looked at again at the next stage
+	}
+	return slices.ContainsFunc(rels, func(r Release) bool { return r.Hash == hash })
 }
 
 func registryDiff(have, want *check.Set) string {

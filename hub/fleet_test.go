@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -460,6 +461,68 @@ func TestPreflightHoldsAWaveThatWouldFail(t *testing.T) {
 	sent := r.take()
 	if len(sent) != 1 || sent[0].gw != "gw-3" {
 		t.Fatalf("offers %v after resume -skip, want gw-3's alone", sent)
+	}
+}
+
+// withRegistryNote is b with a line added to its devices.toml: another
+// registry, the same devices.
+func withRegistryNote(tb testing.TB, b *bundle.Bundle, note string) *bundle.Bundle {
+	tb.Helper()
+	files := slices.Clone(b.Files)
+	for i, f := range files {
+		if f.Path == bundle.RegistryFile {
+			files[i].Data = append(slices.Clone(f.Data), "\n# "+note+"\n"...)
+		}
+	}
+	nb, err := bundle.New(b.MinAgent, files)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return nb
+}
+
+// TestPreflightTellsARegistryEditFromAnotherBuildingsRegistry: a bundle
+// whose devices.toml differs from what a gateway runs goes to an agent
+// that swaps registries when the gateway runs one of the group's own
+// releases (the group's registry was edited), and is refused to a
+// gateway running a registry released elsewhere (another building's,
+// which it would replace) and to an agent that swaps only at a restart.
+func TestPreflightTellsARegistryEditFromAnotherBuildingsRegistry(t *testing.T) {
+	r := newFleetRig(t)
+	base := r.push(testBundle(t, "", ""))
+	other := withRegistryNote(t, testBundle(t, "", ""), "another building")
+	enc, err := other.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.f.PushBundle(context.Background(), "elsewhere", enc); err != nil {
+		t.Fatal(err)
+	}
+	r.push(withRegistryNote(t, testBundle(t, "v2", ""), "edited"))
+	hb := func(gw, hash string, swaps bool) {
+		r.f.NoteGateway(Gateway{ID: gw, State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: gw, Version: "v1.0.0", Time: r.clock.Now(),
+			Config: &uplink.ConfigState{Hash: hash, Source: uplink.SourceFiles, SwapsRegistry: swaps}}})
+	}
+	hb("gw-edit", base.Hash, true)
+	hb("gw-other", other.Hash(), true)
+	hb("gw-old", base.Hash, false)
+	r.step()
+	v, err := r.f.StartRollout(context.Background(), RolloutSpec{Canary: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.step()
+	v = r.view(v.ID)
+	reasons := map[string]string{}
+	for _, tg := range v.Gateways {
+		reasons[tg.Gateway] = tg.Refused
+	}
+	if reasons["gw-edit"] != "" || !strings.Contains(reasons["gw-other"], "registry_changed: it runs a devices.toml of its own") ||
+		!strings.Contains(reasons["gw-old"], "only at a restart") {
+		t.Fatalf("refusals %q", reasons)
+	}
+	if v.State != RolloutPaused || v.Counts["refused"] != 2 {
+		t.Fatalf("state %s counts %v, want paused with 2 refused", v.State, v.Counts)
 	}
 }
 

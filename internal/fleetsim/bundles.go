@@ -15,9 +15,6 @@ import (
 // statuses, reasons and messages, so that a hub cannot tell the two
 // apart (TestLightGatewayAnswersOffersAsTheAgentDoes).
 
-// registryChanged is the agent's message for ReasonRegistryChanged.
-const registryChanged = "the bundle's devices.toml differs from the running registry; this agent cannot swap its device registry while it runs, so a bundle must carry the devices.toml that runs (agent config shows its hash)"
-
 // outcome is a bundle status and where its bundle came from: only
 // statuses about a hub's bundles go to the hub.
 type outcome struct {
@@ -104,8 +101,6 @@ func (g *Gateway) applyLocked(b in) (outcome, error) {
 		return reject(uplink.ReasonAgentTooOld, fmt.Sprintf("the bundle needs agent %s or newer; this is %s", k.b.MinAgent, g.f.opts.Version))
 	case k.err != nil:
 		return reject(uplink.ReasonInvalid, k.err.Error())
-	case k.registry != g.cur.k.registry:
-		return reject(uplink.ReasonRegistryChanged, registryChanged)
 	}
 	next := ref{k: k, version: b.version, source: b.source, rollout: b.rollout, since: now}
 	if k.hash == g.cur.k.hash && g.tr == nil {

@@ -129,7 +129,7 @@ func said(s uplink.BundleStatus) string {
 // result and bundle status the agent gives: a good bundle, one that
 // does not validate, a stale one, a control repeated, an offer
 // repeated, a newer bundle while one is on trial, one whose devices
-// never answer, another registry, a newer agent needed, the bundle
+// never answer, another registry (swapped in), a newer agent needed, the bundle
 // that runs offered again, and a restart during a trial (the agent
 // stopped and started again on its data).
 func TestLightGatewayAnswersOffersAsTheAgentDoes(t *testing.T) {
@@ -186,9 +186,10 @@ func TestLightGatewayAnswersOffersAsTheAgentDoes(t *testing.T) {
 			[]string{"4 received", "3 reverted superseded", "4 applied", "4 healthy"}},
 		{"devices never answer", offer(t, "c-silent", silent, 5, 0), 1, uplink.BundleReverted,
 			[]string{"5 received", "5 applied", "5 reverted devices_silent"}},
-		{"another registry", offer(t, "c-registry", otherReg, 6, 0), 1, uplink.BundleRejected, []string{"6 received", "6 rejected registry_changed"}},
+		// A devices.toml of its own is swapped in, as the agent does.
+		{"another registry", offer(t, "c-registry", otherReg, 6, 0), 1, uplink.BundleHealthy, []string{"6 received", "6 applied", "6 healthy"}},
 		{"newer agent needed", offer(t, "c-too-new", tooNew, 7, 0), 1, uplink.BundleRejected, []string{"7 received", "7 rejected agent_too_old"}},
-		{"what runs", offer(t, "c-runs", newer, 8, 0), 1, uplink.BundleHealthy, []string{"8 received", "8 healthy"}},
+		{"what runs", offer(t, "c-runs", otherReg, 8, 0), 1, uplink.BundleHealthy, []string{"8 received", "8 healthy"}},
 	}
 	for _, st := range steps {
 		hub.mu.Lock()
@@ -284,8 +285,8 @@ func TestLightGatewayAnswersOffersAsTheAgentDoes(t *testing.T) {
 	hub.mu.Unlock()
 	rc, lc := *ra.Config, *la.Config
 	rc.Since, lc.Since = time.Time{}, time.Time{}
-	if rc != lc || rc.Hash != newer.Hash() || rc.Version != 8 || rc.Files != files.Hash() {
-		t.Errorf("heartbeat config: agent %+v, light %+v; want version 8 of %s (what ran before the trial cut short), files %s", rc, lc, bundle.Short(newer.Hash()), bundle.Short(files.Hash()))
+	if rc != lc || rc.Hash != otherReg.Hash() || rc.Version != 8 || rc.Files != files.Hash() {
+		t.Errorf("heartbeat config: agent %+v, light %+v; want version 8 of %s (what ran before the trial cut short), files %s", rc, lc, bundle.Short(otherReg.Hash()), bundle.Short(files.Hash()))
 	}
 	if !slices.EqualFunc(ra.Scenes, la.Scenes, func(a, b uplink.SceneInfo) bool { return a.Name == b.Name && a.Description == b.Description }) {
 		t.Errorf("heartbeat scenes: agent %+v, light %+v", ra.Scenes, la.Scenes)

@@ -7,8 +7,9 @@
 // with its last will, heartbeats carrying the configuration it runs
 // (config: hash, version, source, since, trial, files), control
 // requests answered once and repeats answered from memory, and the
-// bundle control with the agent's rules: validation by bundle/check, the
-// running registry (registry_changed), min_agent (agent_too_old), the
+// bundle control with the agent's rules: validation by bundle/check (a
+// devices.toml of its own is swapped in, as the agent's registry is;
+// the heartbeat says swaps_registry), min_agent (agent_too_old), the
 // hub version (stale: never an older version, a repeat answered from
 // what it became), statuses on bundle/status (received, applied,
 // healthy, rejected, reverted, with the agent's reasons), a soak on its

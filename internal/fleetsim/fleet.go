@@ -24,8 +24,10 @@ type Fault uint8
 const (
 	// FaultOffline: the gateway never connects (until Gateway.SetOnline).
 	FaultOffline Fault = 1 << iota
-	// FaultRegistry: its devices.toml differs from the fleet's, so a
-	// bundle carrying the fleet's is rejected there (registry_changed).
+	// FaultRegistry: its devices.toml differs from the fleet's (another
+	// building's), so a bundle carrying the fleet's would replace it; a
+	// hub's pre-flight refuses it there (registry_changed), the gateway
+	// itself would take it, as an agent that swaps registries does.
 	FaultRegistry
 	// FaultDevicesSilent: none of its devices ever answers, so a bundle
 	// that changes a scene reverts at the end of its soak

@@ -133,7 +133,7 @@ func (g *Gateway) Config() uplink.ConfigState {
 }
 
 func (g *Gateway) configLocked() uplink.ConfigState {
-	c := uplink.ConfigState{Hash: g.cur.k.hash, Version: g.cur.version, Source: g.cur.source, Since: g.cur.since, Trial: g.tr != nil}
+	c := uplink.ConfigState{Hash: g.cur.k.hash, Version: g.cur.version, Source: g.cur.source, Since: g.cur.since, Trial: g.tr != nil, SwapsRegistry: true}
 	if g.files.hash != c.Hash {
 		c.Files = g.files.hash
 	}

@@ -129,7 +129,10 @@ func (r *measureRig) api(method, path string, body, out any) {
 }
 
 // push stores b on the hub (group "default") and returns its release.
-func (r *measureRig) push(b *bundle.Bundle) hub.Release {
+func (r *measureRig) push(b *bundle.Bundle) hub.Release { return r.pushTo("", b) }
+
+// pushTo stores b in group (the hub's default group for "").
+func (r *measureRig) pushTo(group string, b *bundle.Bundle) hub.Release {
 	r.t.Helper()
 	enc, err := b.Encode()
 	if err != nil {
@@ -138,13 +141,19 @@ func (r *measureRig) push(b *bundle.Bundle) hub.Release {
 	var out struct {
 		Release hub.Release `json:"release"`
 	}
-	r.api(http.MethodPost, "/api/bundles", enc, &out)
+	path := "/api/bundles"
+	if group != "" {
+		path += "?group=" + group
+	}
+	r.api(http.MethodPost, path, enc, &out)
 	return out.Release
 }
 
 // pushed pushes the bundle the gateways' config files make (what they
 // run at the start) and returns it; registry, when set, is the
-// devices.toml of the gateways with FaultRegistry instead.
+// devices.toml of the gateways with FaultRegistry instead, another
+// building's: it goes to a group of its own, so the hub can put them
+// back but knows the default group's registry is not theirs.
 func (r *measureRig) pushed(registry string) *bundle.Bundle {
 	r.t.Helper()
 	reg, want := fleetsim.Registry, r.fleet.Files()
@@ -155,7 +164,11 @@ func (r *measureRig) pushed(registry string) *bundle.Bundle {
 	if b.Hash() != want {
 		r.t.Fatalf("the files bundle is %s, the gateways run %s", bundle.Short(b.Hash()), bundle.Short(want))
 	}
-	r.push(b)
+	if registry != "" {
+		r.pushTo("elsewhere", b)
+	} else {
+		r.push(b)
+	}
 	return b
 }
 
@@ -367,8 +380,9 @@ func without(a, b []string) []string {
 }
 
 // TestBundleThirtyPercentWouldRejectIsHeldBeforeAnyGatewayGetsIt: the
-// registries of 30% of the gateways differ, so the bundle would fail
-// validation there (registry_changed). The hub's pre-flight check sees
+// registries of 30% of the gateways differ (another building's, released
+// to another group), so the bundle would replace theirs. The hub's
+// pre-flight check sees
 // it from their heartbeats and holds the rollout at the first stage
 // that has one, before offering that stage anything: no gateway runs a
 // half-applied configuration, and an abort leaves every one on its own.
