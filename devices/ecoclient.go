@@ -284,22 +284,34 @@ func stopTimer(x *expectation) {
 // 1 reads the device first: a device already in the wanted state is done
 // without a command.
 func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int, giveUp time.Time, onDone func()) (ack wire.Ack, done bool, err error) {
+	for {
+		ack, done, err, again := c.postState(deviceID, id, want, attempt, giveUp, onDone)
+		if !again {
+			return ack, done, err
+		}
+	}
+}
+
+// postState is one try of PostState. again says a registry swap came
+// between reading the adapters and taking mu: the command, built by the
+// retired set's adapter for the device's old address, is built again.
+func (c *Client) postState(deviceID, id string, want map[string]any, attempt int, giveUp time.Time, onDone func()) (ack wire.Ack, done bool, err error, again bool) {
 	set := c.eco.Load()
 	e := set.of[deviceID]
 	if e == nil {
-		return wire.Ack{}, false, fmt.Errorf("send: %w: device %s speaks no other protocol", ErrInvalidCommand, deviceID)
+		return wire.Ack{}, false, fmt.Errorf("send: %w: device %s speaks no other protocol", ErrInvalidCommand, deviceID), false
 	}
 	if err := validateCommandID(id); err != nil {
-		return wire.Ack{}, false, fmt.Errorf("send: %w", err)
+		return wire.Ack{}, false, fmt.Errorf("send: %w", err), false
 	}
 	if len(want) == 0 {
-		return wire.Ack{}, false, fmt.Errorf("send: %w: nothing to set on %s", ErrInvalidCommand, deviceID)
+		return wire.Ack{}, false, fmt.Errorf("send: %w: nothing to set on %s", ErrInvalidCommand, deviceID), false
 	}
 	e.mu.Lock()
 	cmd, err := e.proto.Command(deviceID, want, id)
 	e.mu.Unlock()
 	if err != nil {
-		return wire.Ack{}, false, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err)
+		return wire.Ack{}, false, fmt.Errorf("send: %w: %w", ErrInvalidCommand, err), false
 	}
 	key := ackKey{deviceID, id}
 	c.mu.Lock()
@@ -318,17 +330,21 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 		e.mu.Unlock()
 	}
 	c.mu.Lock()
+	if c.eco.Load() != set {
+		c.mu.Unlock()
+		return wire.Ack{}, false, nil, true
+	}
 	if ack, done, err := c.postableLocked(key); done || err != nil {
-		return ack, done, err
+		return ack, done, err, false
 	}
 	if _, busy := c.posted[key]; busy {
 		c.mu.Unlock()
-		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", id, deviceID, ErrInFlight)
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", id, deviceID, ErrInFlight), false
 	}
 	if old := c.expect[deviceID]; old != nil {
 		if _, live := c.posted[old.key]; live {
 			c.mu.Unlock()
-			return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", id, deviceID, ErrInFlight)
+			return wire.Ack{}, false, fmt.Errorf("send %s to %s: %w", id, deviceID, ErrInFlight), false
 		}
 		// Its command was settled or given up on another way: the device
 		// is not waiting on it any more.
@@ -354,7 +370,7 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 	if d := c.devices[deviceID]; d != nil && d.state != nil && (attempt > 1 || e.blind) && matchesWithin(d.state, x.want) {
 		st := cloneMap(d.state)
 		c.mu.Unlock()
-		return wire.Ack{ID: id, OK: true, State: st}, true, nil
+		return wire.Ack{ID: id, OK: true, State: st}, true, nil, false
 	}
 	c.posted[key] = onDone
 	c.recent.Delete(key)
@@ -375,9 +391,9 @@ func (c *Client) PostState(deviceID, id string, want map[string]any, attempt int
 		}
 		delete(c.posted, key)
 		c.mu.Unlock()
-		return wire.Ack{}, false, fmt.Errorf("send %s to %s: publish: %w: %w", id, deviceID, ErrNotConnected, err)
+		return wire.Ack{}, false, fmt.Errorf("send %s to %s: publish: %w: %w", id, deviceID, ErrNotConnected, err), false
 	}
-	return wire.Ack{}, false, nil
+	return wire.Ack{}, false, nil, false
 }
 
 // logPrior keeps a step's prior state in the PriorLog, if any. Called

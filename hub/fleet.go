@@ -698,7 +698,8 @@ func (f *Fleet) forwardStatus(run *rolloutRun, t *RolloutGateway, s uplink.Bundl
 // retryable reasons may pass on their own: the same bundle is worth
 // offering again.
 func retryable(reason string) bool {
-	return reason == uplink.ReasonStorage || reason == uplink.ReasonValidationTimeout || reason == uplink.ReasonRestarted
+	return reason == uplink.ReasonStorage || reason == uplink.ReasonValidationTimeout || reason == uplink.ReasonRestarted ||
+		reason == uplink.ReasonRegistryRefused // a broker away or refusing for a moment
 }
 
 // fail ends a target as failed, or offers it again (a new release of
@@ -1006,8 +1007,15 @@ func (f *Fleet) abort(run *rolloutRun, now time.Time, why string) {
 		case t.Status == TargetPending:
 			t.Status = TargetNotSent
 		case t.took() && t.Back == "":
-			if t.Previous == "" || t.Previous == r.Hash {
+			if t.Previous == r.Hash {
 				break // nothing to put back
+			}
+			if t.Previous == "" {
+				// It took the bundle, and what it ran before is not known:
+				// said, not left to look rolled back.
+				t.Back, t.BackReason = BackFailed, "no way back: what it ran before the rollout is not known"
+				f.dirtyT[t] = true
+				break
 			}
 			v, ok := r.Rollback[t.Previous]
 			if !ok {
@@ -1281,11 +1289,20 @@ func (f *Fleet) end(run *rolloutRun, now time.Time, state, reason string) {
 // gateways that have not got it: joined late, or unreachable before.
 func (f *Fleet) follow(run *rolloutRun, now time.Time) {
 	f.resend(run, now)
+	memo := registryMemo{}
 	for _, t := range run.targets {
 		if (t.Status == TargetPending || t.Status == TargetUnreachable || t.Status == TargetNotSent) && f.online(t.Gateway) {
-			if reason := f.refusal(run.r, t.Gateway); reason != "" {
-				t.Status, t.Refused, t.Updated = TargetSkipped, reason, now
-				f.dirtyT[t] = true
+			if reason := f.refusal(run.r, t.Gateway, memo); reason != "" {
+				// What cannot pass by itself ends it; the rest (a read
+				// that failed, a device missing for a moment) is looked
+				// at again at the next step.
+				if t.Refused != reason {
+					t.Refused, t.Updated = reason, now
+					f.dirtyT[t] = true
+				}
+				if lasting(reason) {
+					t.Status = TargetSkipped
+				}
 				continue
 			}
 			f.notify(run, t, now)
@@ -1299,11 +1316,12 @@ func (f *Fleet) follow(run *rolloutRun, now time.Time) {
 func (f *Fleet) preflight(run *rolloutRun, now time.Time) int {
 	r := run.r
 	n := 0
+	memo := registryMemo{}
 	for _, t := range run.targets {
 		if t.Stage != r.Stage || t.Status != TargetPending {
 			continue
 		}
-		reason := f.refusal(r, t.Gateway)
+		reason := f.refusal(r, t.Gateway, memo)
 		if reason != t.Refused {
 			t.Refused, t.Updated = reason, now
 			f.dirtyT[t] = true
@@ -1318,7 +1336,7 @@ func (f *Fleet) preflight(run *rolloutRun, now time.Time) int {
 // refusal is why a gateway would fail the rollout's bundle, from what
 // it reports, or "". A gateway the hub has not heard from is not
 // refused: nothing is known against it, and the deadline ends it.
-func (f *Fleet) refusal(r *Rollout, gw string) string {
+func (f *Fleet) refusal(r *Rollout, gw string, memo registryMemo) string {
 	set, err := f.bundleSet(context.Background(), r.Hash)
 	if err != nil {
 		return fmt.Sprintf("the bundle cannot be read: %v", err)
@@ -1354,7 +1372,7 @@ func (f *Fleet) refusal(r *Rollout, gw string) string {
 		// the group's registry was edited, wrong when the gateway runs a
 		// registry of its own (another building's devices), which the
 		// bundle would replace.
-		if !f.releasedIn(r.Spec.Group, cur) {
+		if !f.releasedIn(r.Spec.Group, have, memo) {
 			return "registry_changed: it runs a devices.toml of its own, not one released to group " + r.Spec.Group + " (" + registryDiff(curSet, set) + "); the bundle would replace it"
 		}
 		return "" // devices it adds that do not answer revert its trial (devices_silent)
@@ -1365,13 +1383,43 @@ func (f *Fleet) refusal(r *Rollout, gw string) string {
 	return ""
 }
 
-// releasedIn reports whether hash was released to group (any version).
-func (f *Fleet) releasedIn(group, hash string) bool {
-	rels, err := f.st.Releases(context.Background(), group)
-	if err != nil {
-		return false // refused, and looked at again at the next stage
+// registryMemo is what releasedIn learnt of each group, for one pass
+// over a stage's gateways: one read of the group's releases, not one per
+// gateway.
+type registryMemo map[string]map[string]bool
+
+// releasedIn reports whether a bundle with the devices.toml reg was ever
+// released to group (any version, any scenes). A read that fails says
+// no; the gateway is looked at again at the next step.
+func (f *Fleet) releasedIn(group string, reg []byte, memo registryMemo) bool {
+	regs, ok := memo[group]
+	if !ok {
+		rels, err := f.st.Releases(context.Background(), group)
+		if err != nil {
+			return false
+		}
+		regs = map[string]bool{}
+		for _, rel := range rels {
+			if set, err := f.bundleSet(context.Background(), rel.Hash); err == nil {
+				data, _ := set.Bundle.File(bundle.RegistryFile)
+				regs[string(data)] = true
+			}
+		}
+		memo[group] = regs
 	}
-	return slices.ContainsFunc(rels, func(r Release) bool { return r.Hash == hash })
+	return regs[string(reg)]
+}
+
+// lasting reports whether a pre-flight refusal stays until an operator
+// or the gateway's agent changes something (its version, its registry),
+// rather than passing by itself.
+func lasting(reason string) bool {
+	for _, p := range []string{"agent_too_old", "no_bundles", "registry_changed"} {
+		if strings.HasPrefix(reason, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func registryDiff(have, want *check.Set) string {

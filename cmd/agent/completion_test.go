@@ -57,8 +57,9 @@ func TestCompletionOffersCommandsFlagsAndTheAgentsValues(t *testing.T) {
 		{"the agent's scenes", []string{agentBin, "trigger", "-addr", f.url, "-token", token, ""}, []string{"cool", "many", "solo"}},
 		{"the agent's missions", []string{agentBin, "missions", "show", "-token", token, "-addr", f.url, ""}, []string{id}},
 		{"no agent, no values", []string{agentBin, "trigger", "-addr", "127.0.0.1:1", ""}, nil},
-		{"the hub's commands", []string{hubBin, ""}, []string{"completion", "help", "nats-user", "passwd", "run", "validate", "version"}},
+		{"the hub's commands", []string{hubBin, ""}, []string{"bundle", "completion", "fleet", "group", "help", "nats-user", "passwd", "rollout", "run", "tag", "validate", "version"}},
 		{"the hub's default command's flags", []string{hubBin, "-log-format", ""}, []string{"json", "text"}},
+		{"the hub's rollout commands", []string{hubBin, "rollout", ""}, []string{"abort", "pause", "resume", "start", "status"}},
 	} {
 		for _, shell := range []string{"bash", "zsh"} {
 			t.Run(shell+" "+c.name, func(t *testing.T) {

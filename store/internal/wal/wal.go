@@ -130,7 +130,7 @@ func newLog(fsys FS, f File, path string, hdr []byte, lsn uint64) *Log {
 // hdr's (the format and the store's WAL ID), marked clean at lsn, and it
 // is preallocated: writing and syncing prealloc bytes of zeros again is
 // most of a store's open. It returns nil, nil when the file is not one
-// to reuse, and Create makes a new one. Every record in a file marked
+// to reuse, or its mark could not be cleared, and Create makes a new one. Every record in a file marked
 // clean has an LSN of lsn or lower (Close marks only such a file), so
 // the new pass, which starts after lsn, never reads into them, as after
 // Rewind. The mark is cleared, durably, before the first append: a crash
@@ -147,7 +147,11 @@ func reuse(fsys FS, path string, hdr []byte, lsn uint64, prealloc int) (*Log, er
 	}
 	l := newLog(fsys, f, path, hdr, lsn)
 	if err := l.clearMark(); err != nil {
-		return nil, errors.Join(fmt.Errorf("clear the clean mark of %s: %w", path, err), l.f.Close())
+		// Created anew instead, which rewrites the whole file: a write
+		// that failed here must not keep a store from opening when a
+		// new log can still be made (and Create says why when it cannot).
+		_ = l.f.Close()
+		return nil, nil //nolint:nilerr // see above
 	}
 	return l, nil
 }
