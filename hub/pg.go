@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"sync"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -32,6 +33,15 @@ type PGStore struct {
 	pool *pgxpool.Pool
 	// timeout bounds each call.
 	timeout time.Duration
+
+	// lead is the connection holding the rollouts' lead lock (Lead);
+	// SaveFleet writes on it, so that a replica whose session (and with
+	// it the lock) is gone cannot overwrite the next leader's records.
+	// led says Lead was ever held: then a SaveFleet with no lead
+	// connection is a leader's that lost it.
+	leadMu sync.Mutex
+	lead   *pgxpool.Conn
+	led    bool
 }
 
 // pgMigrations are the schema's versions: pgMigrations[i] takes the

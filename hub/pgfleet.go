@@ -194,9 +194,18 @@ func (s *PGStore) SaveFleet(ctx context.Context, c FleetState) (err error) {
 			return err
 		}
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return tx.SendBatch(ctx, &b).Close()
-	})
+	write := func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() }
+	s.leadMu.Lock()
+	defer s.leadMu.Unlock()
+	switch {
+	case s.lead != nil:
+		// On the lock's own session: while the transaction commits, the
+		// lock is held, so no other replica drives; a session gone fails it.
+		return pgx.BeginFunc(ctx, s.lead, write)
+	case s.led:
+		return fmt.Errorf("%w: this replica lost the lead; its records are not written", ErrNotLeader)
+	}
+	return pgx.BeginFunc(ctx, s.pool, write)
 }
 
 // leadLock is the session advisory lock held by the replica that drives
@@ -218,6 +227,9 @@ func (s *PGStore) Lead(ctx context.Context) (held bool, lost <-chan struct{}, re
 		conn.Release()
 		return false, nil, nil, err
 	}
+	s.leadMu.Lock()
+	s.lead, s.led = conn, true
+	s.leadMu.Unlock()
 	gone := make(chan struct{})
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -232,7 +244,9 @@ func (s *PGStore) Lead(ctx context.Context) (held bool, lost <-chan struct{}, re
 			case <-t.C:
 			}
 			pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s.leadMu.Lock() // a connection serves one caller at a time
 			err := conn.Ping(pctx)
+			s.leadMu.Unlock()
 			cancel()
 			if err != nil {
 				close(gone)
@@ -245,10 +259,13 @@ func (s *PGStore) Lead(ctx context.Context) (held bool, lost <-chan struct{}, re
 		once.Do(func() {
 			close(stop)
 			<-done
+			s.leadMu.Lock()
+			s.lead = nil
 			// Closing the session frees the lock whatever state the
 			// connection is in; the pool makes a new one.
 			_ = conn.Conn().Close(context.Background())
 			conn.Release()
+			s.leadMu.Unlock()
 		})
 	}, nil
 }
