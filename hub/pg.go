@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"sync"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -11,6 +10,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
