@@ -417,6 +417,16 @@ func (c *Client) unsubscribe(s *sub) {
 	if err := Wait(c.ctx, cn.pc.Unsubscribe(s.filter), c.opts.Timeout); err != nil {
 		c.log.Warn("unsubscribe", "filter", s.filter, "err", err)
 	}
+	// A handler that subscribed the filter again meanwhile had its
+	// SUBSCRIBE perhaps taken before this UNSUBSCRIBE: ask again.
+	c.mu.Lock()
+	t := c.subs[s.filter]
+	c.mu.Unlock()
+	if t != nil && c.cur.Load() == cn {
+		if err := c.subscribe(cn, []*topic{t}); err != nil {
+			c.log.Warn("subscribe again after an unsubscribe", "filter", s.filter, "err", err)
+		}
+	}
 }
 
 // subscribe makes ts on cn in one SUBSCRIBE and checks the broker's
