@@ -109,6 +109,14 @@ type configs struct {
 	// watch is trial for the driver's observer, which must not wait for
 	// mu while an apply fsyncs.
 	watch atomic.Pointer[trial]
+	// owed is set when a swap back of the device registry failed: the
+	// device layer does not run cur's registry, and run tries again
+	// (next, after wait, doubling to a minute). problem says so to
+	// /readyz without waiting for mu.
+	owed     bool
+	owedNext time.Time
+	owedWait time.Duration
+	problem  atomic.Pointer[string]
 
 	wake chan struct{}
 }
@@ -323,6 +331,7 @@ func (c *configs) apply(ctx context.Context, of offer) (api.BundleOutcome, error
 		if err := c.swap(set.Registry); err != nil {
 			return reject(uplink.ReasonRegistryRefused, "the device layer could not take the bundle's registry: %v", err)
 		}
+		c.paid() // whatever was owed, the device layer runs this one now
 	}
 	// The one write that switches: from here a power cut comes back on
 	// the new bundle, on trial, which the start reverts.
@@ -388,10 +397,50 @@ func (c *configs) swapBack(from, back *liveConfig) {
 	}
 	if err := c.swap(back.set.Registry); err != nil {
 		// The broker refused now what it granted before: the devices of
-		// from stay read until the next swap or restart, which reads
+		// from stay read until run swaps again, or a restart, which reads
 		// back's (state.json names it).
-		c.log.Error("bundle: the device registry could not be swapped back; a restart of the agent takes it", "err", err)
+		c.log.Error("bundle: the device registry could not be swapped back; trying again", "err", err)
+		c.owe(err, time.Second)
+		return
 	}
+	c.paid()
+}
+
+// owe notes that the device layer does not run cur's registry, for run
+// to try again after wait.
+func (c *configs) owe(err error, wait time.Duration) {
+	c.owed, c.owedWait, c.owedNext = true, wait, c.clock.Now().Add(wait)
+	msg := fmt.Sprintf("the device layer runs another registry than the configuration's (%s): its swap back failed: %v", bundle.Short(c.cur.ref.Hash), err)
+	c.problem.Store(&msg)
+}
+
+// paid notes that the device layer runs cur's registry.
+func (c *configs) paid() {
+	c.owed = false
+	c.problem.Store(nil)
+}
+
+// payOwed swaps cur's registry in again when a swap back failed and its
+// time has come. Caller holds mu.
+func (c *configs) payOwed() {
+	if !c.owed || c.clock.Now().Before(c.owedNext) {
+		return
+	}
+	if err := c.swap(c.cur.set.Registry); err != nil {
+		c.owe(err, min(2*c.owedWait, time.Minute))
+		return
+	}
+	c.log.Info("bundle: the device registry swapped back", "hash", bundle.Short(c.cur.ref.Hash))
+	c.paid()
+}
+
+// Problem says why the device layer does not run the registry of the
+// configuration that runs (nil when it does): /readyz reports it.
+func (c *configs) Problem() error {
+	if p := c.problem.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return nil
 }
 
 // settle records a final outcome that changed nothing that runs.
@@ -534,6 +583,7 @@ func (c *configs) run(ctx context.Context) error {
 func (c *configs) decide(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.payOwed()
 	t := c.trial
 	if t == nil {
 		return

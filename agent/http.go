@@ -96,7 +96,7 @@ func (a *Agent) mountHTTP() {
 		},
 	}
 	if a.cfg != nil {
-		o.Config, o.Apply = a.cfg.info, a.Apply
+		o.Config, o.Apply, o.ConfigProblem = a.cfg.info, a.Apply, a.cfg.Problem
 	}
 	s := api.New(o)
 	mux := http.NewServeMux()

@@ -108,6 +108,10 @@ type Options struct {
 	// take a configuration bundle's encoding (docs/fleet.md).
 	Config func() ConfigInfo
 	Apply  func(ctx context.Context, encoded []byte) (BundleOutcome, error)
+	// ConfigProblem, when set, says why the configuration that runs is
+	// not wholly in force (a device registry that could not be swapped
+	// back): /readyz is then not ready.
+	ConfigProblem func() error
 	// Broker, when set, says why the agent's own link to an external
 	// broker (its triggers, replies and events) is not up, nil when it
 	// is: /readyz is then not ready.
@@ -253,6 +257,11 @@ func (s *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Broker != nil {
 		if err := s.opts.Broker(); err != nil {
 			reasons = append(reasons, "broker: "+err.Error())
+		}
+	}
+	if s.opts.ConfigProblem != nil {
+		if err := s.opts.ConfigProblem(); err != nil {
+			reasons = append(reasons, "config: "+err.Error())
 		}
 	}
 	if s.stopping.Load() {
