@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"slices"
 	"strconv"
@@ -161,6 +162,24 @@ func TestDashboardShowsARolloutAndAbortsIt(t *testing.T) {
 		t.Errorf("red segments are %v after the abort, want only the failed", d.Red)
 	}
 	page.waitFor(t, ctx, `document.querySelector('#r-time path[data-kind="rolled_back"]').dataset.count === "1"`)
+
+	// 10,000 gateways (the page's view, each gateway 40 times): the
+	// table stays at 200 rows; the time to draw is logged.
+	big := page.str(t, ctx, `(() => {
+	  const v = structuredClone(state.rollout.view);
+	  v.gateways = Array.from({ length: 40 }, (_, k) => v.gateways.map((g) => Object.assign({}, g, { gateway: g.gateway + "-" + k, order: g.order + k * 250 }))).flat();
+	  const t0 = performance.now();
+	  renderRollout(v);
+	  const ms = performance.now() - t0;
+	  return [...document.querySelectorAll("#r-stages g.bar")].reduce((n, g) => n + +g.dataset.total, 0) + " " + document.querySelectorAll("#r-gateways tbody tr").length + " " + ms.toFixed(1);
+	})()`)
+	var total, rows int
+	var ms float64
+	if _, err := fmt.Sscan(big, &total, &rows, &ms); err != nil || total != 10000 || rows != 200 {
+		t.Errorf("10,000 gateways: %q (gateways drawn, rows, ms), want 10000 200", big)
+	}
+	t.Logf("a 10,000-gateway rollout drew in %.1f ms", ms)
+	page.eval(t, ctx, `refreshRollout()`)
 
 	dir := artifactDir(t)
 	// A shorter table, at a desktop's width, and the first wave's
