@@ -1017,8 +1017,10 @@ async function loadRollouts() {
   }));
 }
 
-// openRollout shows a rollout and polls it every 3 s while it is open
-// (its gateways' changes are not on the live stream).
+// openRollout shows a rollout and polls it while it is open (its
+// gateways' changes are not on the live stream): every 3 s, or every
+// 10 s once it ended or when it has over 2,000 gateways (each read
+// carries them all, and the hub copies them under its engine's lock).
 function openRollout(id) {
   state.rollout = { id, view: null };
   $("#rollout-panel").hidden = false;
@@ -1037,10 +1039,13 @@ function closeRollout(clearHash = true) {
   loadRollouts().catch(() => {});
 }
 
-async function refreshRollout() {
+async function refreshRollout(now = false) {
   const cur = state.rollout;
   if (!cur || cur.busy) return;
+  const v0 = cur.view;
+  if (!now && v0 && (v0.targets > 2000 || !ACTIVE_ROLLOUT.has(v0.state)) && Date.now() - cur.read < 10000) return;
   cur.busy = true;
+  cur.read = Date.now();
   try {
     const v = await api("/api/rollouts/" + encodeURIComponent(cur.id));
     if (state.rollout !== cur) return;
@@ -1266,7 +1271,7 @@ async function rolloutOp(op) {
     out.className = "bad";
     out.textContent = op + " refused: " + e.message;
   }
-  await refreshRollout();
+  await refreshRollout(true);
   loadRollouts().catch(() => {});
 }
 
