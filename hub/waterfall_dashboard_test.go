@@ -311,25 +311,7 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 			}
 		}
 	}
-	shoot := func(name string) {
-		t.Helper()
-		var shot struct {
-			Data string `json:"data"`
-		}
-		if err := page.call(ctx, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true}, &shot); err != nil {
-			t.Errorf("screenshot %s: %v", name, err)
-			return
-		}
-		png, err := base64.StdEncoding.DecodeString(shot.Data)
-		if err != nil {
-			t.Errorf("screenshot %s: %v", name, err)
-			return
-		}
-		path := filepath.Join(artifacts, name+".png")
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Errorf("screenshot %s: %v", name, err)
-		}
-	}
+	shoot := func(name string) { t.Helper(); page.screenshot(t, ctx, artifacts, name) }
 
 	// 1. Compensated.
 	d := open(compensated)
@@ -465,14 +447,40 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 	page.eval(t, ctx, `document.activeElement.blur(); document.querySelector("#outcomes-panel").scrollIntoView()`)
 	shoot("outcomes-24h")
 	// Dark mode.
-	if err := page.call(ctx, "Emulation.setEmulatedMedia", map[string]any{"features": []map[string]string{{"name": "prefers-color-scheme", "value": "dark"}}}, nil); err != nil {
-		t.Fatal(err)
-	}
+	page.setDark(t, ctx)
 	if bg := page.str(t, ctx, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(13, 17, 23)" {
 		t.Errorf("dark mode background = %q", bg)
 	}
 	shoot("waterfall-group-dark")
 	t.Logf("screenshots in %s", artifacts)
+}
+
+// screenshot saves the whole page as dir/name.png.
+func (p *cdpPage) screenshot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	var shot struct {
+		Data string `json:"data"`
+	}
+	if err := p.call(ctx, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true}, &shot); err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	png, err := base64.StdEncoding.DecodeString(shot.Data)
+	if err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+	}
+}
+
+// setDark has the page prefer the dark colour scheme.
+func (p *cdpPage) setDark(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := p.call(ctx, "Emulation.setEmulatedMedia", map[string]any{"features": []map[string]string{{"name": "prefers-color-scheme", "value": "dark"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // artifactDir is where a test leaves files for people to look at:

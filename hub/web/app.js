@@ -168,6 +168,9 @@ function parseHash() {
 }
 
 function followHash() {
+  const ro = parseRolloutHash();
+  if (ro) { if (!state.rollout || state.rollout.id !== ro) openRollout(ro); }
+  else if (state.rollout) closeRollout(false);
   const want = parseHash();
   if (!want) { if (state.selected) closeMission(false); return; }
   if (!state.selected || key(state.selected.gw, state.selected.id) !== key(want.gw, want.id)) openMission(want.gw, want.id, false);
@@ -410,6 +413,7 @@ async function loadAll() {
     await loadGateways();
     await loadMissions(false);
     await loadOutcomes();
+    await loadRollouts();
     if (state.selected) await refreshDetail();
     else followHash();
     notice("");
@@ -930,6 +934,347 @@ async function control(gw, body) {
   }
 }
 
+// ---- rollouts: #/rollouts/{id} ----
+
+// A gateway of a rollout is drawn by what it is now: its rollback, once
+// an abort gave it one, says more than the status it had reached.
+// Red is only for failure (the bundle, or its rollback, failed); an
+// unreachable gateway or one the pre-flight check refused is amber.
+const ROLLOUT_KINDS = [
+  ["healthy", "healthy", "ok"], ["applied", "applied, on trial", "live"], ["offered", "offered", "wait"],
+  ["pending", "pending", "mute"], ["refused", "refused by the pre-flight", "note"], ["skipped", "skipped", "note"],
+  ["unreachable", "unreachable", "note"], ["rolling_back", "rolling back", "back"], ["rolled_back", "rolled back", "undone"],
+  ["failed", "failed", "bad"], ["not_sent", "not sent", "mute2"], ["superseded", "superseded", "mute2"],
+];
+const KIND_WORDS = Object.fromEntries(ROLLOUT_KINDS.map(([k, w]) => [k, w]));
+const ROLLOUT_ROWS = 200; // the table's cap: a fleet has 10,000 gateways
+
+function gatewayKind(t) {
+  if (t.back === "rolled_back") return "rolled_back";
+  if (t.back === "failed") return "failed";
+  if (t.back === "unreachable") return "unreachable";
+  if (t.back) return "rolling_back";
+  switch (t.status) {
+    case "pending": return t.refused ? "refused" : "pending";
+    case "notified": case "received": return "offered";
+    default: return t.status;
+  }
+}
+
+function gatewayReason(t) {
+  const out = [];
+  if (t.reason || t.message) out.push([t.reason, t.message].filter(Boolean).join(": "));
+  if (t.refused) out.push("pre-flight: " + t.refused);
+  if (t.back) out.push("rollback " + words(t.back) + (t.back_reason ? ": " + t.back_reason : ""));
+  return out.join(" · ");
+}
+
+function rolloutHash(id) { return "#/rollouts/" + encodeURIComponent(id); }
+
+function parseRolloutHash() {
+  const m = /^#\/rollouts\/([^/]+)$/.exec(location.hash);
+  if (!m) return null;
+  try { return decodeURIComponent(m[1]); } catch (_) { return null; }
+}
+
+const stageName = (i) => (i === 0 ? "canary" : "wave " + i);
+const ACTIVE_ROLLOUT = new Set(["running", "paused", "aborting"]);
+
+function countsText(c) {
+  return ["healthy", "failed", "unreachable", "rollback_rolled_back"].filter((k) => c[k]).map((k) => c[k] + " " + words(k.replace("rollback_", ""))).join(" · ") || "no outcome yet";
+}
+
+async function loadRollouts() {
+  let body;
+  try {
+    body = await api("/api/rollouts");
+  } catch (e) {
+    // A hub without a rollout engine (the cluster mode's store) has no
+    // section to show.
+    if (/no_rollouts/.test(e.message)) { $("#rollouts-panel").hidden = true; return; }
+    throw e;
+  }
+  const list = body.rollouts || [];
+  $("#rollouts-panel").hidden = false;
+  $("#ro-count").textContent = list.filter((r) => ACTIVE_ROLLOUT.has(r.state)).length + " active of " + list.length;
+  $("#rollouts tbody").replaceChildren(...list.map((r) => {
+    const tr = el("tr");
+    tr.dataset.rollout = r.id;
+    tr.dataset.state = r.state;
+    const a = el("a", r.id);
+    a.href = rolloutHash(r.id);
+    const idc = el("td");
+    idc.append(a);
+    const st = el("td");
+    st.append(badge(r.state));
+    if (r.reason) st.title = r.reason;
+    const n = (r.stages || []).length;
+    tr.append(idc, st, el("td", r.spec.group || "(default)"), el("td", "v" + r.version + " · " + (r.hash || "").slice(0, 12)),
+      el("td", n ? Math.min(r.stage + 1, n) + " of " + n : ""), el("td", r.targets + ": " + countsText(r.counts)), timeEl("td", r.updated));
+    if (state.rollout && state.rollout.id === r.id) tr.classList.add("sel");
+    tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) location.hash = rolloutHash(r.id); });
+    return tr;
+  }));
+}
+
+// openRollout shows a rollout and polls it while it is open (its
+// gateways' changes are not on the live stream): every 3 s, or every
+// 10 s once it ended or when it has over 2,000 gateways (each read
+// carries them all, and the hub copies them under its engine's lock).
+function openRollout(id) {
+  state.rollout = { id, view: null };
+  $("#rollout-panel").hidden = false;
+  $("#r-result").textContent = "";
+  clearInterval(state.rolloutTimer);
+  state.rolloutTimer = setInterval(() => refreshRollout(), 3000);
+  refreshRollout().then(() => $("#rollout-panel").scrollIntoView({ block: "nearest" }));
+  loadRollouts().catch((e) => notice(e.message));
+}
+
+function closeRollout(clearHash = true) {
+  clearInterval(state.rolloutTimer);
+  state.rollout = null;
+  $("#rollout-panel").hidden = true;
+  if (clearHash && location.hash) history.pushState(null, "", location.pathname + location.search);
+  loadRollouts().catch(() => {});
+}
+
+async function refreshRollout(now = false) {
+  const cur = state.rollout;
+  if (!cur || cur.busy) return;
+  const v0 = cur.view;
+  if (!now && v0 && (v0.targets > 2000 || !ACTIVE_ROLLOUT.has(v0.state)) && Date.now() - cur.read < 10000) return;
+  cur.busy = true;
+  cur.read = Date.now();
+  try {
+    const v = await api("/api/rollouts/" + encodeURIComponent(cur.id));
+    if (state.rollout !== cur) return;
+    cur.view = v;
+    renderRollout(v);
+  } catch (e) {
+    if (state.rollout === cur) $("#r-summary").textContent = "Cannot load: " + e.message;
+  } finally {
+    cur.busy = false;
+  }
+}
+
+const ROLLOUT_OPS = {
+  pause: (s) => s === "running",
+  resume: (s) => s === "paused",
+  abort: (s) => s === "running" || s === "paused",
+};
+
+function renderRollout(v) {
+  $("#r-title").textContent = v.id;
+  $("#r-link").href = rolloutHash(v.id);
+  const gws = v.gateways || [];
+  const n = v.stages.length;
+  const sum = $("#r-summary");
+  sum.replaceChildren(badge(v.state), " group " + (v.spec.group || "(default)") + " · release v" + v.version + " · bundle " + v.hash.slice(0, 12) +
+    " · " + plural(v.targets, "gateway") + " · stage " + Math.min(v.stage + 1, n) + " of " + n + (v.state === "aborting" ? " (of the rollback)" : "") +
+    " · created ", timeEl("span", v.created), " · deadline ", timeEl("span", v.deadline));
+  if (isTime(v.ended)) sum.append(" · ended ", timeEl("span", v.ended));
+  if (v.following) sum.append(" · still following its target");
+  if (v.reason) {
+    sum.append(el("p", v.reason, "meta"));
+  }
+  for (const b of document.querySelectorAll("#r-controls button[data-op]")) {
+    const ok = ROLLOUT_OPS[b.dataset.op](v.state);
+    b.disabled = !ok;
+    b.title = ok ? "" : "not while the rollout is " + v.state;
+  }
+  renderStages($("#r-stages"), v, gws);
+  renderRolloutTime($("#r-time"), v, gws);
+  renderRolloutTable(v, gws);
+}
+
+// stageCounts counts each stage's gateways by kind.
+function stageCounts(v, gws) {
+  const out = v.stages.map(() => ({ total: 0 }));
+  for (const t of gws) {
+    const s = out[Math.min(t.stage, out.length - 1)];
+    const k = gatewayKind(t);
+    s[k] = (s[k] || 0) + 1;
+    s.total++;
+  }
+  return out;
+}
+
+function stageFacts(v, i, c) {
+  const lines = [stageName(i) + ": " + plural(c.total, "gateway") + (i === v.stage && ACTIVE_ROLLOUT.has(v.state) ? " (under way)" : "")];
+  for (const [k, w] of ROLLOUT_KINDS) if (c[k]) lines.push(w + ": " + c[k] + " (" + Math.round((c[k] / c.total) * 100) + "%)");
+  return lines;
+}
+
+// renderStages draws a bar per stage, split by what its gateways are
+// now: each bar is its stage's whole (a canary of 10 would be a sliver
+// beside a wave of 5,000 on one scale), its size written beside it.
+function renderStages(box, v, gws) {
+  const had = box.contains(document.activeElement) ? [...box.querySelectorAll("g.bar")].indexOf(document.activeElement) : -1;
+  box.replaceChildren();
+  const counts = stageCounts(v, gws);
+  const width = Math.max(560, Math.floor(box.clientWidth || 900) - 4), labelW = 150, rowH = 26, top = 6, plotW = width - labelW - 60;
+  const height = top + counts.length * rowH + 4;
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": "Rollout stages: " + plural(counts.length, "stage") });
+  root.classList.add("stages");
+  counts.forEach((c, i) => {
+    const y = top + i * rowH;
+    const g = svg("g", { class: "bar" + (i === v.stage && ACTIVE_ROLLOUT.has(v.state) ? " current" : ""), tabindex: i === 0 ? 0 : -1, role: "img", "aria-label": stageFacts(v, i, c).join("; ") });
+    g.dataset.stage = i;
+    g.dataset.total = c.total;
+    g.append(svg("rect", { x: 0, y, width, height: rowH, class: "row" }),
+      svg("text", { x: 4, y: y + 17, class: "label" }, (i === v.stage && ACTIVE_ROLLOUT.has(v.state) ? "▶ " : "") + stageName(i)));
+    let x = labelW;
+    for (const [k, , cls] of ROLLOUT_KINDS) {
+      if (!c[k]) continue;
+      const w = Math.max(2, (c[k] / c.total) * plotW);
+      g.append(svg("rect", { x, y: y + 5, width: w, height: rowH - 10, class: "seg " + cls, "data-kind": k, "data-count": c[k] }));
+      x += w;
+    }
+    g.append(svg("text", { x: x + 6, y: y + 17, class: "axis" }, c.total));
+    root.append(g);
+  });
+  const tip = el("div", null, "wf-tip");
+  tip.hidden = true;
+  tip.setAttribute("role", "tooltip");
+  tip.id = "r-tip";
+  chartKeys(root, "g.bar", tip, Object.assign({ ArrowDown: (i) => i + 1, ArrowUp: (i) => i - 1 }, ENDS),
+    (t, i, g) => placeTip(t, stageFacts(v, i, counts[i]), g));
+  const legend = el("p", null, "wf-legend meta");
+  for (const [k, w, cls] of ROLLOUT_KINDS) legend.append(el("span", "", "key " + cls), w + "  ");
+  const csv = el("a", "numbers as CSV");
+  csv.href = "#";
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); download("rollout-" + v.id + ".csv", rolloutCSV(gws)); });
+  legend.append(" · ", csv, " (a row per gateway)");
+  const table = el("details");
+  table.append(el("summary", "numbers"));
+  const tbl = el("table", null, "r-counts");
+  const hr = el("tr");
+  for (const h of ["stage", "gateways", ...ROLLOUT_KINDS.map(([, w]) => w)]) hr.append(el("th", h));
+  const thead = el("thead");
+  thead.append(hr);
+  const tbody = el("tbody");
+  counts.forEach((c, i) => {
+    const tr = el("tr");
+    for (const val of [stageName(i), c.total, ...ROLLOUT_KINDS.map(([k]) => c[k] || 0)]) tr.append(el("td", val));
+    tbody.append(tr);
+  });
+  tbl.append(thead, tbody);
+  table.append(tbl);
+  box.append(legend, root, tip, table);
+  if (had >= 0) {
+    const all = box.querySelectorAll("g.bar");
+    all[0].setAttribute("tabindex", "-1");
+    const g = all[Math.min(had, all.length - 1)];
+    g.setAttribute("tabindex", "0");
+    g.focus();
+  }
+}
+
+// renderRolloutTime draws the outcomes as they came: cumulative
+// healthy, failed and rolled back gateways, each at its last change
+// (the API's "updated"), from the rollout's start to its end (or now).
+function renderRolloutTime(box, v, gws) {
+  box.replaceChildren();
+  const series = [["healthy", "ok"], ["failed", "bad"], ["rolled_back", "undone"]];
+  const t0 = new Date(v.created).getTime();
+  const t1 = Math.max(t0 + 1000, isTime(v.ended) ? new Date(v.ended).getTime() : Date.now(), ...gws.map((t) => new Date(t.updated).getTime() || 0));
+  const pts = Object.fromEntries(series.map(([k]) => [k, []]));
+  for (const t of gws) {
+    const k = gatewayKind(t);
+    if (pts[k] && isTime(t.updated)) pts[k].push(new Date(t.updated).getTime());
+  }
+  const any = series.some(([k]) => pts[k].length);
+  if (!any) { box.append(el("p", "No gateway has an outcome yet.", "meta")); return; }
+  const width = Math.max(560, Math.floor(box.clientWidth || 900) - 4), left = 40, top = 6, h = 70, height = top + h + 18;
+  const most = Math.max(1, ...series.map(([k]) => pts[k].length));
+  const x = (ms) => left + ((ms - t0) / (t1 - t0)) * (width - left - 8);
+  const y = (n) => top + h - (n / most) * h;
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+    "aria-label": "Outcomes over time: " + series.map(([k]) => pts[k].length + " " + KIND_WORDS[k]).join(", ") });
+  root.classList.add("rollout-time");
+  root.append(svg("line", { x1: left, x2: width, y1: top + h, y2: top + h, class: "tick" }),
+    svg("text", { x: 0, y: top + 10, class: "axis" }, most), svg("text", { x: 0, y: top + h, class: "axis" }, "0"),
+    svg("text", { x: left, y: height - 2, class: "axis" }, absTime(v.created)),
+    svg("text", { x: width - 4, y: height - 2, class: "axis", "text-anchor": "end" }, "+" + fmtDur((t1 - t0) * 1000)));
+  for (const [k, cls] of series) {
+    const ts = pts[k].sort((a, b) => a - b);
+    if (!ts.length) continue;
+    let d = "M" + x(t0) + "," + y(0);
+    ts.forEach((ms, i) => { d += " H" + x(ms) + " V" + y(i + 1); });
+    d += " H" + x(t1);
+    root.append(svg("path", { d, class: "line " + cls, "data-kind": k, "data-count": ts.length }));
+  }
+  const legend = el("p", null, "wf-legend meta");
+  for (const [k, cls] of series) legend.append(el("span", "", "key " + cls), KIND_WORDS[k] + " " + pts[k].length + "  ");
+  legend.append("(each gateway at its last change)");
+  box.append(legend, root);
+}
+
+// renderRolloutTable lists at most ROLLOUT_ROWS gateways, those of the
+// chosen status first by stage and order: 10,000 rows would stall the
+// page; the counts and the CSV have them all.
+function renderRolloutTable(v, gws) {
+  const sel = $("#r-kind");
+  const cur = sel.value;
+  const byKind = {};
+  for (const t of gws) { const k = gatewayKind(t); byKind[k] = (byKind[k] || 0) + 1; }
+  sel.replaceChildren(el("option", "all (" + gws.length + ")"));
+  sel.firstChild.value = "";
+  for (const [k, w] of ROLLOUT_KINDS) {
+    if (!byKind[k]) continue;
+    const o = el("option", w + " (" + byKind[k] + ")");
+    o.value = k;
+    sel.append(o);
+  }
+  sel.value = byKind[cur] ? cur : "";
+  const want = sel.value, text = $("#r-gw").value.trim();
+  const match = gws.filter((t) => (!want || gatewayKind(t) === want) && (!text || t.gateway.includes(text)));
+  match.sort((a, b) => a.order - b.order);
+  const shown = match.slice(0, ROLLOUT_ROWS);
+  $("#r-shown").textContent = match.length > shown.length ? "the first " + shown.length + " of " + match.length + " (filter, or the CSV, for the rest)" : plural(match.length, "gateway");
+  $("#r-gateways tbody").replaceChildren(...shown.map((t) => {
+    const tr = el("tr");
+    const k = gatewayKind(t);
+    tr.dataset.gateway = t.gateway;
+    tr.dataset.kind = k;
+    const st = el("td");
+    const b = el("span", KIND_WORDS[k] || words(k), "badge r-" + k);
+    st.append(b);
+    if (t.back && t.status !== k) st.title = "took it: " + t.status;
+    tr.append(el("td", t.gateway), el("td", stageName(t.stage)), st, el("td", gatewayReason(t), k === "failed" ? "err" : "note"), el("td", t.offers || ""), timeEl("td", t.updated));
+    return tr;
+  }));
+}
+
+function rolloutCSV(gws) {
+  const q = (v) => { const s = String(v ?? ""); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
+  const rows = [["gateway", "order", "stage", "kind", "status", "reason", "message", "refused", "back", "back_reason", "offers", "updated"]];
+  for (const t of [...gws].sort((a, b) => a.order - b.order)) {
+    rows.push([t.gateway, t.order, t.stage, gatewayKind(t), t.status, t.reason, t.message, t.refused, t.back, t.back_reason, t.offers, t.updated]);
+  }
+  return rows.map((r) => r.map(q).join(",")).join("\n") + "\n";
+}
+
+async function rolloutOp(op) {
+  const cur = state.rollout;
+  if (!cur) return;
+  if (op === "abort" && !confirm("Abort rollout " + cur.id + "? Every gateway that took its bundle is rolled back.")) return;
+  const out = $("#r-result");
+  out.className = "";
+  out.textContent = op + " sent…";
+  try {
+    const v = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "/" + op, { method: "POST" });
+    out.className = "ok";
+    out.textContent = op + " ok: the rollout is " + v.state + (v.reason ? " (" + v.reason + ")" : "");
+  } catch (e) {
+    out.className = "bad";
+    out.textContent = op + " refused: " + e.message;
+  }
+  await refreshRollout(true);
+  loadRollouts().catch(() => {});
+}
+
 // ---- wiring ----
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -961,6 +1306,12 @@ document.addEventListener("DOMContentLoaded", () => {
       control(state.selected.gw, { action: b.dataset.action, mission_id: state.selected.id });
     });
   }
+  $("#r-close").addEventListener("click", () => closeRollout());
+  for (const b of document.querySelectorAll("#r-controls button[data-op]")) b.addEventListener("click", () => rolloutOp(b.dataset.op));
+  $("#r-filter").addEventListener("submit", (ev) => ev.preventDefault());
+  for (const id of ["#r-kind", "#r-gw"]) $(id).addEventListener("input", () => { if (state.rollout && state.rollout.view) renderRolloutTable(state.rollout.view, state.rollout.view.gateways || []); });
+  // The rollouts list has no live events: it is read again every 10 s.
+  setInterval(() => { if (state.token && !$("#rollouts-panel").hidden) loadRollouts().catch(() => {}); }, 10000);
   window.addEventListener("hashchange", followHash);
   // Tooltips are fixed to the window: a scroll would leave them behind.
   // The one beside the focused bar follows it; the others go.
