@@ -361,15 +361,17 @@ func (c *Client) postState(deviceID, id string, want map[string]any, attempt int
 			x.prior, x.first = cloneMap(st), false
 		}
 	}
+	var toLog map[string]any // logged once mu is released, before the command goes
 	if d := c.devices[deviceID]; !logged && x.first && d != nil && d.state != nil {
 		x.prior = cloneMap(d.state)
-		defer c.logPrior(id, x.prior) // once mu is released
+		toLog = x.prior
 	}
 	// Already there, by a report since the last command (a retry), or
 	// by the last report of a device that cannot be read: nothing to send.
 	if d := c.devices[deviceID]; d != nil && d.state != nil && (attempt > 1 || e.blind) && matchesWithin(d.state, x.want) {
 		st := cloneMap(d.state)
 		c.mu.Unlock()
+		c.logPrior(id, toLog)
 		return wire.Ack{ID: id, OK: true, State: st}, true, nil, false
 	}
 	c.posted[key] = onDone
@@ -384,6 +386,9 @@ func (c *Client) postState(deviceID, id string, want map[string]any, attempt int
 		x.timer = time.AfterFunc(wait, func() { c.probeUnanswered(deviceID, x) })
 	}
 	c.mu.Unlock()
+	// Logged before the publish: a process killed once the command is
+	// out must leave the prior state behind for the step's undo.
+	c.logPrior(id, toLog)
 	if err := c.ecoPublish(deviceID, send); err != nil {
 		c.mu.Lock()
 		if c.expect[deviceID] == x {
@@ -400,7 +405,7 @@ func (c *Client) postState(deviceID, id string, want map[string]any, attempt int
 // without mu: the append is one write(2) to the page cache, but the
 // log's occasional rewrite is more.
 func (c *Client) logPrior(id string, prior map[string]any) {
-	if c.opts.PriorLog == nil {
+	if c.opts.PriorLog == nil || prior == nil {
 		return
 	}
 	if err := c.opts.PriorLog.Put(id, prior); err != nil {
