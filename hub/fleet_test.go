@@ -2,11 +2,13 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +77,22 @@ type fleetRig struct {
 	clock *testClock
 	mu    sync.Mutex
 	sent  []outgoing
+	// failWrites makes the engine's writes fail, as a full disk or a
+	// lost database would.
+	failWrites atomic.Bool
+}
+
+// failingStore is the rig's store, its writes failing when asked.
+type failingStore struct {
+	FleetStore
+	fail *atomic.Bool
+}
+
+func (s failingStore) SaveFleet(ctx context.Context, c FleetState) error {
+	if s.fail.Load() {
+		return errors.New("disk full")
+	}
+	return s.FleetStore.SaveFleet(ctx, c)
 }
 
 // openFleetPG, when set, opens the rigs' store in PostgreSQL instead,
@@ -101,7 +119,7 @@ func (r *fleetRig) open(fresh bool) {
 	}
 	st := r.st
 	r.t.Cleanup(func() { _ = st.Close() })
-	r.f = NewFleet(st, FleetOptions{Now: r.clock.Now, Send: func(gw string, c uplink.Control) error {
+	r.f = NewFleet(failingStore{st, &r.failWrites}, FleetOptions{Now: r.clock.Now, Send: func(gw string, c uplink.Control) error {
 		r.mu.Lock()
 		r.sent = append(r.sent, outgoing{gw: gw, c: c})
 		r.mu.Unlock()
@@ -733,5 +751,87 @@ func TestAHeartbeatRunningTheReleaseKeptCountsAsHealthy(t *testing.T) {
 		if got := r.view(v.ID).Gateways[0].Status; got != want {
 			t.Fatalf("trial %v: %s, want %s", trial, got, want)
 		}
+	}
+}
+
+// TestAnOperatorChangeThatCannotBeWrittenChangesNothing: a pause, an
+// abort, a start, tags or a drift policy answered with an error (the
+// store could not write it) did not happen: the engine goes on as
+// before, sends nothing for it, and a restart finds nothing of it.
+func TestAnOperatorChangeThatCannotBeWrittenChangesNothing(t *testing.T) {
+	r := newFleetRig(t)
+	ctx := context.Background()
+	base := r.push(testBundle(t, "", ""))
+	r.push(testBundle(t, "v2", ""))
+	r.online(base.Hash, gatewayIDs(4)...)
+	v, err := r.f.StartRollout(ctx, RolloutSpec{Canary: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.step()
+	canary := r.take()
+	r.answer(canary[0], uplink.BundleReceived, uplink.BundleApplied)
+	r.step()
+
+	r.failWrites.Store(true)
+	if _, err := r.f.Pause(ctx, v.ID); err == nil {
+		t.Fatal("pause answered without an error while writes fail")
+	}
+	if _, err := r.f.Abort(ctx, v.ID); err == nil {
+		t.Fatal("abort answered without an error while writes fail")
+	}
+	if _, err := r.f.StartRollout(ctx, RolloutSpec{}); err == nil {
+		t.Fatal("a start answered without an error while writes fail")
+	}
+	if _, err := r.f.SetTags(ctx, "gw-00", []string{"lab"}); err == nil {
+		t.Fatal("tags answered without an error while writes fail")
+	}
+	if _, err := r.f.SetGroup(ctx, Group{Name: "default", DriftPolicy: DriftRevert}); err == nil {
+		t.Fatal("a drift policy answered without an error while writes fail")
+	}
+	if got := r.view(v.ID); got.State != RolloutRunning {
+		t.Fatalf("after a pause and an abort that failed: %s (%s), want running", got.State, got.Reason)
+	}
+	if n := len(r.f.Rollouts()); n != 1 {
+		t.Fatalf("%d rollouts after a start that failed, want 1", n)
+	}
+	r.failWrites.Store(false)
+	r.step()
+	for _, o := range r.take() {
+		if o.c.Bundle != nil && o.c.Bundle.Hash == base.Hash {
+			t.Fatalf("a rollback offered to %s after an abort that failed", o.gw)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if got := r.view(v.ID); got.State != RolloutRunning {
+			t.Fatalf("%s: %s (%s), want running", when, got.State, got.Reason)
+		}
+		if n := len(r.f.Rollouts()); n != 1 {
+			t.Fatalf("%s: %d rollouts, want 1", when, n)
+		}
+		for _, g := range r.f.Gateways() {
+			if len(g.Tags) > 0 {
+				t.Fatalf("%s: %s has tags %v", when, g.Gateway, g.Tags)
+			}
+		}
+		groups, err := r.f.Groups(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range groups {
+			if g.DriftPolicy == DriftRevert {
+				t.Fatalf("%s: group %s has the drift policy that failed", when, g.Name)
+			}
+		}
+	}
+	check("after the next step")
+	r.restart()
+	check("after a restart")
+	if _, err := r.f.Abort(ctx, v.ID); err != nil {
+		t.Fatalf("an abort once writes work again: %v", err)
+	}
+	if got := r.view(v.ID); got.State != RolloutAborting {
+		t.Fatalf("after the abort: %s, want aborting", got.State)
 	}
 }

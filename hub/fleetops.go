@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -78,6 +79,7 @@ func (f *Fleet) StartRollout(ctx context.Context, spec RolloutSpec) (RolloutView
 	spread(r.ID, targets)
 	r.Stages = spec.stages(len(targets))
 	run := &rolloutRun{r: r, byGW: map[string]*RolloutGateway{}}
+	var olds []runSnapshot
 	stage := 0
 	for i, gw := range targets {
 		for i >= r.Stages[stage] {
@@ -92,6 +94,9 @@ func (f *Fleet) StartRollout(ctx context.Context, spec RolloutSpec) (RolloutView
 		if old.r.Spec.Group != spec.Group {
 			continue
 		}
+		if old.r.active() || old.r.Following {
+			olds = append(olds, f.snapshot(old))
+		}
 		switch {
 		case old.r.active():
 			f.end(old, now, RolloutSuperseded, "superseded by "+r.ID)
@@ -105,6 +110,17 @@ func (f *Fleet) StartRollout(ctx context.Context, spec RolloutSpec) (RolloutView
 	f.dirtyR[r] = true
 	out, err := f.saveLocked(ctx)
 	if err != nil {
+		// Not started: the rollouts it superseded go on as they were,
+		// and nothing of it is written later.
+		for _, o := range olds {
+			f.restore(o)
+		}
+		delete(f.runs, r.ID)
+		f.order = f.order[:len(f.order)-1]
+		delete(f.dirtyR, r)
+		for _, t := range run.targets {
+			delete(f.dirtyT, t)
+		}
 		return RolloutView{}, err
 	}
 	f.out = append(f.out, out...) // nothing is sent from here: Step sends
@@ -204,16 +220,60 @@ func (f *Fleet) control(ctx context.Context, id string, change func(run *rollout
 	if err != nil {
 		return RolloutView{}, err
 	}
+	snap := f.snapshot(run)
 	if err := change(run, f.o.Now()); err != nil {
+		f.restore(snap)
 		return RolloutView{}, err
 	}
 	out, err := f.saveLocked(ctx)
-	f.out = append(f.out, out...)
 	if err != nil {
+		// The operator is told it failed: then it did not happen, and the
+		// engine does not act on it now or write it later.
+		f.restore(snap)
 		return RolloutView{}, err
 	}
+	f.out = append(f.out, out...)
 	f.poke()
 	return f.viewLocked(run, false), nil
+}
+
+// runSnapshot is a rollout's records as they were before an operator's
+// change, put back when the change cannot be written.
+type runSnapshot struct {
+	run     *rolloutRun
+	check   bool
+	r       Rollout
+	dirtyR  bool
+	targets []RolloutGateway
+	dirtyT  []bool
+}
+
+func (f *Fleet) snapshot(run *rolloutRun) runSnapshot {
+	s := runSnapshot{run: run, check: run.check, r: *run.r, dirtyR: f.dirtyR[run.r],
+		targets: make([]RolloutGateway, len(run.targets)), dirtyT: make([]bool, len(run.targets))}
+	s.r.Rollback = maps.Clone(run.r.Rollback)
+	s.r.Stages = slices.Clone(run.r.Stages)
+	for i, t := range run.targets {
+		s.targets[i], s.dirtyT[i] = *t, f.dirtyT[t]
+	}
+	return s
+}
+
+// restore puts a snapshot back. What was not to be written before it
+// is not now: the store holds those records as they are again.
+func (f *Fleet) restore(s runSnapshot) {
+	run := s.run
+	run.check = s.check
+	*run.r = s.r
+	if !s.dirtyR {
+		delete(f.dirtyR, run.r)
+	}
+	for i, t := range run.targets[:len(s.targets)] {
+		*t = s.targets[i]
+		if !s.dirtyT[i] {
+			delete(f.dirtyT, t)
+		}
+	}
 }
 
 // Pause stops a running rollout from notifying more gateways; what
@@ -286,14 +346,27 @@ func (f *Fleet) SetTags(ctx context.Context, gw string, tags []string) (FleetGat
 		return FleetGateway{}, fmt.Errorf("%w: %q", ErrUnknownGateway, gw)
 	}
 	fg := f.fleetGateway(gw)
+	was, wasDirty := fg.Tags, f.dirtyG[fg]
 	fg.Tags = slices.Compact(slices.Sorted(slices.Values(tags)))
 	f.dirtyG[fg] = true
-	f.joinContinuous(gw, f.o.Now())
 	out, err := f.saveLocked(ctx)
-	f.out = append(f.out, out...)
 	if err != nil {
+		fg.Tags = was
+		if !wasDirty {
+			delete(f.dirtyG, fg)
+		}
 		return FleetGateway{}, err
 	}
+	f.out = append(f.out, out...)
+	// The tags are written: a continuous rollout taking the gateway in
+	// is the engine's own change from here, written by its next step if
+	// not now.
+	f.joinContinuous(gw, f.o.Now())
+	out, err = f.saveLocked(ctx)
+	if err != nil {
+		f.log.Warn("rollouts: write state; the next step tries again", "err", err)
+	}
+	f.out = append(f.out, out...)
 	f.poke()
 	return *fg, nil
 }
@@ -313,16 +386,27 @@ func (f *Fleet) SetGroup(ctx context.Context, g Group) (Group, error) {
 	if !f.loaded {
 		return Group{}, ErrNotLeader
 	}
-	p := f.groups[g.Name]
-	if p == nil {
+	p, known := f.groups[g.Name]
+	if !known {
 		p = &Group{Name: g.Name}
 		f.groups[g.Name] = p
 	}
+	was, wasDirty := *p, f.dirtyP[p]
 	p.DriftPolicy = g.DriftPolicy
 	f.dirtyP[p] = true
 	out, err := f.saveLocked(ctx)
+	if err != nil {
+		*p = was
+		if !wasDirty {
+			delete(f.dirtyP, p)
+		}
+		if !known {
+			delete(f.groups, g.Name)
+		}
+		return Group{}, err
+	}
 	f.out = append(f.out, out...)
-	return *p, err
+	return *p, nil
 }
 
 // Groups lists the groups with settings, and those of the releases.

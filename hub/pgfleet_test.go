@@ -48,6 +48,7 @@ func TestPGFleetStoreKeepsTheSameRollouts(t *testing.T) {
 		{"Continuous", TestContinuousRolloutTakesInLateGatewaysAndOnesThatComeBack},
 		{"Supersede", TestANewerRolloutOfTheGroupSupersedesTheActiveOne},
 		{"Retry", TestAFailureThatMayPassIsRetriedAsANewRelease},
+		{"UnwrittenChange", TestAnOperatorChangeThatCannotBeWrittenChangesNothing},
 	} {
 		t.Run(tc.name, tc.run)
 	}
