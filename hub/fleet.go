@@ -191,6 +191,11 @@ type FleetOptions struct {
 	RevertEvery time.Duration
 	// Logger receives the engine's logs; nil discards them.
 	Logger *slog.Logger
+	// KeepRollouts is how long an ended rollout is kept, with each of
+	// its gateways' outcomes (default 90 days); KeepRolloutsPerGroup
+	// caps them per group (default 50). The newest of a group is kept.
+	KeepRollouts         time.Duration
+	KeepRolloutsPerGroup int
 }
 
 // gatewayLister is what the engine reads of the hub's gateways at
@@ -236,6 +241,7 @@ type Fleet struct {
 	dirtyT map[*RolloutGateway]bool
 	dirtyG map[*FleetGateway]bool
 	dirtyP map[*Group]bool
+	forget []string // rollouts to delete (prune)
 	out    []outgoing
 
 	metrics *fleetMetrics
@@ -282,6 +288,8 @@ func NewFleet(st FleetStore, o FleetOptions) *Fleet {
 	}
 	orDefault(&o.Tick, time.Second)
 	orDefault(&o.RevertEvery, time.Minute)
+	orDefault(&o.KeepRollouts, defaultKeepRollouts)
+	orDefault(&o.KeepRolloutsPerGroup, defaultKeepRolloutsPerGroup)
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -297,6 +305,7 @@ func (f *Fleet) reset() {
 	f.gws, f.seen, f.groups = map[string]*FleetGateway{}, map[string]presenceOf{}, map[string]*Group{}
 	f.controls, f.sets, f.encs = map[string]controlRef{}, map[string]*check.Set{}, map[string][]byte{}
 	f.dirtyR, f.dirtyT, f.dirtyG, f.dirtyP = map[*Rollout]bool{}, map[*RolloutGateway]bool{}, map[*FleetGateway]bool{}, map[*Group]bool{}
+	f.forget = nil
 }
 
 // Load reads the engine's state from the store, and the gateways'
@@ -489,6 +498,7 @@ func (f *Fleet) Step(ctx context.Context) error {
 	for _, run := range f.order {
 		f.advance(run, now)
 	}
+	f.prune(now)
 	out, err := f.saveLocked(ctx)
 	f.mu.Unlock()
 	if err != nil {
@@ -515,9 +525,10 @@ func (f *Fleet) saveLocked(ctx context.Context) ([]outgoing, error) {
 	for g := range f.dirtyP {
 		c.Groups = append(c.Groups, g)
 	}
+	c.Forget = f.forget
 	out := f.out
 	f.out = nil
-	if len(c.Rollouts)+len(c.Targets)+len(c.Gateways)+len(c.Groups) > 0 {
+	if len(c.Rollouts)+len(c.Targets)+len(c.Gateways)+len(c.Groups)+len(c.Forget) > 0 {
 		if err := f.st.SaveFleet(ctx, c); err != nil {
 			return nil, err
 		}
@@ -525,6 +536,7 @@ func (f *Fleet) saveLocked(ctx context.Context) ([]outgoing, error) {
 		clear(f.dirtyT)
 		clear(f.dirtyG)
 		clear(f.dirtyP)
+		f.forget = nil
 	}
 	return out, nil
 }

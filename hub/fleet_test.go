@@ -80,6 +80,8 @@ type fleetRig struct {
 	// failWrites makes the engine's writes fail, as a full disk or a
 	// lost database would.
 	failWrites atomic.Bool
+	// opts are the engine's options but for its clock and Send.
+	opts FleetOptions
 }
 
 // failingStore is the rig's store, its writes failing when asked.
@@ -119,12 +121,15 @@ func (r *fleetRig) open(fresh bool) {
 	}
 	st := r.st
 	r.t.Cleanup(func() { _ = st.Close() })
-	r.f = NewFleet(failingStore{st, &r.failWrites}, FleetOptions{Now: r.clock.Now, Send: func(gw string, c uplink.Control) error {
+	o := r.opts
+	o.Now = r.clock.Now
+	o.Send = func(gw string, c uplink.Control) error {
 		r.mu.Lock()
 		r.sent = append(r.sent, outgoing{gw: gw, c: c})
 		r.mu.Unlock()
 		return nil
-	}})
+	}
+	r.f = NewFleet(failingStore{st, &r.failWrites}, o)
 	if err := r.f.Load(context.Background()); err != nil {
 		r.t.Fatal(err)
 	}
@@ -833,5 +838,65 @@ func TestAnOperatorChangeThatCannotBeWrittenChangesNothing(t *testing.T) {
 	}
 	if got := r.view(v.ID); got.State != RolloutAborting {
 		t.Fatalf("after the abort: %s, want aborting", got.State)
+	}
+}
+
+// TestEndedRolloutsPastRetentionAreForgotten: ended rollouts beyond the
+// newest of their group kept, or ended longer ago than kept, are
+// deleted with their gateways, in memory and in the store; the newest
+// rollout of a group stays, so IDs never go back after a restart.
+func TestEndedRolloutsPastRetentionAreForgotten(t *testing.T) {
+	r := &fleetRig{t: t, path: filepath.Join(t.TempDir(), "hub.db"), clock: &testClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)},
+		opts: FleetOptions{KeepRollouts: 30 * 24 * time.Hour, KeepRolloutsPerGroup: 2}}
+	r.open(true)
+	ctx := context.Background()
+	base := r.push(testBundle(t, "", ""))
+	r.push(testBundle(t, "v2", ""))
+	r.online(base.Hash, gatewayIDs(3)...)
+	ids := func() []string {
+		var out []string
+		for _, v := range r.f.Rollouts() {
+			out = append(out, v.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	stored := func() (rollouts, targets int) {
+		st, err := r.st.LoadFleet(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Rollouts), len(st.Targets)
+	}
+	for range 4 { // each supersedes the one before
+		if _, err := r.f.StartRollout(ctx, RolloutSpec{Deadline: driver.Duration(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		r.step()
+	}
+	if got, want := ids(), []string{"r-3", "r-4"}; !slices.Equal(got, want) {
+		t.Fatalf("rollouts kept %v, want %v (two per group)", got, want)
+	}
+	if nr, nt := stored(); nr != 2 || nt != 6 {
+		t.Fatalf("store holds %d rollouts and %d gateways of them, want 2 and 6", nr, nt)
+	}
+	r.clock.add(31 * 24 * time.Hour) // r-4 ends at its deadline now
+	r.step()
+	if got, want := ids(), []string{"r-4"}; !slices.Equal(got, want) {
+		t.Fatalf("rollouts kept a month on %v, want %v (the newest of the group stays)", got, want)
+	}
+	r.restart()
+	if got, want := ids(), []string{"r-4"}; !slices.Equal(got, want) {
+		t.Fatalf("after a restart %v, want %v", got, want)
+	}
+	if nr, nt := stored(); nr != 1 || nt != 3 {
+		t.Fatalf("store holds %d rollouts and %d gateways of them after the restart, want 1 and 3", nr, nt)
+	}
+	v, err := r.f.StartRollout(ctx, RolloutSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ID != "r-5" {
+		t.Fatalf("the next rollout is %s, want r-5", v.ID)
 	}
 }

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,9 @@ type FleetState struct {
 	Targets  []*RolloutGateway
 	Gateways []*FleetGateway
 	Groups   []*Group
+	// Forget names ended rollouts to delete with their gateways
+	// (SaveFleet only): retention (FleetOptions.KeepRollouts).
+	Forget []string
 }
 
 // Rollout states. Running, Paused and Aborting are active; the others
@@ -288,6 +292,26 @@ func (s *Store) SaveFleet(ctx context.Context, c FleetState) error {
 				return err
 			}
 		}
+		for _, id := range c.Forget {
+			if err := forgetRollout(tx, id); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
+}
+
+// forgetRollout deletes a rollout and its gateways.
+func forgetRollout(tx *bolt.Tx, id string) error {
+	if err := tx.Bucket(bucketRollouts).Delete([]byte(id)); err != nil {
+		return err
+	}
+	prefix := missionKey(id, "")
+	c := tx.Bucket(bucketTargets).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -194,6 +194,10 @@ func (s *PGStore) SaveFleet(ctx context.Context, c FleetState) (err error) {
 			return err
 		}
 	}
+	if len(c.Forget) > 0 {
+		b.Queue(`DELETE FROM sortie_targets WHERE rollout = ANY($1)`, c.Forget)
+		b.Queue(`DELETE FROM sortie_rollouts WHERE id = ANY($1)`, c.Forget)
+	}
 	write := func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() }
 	s.leadMu.Lock()
 	defer s.leadMu.Unlock()

@@ -49,6 +49,7 @@ func TestPGFleetStoreKeepsTheSameRollouts(t *testing.T) {
 		{"Supersede", TestANewerRolloutOfTheGroupSupersedesTheActiveOne},
 		{"Retry", TestAFailureThatMayPassIsRetriedAsANewRelease},
 		{"UnwrittenChange", TestAnOperatorChangeThatCannotBeWrittenChangesNothing},
+		{"Retention", TestEndedRolloutsPastRetentionAreForgotten},
 	} {
 		t.Run(tc.name, tc.run)
 	}

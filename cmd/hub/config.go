@@ -117,11 +117,14 @@ type HTTPConfig struct {
 	ControlResend  driver.Duration `toml:"control_resend"`
 }
 
-// RetentionConfig bounds how many finished missions are kept.
+// RetentionConfig bounds how many finished missions, and ended
+// rollouts, are kept.
 type RetentionConfig struct {
-	MaxAge   driver.Duration `toml:"max_age"`
-	MaxCount int             `toml:"max_count"`
-	Interval driver.Duration `toml:"interval"`
+	MaxAge           driver.Duration `toml:"max_age"`
+	MaxCount         int             `toml:"max_count"`
+	Interval         driver.Duration `toml:"interval"`
+	RolloutsMaxAge   driver.Duration `toml:"rollouts_max_age"`
+	RolloutsPerGroup int             `toml:"rollouts_per_group"`
 }
 
 // PresenceConfig says when a gateway is shown offline without having
@@ -157,6 +160,7 @@ func DefaultConfig() Config {
 		HTTP: HTTPConfig{Listen: "127.0.0.1:8090", ControlTimeout: driver.Duration(10 * time.Second), ControlResend: driver.Duration(2 * time.Second)},
 		Retention: RetentionConfig{
 			MaxAge: driver.Duration(30 * 24 * time.Hour), MaxCount: 100_000, Interval: driver.Duration(time.Hour),
+			RolloutsMaxAge: driver.Duration(90 * 24 * time.Hour), RolloutsPerGroup: 50,
 		},
 		Presence: PresenceConfig{OfflineAfter: driver.Duration(90 * time.Second)},
 		Log:      LogConfig{Level: "info", Format: "text"},
@@ -273,6 +277,9 @@ func (c Config) Validate(file string) error {
 	}
 	if c.Retention.Interval <= 0 {
 		return bad("retention.interval", "must be positive")
+	}
+	if c.Retention.RolloutsMaxAge <= 0 || c.Retention.RolloutsPerGroup < 1 {
+		return bad("retention", "rollouts_max_age must be positive and rollouts_per_group at least 1")
 	}
 	if c.Presence.OfflineAfter < driver.Duration(time.Second) {
 		return bad("presence.offline_after", "%s is too short: at least 1s, and longer than the gateways' heartbeat (two or three of them)", c.Presence.OfflineAfter)

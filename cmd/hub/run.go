@@ -180,6 +180,7 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 		ControlTimeout: cfg.HTTP.ControlTimeout.D(), ControlResend: cfg.HTTP.ControlResend.D(),
 		Retention:    hub.Retention{MaxAge: cfg.Retention.MaxAge.D(), MaxCount: cfg.Retention.MaxCount},
 		PruneEvery:   cfg.Retention.Interval.D(),
+		Fleet:        hub.FleetOptions{KeepRollouts: cfg.Retention.RolloutsMaxAge.D(), KeepRolloutsPerGroup: cfg.Retention.RolloutsPerGroup},
 		OfflineAfter: cfg.Presence.OfflineAfter.D(),
 		Logger:       log.With("component", "service"),
 	}
