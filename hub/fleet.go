@@ -1155,16 +1155,28 @@ func (f *Fleet) notify(run *rolloutRun, t *RolloutGateway, now time.Time) {
 	f.offer(t.Gateway, t.Control, t.Version, r.Hash, r.ID, r.Spec.GatewaySoak.D(), "rollout")
 }
 
+// agentSoak is the agents' default trial ([bundles] soak), for a
+// rollout that leaves it to them.
+const agentSoak = time.Minute
+
 // resend sends again, with the same control ID, offers that had no
-// answer (forward, and rollback offers).
+// answer (forward, and rollback offers), and offers whose outcome is
+// overdue: a gateway answers a repeat with the latest status of it, so
+// a status lost on the way (a cluster's lead changing hands) comes
+// again instead of the gateway ending unreachable.
 func (f *Fleet) resend(run *rolloutRun, now time.Time) {
 	r := run.r
 	every := r.Spec.Resend.D()
+	soak := r.Spec.GatewaySoak.D()
+	if soak == 0 {
+		soak = agentSoak
+	}
 	for _, t := range run.targets {
 		if !f.online(t.Gateway) {
 			continue
 		}
-		if t.Status == TargetNotified && !t.Answered && t.Control != "" && !now.Before(t.Sent.Add(every)) && r.State != RolloutAborting {
+		overdue := (t.Status == TargetReceived || t.Status == TargetApplied) && !now.Before(t.Updated.Add(soak+3*every))
+		if (t.Status == TargetNotified && !t.Answered || overdue) && t.Control != "" && !now.Before(t.Sent.Add(every)) && r.State != RolloutAborting {
 			t.Sent = now
 			t.Sends++
 			f.dirtyT[t] = true

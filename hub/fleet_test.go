@@ -900,3 +900,38 @@ func TestEndedRolloutsPastRetentionAreForgotten(t *testing.T) {
 		t.Fatalf("the next rollout is %s, want r-5", v.ID)
 	}
 }
+
+// TestAnOverdueOutcomeIsAskedForAgain: a gateway on trial whose outcome
+// never reached the hub (lost while a cluster's lead changed hands) is
+// offered the bundle again under the same control ID once its trial is
+// overdue; the gateway answers a repeat with its latest status, and the
+// gateway ends failed, as it did, not unreachable at the deadline.
+func TestAnOverdueOutcomeIsAskedForAgain(t *testing.T) {
+	r := newFleetRig(t)
+	base, _, v, o := r.startOne()
+	r.answer(o, uplink.BundleReceived, uplink.BundleApplied)
+	r.step()
+	r.clock.add(time.Minute) // the agents' default trial
+	r.step()
+	if got := r.take(); len(got) != 0 {
+		t.Fatalf("asked again while its trial may still run: %v", got)
+	}
+	r.clock.add(time.Minute)
+	r.step()
+	again := r.take()
+	if len(again) != 1 || again[0].c.ID != o.c.ID {
+		t.Fatalf("offers once the outcome is overdue: %v, want the offer again under control %s", again, o.c.ID)
+	}
+	b := o.c.Bundle
+	r.f.NoteStatus(o.gw, uplink.BundleStatus{Gateway: o.gw, Hash: b.Hash, Version: b.Version, Rollout: b.Rollout,
+		Status: uplink.BundleReverted, Reason: uplink.ReasonDevicesSilent, Current: base.Hash, At: r.clock.Now()})
+	r.step()
+	if tg := r.view(v.ID).Gateways[0]; tg.Status != TargetFailed || tg.Reason != uplink.ReasonDevicesSilent {
+		t.Fatalf("gateway %s (%s), want failed: %s", tg.Status, tg.Reason, uplink.ReasonDevicesSilent)
+	}
+	r.clock.add(time.Minute)
+	r.step()
+	if got := r.take(); len(got) != 0 {
+		t.Fatalf("asked again after its outcome: %v", got)
+	}
+}

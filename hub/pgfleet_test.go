@@ -50,6 +50,7 @@ func TestPGFleetStoreKeepsTheSameRollouts(t *testing.T) {
 		{"Retry", TestAFailureThatMayPassIsRetriedAsANewRelease},
 		{"UnwrittenChange", TestAnOperatorChangeThatCannotBeWrittenChangesNothing},
 		{"Retention", TestEndedRolloutsPastRetentionAreForgotten},
+		{"Overdue", TestAnOverdueOutcomeIsAskedForAgain},
 	} {
 		t.Run(tc.name, tc.run)
 	}
