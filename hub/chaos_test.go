@@ -435,7 +435,10 @@ func (h *hubProc) stop() {
 // killStreamLeader SIGKILLs the node leading the uplink stream, then
 // starts it again on its ports and store.
 func killStreamLeader(t *testing.T, c *clustertest.NATS) string {
-	nc, err := nats.Connect(c.ClientURLs(), nats.UserInfo(c.User, c.Password))
+	// The fault's own client: on a loaded machine a node's accept can
+	// take longer than the client's default 2 s, and the fault must not
+	// be skipped for it.
+	nc, err := nats.Connect(c.ClientURLs(), nats.UserInfo(c.User, c.Password), nats.Timeout(15*time.Second))
 	if err != nil {
 		t.Errorf("connect to find the leader: %v", err)
 		return "no leader found"

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,9 +13,9 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/broker"
 	"github.com/sortie-edge/sortie/bundle"
-	"github.com/sortie-edge/sortie/bundle/check"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/uplink"
@@ -135,42 +133,18 @@ func (h *e2eHub) rollout(id string) RolloutView {
 // to the hub.
 func startLightsAgent(t *testing.T, hubURL, id string, files *bundle.Bundle, lights ...string) *agent.Agent {
 	t.Helper()
-	set, err := check.Bundle(files)
-	if err != nil {
-		t.Fatal(err)
-	}
 	home := &agent.HomeConfig{}
 	for _, l := range lights {
 		home.Devices = append(home.Devices, simulator.DeviceConfig{ID: l, Type: simulator.TypeLight})
 	}
-	a, err := agent.New(agent.Options{
-		Gateway: id, DataDir: t.TempDir(), Registry: set.Registry, Catalog: set.Catalog, Version: "v1.0.0", QuietMissions: true,
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Broker:  agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
+	reg, cat := agenttest.Bundle(t, files)
+	return agenttest.Start(t, agent.Options{
+		Gateway: id, Registry: reg, Catalog: cat, Version: "v1.0.0", QuietMissions: true,
 		Driver:  agent.DriverOptions{StopGrace: time.Second},
 		Home:    home,
 		Hub:     &agent.HubOptions{URL: hubURL, Password: gatewayPassword(id), Heartbeat: 200 * time.Millisecond},
 		Bundles: &agent.BundleOptions{Files: files, Soak: time.Second, Confirm: 10 * time.Second},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent %s: %v", id, err)
-		}
-		a.Close()
-	})
-	return a
+	}).Agent
 }
 
 // offerLog counts, at the broker, the bundle offers each gateway was

@@ -11,6 +11,8 @@ import (
 
 	"github.com/sortie-edge/sortie/agent"
 	"github.com/sortie-edge/sortie/agent/api"
+	"github.com/sortie-edge/sortie/bundle"
+	"github.com/sortie-edge/sortie/bundle/check"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
@@ -81,6 +83,17 @@ func Shipped(tb testing.TB) (*devices.Registry, *scenes.Catalog) {
 		tb.Fatal(err)
 	}
 	return reg, cat
+}
+
+// Bundle returns the device registry and scenes of a configuration
+// bundle, checked as an agent checks the bundle of its files.
+func Bundle(tb testing.TB, b *bundle.Bundle) (*devices.Registry, *scenes.Catalog) {
+	tb.Helper()
+	set, err := check.Bundle(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return set.Registry, set.Catalog
 }
 
 // Scenes parses the scenes in src against the registry at p (relative to

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -18,9 +15,9 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/broker/passwd"
 	"github.com/sortie-edge/sortie/bundle"
-	"github.com/sortie-edge/sortie/bundle/check"
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/simulator"
@@ -219,36 +216,13 @@ func sends(v hub.RolloutView) int {
 // embedded broker, bbolt store and simulated lights), linked to the hub.
 func startAgent(t *testing.T, hubURL, id string, files *bundle.Bundle) {
 	t.Helper()
-	set, err := check.Bundle(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{
-		Gateway: id, DataDir: t.TempDir(), Registry: set.Registry, Catalog: set.Catalog, Version: "v1.0.0", QuietMissions: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
+	reg, cat := agenttest.Bundle(t, files)
+	agenttest.Start(t, agent.Options{
+		Gateway: id, Registry: reg, Catalog: cat, Version: "v1.0.0", QuietMissions: true,
 		Driver: agent.DriverOptions{StopGrace: time.Second},
 		Home: &agent.HomeConfig{Devices: []simulator.DeviceConfig{
 			{ID: "living-light", Type: simulator.TypeLight}, {ID: "kitchen-light", Type: simulator.TypeLight}}},
 		Hub:     &agent.HubOptions{URL: hubURL, Password: "pw-" + id, Heartbeat: 200 * time.Millisecond},
 		Bundles: &agent.BundleOptions{Files: files, Soak: time.Second, Confirm: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent %s: %v", id, err)
-		}
-		a.Close()
 	})
 }

@@ -3,18 +3,15 @@ package fleetsim_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/broker/brokertest"
 	"github.com/sortie-edge/sortie/bundle"
-	"github.com/sortie-edge/sortie/bundle/check"
 	"github.com/sortie-edge/sortie/internal/fleetsim"
 	"github.com/sortie-edge/sortie/simulator"
 	"github.com/sortie-edge/sortie/uplink"
@@ -54,14 +51,9 @@ action = "turn_on"
 // to hubURL. stop stops it (the test's cleanup does, if not before).
 func startAgent(t *testing.T, id, dir, hubURL string, files *bundle.Bundle) (stop func()) {
 	t.Helper()
-	set, err := check.Bundle(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{
-		Gateway: id, DataDir: dir, Registry: set.Registry, Catalog: set.Catalog, QuietMissions: true,
-		Version: fleetsim.DefaultVersion, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Broker: agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
+	reg, cat := agenttest.Bundle(t, files)
+	return agenttest.Start(t, agent.Options{
+		Gateway: id, DataDir: dir, Registry: reg, Catalog: cat, QuietMissions: true, Version: fleetsim.DefaultVersion,
 		Driver: agent.DriverOptions{StopGrace: time.Second},
 		Home: &agent.HomeConfig{Devices: []simulator.DeviceConfig{
 			{ID: "hall-light", Type: simulator.TypeLight},
@@ -69,30 +61,7 @@ func startAgent(t *testing.T, id, dir, hubURL string, files *bundle.Bundle) (sto
 		}},
 		Bundles: &agent.BundleOptions{Files: files, Soak: conformSoak, Confirm: conformConfirm},
 		Hub:     &agent.HubOptions{URL: hubURL, Heartbeat: 100 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent run: %v", err)
-			}
-			a.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	}).Stop
 }
 
 // must fails tb on err; it returns a function for the results of a
