@@ -243,6 +243,16 @@ func glanceRig(t *testing.T, n int) (*fleetRig, Release, *env, []string) {
 	return r, base, e, ids
 }
 
+// driftFiles has gateways report that they run hash from config files
+// edited by hand since.
+func driftFiles(r *fleetRig, hash string, gws ...string) {
+	for _, id := range gws {
+		r.f.NoteGateway(Gateway{ID: id, State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: id, Time: r.clock.Now(),
+			Config: &uplink.ConfigState{Hash: hash, Source: uplink.SourceFiles, Files: "edited"}}})
+	}
+	r.step()
+}
+
 // canaryOf4 starts a rollout of the rig's second release to the
 // gateways of tag ("" all) with a canary of 4, of which 3 become healthy
 // and the last fails (rejected as invalid), a minute apart; 50% failed
@@ -281,11 +291,7 @@ func TestOverviewCountsDriftAndRolloutsAndTheListFiltersByThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, id := range ids[:2] { // config files edited by hand
-		r.f.NoteGateway(Gateway{ID: id, State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: id, Time: r.clock.Now(),
-			Config: &uplink.ConfigState{Hash: base.Hash, Source: uplink.SourceFiles, Files: "edited"}}})
-	}
-	r.step()
+	driftFiles(r, base.Hash, ids[:2]...)
 	_, canary := canaryOf4(r, "kitchen")
 
 	var o FleetOverview
@@ -402,4 +408,38 @@ func TestRolloutPageCountsEveryGatewayAndPagesSome(t *testing.T) {
 			t.Errorf("?%s: %d, want 400", q, code)
 		}
 	}
+}
+
+// FuzzGlanceQuery: the gateways list's and a rollout page's query
+// strings are refused with an error or give a filter that pages
+// without a panic; a page is never longer than its limit.
+func FuzzGlanceQuery(f *testing.F) {
+	for _, s := range []string{"state=drifted&tag=lab&q=gw&limit=5&after=gw-01", "status=failed,rollback_failed&kind=offered&gateway=x&limit=2&after=3", "limit=-1", "after=%zz", "state=asleep"} {
+		f.Add(s)
+	}
+	gws := []Gateway{{ID: "gw-01", State: StateOnline}, {ID: "gw-02", State: StateOffline}, {ID: "lab-1"}}
+	targets := []*RolloutGateway{{Gateway: "gw-01", Order: 0, Status: TargetFailed}, {Gateway: "gw-02", Order: 1, Status: TargetPending, Refused: "x"},
+		{Gateway: "gw-03", Order: 2, Status: TargetHealthy, Back: BackRolledBack}}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		if g, err := parseGatewayFilter(v); err == nil {
+			for i := range gws {
+				g.match(&gws[i], gatewayFacts{tags: []string{"lab"}})
+			}
+		}
+		s, _, err := parseRolloutSelect(v)
+		if err != nil {
+			return
+		}
+		fl := NewFleet(nil, FleetOptions{})
+		run := &rolloutRun{r: &Rollout{ID: "r-1", Stages: []int{1, 3}}, targets: targets}
+		var view RolloutView
+		fl.pageLocked(run, &view, s)
+		if len(view.Gateways) > s.Limit || view.Matched > len(targets) {
+			t.Fatalf("%q: %d gateways of limit %d, %d matched", raw, len(view.Gateways), s.Limit, view.Matched)
+		}
+	})
 }
