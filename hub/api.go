@@ -101,7 +101,9 @@ type API struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	worst     worstCache // GET /api/fleet/worst (rank.go)
+	// GET /api/fleet/worst and /api/fleet/overview (rank.go, glance.go)
+	worst    ttlCache[Worst]
+	overview ttlCache[FleetOverview]
 }
 
 // NewAPI returns the handler for svc.
@@ -114,7 +116,8 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &API{svc: svc, st: st, opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{}), worst: worstCache{ttl: 30 * time.Second}}
+	a := &API{svc: svc, st: st, opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{}),
+		worst: ttlCache[Worst]{ttl: 30 * time.Second}, overview: ttlCache[FleetOverview]{ttl: 5 * time.Second}}
 	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.health(a.svc.Health)))
 	a.mux.HandleFunc("/readyz", a.method(http.MethodGet, a.health(a.svc.Readiness)))
 	// Open, as the agent's is: aggregates only, nothing a gateway or a

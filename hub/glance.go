@@ -129,6 +129,11 @@ func (a *API) glanceRoutes() {
 }
 
 func (a *API) fleetOverview(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	if o, ok := a.overview.get("", now); ok {
+		writeJSON(w, http.StatusOK, o)
+		return
+	}
 	gws, err := a.st.Gateways(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
@@ -153,6 +158,7 @@ func (a *API) fleetOverview(w http.ResponseWriter, r *http.Request) {
 			o.Tags[t]++
 		}
 	}
+	a.overview.put("", now, o)
 	writeJSON(w, http.StatusOK, o)
 }
 

@@ -230,35 +230,37 @@ func BuildWorst(ctx context.Context, st totalsReader, by, rng string, min int64,
 	return w, nil
 }
 
-// worstCache keeps each ranking a short while: the roll-up is by hour
-// and the panel is about the week, and a dashboard left open on a
-// 10,000-gateway fleet asks again at every refresh.
-type worstCache struct {
+// ttlCache keeps answers a short while: the worst rankings (the
+// roll-up is by hour and the panel is about the week) and the fleet's
+// counts, which every open dashboard asks for again at each refresh
+// and a 10,000-gateway fleet makes costly (docs/hub.md).
+type ttlCache[T any] struct {
 	mu   sync.Mutex
 	ttl  time.Duration
-	held map[string]worstHeld
+	held map[string]ttlHeld[T]
 }
 
-type worstHeld struct {
+type ttlHeld[T any] struct {
 	at time.Time
-	w  Worst
+	v  T
 }
 
-func (c *worstCache) get(key string, now time.Time) (Worst, bool) {
+func (c *ttlCache[T]) get(key string, now time.Time) (T, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h, ok := c.held[key]
 	if !ok || now.Sub(h.at) >= c.ttl || now.Before(h.at) {
-		return Worst{}, false
+		var zero T
+		return zero, false
 	}
-	return h.w, true
+	return h.v, true
 }
 
-func (c *worstCache) put(key string, now time.Time, w Worst) {
+func (c *ttlCache[T]) put(key string, now time.Time, v T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.held == nil || len(c.held) > 64 {
-		c.held = map[string]worstHeld{}
+		c.held = map[string]ttlHeld[T]{}
 	}
-	c.held[key] = worstHeld{at: now, w: w}
+	c.held[key] = ttlHeld[T]{at: now, v: v}
 }

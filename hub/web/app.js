@@ -12,6 +12,7 @@ const state = {
   cursor: "",
   selected: null, // { gw, id }
   es: null,
+  presence: new Map(), // gateway -> presence last streamed, to read the counts again when it changes
 };
 
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
@@ -191,6 +192,7 @@ function renderGateways() {
   $("#gw-count").textContent = gws.length < total ? gws.length + " of " + total : plural(total, "gateway");
   // The missions filter suggests the gateways shown; any ID can be typed.
   $("#f-gateways").replaceChildren(...gws.map((g) => { const o = el("option"); o.value = g.id; return o; }));
+  for (const p of box.querySelectorAll(":scope > p")) p.remove();
   const keep = new Set();
   for (const g of gws) {
     keep.add(g.id);
@@ -455,13 +457,17 @@ function connect() {
   es.addEventListener("hello", () => { setLive(true, "live"); loadAll(); });
   es.addEventListener("gateway", (ev) => {
     const g = JSON.parse(ev.data);
-    // Only the page's gateways are redrawn; the counts are read again.
+    // Only the page's gateways are redrawn. The counts are read again
+    // when a gateway's presence changed, or one not seen yet is not
+    // online (its heartbeats, most of the stream, change no count).
     const held = state.gateways.get(g.id);
     if (held) {
       state.gateways.set(g.id, Object.assign({}, g, { tags: held.tags, conditions: held.conditions, failed_24h: held.failed_24h }));
       renderGateways();
     }
-    if (!held || held.state !== g.state) scheduleFleet();
+    const was = state.presence.has(g.id) ? state.presence.get(g.id) : held ? held.state : "online";
+    state.presence.set(g.id, g.state);
+    if (was !== g.state) scheduleFleet();
   });
   es.addEventListener("mission", (ev) => {
     const m = JSON.parse(ev.data);
