@@ -101,6 +101,9 @@ type API struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	// GET /api/fleet/worst and /api/fleet/overview (rank.go, glance.go)
+	worst    ttlCache[Worst]
+	overview ttlCache[FleetOverview]
 }
 
 // NewAPI returns the handler for svc.
@@ -113,7 +116,8 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &API{svc: svc, st: st, opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{})}
+	a := &API{svc: svc, st: st, opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{}),
+		worst: ttlCache[Worst]{ttl: 30 * time.Second}, overview: ttlCache[FleetOverview]{ttl: 5 * time.Second}}
 	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.health(a.svc.Health)))
 	a.mux.HandleFunc("/readyz", a.method(http.MethodGet, a.health(a.svc.Readiness)))
 	// Open, as the agent's is: aggregates only, nothing a gateway or a
@@ -127,6 +131,7 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 	a.mux.HandleFunc("/api/gateways/{gw}/why/{request_id}", a.auth(a.method(http.MethodGet, a.why)))
 	a.mux.HandleFunc("/api/stream", a.auth(a.method(http.MethodGet, a.stream)))
 	a.fleetRoutes()
+	a.glanceRoutes()
 	a.mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
 	}))
@@ -254,28 +259,14 @@ func (a *API) health(check func(context.Context) Health) http.HandlerFunc {
 
 // GatewayView is a gateway in GET /api/gateways: what the store knows,
 // with the missions that failed in the last 24 hours (by when they
-// finished), which the dashboard shows on the gateway's card.
+// finished), which the dashboard shows on the gateway's card, and what
+// the rollout engine knows of it: its tags and its conditions
+// (glance.go).
 type GatewayView struct {
 	Gateway
-	Failed24h int `json:"failed_24h"`
-}
-
-func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
-	gws, err := a.st.Gateways(r.Context())
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	failed, err := a.st.FailedSince(r.Context(), a.svc.Now().Add(-24*time.Hour))
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	out := make([]GatewayView, 0, len(gws))
-	for _, g := range gws {
-		out = append(out, GatewayView{Gateway: g, Failed24h: failed[g.ID]})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"gateways": out})
+	Failed24h  int      `json:"failed_24h"`
+	Tags       []string `json:"tags,omitempty"`
+	Conditions []string `json:"conditions,omitempty"`
 }
 
 // parseQuery reads the filters of GET /api/missions.

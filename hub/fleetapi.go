@@ -31,7 +31,17 @@ func (a *API) fleetRoutes() {
 	})))
 	a.mux.HandleFunc("POST /api/rollouts", f(a.startRollout))
 	a.mux.HandleFunc("GET /api/rollouts/{id}", f(read(a, func(fl *Fleet, w http.ResponseWriter, r *http.Request) {
-		v, err := fl.Rollout(r.PathValue("id"))
+		sel, paged, err := parseRolloutSelect(r.URL.Query())
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		var v RolloutView
+		if paged {
+			v, err = fl.RolloutPage(r.PathValue("id"), sel)
+		} else {
+			v, err = fl.Rollout(r.PathValue("id"))
+		}
 		if err != nil {
 			a.fail(w, r, err)
 			return

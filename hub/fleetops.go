@@ -446,6 +446,14 @@ type RolloutView struct {
 	Counts   map[string]int    `json:"counts"`
 	Targets  int               `json:"targets"`
 	Gateways []*RolloutGateway `json:"gateways,omitempty"`
+	// A page (rolloutpage.go): the targets by kind, by stage and kind,
+	// and over time; how many match the page's filter, and the after=
+	// of the next page ("" at the end).
+	Kinds      map[string]int   `json:"kinds,omitempty"`
+	StageKinds []map[string]int `json:"stage_kinds,omitempty"`
+	Progress   *RolloutProgress `json:"progress,omitempty"`
+	Matched    int              `json:"matched,omitempty"`
+	Next       string           `json:"next,omitempty"`
 }
 
 func (f *Fleet) viewLocked(run *rolloutRun, gateways bool) RolloutView {

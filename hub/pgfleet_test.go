@@ -47,6 +47,8 @@ func TestPGFleetStoreKeepsTheSameRollouts(t *testing.T) {
 		{"Push", TestPushRefusesABundleTheAgentWouldReject},
 		{"Continuous", TestContinuousRolloutTakesInLateGatewaysAndOnesThatComeBack},
 		{"Supersede", TestANewerRolloutOfTheGroupSupersedesTheActiveOne},
+		{"GlanceConditions", TestOverviewCountsDriftAndRolloutsAndTheListFiltersByThem},
+		{"RolloutPage", TestRolloutPageCountsEveryGatewayAndPagesSome},
 		{"Retry", TestAFailureThatMayPassIsRetriedAsANewRelease},
 		{"UnwrittenChange", TestAnOperatorChangeThatCannotBeWrittenChangesNothing},
 		{"Retention", TestEndedRolloutsPastRetentionAreForgotten},

@@ -12,6 +12,7 @@ const state = {
   cursor: "",
   selected: null, // { gw, id }
   es: null,
+  presence: new Map(), // gateway -> presence last streamed, to read the counts again when it changes
 };
 
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
@@ -168,6 +169,7 @@ function parseHash() {
 }
 
 function followHash() {
+  followListHash();
   const ro = parseRolloutHash();
   if (ro) { if (!state.rollout || state.rollout.id !== ro) openRollout(ro); }
   else if (state.rollout) closeRollout(false);
@@ -178,20 +180,21 @@ function followHash() {
 
 // ---- gateways ----
 
+// The gateways panel shows one page of the gateways the filter picks
+// (GET /api/gateways, paged and filtered on the hub): a fleet of 10,000
+// never comes into the page whole.
+const GW_PAGE = 50;
+
 function renderGateways() {
   const box = $("#gateways");
   const gws = [...state.gateways.values()].sort((a, b) => a.id.localeCompare(b.id));
-  const online = gws.filter((g) => g.state === "online").length;
-  $("#gw-count").textContent = online + " / " + gws.length + " online";
-  const sel = $("#f-gateway");
-  const cur = sel.value;
-  sel.replaceChildren(el("option", "all"));
-  sel.firstChild.value = "";
+  const total = state.gwTotal ?? gws.length;
+  $("#gw-count").textContent = gws.length < total ? gws.length + " of " + total : plural(total, "gateway");
+  // The missions filter suggests the gateways shown; any ID can be typed.
+  $("#f-gateways").replaceChildren(...gws.map((g) => { const o = el("option"); o.value = g.id; return o; }));
+  for (const p of box.querySelectorAll(":scope > p")) p.remove();
   const keep = new Set();
   for (const g of gws) {
-    const o = el("option", g.id);
-    o.value = g.id;
-    sel.append(o);
     keep.add(g.id);
     // Cards are updated in place, so a scene being picked or a parameter
     // being typed survives the next heartbeat.
@@ -207,7 +210,7 @@ function renderGateways() {
     renderRun(card.querySelector(".run"), g);
   }
   for (const c of box.querySelectorAll(".gw")) if (!keep.has(c.dataset.gateway)) c.remove();
-  sel.value = cur;
+  if (!gws.length) box.replaceChildren(el("p", "No gateway matches.", "meta"));
 }
 
 function gatewayInfo(g) {
@@ -227,6 +230,10 @@ function gatewayInfo(g) {
   const filled = g.gaps_filled || 0;
   out.push(el("div", "events " + g.events + " · duplicates " + g.duplicates + " · gaps " + g.gaps +
     (filled ? " (" + (filled === g.gaps ? "all" : filled) + " filled since)" : ""), "meta"));
+  if ((g.tags && g.tags.length) || (g.conditions && g.conditions.length)) {
+    const cond = { backlog: "backlog", drifted: "drifted", rollout: "in a rollout", rollout_failed: "failed by a rollout" };
+    out.push(el("div", [...(g.conditions || []).map((c) => cond[c] || c), ...(g.tags || []).map((t) => "#" + t)].join(" · "), "meta conditions"));
+  }
   const failed = state.failed.get(g.id) || 0;
   const f = el("a", failed + " failed in the last 24 h", "failed" + (failed ? " bad" : ""));
   f.href = "#";
@@ -347,7 +354,7 @@ function paramValue(v, def) {
 // ---- missions ----
 
 function filters() {
-  return { gateway: $("#f-gateway").value, state: $("#f-state").value, scene: $("#f-scene").value.trim() };
+  return { gateway: $("#f-gateway").value.trim(), state: $("#f-state").value, scene: $("#f-scene").value.trim() };
 }
 
 function matches(m) {
@@ -401,16 +408,31 @@ async function loadMissions(more) {
   renderMissions();
 }
 
-async function loadGateways() {
-  const g = await api("/api/gateways");
-  state.gateways = new Map(g.gateways.map((x) => [x.id, x]));
-  state.failed = new Map(g.gateways.map((x) => [x.id, x.failed_24h || 0]));
+function gatewayQuery() {
+  const q = new URLSearchParams({ limit: String(GW_PAGE) });
+  for (const [k, id] of [["state", "#gw-state"], ["tag", "#gw-tag"], ["q", "#gw-q"]]) {
+    const v = $(id).value.trim();
+    if (v) q.set(k, v);
+  }
+  return q;
+}
+
+async function loadGateways(more) {
+  const q = gatewayQuery();
+  if (more && state.gwNext) q.set("after", state.gwNext);
+  const g = await api("/api/gateways?" + q);
+  if (!more) { state.gateways = new Map(); state.failed = new Map(); }
+  for (const x of g.gateways) { state.gateways.set(x.id, x); state.failed.set(x.id, x.failed_24h || 0); }
+  state.gwTotal = g.total;
+  state.gwNext = g.next || "";
+  $("#gw-more").hidden = !state.gwNext;
   renderGateways();
 }
 
 async function loadAll() {
   try {
-    await loadGateways();
+    await loadGateways(false);
+    await loadFleet();
     await loadMissions(false);
     await loadOutcomes();
     await loadRollouts();
@@ -435,8 +457,17 @@ function connect() {
   es.addEventListener("hello", () => { setLive(true, "live"); loadAll(); });
   es.addEventListener("gateway", (ev) => {
     const g = JSON.parse(ev.data);
-    state.gateways.set(g.id, g);
-    renderGateways();
+    // Only the page's gateways are redrawn. The counts are read again
+    // when a gateway's presence changed, or one not seen yet is not
+    // online (its heartbeats, most of the stream, change no count).
+    const held = state.gateways.get(g.id);
+    if (held) {
+      state.gateways.set(g.id, Object.assign({}, g, { tags: held.tags, conditions: held.conditions, failed_24h: held.failed_24h }));
+      renderGateways();
+    }
+    const was = state.presence.has(g.id) ? state.presence.get(g.id) : held ? held.state : "online";
+    state.presence.set(g.id, g.state);
+    if (was !== g.state) scheduleFleet();
   });
   es.addEventListener("mission", (ev) => {
     const m = JSON.parse(ev.data);
@@ -1019,8 +1050,9 @@ async function loadRollouts() {
 
 // openRollout shows a rollout and polls it while it is open (its
 // gateways' changes are not on the live stream): every 3 s, or every
-// 10 s once it ended or when it has over 2,000 gateways (each read
-// carries them all, and the hub copies them under its engine's lock).
+// 10 s once it ended. Each read is a page of the gateways the filter
+// picks, with the hub's counts of all of them (the whole list of 10,000
+// was 4 MB).
 function openRollout(id) {
   state.rollout = { id, view: null };
   $("#rollout-panel").hidden = false;
@@ -1043,11 +1075,11 @@ async function refreshRollout(now = false) {
   const cur = state.rollout;
   if (!cur || cur.busy) return;
   const v0 = cur.view;
-  if (!now && v0 && (v0.targets > 2000 || !ACTIVE_ROLLOUT.has(v0.state)) && Date.now() - cur.read < 10000) return;
+  if (!now && v0 && !ACTIVE_ROLLOUT.has(v0.state) && Date.now() - cur.read < 10000) return;
   cur.busy = true;
   cur.read = Date.now();
   try {
-    const v = await api("/api/rollouts/" + encodeURIComponent(cur.id));
+    const v = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "?" + rolloutQuery(Math.max(ROLLOUT_ROWS, cur.shown || 0)));
     if (state.rollout !== cur) return;
     cur.view = v;
     renderRollout(v);
@@ -1056,6 +1088,28 @@ async function refreshRollout(now = false) {
   } finally {
     cur.busy = false;
   }
+}
+
+// rolloutQuery asks for the first n gateways the table's filter picks.
+function rolloutQuery(n) {
+  const q = new URLSearchParams({ limit: String(Math.min(n, 1000)) });
+  if ($("#r-kind").value) q.set("kind", $("#r-kind").value);
+  if ($("#r-gw").value.trim()) q.set("gateway", $("#r-gw").value.trim());
+  return q;
+}
+
+// moreRollout adds the next page of the filter's gateways to the table.
+async function moreRollout() {
+  const cur = state.rollout;
+  if (!cur || !cur.view || !cur.view.next) return;
+  const q = rolloutQuery(ROLLOUT_ROWS);
+  q.set("after", cur.view.next);
+  const v = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "?" + q);
+  if (state.rollout !== cur) return;
+  v.gateways = (cur.view.gateways || []).concat(v.gateways || []);
+  cur.view = v;
+  cur.shown = v.gateways.length;
+  renderRollout(v);
 }
 
 const ROLLOUT_OPS = {
@@ -1084,12 +1138,14 @@ function renderRollout(v) {
     b.title = ok ? "" : "not while the rollout is " + v.state;
   }
   renderStages($("#r-stages"), v, gws);
-  renderRolloutTime($("#r-time"), v, gws);
+  renderRolloutTime($("#r-time"), v);
   renderRolloutTable(v, gws);
 }
 
-// stageCounts counts each stage's gateways by kind.
+// stageCounts counts each stage's gateways by kind: the hub's counts of
+// all of them when it sent them (a page), else those of gws.
 function stageCounts(v, gws) {
+  if (v.stage_kinds) return v.stage_kinds.map((k) => Object.assign({ total: Object.values(k).reduce((a, b) => a + b, 0) }, k));
   const out = v.stages.map(() => ({ total: 0 }));
   for (const t of gws) {
     const s = out[Math.min(t.stage, out.length - 1)];
@@ -1144,7 +1200,7 @@ function renderStages(box, v, gws) {
   for (const [k, w, cls] of ROLLOUT_KINDS) legend.append(el("span", "", "key " + cls), w + "  ");
   const csv = el("a", "numbers as CSV");
   csv.href = "#";
-  csv.addEventListener("click", (ev) => { ev.preventDefault(); download("rollout-" + v.id + ".csv", rolloutCSV(gws)); });
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); rolloutCSVAll(v.id).catch((e) => notice(e.message)); });
   legend.append(" · ", csv, " (a row per gateway)");
   const table = el("details");
   table.append(el("summary", "numbers"));
@@ -1172,68 +1228,60 @@ function renderStages(box, v, gws) {
 }
 
 // renderRolloutTime draws the outcomes as they came: cumulative
-// healthy, failed and rolled back gateways, each at its last change
-// (the API's "updated"), from the rollout's start to its end (or now).
-function renderRolloutTime(box, v, gws) {
+// healthy, failed and rolled back gateways, each at its last change,
+// from the rollout's start to its end (or now), as the hub counted them
+// at evenly spread times (GET /api/rollouts/{id}, "progress").
+function renderRolloutTime(box, v) {
   box.replaceChildren();
   const series = [["healthy", "ok"], ["failed", "bad"], ["rolled_back", "undone"]];
-  const t0 = new Date(v.created).getTime();
-  const t1 = Math.max(t0 + 1000, isTime(v.ended) ? new Date(v.ended).getTime() : Date.now(), ...gws.map((t) => new Date(t.updated).getTime() || 0));
-  const pts = Object.fromEntries(series.map(([k]) => [k, []]));
-  for (const t of gws) {
-    const k = gatewayKind(t);
-    if (pts[k] && isTime(t.updated)) pts[k].push(new Date(t.updated).getTime());
-  }
-  const any = series.some(([k]) => pts[k].length);
-  if (!any) { box.append(el("p", "No gateway has an outcome yet.", "meta")); return; }
+  const p = v.progress || { series: {}, totals: {} };
+  const total = (k) => p.totals[k] || 0;
+  if (!series.some(([k]) => total(k))) { box.append(el("p", "No gateway has an outcome yet.", "meta")); return; }
+  const t0 = new Date(p.from).getTime(), t1 = new Date(p.to).getTime();
   const width = Math.max(560, Math.floor(box.clientWidth || 900) - 4), left = 40, top = 6, h = 70, height = top + h + 18;
-  const most = Math.max(1, ...series.map(([k]) => pts[k].length));
-  const x = (ms) => left + ((ms - t0) / (t1 - t0)) * (width - left - 8);
+  const most = Math.max(1, ...series.map(([k]) => total(k)));
   const y = (n) => top + h - (n / most) * h;
   const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
-    "aria-label": "Outcomes over time: " + series.map(([k]) => pts[k].length + " " + KIND_WORDS[k]).join(", ") });
+    "aria-label": "Outcomes over time: " + series.map(([k]) => total(k) + " " + KIND_WORDS[k]).join(", ") });
   root.classList.add("rollout-time");
   root.append(svg("line", { x1: left, x2: width, y1: top + h, y2: top + h, class: "tick" }),
     svg("text", { x: 0, y: top + 10, class: "axis" }, most), svg("text", { x: 0, y: top + h, class: "axis" }, "0"),
     svg("text", { x: left, y: height - 2, class: "axis" }, absTime(v.created)),
     svg("text", { x: width - 4, y: height - 2, class: "axis", "text-anchor": "end" }, "+" + fmtDur((t1 - t0) * 1000)));
   for (const [k, cls] of series) {
-    const ts = pts[k].sort((a, b) => a - b);
-    if (!ts.length) continue;
-    let d = "M" + x(t0) + "," + y(0);
-    ts.forEach((ms, i) => { d += " H" + x(ms) + " V" + y(i + 1); });
-    d += " H" + x(t1);
-    root.append(svg("path", { d, class: "line " + cls, "data-kind": k, "data-count": ts.length }));
+    const pts = p.series[k] || [];
+    if (!total(k) || pts.length < 2) continue;
+    const x = (i) => left + (i / (pts.length - 1)) * (width - left - 8);
+    let d = "M" + x(0) + "," + y(pts[0]);
+    pts.forEach((n, i) => { if (i) d += " H" + x(i) + " V" + y(n); });
+    root.append(svg("path", { d, class: "line " + cls, "data-kind": k, "data-count": total(k) }));
   }
   const legend = el("p", null, "wf-legend meta");
-  for (const [k, cls] of series) legend.append(el("span", "", "key " + cls), KIND_WORDS[k] + " " + pts[k].length + "  ");
+  for (const [k, cls] of series) legend.append(el("span", "", "key " + cls), KIND_WORDS[k] + " " + total(k) + "  ");
   legend.append("(each gateway at its last change)");
   box.append(legend, root);
 }
 
-// renderRolloutTable lists at most ROLLOUT_ROWS gateways, those of the
-// chosen status first by stage and order: 10,000 rows would stall the
-// page; the counts and the CSV have them all.
+// renderRolloutTable lists the page of gateways the hub sent (those of
+// the chosen kind and ID, by order, ROLLOUT_ROWS at a time: 10,000 rows
+// would stall the page); the counts and the CSV have them all.
 function renderRolloutTable(v, gws) {
   const sel = $("#r-kind");
   const cur = sel.value;
-  const byKind = {};
-  for (const t of gws) { const k = gatewayKind(t); byKind[k] = (byKind[k] || 0) + 1; }
-  sel.replaceChildren(el("option", "all (" + gws.length + ")"));
+  const byKind = v.kinds || {};
+  sel.replaceChildren(el("option", "all (" + v.targets + ")"));
   sel.firstChild.value = "";
   for (const [k, w] of ROLLOUT_KINDS) {
-    if (!byKind[k]) continue;
-    const o = el("option", w + " (" + byKind[k] + ")");
+    if (!byKind[k] && k !== cur) continue;
+    const o = el("option", w + " (" + (byKind[k] || 0) + ")");
     o.value = k;
     sel.append(o);
   }
-  sel.value = byKind[cur] ? cur : "";
-  const want = sel.value, text = $("#r-gw").value.trim();
-  const match = gws.filter((t) => (!want || gatewayKind(t) === want) && (!text || t.gateway.includes(text)));
-  match.sort((a, b) => a.order - b.order);
-  const shown = match.slice(0, ROLLOUT_ROWS);
-  $("#r-shown").textContent = match.length > shown.length ? "the first " + shown.length + " of " + match.length + " (filter, or the CSV, for the rest)" : plural(match.length, "gateway");
-  $("#r-gateways tbody").replaceChildren(...shown.map((t) => {
+  sel.value = cur;
+  const matched = v.matched ?? gws.length;
+  $("#r-shown").textContent = matched > gws.length ? "the first " + gws.length + " of " + matched + " (filter, More, or the CSV for the rest)" : plural(matched, "gateway");
+  $("#r-more").hidden = !v.next;
+  $("#r-gateways tbody").replaceChildren(...gws.map((t) => {
     const tr = el("tr");
     const k = gatewayKind(t);
     tr.dataset.gateway = t.gateway;
@@ -1248,12 +1296,25 @@ function renderRolloutTable(v, gws) {
 }
 
 function rolloutCSV(gws) {
-  const q = (v) => { const s = String(v ?? ""); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
   const rows = [["gateway", "order", "stage", "kind", "status", "reason", "message", "refused", "back", "back_reason", "offers", "updated"]];
   for (const t of [...gws].sort((a, b) => a.order - b.order)) {
     rows.push([t.gateway, t.order, t.stage, gatewayKind(t), t.status, t.reason, t.message, t.refused, t.back, t.back_reason, t.offers, t.updated]);
   }
-  return rows.map((r) => r.map(q).join(",")).join("\n") + "\n";
+  return csvOf(rows);
+}
+
+// rolloutCSVAll reads every gateway of the rollout, 1,000 at a time,
+// for the CSV.
+async function rolloutCSVAll(id) {
+  const all = [];
+  for (let after = ""; ;) {
+    const q = new URLSearchParams({ limit: "1000" });
+    if (after) q.set("after", after);
+    const v = await api("/api/rollouts/" + encodeURIComponent(id) + "?" + q);
+    all.push(...(v.gateways || []));
+    if (!(after = v.next)) break;
+  }
+  download("rollout-" + id + ".csv", rolloutCSV(all));
 }
 
 async function rolloutOp(op) {
@@ -1273,6 +1334,194 @@ async function rolloutOp(op) {
   }
   await refreshRollout(true);
   loadRollouts().catch(() => {});
+}
+
+// ---- the fleet at a glance ----
+
+// The hub counts the gateways by state (GET /api/fleet/overview) and
+// ranks the gateways, scenes and devices by failure rate from its
+// outcome roll-up (GET /api/fleet/worst): the page gets counts and ten
+// rows, never the fleet. Every count is a link to the list it counts.
+const FLEET_PRESENCE = [["online", "online", "ok"], ["offline", "offline", "bad"], ["unknown", "never reported", "mute"]];
+const FLEET_CONDITIONS = [["backlog", "with a backlog", "note"], ["drifted", "drifted", "note"], ["rollout", "in a rollout", "live"], ["rollout_failed", "failed by a rollout", "bad"]];
+const WORST_BY = ["gateway", "scene", "device"];
+
+// listHash links a filtered list: #/gateways?state=offline,
+// #/missions?gateway=home&state=FAILED.
+function listHash(list, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v) q.set(k, v);
+  return "#/" + list + "?" + q;
+}
+
+// followListHash applies a list link to its panel's filter and loads it.
+function followListHash() {
+  const m = /^#\/(gateways|missions)\?(.*)$/.exec(location.hash);
+  if (!m || !state.token) return false;
+  const q = new URLSearchParams(m[2]);
+  if (m[1] === "gateways") {
+    $("#gw-state").value = q.get("state") || "";
+    $("#gw-tag").value = q.get("tag") || "";
+    $("#gw-q").value = q.get("q") || "";
+    loadGateways(false).then(() => $("#gateways-panel").scrollIntoView({ block: "start" })).catch((e) => notice(e.message));
+  } else {
+    $("#f-gateway").value = q.get("gateway") || "";
+    $("#f-state").value = q.get("state") || "";
+    $("#f-scene").value = q.get("scene") || "";
+    loadMissions(false).then(() => $("#missions-panel").scrollIntoView({ block: "start" })).catch((e) => notice(e.message));
+    loadOutcomes().catch((e) => notice(e.message));
+  }
+  return true;
+}
+
+// listLink is a link to a filtered list that also applies when the
+// address already is that link (a second click changes no hash).
+function listLink(text, list, params, title) {
+  const a = el("a", text);
+  a.href = listHash(list, params);
+  if (title) a.title = title;
+  a.addEventListener("click", () => { if (location.hash === a.getAttribute("href")) setTimeout(followListHash); });
+  return a;
+}
+
+async function loadFleet() {
+  const rng = $("#fl-range").value;
+  const [o, ...worst] = await Promise.all([api("/api/fleet/overview"),
+    ...WORST_BY.map((by) => api("/api/fleet/worst?" + new URLSearchParams({ by, range: rng, limit: "10" })).catch((e) => ({ error: e.message })))]);
+  state.fleet = { overview: o, worst: Object.fromEntries(WORST_BY.map((by, i) => [by, worst[i]])) };
+  renderFleetStates($("#fl-states"), o);
+  for (const by of WORST_BY) renderWorst($("#fl-worst-" + by + " .body"), by, state.fleet.worst[by]);
+}
+
+// scheduleFleet reads the counts again at most every 5 s while gateways
+// come and go.
+function scheduleFleet() {
+  if (state.fleetTimer) return;
+  state.fleetTimer = setTimeout(() => {
+    state.fleetTimer = null;
+    loadFleet().catch((e) => notice(e.message));
+  }, 5000);
+}
+
+const fmtN = (n) => (n ?? 0).toLocaleString();
+
+// renderFleetStates draws the presence as one bar (its parts sized by
+// count) and every state as a count that links to its gateways.
+function renderFleetStates(box, o) {
+  box.replaceChildren();
+  $("#fl-total").textContent = plural(o.gateways, "gateway");
+  const total = Math.max(1, o.gateways);
+  const width = Math.max(320, Math.floor(box.clientWidth || 800) - 4), height = 22;
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+    "aria-label": "Gateways by presence: " + FLEET_PRESENCE.map(([k, w]) => fmtN(o.states[k]) + " " + w).join(", ") });
+  root.classList.add("fleet-bar");
+  let x = 0;
+  for (const [k, , cls] of FLEET_PRESENCE) {
+    const n = o.states[k] || 0;
+    if (!n) continue;
+    const w = Math.max(2, (n / total) * width);
+    root.append(svg("rect", { x, y: 2, width: w, height: height - 4, class: "seg " + cls, "data-state": k, "data-count": n }));
+    x += w;
+  }
+  const tiles = el("ul", null, "fleet-tiles");
+  const tile = (k, w, cls, n) => {
+    const li = el("li", null, "tile " + cls + (n ? "" : " zero"));
+    li.dataset.state = k;
+    li.append(listLink(fmtN(n), "gateways", { state: k }, "Show the gateways " + w), " ", el("span", w));
+    return li;
+  };
+  for (const [k, w, cls] of FLEET_PRESENCE) tiles.append(tile(k, w, cls, o.states[k]));
+  if (o.rollouts) for (const [k, w, cls] of FLEET_CONDITIONS) tiles.append(tile(k, w, cls, o.conditions[k]));
+  else tiles.append(tile("backlog", "with a backlog", "note", o.conditions.backlog));
+  const legend = el("p", null, "wf-legend meta");
+  const csv = el("a", "numbers as CSV");
+  csv.href = "#";
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); download("fleet.csv", fleetCSV(state.fleet)); });
+  legend.append("Presence is what the hub last heard; a backlog is the last heartbeat's. · ", csv);
+  box.append(root, tiles);
+  const tags = Object.entries(o.tags || {}).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+  $("#gw-tags").replaceChildren(...tags.map(([t]) => { const op = el("option"); op.value = t; return op; }));
+  if (tags.length) {
+    const p = el("p", "Tags: ", "meta fleet-tags");
+    tags.slice(0, 20).forEach(([t, n], i) => { if (i) p.append(" · "); p.append(listLink(t + " " + fmtN(n), "gateways", { tag: t })); });
+    if (tags.length > 20) p.append(" · and " + (tags.length - 20) + " more");
+    box.append(p);
+  }
+  box.append(legend);
+}
+
+const pct = (r) => (r * 100).toFixed(r < 0.1 ? 1 : 0) + "%";
+
+// worstLink is where a ranked row leads: the failed missions of the
+// gateway or scene; a device's, of its gateway when its name says it
+// (gateway/device).
+function worstLink(by, e) {
+  if (by === "gateway") return listLink(e.name, "missions", { gateway: e.name, state: "FAILED" }, "Show this gateway's failed missions");
+  if (by === "scene") return listLink(e.name, "missions", { scene: e.name, state: "FAILED" }, "Show this scene's failed missions");
+  const gw = e.name.includes("/") ? e.name.slice(0, e.name.indexOf("/")) : "";
+  return gw ? listLink(e.name, "missions", { gateway: gw, state: "FAILED" }, "Show the failed missions of its gateway") : el("span", e.name);
+}
+
+// renderWorst is a ranked table: each row's rate as a bar beside the
+// counts behind it (the table is the picture's numbers).
+function renderWorst(box, by, w) {
+  box.replaceChildren();
+  if (!w || w.error) { box.append(el("p", "Cannot load: " + ((w && w.error) || "no answer"), "meta")); return; }
+  if (!w.entries.length) {
+    const none = by === "device" && !w.scopes ? "No device data yet." :
+      w.scopes ? "No " + by + " with at least " + w.min + " finished missions failed" + (w.below_min ? " (" + w.below_min + " with fewer did)" : "") + "." : "No finished missions in this range.";
+    box.append(el("p", none, "meta none"));
+    return;
+  }
+  const tbl = el("table", null, "worst-table");
+  tbl.dataset.by = by;
+  const head = el("tr");
+  for (const [h, t] of [["#", ""], [by, ""], ["failure rate", "failed and undone of finished"], ["failed", "failed and undone"], ["finished", ""]]) { const th = el("th", h); if (t) th.title = t; head.append(th); }
+  const thead = el("thead");
+  thead.append(head);
+  const tbody = el("tbody");
+  w.entries.forEach((e, i) => {
+    const tr = el("tr");
+    tr.dataset.name = e.name;
+    tr.dataset.rate = e.rate;
+    const name = el("td");
+    name.append(worstLink(by, e));
+    const bar = el("td", null, "rate");
+    const s = svg("svg", { width: 80, height: 10, role: "img", "aria-label": pct(e.rate) + " failed" });
+    s.append(svg("rect", { x: 0, y: 1, width: 80, height: 8, class: "track" }), svg("rect", { x: 0, y: 1, width: Math.max(1, e.rate * 80), height: 8, class: "seg bad" }));
+    bar.append(s, " " + pct(e.rate));
+    bar.title = "95% sure it is at least " + pct(e.rate_low);
+    tr.append(el("td", i + 1), name, bar, el("td", fmtN(e.failures)), el("td", fmtN(e.finished)));
+    tbody.append(tr);
+  });
+  tbl.append(thead, tbody);
+  const note = el("p", "Ranked by the rate's 95% lower bound, from at least " + plural(w.min, "finished mission") +
+    (w.below_min ? "; " + w.below_min + " more with failures had fewer" : "") + ". ", "meta");
+  const csv = el("a", "CSV");
+  csv.href = "#";
+  csv.addEventListener("click", (ev) => { ev.preventDefault(); download("worst-" + by + "-" + w.range + ".csv", worstCSV(w)); });
+  note.append(csv);
+  box.append(tbl, note);
+}
+
+function csvOf(rows) {
+  const q = (v) => { const s = String(v ?? ""); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
+  return rows.map((r) => r.map(q).join(",")).join("\n") + "\n";
+}
+
+function worstCSV(w) {
+  const rows = [["rank", w.by, "finished", "failures", "succeeded", "failed", "undone", "cancelled", "superseded_steps", "rate", "rate_low"]];
+  w.entries.forEach((e, i) => rows.push([i + 1, e.name, e.finished, e.failures, e.succeeded, e.failed, e.undone, e.cancelled, e.superseded, e.rate, e.rate_low]));
+  return csvOf(rows);
+}
+
+function fleetCSV(f) {
+  const o = f.overview;
+  const rows = [["state", "gateways"], ["all", o.gateways]];
+  for (const [k] of FLEET_PRESENCE) rows.push([k, o.states[k] || 0]);
+  for (const [k] of FLEET_CONDITIONS) rows.push([k, o.conditions[k] || 0]);
+  for (const [t, n] of Object.entries(o.tags || {})) rows.push(["tag:" + t, n]);
+  return csvOf(rows);
 }
 
 // ---- wiring ----
@@ -1306,10 +1555,26 @@ document.addEventListener("DOMContentLoaded", () => {
       control(state.selected.gw, { action: b.dataset.action, mission_id: state.selected.id });
     });
   }
+  $("#gw-filter").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    history.replaceState(null, "", listHash("gateways", { state: $("#gw-state").value, tag: $("#gw-tag").value.trim(), q: $("#gw-q").value.trim() }));
+    loadGateways(false).catch((e) => notice(e.message));
+  });
+  $("#gw-state").addEventListener("change", () => $("#gw-filter").requestSubmit());
+  $("#gw-more").addEventListener("click", () => loadGateways(true).catch((e) => notice(e.message)));
+  $("#fl-range").addEventListener("change", () => loadFleet().catch((e) => notice(e.message)));
+  // The counts have no live events of their own: read again every 30 s.
+  setInterval(() => { if (state.token) loadFleet().catch(() => {}); }, 30000);
   $("#r-close").addEventListener("click", () => closeRollout());
   for (const b of document.querySelectorAll("#r-controls button[data-op]")) b.addEventListener("click", () => rolloutOp(b.dataset.op));
   $("#r-filter").addEventListener("submit", (ev) => ev.preventDefault());
-  for (const id of ["#r-kind", "#r-gw"]) $(id).addEventListener("input", () => { if (state.rollout && state.rollout.view) renderRolloutTable(state.rollout.view, state.rollout.view.gateways || []); });
+  // The table's filter is the hub's: a new one reads the first page again.
+  $("#r-kind").addEventListener("input", () => { if (state.rollout) { state.rollout.shown = 0; refreshRollout(true); } });
+  $("#r-gw").addEventListener("input", () => {
+    clearTimeout(state.rolloutTyping);
+    state.rolloutTyping = setTimeout(() => { if (state.rollout) { state.rollout.shown = 0; refreshRollout(true); } }, 300);
+  });
+  $("#r-more").addEventListener("click", () => moreRollout().catch((e) => notice(e.message)));
   // The rollouts list has no live events: it is read again every 10 s.
   setInterval(() => { if (state.token && !$("#rollouts-panel").hidden) loadRollouts().catch(() => {}); }, 10000);
   window.addEventListener("hashchange", followHash);
