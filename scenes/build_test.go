@@ -89,10 +89,7 @@ func TestBuildStepShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]driver.Step{}
-	for _, s := range movie.Steps {
-		byID[s.ID] = s
-	}
+	byID := stepsByID(movie)
 	curtain := byID["3-bedroom-curtain"]
 	if curtain.Compensate == nil || curtain.Compensate.Kind != CommandKind ||
 		string(curtain.Compensate.Params) != `{"device":"bedroom-curtain","action":"open"}` {
@@ -205,10 +202,7 @@ func TestBuildNamesStepsByCommandAndTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]driver.Step{}
-	for _, s := range movie.Steps {
-		byID[s.ID] = s
-	}
+	byID := stepsByID(movie)
 	if sp := byID["5-living-speaker"]; !strings.Contains(sp.Name, " living-speaker ") || sp.Target != "living-speaker" || !strings.Contains(sp.Name, "volume=25") {
 		t.Errorf("speaker step: name %q, target %q; want its action, device and volume=25, on living-speaker", sp.Name, sp.Target)
 	}
@@ -222,4 +216,13 @@ func TestBuildNamesStepsByCommandAndTarget(t *testing.T) {
 	if got := commandName("set", "living-ac", map[string]any{"target": 21, "mode": "cool"}); got != "set living-ac mode=cool target=21" {
 		t.Errorf("name = %q, want the parameters sorted", got)
 	}
+}
+
+// stepsByID indexes a built scene's steps by their IDs.
+func stepsByID(spec driver.Spec) map[string]driver.Step {
+	byID := map[string]driver.Step{}
+	for _, s := range spec.Steps {
+		byID[s.ID] = s
+	}
+	return byID
 }
