@@ -60,9 +60,14 @@ type Context struct {
 
 // Step is one unit of work, executed by the Handler registered for Kind.
 type Step struct {
-	ID     string          `json:"id"`   // unique within the mission
-	Kind   string          `json:"kind"` // handler kind, e.g. "device.command"
+	ID   string `json:"id"`   // unique within the mission
+	Kind string `json:"kind"` // handler kind, e.g. "device.command"
+	// Name is a short label of what the step does (scenes: its action,
+	// device and parameters), and Target what it acts on (scenes: the
+	// device), for people and the hub's views: the driver only passes
+	// them on in the mission's step table (Summary).
 	Name   string          `json:"name,omitempty"`
+	Target string          `json:"target,omitempty"`
 	Params json.RawMessage `json:"params,omitempty"`
 	// Timeout bounds one attempt; zero uses Options.StepTimeout.
 	Timeout Duration    `json:"timeout,omitempty"`
@@ -405,8 +410,16 @@ type Summary struct {
 	Finished time.Time `json:"finished,omitzero"`
 	TraceID  string    `json:"trace_id,omitempty"`
 	Source   string    `json:"source,omitempty"`
-	// StepIDs names the steps, so a timeline can be labelled.
-	StepIDs []string `json:"step_ids,omitempty"`
+	// StepIDs, StepNames and StepTargets are the step table: each
+	// step's ID, Name and Target, so a timeline can be labelled. They
+	// are all set or all nil (Summarize); StepNames and StepTargets are
+	// nil too in summaries from agents before them.
+	StepIDs     []string `json:"step_ids,omitempty"`
+	StepNames   []string `json:"step_names,omitempty"`
+	StepTargets []string `json:"step_targets,omitempty"`
+	// StepStatus is each step's status, with the table of a finished
+	// mission only.
+	StepStatus []StepStatus `json:"step_status,omitempty"`
 	// Done counts the steps carried out (see Mission.StepsDone), so a
 	// mission that failed on its last step reads 5/6, not 6/6; Undone
 	// counts those compensation reversed since. Done is nil in summaries
@@ -439,8 +452,9 @@ func (m *Mission) StepsUndone() int {
 	return n
 }
 
-// Summarize returns m's summary.
-func (m *Mission) Summarize() Summary {
+// Summarize returns m's summary, with its step table when table is set
+// and, if m is finished, each step's status.
+func (m *Mission) Summarize(table bool) Summary {
 	s := Summary{
 		Scene: m.Type, State: m.State, Priority: m.Priority, Step: m.Progress.Step, Steps: len(m.Steps),
 		Error: m.Error, Reason: m.Reason, Created: m.Meta.Created, Updated: m.Meta.Updated,
@@ -449,8 +463,18 @@ func (m *Mission) Summarize() Summary {
 	}
 	done := m.StepsDone()
 	s.Done = &done
-	for _, st := range m.Steps {
-		s.StepIDs = append(s.StepIDs, st.ID)
+	if !table || len(m.Steps) == 0 {
+		return s
+	}
+	s.StepIDs, s.StepNames, s.StepTargets = make([]string, len(m.Steps)), make([]string, len(m.Steps)), make([]string, len(m.Steps))
+	for i, st := range m.Steps {
+		s.StepIDs[i], s.StepNames[i], s.StepTargets[i] = st.ID, st.Name, st.Target
+	}
+	if m.State.Terminal() && len(m.Results) == len(m.Steps) {
+		s.StepStatus = make([]StepStatus, len(m.Results))
+		for i, r := range m.Results {
+			s.StepStatus[i] = r.Status
+		}
 	}
 	return s
 }

@@ -89,6 +89,7 @@ func decodeBatch(b []byte) (uplink.Batch, []json.RawMessage, error) {
 		if err := driver.ValidateID("mission id", e.Event.MissionID); err != nil {
 			return uplink.Batch{}, nil, fmt.Errorf("%w: entry %d: %w", uplink.ErrMessage, i, err)
 		}
+		uplink.CheckStepTable(&out.Entries[i].Mission)
 	}
 	return out, raws, nil
 }

@@ -83,6 +83,9 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":null}]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1,"time":"x"}}]}`))
 	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1}}]} {}`))
+	// Step tables, whole and of the wrong shape.
+	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1},"mission":{"steps":1,"step_ids":["a"],"step_names":["on lamp"],"step_targets":["lamp"],"step_status":["failed"]}}]}`))
+	f.Add([]byte(`{"gateway":"gw","entries":[{"seq":1,"event":{"mission_id":"m","seq":1},"mission":{"step_ids":["a"],"step_names":[],"step_targets":["a","b"]}}]}`))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		want, werr := uplink.DecodeBatch(payload)
 		got, raws, gerr := decodeBatch(payload)

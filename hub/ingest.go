@@ -363,10 +363,12 @@ func (a *applier) batch(m *Inbound) error {
 				g.Gaps++
 			}
 			ms.Seq = seq
-			ms.Summary = e.Mission
+			ms.Summary = withStepTable(e.Mission, ms.Summary)
 		default:
 			// A late event fills (part of) a gap; the summary stays with
-			// the newest event.
+			// the newest event, and takes the late one's step table if
+			// it has none.
+			ms.Summary = withStepTable(ms.Summary, e.Mission)
 			var filled bool
 			if ms.Gaps, filled = fillGap(ms.Gaps, seq); filled {
 				g.GapsFilled++
@@ -412,6 +414,22 @@ func (a *applier) batch(m *Inbound) error {
 		a.res.Acks[m.Gateway] = OutboxAck{Outbox: g.Outbox, Upto: g.Acked}
 	}
 	return nil
+}
+
+// withStepTable is sum with the step table of from when it has none of
+// its own: a gateway sends the table with a mission's first and last
+// entries only (docs/protocol.md, "The step table"), and the hub keeps
+// it in between. A table of another length (a mission retried with
+// other steps cannot be, but a gateway can send anything) is not taken.
+func withStepTable(sum, from driver.Summary) driver.Summary {
+	if len(sum.StepIDs) > 0 || len(from.StepIDs) == 0 || sum.Steps != len(from.StepIDs) {
+		return sum
+	}
+	sum.StepIDs, sum.StepNames, sum.StepTargets = from.StepIDs, from.StepNames, from.StepTargets
+	if sum.State.Terminal() {
+		sum.StepStatus = from.StepStatus
+	}
+	return sum
 }
 
 // fillGap removes seq from the gaps, splitting the one it falls in, and

@@ -15,7 +15,7 @@ import (
 
 // Outcomes over time (docs/hub.md, "Outcomes over time") come from a
 // roll-up, not from the missions: each store keeps, per scope (all
-// gateways, one gateway, one scene) and hour, the missions that finished
+// gateways, one gateway, one scene, one gateway's device) and hour, the missions that finished
 // in it by outcome, the steps that gave way, and a histogram of the
 // missions' durations. The applier computes what a transaction changes
 // (outcomeDeltas), so both stores count alike; a page of 30 days reads at
@@ -54,9 +54,13 @@ var bucketOutcomes = []byte("outcomes")
 
 // Scopes of a roll-up row. A gateway's ID has no "/"; a scene's name
 // loses its NULs, which PostgreSQL's text refuses, in both stores alike.
-func scopeAll() string              { return "*" }
-func scopeGateway(gw string) string { return "g/" + gw }
-func scopeScene(sc string) string   { return "s/" + pgText(sc) }
+// A device is one gateway's: "d/" + gateway + "/" + device, whose ID has
+// no "/" either (devices.toml's rule; a step table's target that breaks
+// it is not counted).
+func scopeAll() string                  { return "*" }
+func scopeGateway(gw string) string     { return "g/" + gw }
+func scopeScene(sc string) string       { return "s/" + pgText(sc) }
+func scopeDevice(gw, dev string) string { return "d/" + gw + "/" + dev }
 
 // outcomeDelta is what a transaction adds to one roll-up row.
 type outcomeDelta struct {
@@ -80,6 +84,37 @@ func outcomeOf(s driver.Summary) int {
 	return oFailed
 }
 
+// deviceOutcomes classifies a finished mission of outcome o for each
+// device a step of it commanded (docs/hub.md, "Devices"): the devices
+// are the targets, in the step table of the mission's last summary, of
+// the steps that began (succeeded, failed, gave way or were undone
+// since). A mission that failed counts as failed (or undone) for a device
+// a failed step commanded; a cancelled one as cancelled; any other as
+// succeeded, the device having done its part. Without a step table
+// (gateways before it, or one cut from the message) no device counts.
+func deviceOutcomes(s driver.Summary, o int) map[string]int {
+	if o < 0 || len(s.StepStatus) != len(s.StepTargets) {
+		return nil
+	}
+	out := map[string]int{}
+	for i, dev := range s.StepTargets {
+		switch st := s.StepStatus[i]; {
+		case dev == "" || driver.CheckID("device", dev) != nil:
+		case st == driver.StepFailed && (o == oFailed || o == oUndone):
+			out[dev] = o
+		case st == driver.StepSucceeded || st == driver.StepCompensated || st == driver.StepFailed || st == driver.StepSuperseded:
+			if _, seen := out[dev]; seen {
+				continue
+			}
+			out[dev] = oSucceeded
+			if s.State == driver.StateCancelled {
+				out[dev] = oCancelled
+			}
+		}
+	}
+	return out
+}
+
 // histBucket is the histogram bucket of a duration.
 func histBucket(d time.Duration) int {
 	ms := float64(d) / float64(time.Millisecond)
@@ -94,16 +129,19 @@ func histBucket(d time.Duration) int {
 // row, in key order so that concurrent writers lock rows alike.
 func (a *applier) outcomeDeltas() []outcomeDelta {
 	rows := map[[2]any]*outcomeDelta{}
-	add := func(gw, scene string, at time.Time, idx int, n int64) {
+	addTo := func(scope string, at time.Time, idx int, n int64) {
 		hour := at.Unix() / 3600
+		k := [2]any{scope, hour}
+		d := rows[k]
+		if d == nil {
+			d = &outcomeDelta{scope: scope, hour: hour}
+			rows[k] = d
+		}
+		d.v[idx] += n
+	}
+	add := func(gw, scene string, at time.Time, idx int, n int64) {
 		for _, scope := range []string{scopeAll(), scopeGateway(gw), scopeScene(scene)} {
-			k := [2]any{scope, hour}
-			d := rows[k]
-			if d == nil {
-				d = &outcomeDelta{scope: scope, hour: hour}
-				rows[k] = d
-			}
-			d.v[idx] += n
+			addTo(scope, at, idx, n)
 		}
 	}
 	count := func(m *Mission, s driver.Summary, fin time.Time, n int64) {
@@ -111,8 +149,13 @@ func (a *applier) outcomeDeltas() []outcomeDelta {
 		if o < 0 || fin.IsZero() {
 			return
 		}
+		hist := oHist + histBucket(fin.Sub(s.Created))
 		add(m.Gateway, s.Scene, fin, o, n)
-		add(m.Gateway, s.Scene, fin, oHist+histBucket(fin.Sub(s.Created)), n)
+		add(m.Gateway, s.Scene, fin, hist, n)
+		for dev, do := range deviceOutcomes(s, o) {
+			addTo(scopeDevice(m.Gateway, dev), fin, do, n)
+			addTo(scopeDevice(m.Gateway, dev), fin, hist, n)
+		}
 	}
 	for mk, m := range a.missions {
 		before, after := a.before[mk], m.Summary
@@ -127,11 +170,19 @@ func (a *applier) outcomeDeltas() []outcomeDelta {
 		if e.Event.Code != driver.CodeSuperseded || e.Event.Input != driver.InStepError && e.Event.Input != driver.InCompResult {
 			continue
 		}
-		scene := e.Event.Type
-		if m := a.missions[string(missionKey(e.Gateway, e.Event.MissionID))]; m != nil && m.Summary.Scene != "" {
-			scene = m.Summary.Scene
+		scene, dev := e.Event.Type, ""
+		if m := a.missions[string(missionKey(e.Gateway, e.Event.MissionID))]; m != nil {
+			if m.Summary.Scene != "" {
+				scene = m.Summary.Scene
+			}
+			if k := e.Event.Step; k >= 0 && k < len(m.Summary.StepTargets) {
+				dev = m.Summary.StepTargets[k]
+			}
 		}
 		add(e.Gateway, scene, e.Event.Time, oSuperseded, 1)
+		if dev != "" && driver.CheckID("device", dev) == nil {
+			addTo(scopeDevice(e.Gateway, dev), e.Event.Time, oSuperseded, 1)
+		}
 	}
 	out := make([]outcomeDelta, 0, len(rows))
 	for _, d := range rows {

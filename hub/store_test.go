@@ -27,7 +27,7 @@ func testStore(tb testing.TB) Backing {
 	if dsn := os.Getenv(pgStoreEnv); dsn != "" {
 		var pg *PGStore
 		if pg, err = OpenPG(context.Background(), dsn); err == nil {
-			_, err = pg.pool.Exec(context.Background(), `TRUNCATE sortie_gateways, sortie_missions, sortie_events, sortie_traces`)
+			_, err = pg.pool.Exec(context.Background(), `TRUNCATE sortie_gateways, sortie_missions, sortie_events, sortie_traces, sortie_outcomes`)
 			st = pg
 		}
 	} else {

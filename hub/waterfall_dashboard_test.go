@@ -343,6 +343,8 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 	page.waitFor(t, ctx, `document.activeElement && document.activeElement.dataset.step === "2" && !document.querySelector("#d-waterfall .wf-tip").hidden`)
 	if tip := page.str(t, ctx, `document.querySelector("#d-waterfall .wf-tip").textContent`); !strings.Contains(tip, "3-front-door") || !strings.Contains(tip, "outcome: failed · attempt 1") || !strings.Contains(tip, "jammed") {
 		t.Errorf("tooltip of the lock = %q, want its step, outcome, attempt and reason", tip)
+	} else if !strings.Contains(tip, "device: front-door") || !strings.Contains(tip, "command: lock front-door") {
+		t.Errorf("tooltip of the lock = %q, want its device and command from the gateway's step table", tip)
 	}
 	shoot("waterfall-focus")
 
@@ -373,8 +375,9 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 		t.Errorf("superseded: bar %+v (taken by %q), want superseded as a note, taken by %s", got[1], d.Waterfall.Bars[1].TakenBy, closer2)
 	}
 	page.eval(t, ctx, `document.querySelectorAll("#d-waterfall g.bar")[1].dispatchEvent(new MouseEvent("mouseover", {bubbles: true}))`)
-	if tip := page.str(t, ctx, `document.querySelector("#d-waterfall .wf-tip").textContent`); !strings.Contains(tip, "taken by mission "+closer2) {
-		t.Errorf("superseded tooltip = %q, want the mission that took the device", tip)
+	if tip := page.str(t, ctx, `document.querySelector("#d-waterfall .wf-tip").textContent`); !strings.Contains(tip, "taken by mission "+closer2) ||
+		!strings.Contains(tip, "device: bedroom-curtain") || !strings.Contains(tip, "command: set_position bedroom-curtain position=70") {
+		t.Errorf("superseded tooltip = %q, want the device, the command with its parameters and the mission that took the device", tip)
 	}
 	shoot("waterfall-superseded")
 
@@ -420,6 +423,9 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 	if csvRows != fmt.Sprint(segs) {
 		t.Errorf("CSV has %s rows, want a header and a row per segment (%d)", csvRows, segs)
 	}
+	if csv := page.str(t, ctx, `waterfallCSV(state.lastWaterfall || {bars: []})`); !strings.Contains(csv, ",turn_on bedroom-light,bedroom-light,failed,") {
+		t.Errorf("CSV = %q, want the jammed light's row with its command, device and outcome", csv)
+	}
 	// Outcomes over time: the day's chart adds up to the API's totals
 	// (every mission is at the hub by now: each was opened above).
 	var o Outcomes
@@ -428,6 +434,27 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 	}
 	if o.Total.Finished != 6 || o.Total.Succeeded != 3 || o.Total.Undone != 2 || o.Total.Failed != 1 || o.Total.Superseded != 2 {
 		t.Errorf("outcomes = %+v, want 6 finished: 3 succeeded, 2 undone, 1 failed; 2 steps gave way", o.Total)
+	}
+	// The devices' roll-up: a mission counts for each device it
+	// commanded, as failed only for the one it failed on.
+	type devCounts struct{ ok, failed, undone, superseded int64 }
+	for dev, want := range map[string]devCounts{
+		"front-door":      {failed: 1, undone: 1},
+		"bedroom-light":   {undone: 1},
+		"living-light":    {ok: 1},
+		"bedroom-curtain": {ok: 5, superseded: 2},
+	} {
+		rows, err := e.st.OutcomeHours(ctx, scopeDevice("home", dev), 0, time.Now().Unix()/3600+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got devCounts
+		for _, r := range rows {
+			got = devCounts{got.ok + r[oSucceeded], got.failed + r[oFailed], got.undone + r[oUndone], got.superseded + r[oSuperseded]}
+		}
+		if got != want {
+			t.Errorf("device %s: %+v, want %+v", dev, got, want)
+		}
 	}
 	page.eval(t, ctx, `document.querySelector("#o-chart").dataset.old = "yes"; loadOutcomes().then(() => { document.querySelector("#o-chart").dataset.old = ""; })`)
 	page.waitFor(t, ctx, `document.querySelector("#o-chart").dataset.old === "" && document.querySelectorAll("#o-chart g.bucket").length === 24`)

@@ -89,10 +89,7 @@ func TestBuildStepShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]driver.Step{}
-	for _, s := range movie.Steps {
-		byID[s.ID] = s
-	}
+	byID := stepsByID(movie)
 	curtain := byID["3-bedroom-curtain"]
 	if curtain.Compensate == nil || curtain.Compensate.Kind != CommandKind ||
 		string(curtain.Compensate.Params) != `{"device":"bedroom-curtain","action":"open"}` {
@@ -194,4 +191,38 @@ func TestNamesIsACopy(t *testing.T) {
 	if _, ok := c.Scene("x"); ok {
 		t.Error("Scene of an unknown name")
 	}
+}
+
+// TestBuildNamesStepsByCommandAndTarget: a device step's Name is its
+// action, device and resolved parameters (sorted, cut at 80 bytes) and
+// its Target the device, which the hub shows; a delay targets nothing.
+func TestBuildNamesStepsByCommandAndTarget(t *testing.T) {
+	c := shipped(t)
+	movie, err := c.Build("movie_night", map[string]any{"volume": 25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := stepsByID(movie)
+	if sp := byID["5-living-speaker"]; !strings.Contains(sp.Name, " living-speaker ") || sp.Target != "living-speaker" || !strings.Contains(sp.Name, "volume=25") {
+		t.Errorf("speaker step: name %q, target %q; want its action, device and volume=25, on living-speaker", sp.Name, sp.Target)
+	}
+	if d := byID["curtain-settles"]; d.Target != "" || d.Name != "delay 2s" {
+		t.Errorf("delay step: name %q, target %q", d.Name, d.Target)
+	}
+	long := commandName("set", "living-ac", map[string]any{"mode": strings.Repeat("é", 60), "target": 21})
+	if len(long) > maxName || !strings.HasPrefix(long, "set living-ac mode=é") || !strings.HasSuffix(long, "…") {
+		t.Errorf("a long command's name = %q (%d bytes), want it cut at %d with an ellipsis", long, len(long), maxName)
+	}
+	if got := commandName("set", "living-ac", map[string]any{"target": 21, "mode": "cool"}); got != "set living-ac mode=cool target=21" {
+		t.Errorf("name = %q, want the parameters sorted", got)
+	}
+}
+
+// stepsByID indexes a built scene's steps by their IDs.
+func stepsByID(spec driver.Spec) map[string]driver.Step {
+	byID := map[string]driver.Step{}
+	for _, s := range spec.Steps {
+		byID[s.ID] = s
+	}
+	return byID
 }

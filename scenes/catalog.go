@@ -285,15 +285,16 @@ func (c *Catalog) buildStep(st *step, trig map[string]any) (driver.Step, error) 
 		ds.Kind, ds.Name = DelayKind, "delay "+st.delay.String()
 		params = delayParams{Duration: driver.Duration(st.delay)}
 	case kindWait:
-		ds.Kind, ds.Name = WaitKind, "wait for "+st.device
+		ds.Kind, ds.Name, ds.Target = WaitKind, "wait for "+st.device, st.device
 		params = devices.WaitParams{Device: st.device, State: st.state, Timeout: driver.Duration(st.waitTimeout)}
 	default:
-		ds.Kind, ds.Name = CommandKind, st.action+" "+st.device
+		ds.Kind, ds.Target = CommandKind, st.device
 		ds.Timeout, ds.Retry = driver.Duration(st.timeout), st.retry
 		resolved, err := c.resolve(st.device, st.command, trig)
 		if err != nil {
 			return ds, err
 		}
+		ds.Name = commandName(st.action, st.device, resolved)
 		params = devices.CommandParams{
 			Device: st.device, Action: st.action, Params: resolved, Verify: st.verify,
 			VerifyTimeout: driver.Duration(st.verifyTimeout), AckTimeout: driver.Duration(st.ackTimeout),
@@ -370,4 +371,23 @@ func (c *Catalog) resolve(dev string, cmd command, trig map[string]any) (map[str
 		out[k] = tv
 	}
 	return out, nil
+}
+
+// maxName bounds a step's Name: it travels to the hub in the mission's
+// step table, from gateways with little bandwidth.
+const maxName = 80
+
+// commandName labels a command step: its action, device and parameters
+// ("turn_on living-light brightness=40"), cut at maxName.
+func commandName(action, dev string, params map[string]any) string {
+	var b strings.Builder
+	b.WriteString(action + " " + dev)
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		fmt.Fprintf(&b, " %s=%v", k, params[k])
+	}
+	if b.Len() <= maxName {
+		return b.String()
+	}
+	const more = "…"
+	return strings.ToValidUTF8(b.String()[:maxName-len(more)], "") + more
 }

@@ -56,7 +56,7 @@ action = "turn_off"
 		"lights.living-light turn_off living-light lights/quorum/2",
 		"lights.kitchen-light turn_off kitchen-light lights/quorum/2",
 		"lights.bedroom-light turn_off bedroom-light lights/quorum/2",
-		"evening.living-light turn_on living-light evening/",
+		"evening.living-light turn_on living-light brightness=30 evening/",
 		"evening.living-ac turn_off living-ac evening/",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

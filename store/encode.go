@@ -181,6 +181,7 @@ func (e *enc) step(s *driver.Step) {
 	e.Raw(`,"kind":`)
 	e.String(s.Kind)
 	e.optStr(`,"name":`, s.Name)
+	e.optStr(`,"target":`, s.Target)
 	if len(s.Params) > 0 {
 		e.Raw(`,"params":`)
 		e.RawMessage(s.Params)

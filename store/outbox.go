@@ -105,7 +105,10 @@ func (db *DB) openOutbox(opts Options) {
 // encodeOutbox prepares w's outbox values outside the commit, so the
 // shared transaction only puts bytes. The event JSON is the timeline's.
 func (w *write) encodeOutbox(m *driver.Mission) error {
-	sum, err := json.Marshal(m.Summarize())
+	// The step table goes with the mission's first write and with its
+	// end, not with every event: a hub keeps it (docs/protocol.md,
+	// "The step table"), and it is most of a summary's bytes.
+	sum, err := json.Marshal(m.Summarize(w.create || m.State.Terminal()))
 	if err != nil {
 		return fmt.Errorf("encode summary of mission %q: %w", m.ID, err)
 	}

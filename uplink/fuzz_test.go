@@ -38,6 +38,8 @@ func FuzzDecodeBatch(f *testing.F) {
 		`{"gateway":"gw-01","entries":[{"seq":1,"event":{"mission_id":"","seq":1}}]}`,
 		`{"gateway":"gw-01","after":3,"acked":3,"outbox":"00c0ffee00c0ffee","entries":[]}`,
 		`{"gateway":"gw-01","after":3,"outbox":"a b","entries":[]}`,
+		`{"gateway":"gw-01","entries":[{"seq":1,"event":{"mission_id":"m1","seq":1},"mission":{"steps":2,"step_ids":["a","b"],"step_names":["turn_on lamp","x"],"step_targets":["lamp","door"],"step_status":["succeeded","failed"]}}]}`,
+		`{"gateway":"gw-01","entries":[{"seq":1,"event":{"mission_id":"m1","seq":1},"mission":{"steps":2,"step_ids":["a"],"step_names":["turn_on lamp","x"],"step_targets":null,"step_status":[1]}}]}`,
 	)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, err := DecodeBatch(b)
@@ -48,6 +50,11 @@ func FuzzDecodeBatch(f *testing.F) {
 		for _, e := range v.Entries {
 			if e.Seq == 0 || e.Event.Seq == 0 || e.Event.MissionID == "" {
 				t.Fatalf("accepted entry %+v", e)
+			}
+			// A step table's columns can be indexed by the IDs'.
+			s, n := e.Mission, len(e.Mission.StepIDs)
+			if s.StepNames != nil && len(s.StepNames) != n || s.StepTargets != nil && len(s.StepTargets) != n || s.StepStatus != nil && len(s.StepStatus) != n {
+				t.Fatalf("accepted a step table of %d IDs, %d names, %d targets, %d statuses", n, len(s.StepNames), len(s.StepTargets), len(s.StepStatus))
 			}
 		}
 		// What was accepted survives a round trip.

@@ -319,8 +319,38 @@ func DecodeBatch(b []byte) (Batch, error) {
 		if err := driver.ValidateID("mission id", e.Event.MissionID); err != nil {
 			return Batch{}, fmt.Errorf("%w: entry %d: %w", ErrMessage, i, err)
 		}
+		CheckStepTable(&v.Entries[i].Mission)
 	}
 	return v, nil
+}
+
+// maxStepText bounds each name and target of a step table the hub keeps
+// (scenes cut names at 80 bytes; device IDs are shorter).
+const maxStepText = 256
+
+// CheckStepTable makes a summary's step table one a reader can index
+// without checking (docs/protocol.md, "The step table"): a column whose
+// length is not StepIDs' is dropped, not the entry with it (a table is a
+// label, never a reason to refuse events), and a name or target longer
+// than 256 bytes is cut.
+func CheckStepTable(s *driver.Summary) {
+	n := len(s.StepIDs)
+	if len(s.StepNames) != n {
+		s.StepNames = nil
+	}
+	if len(s.StepTargets) != n {
+		s.StepTargets = nil
+	}
+	if len(s.StepStatus) != n {
+		s.StepStatus = nil
+	}
+	for _, col := range [...][]string{s.StepNames, s.StepTargets} {
+		for i, v := range col {
+			if len(v) > maxStepText {
+				col[i] = strings.ToValidUTF8(v[:maxStepText], "")
+			}
+		}
+	}
 }
 
 // ValidateOutbox checks a batch's outbox name: empty, or an ID.

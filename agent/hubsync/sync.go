@@ -252,8 +252,9 @@ func (u *Uplink) encodeBatch(es []store.OutboxEntry, after, acked uint64) ([]byt
 			return p, n, nil
 		}
 		if n == 1 {
-			// Step labels are a convenience the hub can do without.
-			b.Entries[0].Mission.StepIDs = nil
+			// The step table is a convenience the hub can do without.
+			sum := &b.Entries[0].Mission
+			sum.StepIDs, sum.StepNames, sum.StepTargets, sum.StepStatus = nil, nil, nil, nil
 			p, err := json.Marshal(b)
 			if err != nil || len(p) > uplink.MaxMessage {
 				return nil, 0, fmt.Errorf("encode batch: entry %d is %d bytes, over %d", es[0].Seq, len(p), uplink.MaxMessage)

@@ -8,8 +8,9 @@
 // The agent (GET /api/missions/{id}, `agent missions show`) and the hub
 // (GET /api/gateways/{gw}/missions/{id}, the dashboard) both derive their
 // charts here, from what both of them have: the steps' IDs and the
-// mission's events. The agent adds each step's command and device, which
-// the hub does not receive. Build is a pure function; it imports only
+// mission's events. The agent adds each step's command and device, the
+// hub each step's name and target from the mission's step table (which
+// gateways before it do not send). Build is a pure function; it imports only
 // driver, so the hub links it without the agent's store or devices.
 //
 // What the timeline does not record is not drawn: the waits inside one

@@ -628,7 +628,9 @@ function barLabel(b) {
 // barFacts are the lines of a bar's tooltip.
 function barFacts(b) {
   const out = [barLabel(b) + (b.group ? " (group " + b.group + ")" : "")];
-  if (b.command || b.device) out.push("command: " + [b.device, b.command].filter(Boolean).join(" "));
+  // From the mission's step table (gateways before it send none).
+  if (b.device) out.push("device: " + b.device);
+  if (b.command) out.push("command: " + b.command);
   out.push("outcome: " + words(b.outcome) + (b.attempts ? " · attempt " + b.attempts : ""));
   if (b.outcome !== "not_run") out.push("+" + fmtDur(b.start_us) + " → +" + fmtDur(b.end_us) + " (" + fmtDur(b.end_us - b.start_us) + ")");
   if (b.taken_by) out.push("the device was taken by mission " + b.taken_by);
