@@ -26,8 +26,9 @@ import (
 var rankScopes = map[string]string{
 	"gateway": "g/",
 	"scene":   "s/",
-	// The roll-up has no device scope yet: until it has, the ranking
-	// answers no rows and the dashboard says "no device data yet".
+	// A device is one gateway's (d/{gateway}/{device}); gateways
+	// before the step table send none, and the dashboard then says
+	// "no device data yet".
 	"device": "d/",
 }
 
