@@ -573,6 +573,23 @@ func (f *Fleet) bundleSet(ctx context.Context, hash string) (*check.Set, error) 
 	return set, nil
 }
 
+// rollbackRelease numbers the release that puts hash back for rollout
+// r's abort, or finds the one an abort that could not be written
+// numbered (a release is written on its own, before the abort).
+func (f *Fleet) rollbackRelease(r *Rollout, hash string, now time.Time) (Release, error) {
+	ctx := context.Background()
+	rels, err := f.st.Releases(ctx, r.Spec.Group)
+	if err != nil {
+		return Release{}, err
+	}
+	for _, rel := range rels {
+		if rel.Kind == ReleaseRollback && rel.Rollout == r.ID && rel.Hash == hash {
+			return rel, nil
+		}
+	}
+	return f.st.AddRelease(ctx, Release{Group: r.Spec.Group, Hash: hash, Kind: ReleaseRollback, Rollout: r.ID, At: now})
+}
+
 // offer queues a bundle offer to a gateway.
 func (f *Fleet) offer(gw, control string, version uint64, hash, rollout string, soak time.Duration, kind string) {
 	set, err := f.bundleSet(context.Background(), hash)
@@ -804,7 +821,7 @@ func (f *Fleet) applyGateway(g Gateway, now time.Time) {
 		fg.Config = &cfg
 		f.dirtyG[fg] = true
 	}
-	f.inferKept(g.ID, cfg, now)
+	f.inferKept(g.ID, cfg, g.Heartbeat.Time, now)
 	if !fg.At.IsZero() && g.Heartbeat.Time.Before(fg.At) {
 		return // older than the last bundle status: not news about drift
 	}
@@ -816,8 +833,28 @@ func (f *Fleet) applyGateway(g Gateway, now time.Time) {
 // and the gateway sends its latest again only when it reconnects
 // itself. A heartbeat that runs a release offered, not on trial, says
 // the same as its healthy status.
-func (f *Fleet) inferKept(gw string, cfg uplink.ConfigState, now time.Time) {
-	if cfg.Trial || cfg.Source != uplink.SourceHub || cfg.Version == 0 {
+//
+// Its revert is read the same way: a gateway that said it applied the
+// release and whose heartbeat since then (both times by the gateway's
+// clock) runs, not on trial, what it ran before, reverted it; its
+// status said why, and was lost on the way (a cluster's lead changing
+// hands drops what arrives meanwhile). It ends failed, not unreachable
+// at the deadline.
+func (f *Fleet) inferKept(gw string, cfg uplink.ConfigState, sent, now time.Time) {
+	if cfg.Trial {
+		return
+	}
+	if fg := f.gws[gw]; fg != nil && fg.Status == uplink.BundleApplied && sent.After(fg.At) {
+		for _, run := range f.order {
+			if t := run.byGW[gw]; t != nil && run.r.active() && t.Status == TargetApplied && t.Version == fg.Version &&
+				t.Previous != "" && t.Previous != run.r.Hash && cfg.Hash == t.Previous {
+				f.applyStatus(gw, uplink.BundleStatus{Gateway: gw, Hash: run.r.Hash, Version: t.Version, Rollout: run.r.ID,
+					Status: uplink.BundleReverted, Current: cfg.Hash, At: sent,
+					Message: "its heartbeat runs the bundle it ran before again; the status saying why was lost on the way"}, now)
+			}
+		}
+	}
+	if cfg.Source != uplink.SourceHub || cfg.Version == 0 {
 		return
 	}
 	for _, run := range f.order {
@@ -1031,7 +1068,7 @@ func (f *Fleet) abort(run *rolloutRun, now time.Time, why string) {
 			}
 			v, ok := r.Rollback[t.Previous]
 			if !ok {
-				rel, err := f.st.AddRelease(context.Background(), Release{Group: r.Spec.Group, Hash: t.Previous, Kind: ReleaseRollback, Rollout: r.ID, At: now})
+				rel, err := f.rollbackRelease(r, t.Previous, now)
 				if err != nil {
 					t.Back, t.BackReason = BackFailed, fmt.Sprintf("no way back: %v", err)
 					break
@@ -1155,28 +1192,16 @@ func (f *Fleet) notify(run *rolloutRun, t *RolloutGateway, now time.Time) {
 	f.offer(t.Gateway, t.Control, t.Version, r.Hash, r.ID, r.Spec.GatewaySoak.D(), "rollout")
 }
 
-// agentSoak is the agents' default trial ([bundles] soak), for a
-// rollout that leaves it to them.
-const agentSoak = time.Minute
-
 // resend sends again, with the same control ID, offers that had no
-// answer (forward, and rollback offers), and offers whose outcome is
-// overdue: a gateway answers a repeat with the latest status of it, so
-// a status lost on the way (a cluster's lead changing hands) comes
-// again instead of the gateway ending unreachable.
+// answer (forward, and rollback offers).
 func (f *Fleet) resend(run *rolloutRun, now time.Time) {
 	r := run.r
 	every := r.Spec.Resend.D()
-	soak := r.Spec.GatewaySoak.D()
-	if soak == 0 {
-		soak = agentSoak
-	}
 	for _, t := range run.targets {
 		if !f.online(t.Gateway) {
 			continue
 		}
-		overdue := (t.Status == TargetReceived || t.Status == TargetApplied) && !now.Before(t.Updated.Add(soak+3*every))
-		if (t.Status == TargetNotified && !t.Answered || overdue) && t.Control != "" && !now.Before(t.Sent.Add(every)) && r.State != RolloutAborting {
+		if t.Status == TargetNotified && !t.Answered && t.Control != "" && !now.Before(t.Sent.Add(every)) && r.State != RolloutAborting {
 			t.Sent = now
 			t.Sends++
 			f.dirtyT[t] = true
@@ -1284,6 +1309,7 @@ func (f *Fleet) backDone(run *rolloutRun) bool {
 func (f *Fleet) end(run *rolloutRun, now time.Time, state, reason string) {
 	r := run.r
 	for _, t := range run.targets {
+		was, wasBack := t.Status, t.Back
 		switch {
 		case t.Status == TargetPending && state == RolloutSuperseded:
 			t.Status = TargetSuperseded
@@ -1297,8 +1323,12 @@ func (f *Fleet) end(run *rolloutRun, now time.Time, state, reason string) {
 		if t.Back == BackPending || t.Back == BackNotified {
 			t.Back = BackUnreachable
 		}
-		t.Updated = now
-		f.dirtyT[t] = true
+		if t.Status != was || t.Back != wasBack {
+			// Only those the end changes: Updated is when a gateway
+			// reached its outcome, which the rollout page draws.
+			t.Updated = now
+			f.dirtyT[t] = true
+		}
 	}
 	if reason != "" || r.State != RolloutAborting {
 		r.Reason = reason

@@ -839,6 +839,19 @@ func TestAnOperatorChangeThatCannotBeWrittenChangesNothing(t *testing.T) {
 	if got := r.view(v.ID); got.State != RolloutAborting {
 		t.Fatalf("after the abort: %s, want aborting", got.State)
 	}
+	rels, err := r.st.Releases(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, rel := range rels {
+		if rel.Kind == ReleaseRollback {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d rollback releases after an abort that failed and one that passed, want 1 (the first one's, used by the second)", n)
+	}
 }
 
 // TestEndedRolloutsPastRetentionAreForgotten: ended rollouts beyond the
@@ -901,37 +914,36 @@ func TestEndedRolloutsPastRetentionAreForgotten(t *testing.T) {
 	}
 }
 
-// TestAnOverdueOutcomeIsAskedForAgain: a gateway on trial whose outcome
-// never reached the hub (lost while a cluster's lead changed hands) is
-// offered the bundle again under the same control ID once its trial is
-// overdue; the gateway answers a repeat with its latest status, and the
-// gateway ends failed, as it did, not unreachable at the deadline.
-func TestAnOverdueOutcomeIsAskedForAgain(t *testing.T) {
+// TestARevertWhoseStatusWasLostEndsFailedFromItsHeartbeat: a gateway
+// on trial whose "reverted" never reached the hub (lost while a
+// cluster's lead changed hands) ends failed once its heartbeat runs the
+// bundle it ran before again, sent since it applied the release; not
+// unreachable at the deadline. Heartbeats from before the apply
+// change nothing.
+func TestARevertWhoseStatusWasLostEndsFailedFromItsHeartbeat(t *testing.T) {
 	r := newFleetRig(t)
 	base, _, v, o := r.startOne()
+	applied := r.clock.Now()
 	r.answer(o, uplink.BundleReceived, uplink.BundleApplied)
 	r.step()
-	r.clock.add(time.Minute) // the agents' default trial
-	r.step()
-	if got := r.take(); len(got) != 0 {
-		t.Fatalf("asked again while its trial may still run: %v", got)
+	heartbeat := func(sent time.Time) {
+		// Since is when the old bundle first ran: an agent going back
+		// to it keeps it.
+		r.f.NoteGateway(Gateway{ID: o.gw, State: StateOnline, Heartbeat: &uplink.Heartbeat{Gateway: o.gw, Version: "v1.0.0", Time: sent,
+			Config: &uplink.ConfigState{Hash: base.Hash, Source: uplink.SourceFiles, Since: applied.Add(-24 * time.Hour)}}})
+		r.step()
+	}
+	heartbeat(applied.Add(-time.Hour)) // sent before the apply, arriving late
+	if tg := r.view(v.ID).Gateways[0]; tg.Status != TargetApplied {
+		t.Fatalf("after a heartbeat from before the apply: %s, want applied", tg.Status)
 	}
 	r.clock.add(time.Minute)
-	r.step()
-	again := r.take()
-	if len(again) != 1 || again[0].c.ID != o.c.ID {
-		t.Fatalf("offers once the outcome is overdue: %v, want the offer again under control %s", again, o.c.ID)
+	heartbeat(r.clock.Now()) // its "reverted" was lost
+	tg := r.view(v.ID).Gateways[0]
+	if tg.Status != TargetFailed || !strings.Contains(tg.Message, "lost") {
+		t.Fatalf("after a heartbeat on the old bundle: %s (%s %s), want failed, saying the status was lost", tg.Status, tg.Reason, tg.Message)
 	}
-	b := o.c.Bundle
-	r.f.NoteStatus(o.gw, uplink.BundleStatus{Gateway: o.gw, Hash: b.Hash, Version: b.Version, Rollout: b.Rollout,
-		Status: uplink.BundleReverted, Reason: uplink.ReasonDevicesSilent, Current: base.Hash, At: r.clock.Now()})
-	r.step()
-	if tg := r.view(v.ID).Gateways[0]; tg.Status != TargetFailed || tg.Reason != uplink.ReasonDevicesSilent {
-		t.Fatalf("gateway %s (%s), want failed: %s", tg.Status, tg.Reason, uplink.ReasonDevicesSilent)
-	}
-	r.clock.add(time.Minute)
-	r.step()
 	if got := r.take(); len(got) != 0 {
-		t.Fatalf("asked again after its outcome: %v", got)
+		t.Fatalf("offers after it: %v", got)
 	}
 }

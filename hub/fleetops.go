@@ -110,8 +110,7 @@ func (f *Fleet) StartRollout(ctx context.Context, spec RolloutSpec) (RolloutView
 	f.dirtyR[r] = true
 	out, err := f.saveLocked(ctx)
 	if err != nil {
-		// Not started: the rollouts it superseded go on as they were,
-		// and nothing of it is written later.
+		// Not started: the rollouts it superseded go on as they were.
 		for _, o := range olds {
 			f.restore(o)
 		}
@@ -121,6 +120,9 @@ func (f *Fleet) StartRollout(ctx context.Context, spec RolloutSpec) (RolloutView
 		for _, t := range run.targets {
 			delete(f.dirtyT, t)
 		}
+		// A write that failed may yet have committed (PostgreSQL's answer
+		// lost): the next write deletes it then.
+		f.forget = append(f.forget, r.ID)
 		return RolloutView{}, err
 	}
 	f.out = append(f.out, out...) // nothing is sent from here: Step sends
@@ -243,36 +245,30 @@ type runSnapshot struct {
 	run     *rolloutRun
 	check   bool
 	r       Rollout
-	dirtyR  bool
 	targets []RolloutGateway
-	dirtyT  []bool
 }
 
 func (f *Fleet) snapshot(run *rolloutRun) runSnapshot {
-	s := runSnapshot{run: run, check: run.check, r: *run.r, dirtyR: f.dirtyR[run.r],
-		targets: make([]RolloutGateway, len(run.targets)), dirtyT: make([]bool, len(run.targets))}
+	s := runSnapshot{run: run, check: run.check, r: *run.r, targets: make([]RolloutGateway, len(run.targets))}
 	s.r.Rollback = maps.Clone(run.r.Rollback)
 	s.r.Stages = slices.Clone(run.r.Stages)
 	for i, t := range run.targets {
-		s.targets[i], s.dirtyT[i] = *t, f.dirtyT[t]
+		s.targets[i] = *t
 	}
 	return s
 }
 
-// restore puts a snapshot back. What was not to be written before it
-// is not now: the store holds those records as they are again.
+// restore puts a snapshot back. Its records stay marked to write: a
+// write that failed may yet have committed (PostgreSQL's answer lost),
+// and the next write then puts the store back as memory holds it.
 func (f *Fleet) restore(s runSnapshot) {
 	run := s.run
 	run.check = s.check
 	*run.r = s.r
-	if !s.dirtyR {
-		delete(f.dirtyR, run.r)
-	}
+	f.dirtyR[run.r] = true
 	for i, t := range run.targets[:len(s.targets)] {
 		*t = s.targets[i]
-		if !s.dirtyT[i] {
-			delete(f.dirtyT, t)
-		}
+		f.dirtyT[t] = true
 	}
 }
 
@@ -346,15 +342,12 @@ func (f *Fleet) SetTags(ctx context.Context, gw string, tags []string) (FleetGat
 		return FleetGateway{}, fmt.Errorf("%w: %q", ErrUnknownGateway, gw)
 	}
 	fg := f.fleetGateway(gw)
-	was, wasDirty := fg.Tags, f.dirtyG[fg]
+	was := fg.Tags
 	fg.Tags = slices.Compact(slices.Sorted(slices.Values(tags)))
 	f.dirtyG[fg] = true
 	out, err := f.saveLocked(ctx)
 	if err != nil {
-		fg.Tags = was
-		if !wasDirty {
-			delete(f.dirtyG, fg)
-		}
+		fg.Tags = was // still marked: see restore
 		return FleetGateway{}, err
 	}
 	f.out = append(f.out, out...)
@@ -386,23 +379,17 @@ func (f *Fleet) SetGroup(ctx context.Context, g Group) (Group, error) {
 	if !f.loaded {
 		return Group{}, ErrNotLeader
 	}
-	p, known := f.groups[g.Name]
-	if !known {
+	p := f.groups[g.Name]
+	if p == nil {
 		p = &Group{Name: g.Name}
 		f.groups[g.Name] = p
 	}
-	was, wasDirty := *p, f.dirtyP[p]
+	was := *p
 	p.DriftPolicy = g.DriftPolicy
 	f.dirtyP[p] = true
 	out, err := f.saveLocked(ctx)
 	if err != nil {
-		*p = was
-		if !wasDirty {
-			delete(f.dirtyP, p)
-		}
-		if !known {
-			delete(f.groups, g.Name)
-		}
+		*p = was // still marked: see restore
 		return Group{}, err
 	}
 	f.out = append(f.out, out...)

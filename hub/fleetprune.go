@@ -8,6 +8,9 @@ import "time"
 const (
 	defaultKeepRollouts         = 90 * 24 * time.Hour
 	defaultKeepRolloutsPerGroup = 50
+	// forgetPerStep bounds the rollouts one step deletes (each with up
+	// to every gateway of the fleet).
+	forgetPerStep = 4
 )
 
 // prune forgets ended rollouts past retention: those that ended more
@@ -15,7 +18,7 @@ const (
 // KeepRolloutsPerGroup of their group. The newest rollout of a group
 // is always kept (rollout IDs then never go back after a restart), and
 // so is a rollout still active or following its target. The records go
-// with the next write.
+// with the next write, a few rollouts at a time.
 func (f *Fleet) prune(now time.Time) {
 	cutoff := now.Add(-f.o.KeepRollouts)
 	seen := map[string]int{}
@@ -32,6 +35,11 @@ func (f *Fleet) prune(now time.Time) {
 	}
 	if len(gone) == 0 {
 		return
+	}
+	if len(gone) > forgetPerStep {
+		// The oldest first, a few per step: a long history (the first
+		// start after an upgrade) must not make one write too big to pass.
+		gone = gone[len(gone)-forgetPerStep:]
 	}
 	forget := make(map[*rolloutRun]bool, len(gone))
 	for _, run := range gone {

@@ -52,7 +52,7 @@ func TestPGFleetStoreKeepsTheSameRollouts(t *testing.T) {
 		{"Retry", TestAFailureThatMayPassIsRetriedAsANewRelease},
 		{"UnwrittenChange", TestAnOperatorChangeThatCannotBeWrittenChangesNothing},
 		{"Retention", TestEndedRolloutsPastRetentionAreForgotten},
-		{"Overdue", TestAnOverdueOutcomeIsAskedForAgain},
+		{"LostRevert", TestARevertWhoseStatusWasLostEndsFailedFromItsHeartbeat},
 	} {
 		t.Run(tc.name, tc.run)
 	}

@@ -492,7 +492,7 @@ function connect() {
   es.onerror = () => {
     setLive(false, "reconnecting…");
     // A refused token closes the stream for good; check it.
-    if (es.readyState === EventSource.CLOSED) api("/api/gateways").then(() => setTimeout(connect, 2000), () => {});
+    if (es.readyState === EventSource.CLOSED) api("/api/gateways?limit=1").then(() => setTimeout(connect, 2000), () => {});
   };
 }
 
@@ -1081,7 +1081,17 @@ async function refreshRollout(now = false) {
   cur.busy = true;
   cur.read = Date.now();
   try {
-    const v = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "?" + rolloutQuery(Math.max(ROLLOUT_ROWS, cur.shown || 0)));
+    const want = Math.max(ROLLOUT_ROWS, cur.shown || 0);
+    const v = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "?" + rolloutQuery(want));
+    // Pages of 1,000 at most: the rows "More" added beyond the first
+    // are read again too, not dropped by the refresh.
+    while (v.next && (v.gateways || []).length < want && state.rollout === cur) {
+      const q = rolloutQuery(want - v.gateways.length);
+      q.set("after", v.next);
+      const more = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "?" + q);
+      v.gateways = v.gateways.concat(more.gateways || []);
+      v.next = more.next;
+    }
     if (state.rollout !== cur) return;
     cur.view = v;
     renderRollout(v);
@@ -1103,15 +1113,20 @@ function rolloutQuery(n) {
 // moreRollout adds the next page of the filter's gateways to the table.
 async function moreRollout() {
   const cur = state.rollout;
-  if (!cur || !cur.view || !cur.view.next) return;
-  const q = rolloutQuery(ROLLOUT_ROWS);
-  q.set("after", cur.view.next);
-  const v = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "?" + q);
-  if (state.rollout !== cur) return;
-  v.gateways = (cur.view.gateways || []).concat(v.gateways || []);
-  cur.view = v;
-  cur.shown = v.gateways.length;
-  renderRollout(v);
+  if (!cur || cur.busy || !cur.view || !cur.view.next) return;
+  cur.busy = true; // a refresh in flight would overwrite the page added
+  try {
+    const q = rolloutQuery(ROLLOUT_ROWS);
+    q.set("after", cur.view.next);
+    const v = await api("/api/rollouts/" + encodeURIComponent(cur.id) + "?" + q);
+    if (state.rollout !== cur) return;
+    v.gateways = (cur.view.gateways || []).concat(v.gateways || []);
+    cur.view = v;
+    cur.shown = v.gateways.length;
+    renderRollout(v);
+  } finally {
+    cur.busy = false;
+  }
 }
 
 const ROLLOUT_OPS = {
