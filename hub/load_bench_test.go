@@ -57,8 +57,10 @@ func pickRange(r string) string {
 
 // loadScale is the fill of BenchmarkDashboardLoad: SORTIE_LOAD_GATEWAYS
 // (default 10,000) and SORTIE_LOAD_MISSIONS (default 1,000,000, the
-// issue's), and SORTIE_LOAD_REPEATS loads of each page (default 3).
-func loadScale(b *testing.B) (gws, missions, repeats int) {
+// issue's), SORTIE_LOAD_REPEATS loads of each page (default 3), and
+// SORTIE_LOAD_LIMIT seconds a page is given to be ready (default 60): a
+// page that is not is counted (not-ready) and its figures are the limit.
+func loadScale(b *testing.B) (gws, missions, repeats int, limit time.Duration) {
 	get := func(name string, def int) int {
 		v := os.Getenv(name)
 		if v == "" {
@@ -70,7 +72,8 @@ func loadScale(b *testing.B) (gws, missions, repeats int) {
 		}
 		return n
 	}
-	return get("SORTIE_LOAD_GATEWAYS", 10000), get("SORTIE_LOAD_MISSIONS", 1000000), get("SORTIE_LOAD_REPEATS", 3)
+	return get("SORTIE_LOAD_GATEWAYS", 10000), get("SORTIE_LOAD_MISSIONS", 1000000), get("SORTIE_LOAD_REPEATS", 3),
+		time.Duration(get("SORTIE_LOAD_LIMIT", 60)) * time.Second
 }
 
 // BenchmarkDashboardLoad loads each dashboard page (loadPages) in
@@ -96,7 +99,7 @@ func loadScale(b *testing.B) (gws, missions, repeats int) {
 // aggregate query) for each range, over HTTP and in the store alone.
 func BenchmarkDashboardLoad(b *testing.B) {
 	bin := needChromium(b)
-	gws, missions, repeats := loadScale(b)
+	gws, missions, repeats, limit := loadScale(b)
 	for _, store := range []string{"bolt", "pg"} {
 		b.Run("store="+store, func(b *testing.B) {
 			var open func(b *testing.B, gws, missions int) (Backing, loadFill)
@@ -115,7 +118,7 @@ func BenchmarkDashboardLoad(b *testing.B) {
 					continue
 				}
 				for range repeats {
-					empty[p.name] = append(empty[p.name], measurePage(b, bin, eh, p, efill))
+					empty[p.name] = append(empty[p.name], measurePage(b, bin, eh, p, efill, limit))
 				}
 			}
 			eh.stop()
@@ -127,7 +130,7 @@ func BenchmarkDashboardLoad(b *testing.B) {
 					var loads []pageLoad
 					for b.Loop() {
 						for range repeats {
-							loads = append(loads, measurePage(b, bin, h, p, fill))
+							loads = append(loads, measurePage(b, bin, h, p, fill, limit))
 						}
 					}
 					reportLoads(b, loads, empty[emptyOf(p)])
@@ -136,6 +139,11 @@ func BenchmarkDashboardLoad(b *testing.B) {
 			b.Run("api=outcomes", func(b *testing.B) {
 				for b.Loop() {
 					timeOutcomes(b, h, st)
+				}
+			})
+			b.Run("api=pages", func(b *testing.B) {
+				for b.Loop() {
+					timeReads(b, h, fill)
 				}
 			})
 			h.stop()
@@ -325,6 +333,7 @@ type pageLoad struct {
 	bytes, requests               int
 	slowest                       served // the API response that took longest
 	apiBytes                      int    // the API's response bodies
+	late                          bool   // not ready within the limit
 }
 
 // loadProbe is set in every document before its scripts run: it notes
@@ -389,9 +398,9 @@ func (n *netLog) bytes() int {
 }
 
 // measurePage loads p once in a fresh browser.
-func measurePage(b *testing.B, bin string, h *loadHub, p loadPage, fill loadFill) pageLoad {
+func measurePage(b *testing.B, bin string, h *loadHub, p loadPage, fill loadFill, limit time.Duration) pageLoad {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*limit+time.Minute)
 	defer cancel()
 	cctx, stopBrowser := context.WithCancel(ctx)
 	defer stopBrowser()
@@ -430,7 +439,9 @@ func measurePage(b *testing.B, bin string, h *loadHub, p loadPage, fill loadFill
 	}
 	from := 0.0
 	if p.then != "" {
-		waitPage(b, ctx, page, emptyReady(loadPages[0]))
+		if _, ok := waitPage(b, ctx, page, emptyReady(loadPages[0]), limit); !ok {
+			return notReady(limit)
+		}
 		quiet(b, ctx, page, net)
 		page.mu.Lock()
 		net.requests = 0
@@ -445,7 +456,14 @@ func measurePage(b *testing.B, bin string, h *loadHub, p loadPage, fill loadFill
 			b.Fatal(err)
 		}
 	}
-	readyAt := waitPage(b, ctx, page, ready)
+	readyAt, ok := waitPage(b, ctx, page, ready, limit)
+	if !ok {
+		l := notReady(limit)
+		page.mu.Lock()
+		l.bytes, l.requests = net.bytes(), net.requests
+		page.mu.Unlock()
+		return l
+	}
 	last := quiet(b, ctx, page, net)
 	var probe struct{ Pic, Longest float64 }
 	raw, err := page.evaluate(ctx, `({ pic: __load.pic, longest: __load.longest })`)
@@ -472,6 +490,13 @@ func measurePage(b *testing.B, bin string, h *loadHub, p loadPage, fill loadFill
 	return l
 }
 
+// notReady is a load that was not ready within limit: its times are
+// the limit.
+func notReady(limit time.Duration) pageLoad {
+	ms := float64(limit.Milliseconds())
+	return pageLoad{picture: ms, ready: ms, idle: ms, longest: ms, late: true}
+}
+
 // emptyReady is what an empty hub's page shows when loaded: the lists
 // read (its panels say so) and the outcome chart drawn.
 func emptyReady(p loadPage) string {
@@ -484,21 +509,26 @@ func emptyReady(p loadPage) string {
 	return `document.querySelector("#o-chart svg") && document.querySelector("#gw-count").textContent !== ""`
 }
 
-// waitPage waits for cond in the page and returns when it became true
-// (ms since navigation start, the page's clock).
-func waitPage(b *testing.B, ctx context.Context, page *cdpPage, cond string) float64 {
+// waitPage waits up to limit for cond in the page and returns when it
+// became true (ms since navigation start, the page's clock), or false.
+func waitPage(b *testing.B, ctx context.Context, page *cdpPage, cond string, limit time.Duration) (float64, bool) {
 	b.Helper()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	expr := `new Promise((resolve, reject) => {
 	  const ok = () => { try { return !!(` + cond + `); } catch (_) { return false; } };
 	  if (ok()) { resolve(performance.now()); return; }
 	  const obs = new MutationObserver(() => { if (ok()) { obs.disconnect(); clearTimeout(timer); resolve(performance.now()); } });
 	  obs.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
-	  const timer = setTimeout(() => { obs.disconnect(); reject(new Error("timed out")); }, 180000);
+	  const timer = setTimeout(() => { obs.disconnect(); reject(new Error("timed out")); }, ` + strconv.Itoa(int(limit.Milliseconds())) + `);
 	})`
 	for {
 		raw, err := page.evaluate(ctx, expr)
 		if err != nil && strings.Contains(err.Error(), "context was destroyed") {
 			continue // the document was replaced (the navigation): ask the new one
+		}
+		if err != nil && (ctx.Err() != nil || strings.Contains(err.Error(), "timed out")) {
+			return 0, false
 		}
 		if err != nil {
 			text, _ := page.evaluate(ctx, "document.body ? document.body.innerText.slice(0, 2000) : ''")
@@ -508,7 +538,7 @@ func waitPage(b *testing.B, ctx context.Context, page *cdpPage, cond string) flo
 		if err := json.Unmarshal(raw, &at); err != nil {
 			b.Fatal(err)
 		}
-		return at
+		return at, true
 	}
 }
 
@@ -573,6 +603,13 @@ func reportLoads(b *testing.B, loads, empty []pageLoad) {
 		b.ReportMetric(med, x.unit)
 		spread = append(spread, fmt.Sprintf("%s %.0f–%.0f", x.unit, lo, hi))
 	}
+	late := 0
+	for _, l := range loads {
+		if l.late {
+			late++
+		}
+	}
+	b.ReportMetric(float64(late), "not-ready")
 	idle, _, _ := fig(figures[2].f, loads)
 	eidle, elo, ehi := fig(figures[2].f, empty)
 	ekb, _, _ := fig(figures[4].f, empty)
@@ -643,6 +680,60 @@ func timeOutcomes(b *testing.B, h *loadHub, st Backing) {
 		b.ReportMetric(ms(api[n/2]), "api-ms-"+rng)
 		b.ReportMetric(ms(store[n/2]), "store-ms-"+rng)
 		b.Logf("%s: api %.2f ms (%.2f–%.2f), store %.2f ms (%.2f–%.2f)", rng, ms(api[n/2]), ms(api[0]), ms(api[n-1]), ms(store[n/2]), ms(store[0]), ms(store[n-1]))
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// loadReads are the API reads the pages make, timed on their own by
+// timeReads: name, path (as loadPage's).
+var loadReads = [][2]string{
+	{"gateways", "/api/gateways"},
+	{"missions", "/api/missions?limit=100"},
+	{"rollouts", "/api/rollouts"},
+	{"rollout", "/api/rollouts/{rollout}"},
+	{"mission-500", "/api/gateways/{big_gw}/missions/{big}"},
+}
+
+// timeReads times each read the pages make (the median of 5, to the
+// last byte) and its size, plain and gzipped as a browser gets it.
+func timeReads(b *testing.B, h *loadHub, fill loadFill) {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	expand := strings.NewReplacer("{rollout}", fill.Rollout, "{big_gw}", fill.BigGW, "{big}", fill.Big)
+	for _, r := range loadReads {
+		var took []time.Duration
+		size := map[string]int{}
+		for i := range 5 {
+			enc := ""
+			if i > 0 {
+				enc = "gzip"
+			}
+			req, _ := http.NewRequest("GET", h.url+expand.Replace(r[1]), nil)
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			if enc != "" {
+				req.Header.Set("Accept-Encoding", enc)
+			}
+			start := time.Now()
+			res, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close() // read to the end
+			if err != nil || res.StatusCode != http.StatusOK {
+				b.Fatalf("GET %s: %s %v", r[1], res.Status, err)
+			}
+			if enc != "" {
+				took = append(took, time.Since(start))
+			}
+			size[enc] = int(n)
+		}
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "ms-"+r[0])
+		b.ReportMetric(float64(size[""])/1000, "KB-"+r[0])
+		b.ReportMetric(float64(size["gzip"])/1000, "gzKB-"+r[0])
+		b.Logf("GET %s: %v (%v–%v) gzipped; %d B, %d B gzipped", r[1], took[len(took)/2].Round(time.Millisecond),
+			took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), size[""], size["gzip"])
 	}
 	b.ReportMetric(0, "ns/op")
 }
