@@ -174,8 +174,8 @@ func fillLoad(tb testing.TB, st Backing, gws, n int, now time.Time) loadFill {
 			batch = append(batch, Inbound{Gateway: ids[g], Received: now, Batch: &uplink.Batch{Gateway: ids[g], Entries: append([]uplink.Entry(nil), entries...)}})
 			done++
 		}
-		for lo := 0; lo < len(batch); lo += 2500 {
-			if _, err := st.Apply(ctx, batch[lo:min(lo+2500, len(batch))]); err != nil {
+		for lo := 0; lo < len(batch); lo += 500 { // PostgreSQL bounds each call to 30 s
+			if _, err := st.Apply(ctx, batch[lo:min(lo+500, len(batch))]); err != nil {
 				tb.Fatal(err)
 			}
 		}
