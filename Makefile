@@ -18,7 +18,7 @@ ifeq ($(ENABLE_RACE),true)
 RACE := -race
 endif
 
-.PHONY: all fmt fmt-check vet lint test lockorder cluster-test build run run-mixed demo-hub sim cross bench clean
+.PHONY: all fmt fmt-check vet lint test lockorder cluster-test build run run-mixed demo-hub sim cross bench bench-load clean
 
 all: build
 
@@ -104,14 +104,27 @@ cross:
 # NATS nodes and PostgreSQL for a minute or so (skipped without them):
 # they run once (-benchtime 1x), as does the fleet's (1,000 gateways
 # against the hub binary; FLEET_GATEWAYS=10000 for the issue's scale).
+# The dashboard's load (BenchmarkDashboardLoad, headless Chromium on
+# bbolt and PostgreSQL stores filled with a fleet's month) runs once
+# too, at 1,000 gateways and 100,000 missions; `make bench-load` runs it
+# alone at the issue's scale (10,000 and 1,000,000: the first fill takes
+# half an hour on 2 cores, then is reused from $TMPDIR/sortie-load for
+# 6 hours).
 CLUSTER_BENCH := ClusterIngest|ReconnectStorm
+LOAD_BENCH    := DashboardLoad
 FLEET_GATEWAYS ?= 1000
+LOAD_GATEWAYS ?= 1000
+LOAD_MISSIONS ?= 100000
 
 bench:
-	{ $(GO) test -run '^$$' -bench . -skip '$(CLUSTER_BENCH)' -benchtime $(BENCHTIME) $$($(GO) list $(PKGS) | grep -v -e '/sortie/agent$$' -e '/internal/fleetsim$$'); \
+	{ $(GO) test -run '^$$' -bench . -skip '$(CLUSTER_BENCH)|$(LOAD_BENCH)' -benchtime $(BENCHTIME) $$($(GO) list $(PKGS) | grep -v -e '/sortie/agent$$' -e '/internal/fleetsim$$'); \
 	  $(GO) test -run '^$$' -bench . -benchtime 1x ./agent/; \
 	  $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/fleetsim/ -args -fleet-gateways $(FLEET_GATEWAYS); \
-	  $(GO) test -run '^$$' -bench '$(CLUSTER_BENCH)' -benchtime 1x -timeout 10m ./hub/; } 2>&1 | $(GO) run ./internal/benchtable
+	  $(GO) test -run '^$$' -bench '$(CLUSTER_BENCH)' -benchtime 1x -timeout 10m ./hub/; \
+	  SORTIE_LOAD_GATEWAYS=$(LOAD_GATEWAYS) SORTIE_LOAD_MISSIONS=$(LOAD_MISSIONS) $(GO) test -run '^$$' -bench '$(LOAD_BENCH)' -benchtime 1x -timeout 90m ./hub/; } 2>&1 | $(GO) run ./internal/benchtable
+
+bench-load:
+	SORTIE_LOAD_GATEWAYS=10000 SORTIE_LOAD_MISSIONS=1000000 $(GO) test -run '^$$' -bench '$(LOAD_BENCH)' -benchtime 1x -timeout 120m ./hub/ 2>&1 | $(GO) run ./internal/benchtable
 
 clean:
 	rm -rf bin dist

@@ -149,7 +149,11 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 // ServeHTTP serves the API and the dashboard.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	a.mux.ServeHTTP(w, r)
+	if r.URL.Path == "/api/stream" {
+		a.mux.ServeHTTP(w, r)
+		return
+	}
+	withGzip(w, r, a.mux)
 }
 
 // Close ends open event streams, which would otherwise hold

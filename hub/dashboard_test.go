@@ -89,7 +89,7 @@ func TestDashboard(t *testing.T) {
 }
 
 // needChromium returns the browser's path, or skips (fails in CI).
-func needChromium(t *testing.T) string {
+func needChromium(t testing.TB) string {
 	t.Helper()
 	return clustertest.Need(t, "chromium", findChromium(), "chromium")
 }
@@ -137,6 +137,9 @@ type cdpPage struct {
 	err     error
 	// loaded is signalled by Page.loadEventFired.
 	loaded chan struct{}
+	// onEvent, when set (before the first call), sees every event, on
+	// the reading goroutine with mu held.
+	onEvent func(method string, params json.RawMessage)
 }
 
 type cdpMessage struct {
@@ -152,7 +155,7 @@ type cdpMessage struct {
 // startChromium launches headless Chromium and connects to its first
 // page. Everything is torn down in the test's cleanup; on failure the
 // browser's output is logged.
-func startChromium(t *testing.T, ctx context.Context, bin string) *cdpPage {
+func startChromium(t testing.TB, ctx context.Context, bin string) *cdpPage {
 	t.Helper()
 	dir := t.TempDir()
 	var out bytes.Buffer
@@ -241,6 +244,9 @@ func (p *cdpPage) read(done chan struct{}) {
 			return
 		}
 		p.mu.Lock()
+		if m.ID == 0 && p.onEvent != nil {
+			p.onEvent(m.Method, m.Params)
+		}
 		if m.ID != 0 {
 			if ch := p.pending[m.ID]; ch != nil {
 				ch <- m

@@ -146,13 +146,33 @@ func (p *Postgres) DSNFor(db string) string {
 // CreateDatabase creates database name (createdb) and returns its DSN:
 // tests that share a server keep apart that way.
 func (p *Postgres) CreateDatabase(name string) (string, error) {
-	cmd := exec.Command(filepath.Join(p.bin, "createdb"),
-		"-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", p.User, name)
-	cmd.Env = append(postgresEnv(), "PGPASSWORD="+p.Password)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("createdb %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	if err := p.client("createdb", name); err != nil {
+		return "", fmt.Errorf("%w (creating %s)", err, name)
 	}
 	return p.DSNFor(name), nil
+}
+
+// Dump writes database db to path in pg_dump's custom format, for
+// Restore: a test that fills a database for minutes can keep the fill.
+func (p *Postgres) Dump(db, path string) error {
+	return p.client("pg_dump", "-Fc", "-f", path, "-d", db)
+}
+
+// Restore loads a Dump into database db (empty, or the server's own),
+// two jobs at a time.
+func (p *Postgres) Restore(db, path string) error {
+	return p.client("pg_restore", "-j", "2", "--no-owner", "-d", db, path)
+}
+
+// client runs one of PostgreSQL's client programs against the server.
+func (p *Postgres) client(name string, args ...string) error {
+	args = append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", p.User}, args...)
+	cmd := exec.Command(filepath.Join(p.bin, name), args...)
+	cmd.Env = append(postgresEnv(), "PGPASSWORD="+p.Password)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // PID is the process ID of the running postmaster, or 0.

@@ -2,6 +2,7 @@ package clustertest_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -79,6 +80,37 @@ func TestPostgresCreateDatabase(t *testing.T) {
 	}
 	if db != "hub_a" || fsync != "off" {
 		t.Errorf("database, fsync = %q, %q; want hub_a, off", db, fsync)
+	}
+}
+
+// A Dump restored into another database (of another server) has its
+// tables and rows: what a benchmark's cached fill relies on.
+func TestPostgresDumpRestoresIntoAnotherServer(t *testing.T) {
+	t.Parallel()
+	a := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	b := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	src := connect(ctx, t, a.DSN())
+	exec(ctx, t, src, `CREATE TABLE fill (id int PRIMARY KEY, what text)`)
+	exec(ctx, t, src, `INSERT INTO fill SELECT g, 'row ' || g FROM generate_series(1, 1000) g`)
+	dump := filepath.Join(t.TempDir(), "fill.dump")
+	if err := a.Dump(a.Database, dump); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(b.Database, dump); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var last string
+	if err := connect(ctx, t, b.DSN()).QueryRow(ctx, `SELECT count(*), max(what) FROM fill`).Scan(&n, &last); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1000 || last != "row 999" {
+		t.Errorf("restored %d rows, max %q; want 1000, \"row 999\"", n, last)
+	}
+	if err := b.Restore(b.Database, filepath.Join(t.TempDir(), "none.dump")); err == nil {
+		t.Error("restoring a missing dump: no error")
 	}
 }
 
