@@ -104,6 +104,7 @@ type API struct {
 	// GET /api/fleet/worst and /api/fleet/overview (rank.go, glance.go)
 	worst    ttlCache[Worst]
 	overview ttlCache[FleetOverview]
+	facts    ttlCache[map[string]gatewayFacts] // on a replica that does not drive rollouts
 }
 
 // NewAPI returns the handler for svc.
@@ -117,7 +118,8 @@ func NewAPIOn(svc Backend, st Reader, opts APIOptions) *API {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	a := &API{svc: svc, st: st, opts: opts, log: log, mux: http.NewServeMux(), closed: make(chan struct{}),
-		worst: ttlCache[Worst]{ttl: 30 * time.Second}, overview: ttlCache[FleetOverview]{ttl: 5 * time.Second}}
+		worst: ttlCache[Worst]{ttl: 30 * time.Second}, overview: ttlCache[FleetOverview]{ttl: 5 * time.Second},
+		facts: ttlCache[map[string]gatewayFacts]{ttl: 5 * time.Second}}
 	a.mux.HandleFunc("/healthz", a.method(http.MethodGet, a.health(a.svc.Health)))
 	a.mux.HandleFunc("/readyz", a.method(http.MethodGet, a.health(a.svc.Readiness)))
 	// Open, as the agent's is: aggregates only, nothing a gateway or a

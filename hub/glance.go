@@ -60,9 +60,16 @@ func (f *Fleet) facts() map[string]gatewayFacts {
 		active bool
 	}
 	last := map[string]newest{}
-	for _, run := range f.order { // by creation: a newer rollout's target wins
+	// Newest rollout first, each gateway's first target kept: the
+	// newest rollout of a whole fleet answers for all of it, and the
+	// kept history (each with every gateway) is not read under mu.
+	known := len(f.known())
+	for i := len(f.order) - 1; i >= 0 && len(last) < known; i-- {
+		run := f.order[i]
 		for _, t := range run.targets {
-			last[t.Gateway] = newest{t, run.r.active()}
+			if _, ok := last[t.Gateway]; !ok {
+				last[t.Gateway] = newest{t, run.r.active()}
+			}
 		}
 	}
 	for gw, n := range last {
@@ -98,11 +105,23 @@ func (a *API) glanceFacts(ctx context.Context) (map[string]gatewayFacts, bool, e
 	if fl == nil {
 		return nil, false, nil
 	}
+	if fl.Leading() {
+		return fl.facts(), true, nil
+	}
+	// A replica that does not drive reads the engine's state from the
+	// store for it: at most every 5 s, not at every page of every
+	// dashboard.
+	now := time.Now()
+	if x, ok := a.facts.get("", now); ok {
+		return x, true, nil
+	}
 	rd, err := fl.reader(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	return rd.facts(), true, nil
+	x := rd.facts()
+	a.facts.put("", now, x)
+	return x, true, nil
 }
 
 // FleetOverview is the body of GET /api/fleet/overview.

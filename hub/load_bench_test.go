@@ -42,7 +42,8 @@ type loadPage struct {
 // its load, seen at the moment each panel is drawn.
 var loadPages = []loadPage{
 	{name: "overview", path: "/", picture: "#o-chart svg", ready: `document.querySelector("#o-chart svg") && document.querySelectorAll("#missions tbody tr").length > 0 && document.querySelectorAll(".gw").length > 0`},
-	{name: "gateways", path: "/", picture: ".gw", ready: `document.querySelectorAll(".gw").length >= {gateways}`},
+	{name: "fleet-at-a-glance", path: "/", picture: "#fl-states svg", ready: `document.querySelector("#fl-states svg") && document.querySelector("#fl-worst-gateway .body").children.length > 0`},
+	{name: "gateways", path: "/", picture: ".gw", ready: `document.querySelectorAll(".gw").length >= Math.min(50, {gateways})`},
 	{name: "missions", path: "/", picture: "#missions tbody tr", ready: `document.querySelectorAll("#missions tbody tr").length >= Math.min(100, {missions})`},
 	{name: "mission-500-steps", path: "/#/gateways/{big_gw}/missions/{big}", picture: "#d-waterfall svg", ready: `document.querySelectorAll("#d-waterfall g.bar").length === 500`},
 	{name: "outcomes-24h", path: "/", picture: `#o-chart svg[aria-label$="24h"]`, ready: `document.querySelector('#o-chart svg[aria-label$="24h"]')`},
