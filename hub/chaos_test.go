@@ -435,7 +435,10 @@ func (h *hubProc) stop() {
 // killStreamLeader SIGKILLs the node leading the uplink stream, then
 // starts it again on its ports and store.
 func killStreamLeader(t *testing.T, c *clustertest.NATS) string {
-	nc, err := nats.Connect(c.ClientURLs(), nats.UserInfo(c.User, c.Password))
+	// nats' default 2 s to dial was not enough once at load 26 on 2
+	// cores under -race (dial tcp 127.0.0.1: i/o timeout, every node up):
+	// the fault was then never injected, and the run failed for it.
+	nc, err := nats.Connect(c.ClientURLs(), nats.UserInfo(c.User, c.Password), nats.Timeout(15*time.Second))
 	if err != nil {
 		t.Errorf("connect to find the leader: %v", err)
 		return "no leader found"
