@@ -210,30 +210,33 @@ func (c *Client) ecoState(device string, report map[string]any, retained bool) {
 		c.mu.Unlock()
 		return
 	}
+	var toLog map[string]any // logged once mu is released, before the command goes
 	if x.first && x.prior == nil && x.probing {
 		// The read of a device whose state was unknown: what it was
 		// before the command, whether or not the command is needed.
 		x.prior = cloneMap(st)
-		defer c.logPrior(x.key.id, x.prior) // once mu is released
+		toLog = x.prior
 	}
+	id := x.key.id
 	if matchesWithin(st, x.want) {
 		c.mu.Unlock()
-		c.ecoAck(device, x, wire.Ack{ID: x.key.id, OK: true, State: cloneMap(st), Prior: x.prior})
+		c.logPrior(id, toLog)
+		c.ecoAck(device, x, wire.Ack{ID: id, OK: true, State: cloneMap(st), Prior: x.prior})
 		return
 	}
-	if !x.probing {
+	if !x.probing || c.closed {
 		c.mu.Unlock()
+		c.logPrior(id, toLog)
 		return
 	}
 	// The read shows the device elsewhere: the command goes now.
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
 	cmd := x.cmd
 	x.probing = false
 	stopTimer(x)
 	c.mu.Unlock()
+	// Logged before the publish, as in postState: a process killed once
+	// the command is out must leave the prior state behind.
+	c.logPrior(id, toLog)
 	_ = c.ecoPublish(device, cmd) // lost with the connection: shows as the ack's timeout, retried
 }
 

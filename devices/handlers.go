@@ -390,13 +390,10 @@ func (h *Handlers) send(_ context.Context, req driver.StepRequest, p CommandPara
 		// Taken since arbitrate looked (another step's claim came first).
 		release()
 		var err error
-		switch {
-		case verdict == heldBy:
-			err = h.arbitrate(req, p.Device, p.OnConflict)
-		case req.Compensating:
+		if req.Compensating {
 			err = h.undoAllowed(req, p.Device)
-		default:
-			err = h.gaveWay(req, p.Device, by)
+		} else {
+			err = h.arbitrate(req, p.Device, p.OnConflict) // gives way, or waits for the newer command's outcome
 		}
 		if err == nil {
 			err = driver.RetryableError(CodeInFlight, fmt.Errorf("%s changed hands as the command was sent", p.Device))

@@ -412,3 +412,69 @@ func TestAbandonedCommandLeavesItsDevicesQueue(t *testing.T) {
 		t.Fatalf("%d commands sent, want A's alone", n)
 	}
 }
+
+// TestOlderStepWaitsForANewerCommandInFlightBeforeGivingWay: an older
+// mission's command is applied but its ack is lost; before its retry, a
+// newer mission of another scene takes the device over, and the device
+// refuses the newer command (busy). The older step's retry, made while
+// the newer command is in flight, waits for its outcome instead of
+// giving way at once: the refusal gives the device back, and the retry
+// completes (the device re-acks). Giving way there left the device in
+// the older mission's state under a step recorded as superseded, with
+// nothing newer on it: the torn end TestOverlapArbitrationNeverTearsOrFlipFlops
+// caught once under load.
+func TestOlderStepWaitsForANewerCommandInFlightBeforeGivingWay(t *testing.T) {
+	r := newRig(t, devices.HandlerOptions{})
+	holdB := make(chan struct{})
+	dev := r.device(t, "living-light", lightOff, func(cmd wire.Command, n int) reply {
+		switch {
+		case cmd.ID == "mA-0-0" && n == 1:
+			return reply{Drop: true} // applied, its ack lost
+		case cmd.ID == "mB-0-0" && n == 1:
+			return reply{Hold: holdB, Code: wire.CodeBusy}
+		}
+		return reply{}
+	})
+	t0 := time.Now()
+	req := func(mission, scene string, created time.Time, attempt, brightness int) driver.StepRequest {
+		raw, err := json.Marshal(map[string]any{"device": "living-light", "action": "turn_on",
+			"params": map[string]any{"brightness": brightness}, "ack_timeout": "150ms"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return driver.StepRequest{MissionID: mission, MissionType: scene, IdempotencyKey: mission + "-0-0", Attempt: attempt,
+			Params: raw, Created: created, Started: t0, Deadline: time.Now().Add(10 * time.Second)}
+	}
+	h := r.kinds[devices.KindCommand]
+	_, err := r.run(t, devices.KindCommand, req("mA", "evening", t0, 1, 30))
+	wantClass(t, err, driver.Retryable, devices.CodeAckTimeout)
+
+	// B, newer, takes the light over; its command is held at the device.
+	_, err = h.Execute(t.Context(), req("mB", "movie", t0.Add(time.Second), 1, 70))
+	var pb *driver.PendingError
+	if !errors.As(err, &pb) || !pb.InFlight {
+		t.Fatalf("B: %v, want in flight", err)
+	}
+	_, err = h.Execute(t.Context(), req("mA", "evening", t0, 2, 30))
+	wantClass(t, err, driver.NotReady, devices.CodeNewerInFlight)
+
+	close(holdB) // the light refuses B's command: busy
+	if !r.wakes.await(devices.AckKey("living-light", "mB-0-0"), time.Now().Add(5*time.Second)) {
+		t.Fatal("no answer to B's command")
+	}
+	bReq := req("mB", "movie", t0.Add(time.Second), 1, 70)
+	bReq.Resume = &driver.Parked{Key: pb.Key, Until: pb.Until, Note: pb.Note, Since: t0, Woken: true, InFlight: true}
+	_, err = h.Execute(t.Context(), bReq)
+	wantClass(t, err, driver.Retryable, wire.CodeBusy)
+
+	out, err := r.run(t, devices.KindCommand, req("mA", "evening", t0, 2, 30))
+	if err != nil {
+		t.Fatalf("A's retry once B's command was refused: %v, want it done (the light re-acks A's command)", err)
+	}
+	if st, _ := out["state"].(map[string]any); st["brightness"] != int64(30) {
+		t.Errorf("A's outputs %v, want the light at 30", out)
+	}
+	if n := dev.effectCount("mA-0-0"); n != 1 {
+		t.Errorf("A's command applied %d times, want once", n)
+	}
+}

@@ -60,6 +60,12 @@ type claim struct {
 	prev    *claim
 }
 
+// inFlight says that the claim's mission has a command on its way to
+// the device and no change on it yet: its outcome decides whether the
+// device stays the mission's or is given back. (An ended mission sends
+// nothing more: its claim stands as it is.)
+func (c claim) inFlight() bool { return c.pending && c.changes == 0 && !c.ended }
+
 // newerThan says whether mission a (created at ca) is newer than b.
 // Mission IDs sort by creation too, which breaks ties.
 func newerThan(a string, ca time.Time, b string, cb time.Time) bool {
@@ -308,6 +314,15 @@ func (h *Handlers) arbitrate(req driver.StepRequest, dev, policy string) error {
 		return nil
 	}
 	if newerThan(c.mission, c.created, req.MissionID, req.Created) {
+		if c.inFlight() {
+			// Refused, its command gives the device back, and this step,
+			// whose own command may be on it already (an ack lost), must
+			// then stand: giving way now would leave its change under a
+			// step ended superseded, with nothing newer on the device.
+			h.admit.withdraw(req.IdempotencyKey)
+			return driver.WaitError(OwnerKey(dev), CodeNewerInFlight, h.opts.OfflineRetry,
+				fmt.Errorf("%s: a command of newer mission %s is in flight", dev, c.mission))
+		}
 		return h.gaveWay(req, dev, c.mission)
 	}
 	if c.ended {
@@ -352,7 +367,7 @@ func (h *Handlers) undoAllowed(req driver.StepRequest, dev string) error {
 	if !ok || c.mission == req.MissionID || !newerThan(c.mission, c.created, req.MissionID, req.Created) {
 		return nil
 	}
-	if c.pending && c.changes == 0 && !c.ended {
+	if c.inFlight() {
 		// Its command is on its way: whether it takes effect (its ack) or
 		// is refused (the device is given back) decides.
 		return driver.WaitError(OwnerKey(dev), CodeNewerInFlight, h.opts.OfflineRetry,

@@ -71,14 +71,20 @@ func TestPriorLogFileStaysBounded(t *testing.T) {
 // what it was; the agent's process then ends with the command in flight.
 // A new client on the same log, taking the step's next attempt, acks it
 // with the bulb's state before the first command, not the one it left.
+// The log has it before the command reaches the bridge: a kill at any
+// moment after the publish finds it there.
 func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 	b := brokertest.Start(t)
 	reg, err := devices.ParseRegistry([]byte(z2mRegistry), "eco.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := make(chan string, 8)
-	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: b.URL(), OnSet: func(n string) { set <- n },
+	path := filepath.Join(t.TempDir(), "priors.log")
+	set := make(chan string, 8) // the file as each command reached the bridge
+	z, err := simulator.StartZigbee2MQTT(t.Context(), simulator.Z2MConfig{Broker: b.URL(), OnSet: func(string) {
+		data, _ := os.ReadFile(path)
+		set <- string(data)
+	},
 		Devices: []simulator.Z2MDevice{
 			{Name: "Hall/Bulb", Kind: "light", Delay: 300 * time.Millisecond, State: map[string]any{"state": "ON", "brightness": 76}},
 		}})
@@ -86,7 +92,6 @@ func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(z.Close)
-	path := filepath.Join(t.TempDir(), "priors.log")
 	log1, err := devices.OpenPriorLog(path, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +103,9 @@ func TestPriorStateOfARecoveredStepComesFromTheLog(t *testing.T) {
 	}
 	// The read is answered and the command sent; the process "dies"
 	// before the bulb has applied it.
-	testkit.Receive(t, set, 5*time.Second, "the command never reached the bridge")
+	if logged := testkit.Receive(t, set, 5*time.Second, "the command never reached the bridge"); !strings.Contains(logged, `"m1-s1"`) {
+		t.Errorf("the log held %q as the command reached the bridge: a kill then would lose the prior state", logged)
+	}
 	_ = c1.Close()
 	_ = log1.Close()
 

@@ -61,6 +61,10 @@ const (
 	GaveWay
 )
 
+// CodeAckTimeout is the code of an attempt whose command was sent and
+// not acknowledged in time (ErrAckTimeout): it may have taken effect.
+const CodeAckTimeout = "ack_timeout"
+
 // Codes of a step that gave way (see GaveWay).
 const (
 	// CodeSuperseded: a newer mission commanded the step's target.
@@ -174,7 +178,7 @@ func Classify(err error) (Class, string) {
 	case errors.Is(err, ErrStepTimeout):
 		return Retryable, "timeout"
 	case errors.Is(err, ErrAckTimeout):
-		return Retryable, "ack_timeout"
+		return Retryable, CodeAckTimeout
 	}
 	return Retryable, ""
 }

@@ -187,16 +187,24 @@ func (d *Driver) scanGroup(e *entry, m *Mission, now time.Time) groupPlan {
 	p.g0, p.g1, p.comp = groupSpan(m)
 	draining := d.draining || d.stopping
 	stopped := draining
+	// learn says the group fails, and nothing else stops it: a branch
+	// whose ack timed out is still tried again (its command may be on
+	// the device: the same key is acked again), so that, done, it is
+	// undone with the rest rather than left as the mission ends.
+	learn := false
 	if !p.comp {
 		dl := m.Meta.Deadline
 		late := !dl.IsZero() && !now.Before(dl)
 		g := m.Steps[p.g0].Group
-		stopped = stopped || m.Control.Cancel || m.Control.Pause || late || countGroup(m, p.g0, p.g1).failing(g)
+		halted := m.Control.Cancel || m.Control.Pause || late
+		failing := countGroup(m, p.g0, p.g1).failing(g)
+		learn = failing && !halted && !draining
+		stopped = stopped || halted || failing
 		if !stopped {
 			p.at(dl)
 		}
 	}
-	running, open := 0, 0
+	running, open, learning := 0, 0, 0
 	for k := p.g0; k < p.g1; k++ {
 		r := m.Results[k]
 		if p.comp {
@@ -236,7 +244,10 @@ func (d *Driver) scanGroup(e *entry, m *Mission, now time.Time) groupPlan {
 		case StepWaiting:
 			open++
 			if stopped {
-				continue
+				if !learn || r.Code != CodeAckTimeout {
+					continue
+				}
+				learning++
 			}
 			if !now.Before(r.Due) || e.bwoken[k] {
 				p.begin = append(p.begin, k)
@@ -248,7 +259,7 @@ func (d *Driver) scanGroup(e *entry, m *Mission, now time.Time) groupPlan {
 			}
 		}
 	}
-	p.end = running == 0 && (open == 0 || stopped && !draining)
+	p.end = running == 0 && (open == 0 || stopped && !draining && learning == 0)
 	return p
 }
 

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -590,4 +591,38 @@ func (d *Driver) stoppingOrDraining() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.draining || d.stopping
+}
+
+// TestGroupFailingLearnsTheOutcomeOfABranchWhoseAckTimedOut: a branch
+// whose command's ack did not come in time may have changed its device.
+// When another branch fails the group, the first is still tried again
+// (the same idempotency key: a device that applied the command acks it
+// again), and done, it is undone with the rest. Left waiting, it ended
+// skipped, never undone, and the failed mission's change stayed on the
+// device (TestOverlapArbitrationNeverTearsOrFlipFlops under load).
+func TestGroupFailingLearnsTheOutcomeOfABranchWhoseAckTimedOut(t *testing.T) {
+	d, clk, _, sc := fixture(t, Options{})
+	sc.do["a"] = func(req StepRequest) (map[string]any, error) {
+		if req.Attempt < 2 {
+			return nil, fmt.Errorf("command to a: %w", ErrAckTimeout)
+		}
+		return map[string]any{"ok": true}, nil
+	}
+	sc.do["b"] = func(StepRequest) (map[string]any, error) {
+		return nil, PermanentError("jammed", errors.New("lock jammed"))
+	}
+	sc.do["c"] = func(StepRequest) (map[string]any, error) {
+		return nil, RetryableError("busy", errors.New("busy")) // refused: nothing to learn
+	}
+	m := submit(t, d, Spec{Type: "t", Steps: group("g", PolicyAll, 0, steps("a!", "b!", "c!"))})
+	drain(t, d, clk)
+	got := get(t, d, m.ID)
+	eq(t, "results", []StepStatus{got.Results[0].Status, got.Results[1].Status, got.Results[2].Status},
+		[]StepStatus{StepCompensated, StepFailed, StepSkipped})
+	if got.State != StateFailed || got.Results[0].Attempts != 2 || got.Results[2].Attempts != 1 {
+		t.Fatalf("state %s, attempts a=%d c=%d; want FAILED, a tried again (2), c not (1)", got.State, got.Results[0].Attempts, got.Results[2].Attempts)
+	}
+	if !slices.Contains(sc.trace(), "a/undo") {
+		t.Errorf("calls %v: a was not undone", sc.trace())
+	}
 }
