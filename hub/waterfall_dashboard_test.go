@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sortie-edge/sortie/agent"
+	"github.com/sortie-edge/sortie/agent/agenttest"
 	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/driver/waterfall"
@@ -155,11 +154,9 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 	}
 	watch := &missionWatch{seen: map[string][]driver.Event{}, wake: make(chan struct{}, 1), final: map[string]driver.State{}}
 	lightFaults := simulator.Faults{AckDelay: 40 * time.Millisecond, AckJitter: 20 * time.Millisecond}
-	a, err := agent.New(agent.Options{
-		Gateway: "home", DataDir: t.TempDir(), Registry: reg, Catalog: cat,
-		Broker:    agent.BrokerOptions{Embedded: true, Listen: "127.0.0.1:0"},
+	a := agenttest.Start(t, agent.Options{
+		Registry: reg, Catalog: cat,
 		Hub:       &agent.HubOptions{URL: e.broker.URL(), Password: gatewayPassword("home"), Heartbeat: time.Second},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Observers: []driver.Observer{watch},
 		Home: &agent.HomeConfig{Seed: 29, Devices: []simulator.DeviceConfig{
 			{ID: "bedroom-curtain", Type: "curtain"},
@@ -169,23 +166,6 @@ func TestDashboardDrawsWaterfalls(t *testing.T) {
 			{ID: "bedroom-light", Type: "light", Faults: simulator.Faults{AckDelay: 30 * time.Millisecond, Reject: "jammed"}},
 		}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-		a.Close()
-	})
-	if err := a.Start(runCtx); err != nil {
-		ran <- nil
-		t.Fatal(err)
-	}
-	go func() { ran <- a.Run(runCtx) }()
 	e.waitOnline(t, "home")
 
 	trigger := func(scene string) string {
