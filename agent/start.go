@@ -391,7 +391,12 @@ func (a *Agent) runDriver(ctx context.Context, s *startup) error {
 // trigger needs, since what the session kept is acked as it is queued
 // for the trigger workers.
 func (a *Agent) subscribeTriggers(ctx context.Context, s *startup) error {
-	cancel, err := a.conn.Subscribe(a.topics.Trigger(), a.trig.onMessage)
+	handle := a.trig.onMessage // the embedded broker dies with the agent: nothing to deliver again
+	if s.external != nil {
+		handle = a.trig.onMessageDecided
+		a.onClose(a.trig.abandon) // before the link's Close, which waits for its handlers
+	}
+	cancel, err := a.conn.Subscribe(a.topics.Trigger(), handle)
 	if err != nil {
 		return err
 	}

@@ -57,6 +57,8 @@ type triggerJob struct {
 	via     string // viaMQTT for payloads
 	// note, for a schedule's firing run late, says so in its record.
 	note string
+	// decided, when set, is closed once the job is decided and answered.
+	decided chan struct{}
 }
 
 // Triggers turns trigger messages into missions and replies, and runs
@@ -72,6 +74,10 @@ type Triggers struct {
 	pub    Publisher
 	topics agentTopics
 	jobs   chan triggerJob
+	// gone, closed by abandon, frees handlers waiting on a decision
+	// that no Run will make (an agent closed without running).
+	gone     chan struct{}
+	goneOnce sync.Once
 	// stopped is set once Run has stopped deciding: later triggers are
 	// answered shutting_down at once rather than queued unanswered.
 	// Senders hold stopMu's read lock from checking it to queueing, so
@@ -127,6 +133,7 @@ func newTriggers(log *slog.Logger, cat *scenes.Catalog, d Missions, pub Publishe
 		// As many as mosquitto queues for a session by default: a backlog
 		// that waited for the agent arrives at once.
 		jobs:        make(chan triggerJob, 1024),
+		gone:        make(chan struct{}),
 		now:         time.Now,
 		active:      map[string]map[string]activeRun{},
 		locks:       map[string]*sync.Mutex{},
@@ -199,21 +206,51 @@ func (t *Triggers) takeEnded() []string {
 
 // onMessage is the trigger subscription's handler, on the MQTT receive
 // path: it only hands the payload on.
-func (t *Triggers) onMessage(_ string, payload []byte) {
+func (t *Triggers) onMessage(_ string, payload []byte) { t.enqueue(payload, nil) }
+
+// onMessageDecided is onMessage for a trigger link to an external
+// broker, whose client acknowledges a message when its handler returns:
+// it returns once the trigger is decided (its mission written, or its
+// refusal answered). A kill before that leaves the trigger unacknowledged
+// in the persistent session, which delivers it again at the next start
+// (the request ID makes that a duplicate if its mission was written);
+// acknowledged at once, a trigger still queued died with the process.
+// The client runs each message on its own goroutine, so the wait holds
+// up only this one.
+func (t *Triggers) onMessageDecided(_ string, payload []byte) {
+	decided := make(chan struct{})
+	if t.enqueue(payload, decided) {
+		select {
+		case <-decided: // Run decides every job queued, up to its last
+		case <-t.gone:
+		}
+	}
+}
+
+// abandon frees the handlers waiting on decisions: the link's Close
+// waits for its handlers, and an agent closed without running decides
+// nothing.
+func (t *Triggers) abandon() { t.goneOnce.Do(func() { close(t.gone) }) }
+
+// enqueue queues a trigger payload for the workers, or answers it at
+// once (shutting down, overloaded); it reports whether it queued it.
+func (t *Triggers) enqueue(payload []byte, decided chan struct{}) bool {
 	t.stopMu.RLock()
 	defer t.stopMu.RUnlock()
 	if t.stopped {
 		tr := scenes.Trigger{RequestID: requestIDOf(payload)}
 		t.answer(viaMQTT, tr, t.shuttingDown(tr))
-		return
+		return false
 	}
 	select {
-	case t.jobs <- triggerJob{payload: payload, via: viaMQTT}:
+	case t.jobs <- triggerJob{payload: payload, via: viaMQTT, decided: decided}:
+		return true
 	default:
 		t.metrics.rejected(scenes.ReasonOverloaded)
 		t.log.Warn("trigger dropped: queue full", "bytes", len(payload))
 		tr := scenes.Trigger{RequestID: requestIDOf(payload)}
 		t.answer(viaMQTT, tr, scenes.Reply{RequestID: tr.RequestID, Status: scenes.StatusRejected, Reason: scenes.ReasonOverloaded, Message: "agent is overloaded; try again"})
+		return false
 	}
 }
 
@@ -273,6 +310,9 @@ func (t *Triggers) Run(ctx context.Context) error {
 // worker may pick a job in the same instant as the end of ctx, and the
 // driver refuses a done context anyway).
 func (t *Triggers) do(ctx context.Context, j triggerJob) {
+	if j.decided != nil {
+		defer close(j.decided)
+	}
 	var rep scenes.Reply
 	var tr scenes.Trigger
 	switch {
