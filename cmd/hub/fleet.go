@@ -156,6 +156,15 @@ func oneArg(pos []string, what string) (string, error) {
 	return pos[0], nil
 }
 
+// noArgs parses a command's flags and refuses positional arguments.
+func noArgs(fs *flag.FlagSet, args []string, name string) error {
+	pos, err := cli.Parse(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = &usageError{Msg: fmt.Sprintf("%s takes no arguments, got %q", name, pos)}
+	}
+	return err
+}
+
 func cmdBundlePush(ctx context.Context, e *cli.Env, args []string) error {
 	fs := e.FlagSet()
 	mk := clientFlags(fs)
@@ -201,10 +210,8 @@ func cmdBundleList(ctx context.Context, e *cli.Env, args []string) error {
 	mk := clientFlags(fs)
 	group := fs.String("group", "", "only this group")
 	asJSON := fs.Bool("json", false, "print the API's answer")
-	if pos, err := cli.Parse(fs, args); err != nil {
+	if err := noArgs(fs, args, "list"); err != nil {
 		return err
-	} else if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("list takes no arguments, got %q", pos)}
 	}
 	c, err := mk()
 	if err != nil {
@@ -435,10 +442,8 @@ func cmdFleet(ctx context.Context, e *cli.Env, args []string) error {
 	mk := clientFlags(fs)
 	drifted := fs.Bool("drifted", false, "only the gateways that drifted")
 	asJSON := fs.Bool("json", false, "print the API's answer")
-	if pos, err := cli.Parse(fs, args); err != nil {
+	if err := noArgs(fs, args, "fleet"); err != nil {
 		return err
-	} else if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("fleet takes no arguments, got %q", pos)}
 	}
 	c, err := mk()
 	if err != nil {

@@ -84,10 +84,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 // cmdVersion prints the version.
 func cmdVersion(_ context.Context, e *cli.Env, args []string) error {
-	if pos, err := cli.Parse(e.FlagSet(), args); err != nil {
+	if err := noArgs(e.FlagSet(), args, "version"); err != nil {
 		return err
-	} else if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("version takes no arguments, got %q", pos)}
 	}
 	_, err := fmt.Fprintln(e.Stdout, "sortie hub", Version)
 	return err

@@ -41,10 +41,8 @@ func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
 	brokerURL := fs.String("broker-url", "", "use this external broker instead of the embedded one")
 	logLevel := fs.String("log-level", "", "override log.level")
 	logFormat := fs.String("log-format", "", "override log.format")
-	if pos, err := cli.Parse(fs, args); err != nil {
+	if err := noArgs(fs, args, "run"); err != nil {
 		return err
-	} else if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("run takes no arguments, got %q", pos)}
 	}
 	cfg, err := LoadConfig(*path)
 	if err != nil {

@@ -13,10 +13,8 @@ func cmdValidate(_ context.Context, e *cli.Env, args []string) error {
 	stdout := e.Stdout
 	fs := e.FlagSet()
 	path := fs.String("config", "configs/hub.toml", "configuration file")
-	if pos, err := cli.Parse(fs, args); err != nil {
+	if err := noArgs(fs, args, "validate"); err != nil {
 		return err
-	} else if len(pos) > 0 {
-		return &usageError{Msg: fmt.Sprintf("validate takes no arguments, got %q", pos)}
 	}
 	cfg, err := LoadConfig(*path)
 	if err != nil {
