@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -306,12 +305,5 @@ func forgetRollout(tx *bolt.Tx, id string) error {
 	if err := tx.Bucket(bucketRollouts).Delete([]byte(id)); err != nil {
 		return err
 	}
-	prefix := missionKey(id, "")
-	c := tx.Bucket(bucketTargets).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
-		if err := c.Delete(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return deletePrefix(tx.Bucket(bucketTargets), missionKey(id, ""))
 }

@@ -370,13 +370,19 @@ func deleteMission(tx *bolt.Tx, fk []byte) error {
 	if err := missions.Delete(mk); err != nil {
 		return err
 	}
-	prefix := append(bytes.Clone(mk), 0)
-	tl := tx.Bucket(bucketTimeline)
-	c := tl.Cursor()
+	if err := deletePrefix(tx.Bucket(bucketTimeline), append(bytes.Clone(mk), 0)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketFinished).Delete(fk)
+}
+
+// deletePrefix deletes the keys of b that begin with prefix.
+func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+	c := b.Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
-		if err := tl.Delete(k); err != nil {
+		if err := b.Delete(k); err != nil {
 			return err
 		}
 	}
-	return tx.Bucket(bucketFinished).Delete(fk)
+	return nil
 }
