@@ -476,7 +476,23 @@ func (d *Driver) finishWork(e *entry, gen uint64, next bool) (*entry, uint64, bo
 	d.running--
 	e.running = false
 	now := d.clock.Now()
-	d.placeLocked(e, now)
+	switch {
+	case !e.m.State.Terminal():
+		d.placeLocked(e, now)
+	case e.mu.TryLock(): // no control call holds it: it leaves the table
+		d.placeLocked(e, now)
+		e.mu.Unlock()
+	default:
+		// A control call holds the entry (a Retry that took it while the
+		// step's failure was being committed) and will file it by the
+		// state it leaves: removed now, a retried mission would run with
+		// no entry in the table, and the next control call would build a
+		// second one. The holder files it; unless it revives the mission,
+		// the entry goes once the holder is done.
+		d.sched.remove(e)
+		d.fileLocked(e)
+		go d.forgetWhenFree(e)
+	}
 	if d.draining {
 		select {
 		case d.drained <- struct{}{}:
@@ -499,6 +515,20 @@ func (d *Driver) finishWork(e *entry, gen uint64, next bool) (*entry, uint64, bo
 		return nil, 0, wakeLoop
 	}
 	return n, n.gen, wakeLoop
+}
+
+// forgetWhenFree drops a terminal mission's entry once the control call
+// holding it is done, unless that call revived the mission.
+func (d *Driver) forgetWhenFree(e *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.m.State.Terminal() && !e.running && d.entries[e.m.ID] == e {
+		d.sched.remove(e)
+		d.fileLocked(e)
+		delete(d.entries, e.m.ID)
+	}
 }
 
 // Step advances, one step each, every mission that is due now, in
