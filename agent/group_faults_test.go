@@ -12,12 +12,13 @@ import (
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/scenes"
 	"github.com/sortie-edge/sortie/simulator"
 )
 
 // TestGroupPoliciesUnderSeededFaults runs a scene whose parallel group
-// sets 10 lights, 1,000 times under each policy, with two of the ten
+// sets 10 lights, 1,000 times under each policy (500 under -race), with two of the ten
 // lights faulty in each run (chosen by the run's seed: one offline, one
 // rejecting every command as jammed), and checks every run's end:
 //
@@ -33,7 +34,11 @@ func TestGroupPoliciesUnderSeededFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2,000 runs")
 	}
-	const lanes, perLane, runs = 20, 10, 1000
+	const lanes, perLane = 20, 10
+	runs := 1000 // two runs each: one per policy
+	if testkit.Race {
+		runs = 500 // a new seed every run; `go test -run TestGroupPolicies ./agent` runs them all
+	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	var reg, sc strings.Builder

@@ -16,6 +16,7 @@ import (
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/hub"
 	"github.com/sortie-edge/sortie/internal/fleetsim"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -29,7 +30,7 @@ func measureSize() int {
 	if *measureGateways > 0 {
 		return *measureGateways
 	}
-	if raceEnabled {
+	if testkit.Race {
 		return 300
 	}
 	return 1000

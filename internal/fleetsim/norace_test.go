@@ -1,5 +1,0 @@
-//go:build !race
-
-package fleetsim_test
-
-const raceEnabled = false
