@@ -43,6 +43,9 @@ func TestGroupPoliciesUnderSeededFaults(t *testing.T) {
 	t.Logf("seed %d", seed)
 	var reg, sc strings.Builder
 	var devs []simulator.DeviceConfig
+	// ack_timeout is far above the lights' 5-25 ms: a run checks the
+	// policies, and at a load average of 20 an undo's ack once took over
+	// 5 s, failing the undo (its retry budget is the step's 120 ms).
 	for l := range lanes {
 		prefix := fmt.Sprintf("f%02d", l)
 		r, ds := lights(prefix, perLane, "", simulator.Faults{AckDelay: 5 * time.Millisecond, AckJitter: 20 * time.Millisecond}, "")
@@ -63,7 +66,7 @@ devices = [%s]
 action = "set"
 params = { power = "on", brightness = { from = "b" } }
 compensate = "restore"
-ack_timeout = "5s"
+ack_timeout = "20s"
 retry = { max_attempts = 2, initial_backoff = "20ms", max_elapsed = "120ms" }
 `, pol, prefix, pol, strings.Join(ids, ", "))
 		}

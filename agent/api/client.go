@@ -86,6 +86,15 @@ func (c *Client) Send(ctx context.Context, method, path string, body any) (*http
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
+	if k, ok := body.(interface{ IdempotencyKey() string }); ok && k.IdempotencyKey() != "" {
+		// A kept-alive connection the agent closes as idle (IdleTimeout)
+		// while this request is on its way is reset; net/http sends a
+		// request again on a new connection only when it is GET-like or
+		// carries this header, and a repeated request ID is answered
+		// with the mission it made. Seen as "connection reset by peer"
+		// on POST /api/missions under load.
+		req.Header.Set("Idempotency-Key", k.IdempotencyKey())
+	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient

@@ -484,6 +484,10 @@ type SubmitRequest struct {
 	NotAfter *time.Time `json:"not_after,omitempty"`
 }
 
+// IdempotencyKey is the request ID: the agent answers a repeated one
+// with the mission it made, so Client may send the request again.
+func (r SubmitRequest) IdempotencyKey() string { return r.RequestID }
+
 // submit runs a scene exactly as an MQTT trigger would.
 func (s *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	var req SubmitRequest
