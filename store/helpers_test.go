@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
+	"github.com/sortie-edge/sortie/store/internal/wal"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -24,6 +25,50 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 func testOptions() Options {
 	return Options{Timeout: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CheckpointDelay: 50 * time.Millisecond}
 }
+
+// openUnsynced opens a store at path whose log and file are written
+// without waiting for the disk (unsyncedFS, bbolt's NoSync), for the
+// tests that commit thousands of missions to see what the store keeps
+// and how big its file grows; what survives a power cut is the business
+// of powercut_test.go. The log's blocks and the file's pages are laid
+// out as on a gateway.
+func openUnsynced(tb testing.TB, path string) *DB {
+	tb.Helper()
+	opts := testOptions()
+	opts.logFS, opts.boltNoSync = unsyncedFS{}, true
+	db, err := Open(path, opts)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() {
+		checkInvariants(tb, db)
+		if err := db.Close(); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return db
+}
+
+// unsyncedFS is the operating system's file system without syncs: the
+// log's O_DIRECT|O_DSYNC are dropped (its writes still cover whole
+// blocks, as on a disk that takes O_DIRECT), and Sync does nothing.
+type unsyncedFS struct{}
+
+func (unsyncedFS) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error) {
+	f, err := wal.OS.OpenFile(name, flag&^wal.DirectFlags, perm)
+	if err != nil {
+		return nil, err
+	}
+	return unsyncedFile{f}, nil
+}
+func (unsyncedFS) ReadFile(name string) ([]byte, error)           { return wal.OS.ReadFile(name) }
+func (unsyncedFS) Head(name string, n int) ([]byte, int64, error) { return wal.OS.Head(name, n) }
+func (unsyncedFS) Remove(name string) error                       { return wal.OS.Remove(name) }
+func (unsyncedFS) SyncDir(string) error                           { return nil }
+
+type unsyncedFile struct{ wal.File }
+
+func (unsyncedFile) Sync() error { return nil }
 
 // openTest opens a store in a fresh directory. Cleanup checks the
 // store's invariants, then closes it.

@@ -131,6 +131,7 @@ func powerCutRun(t *testing.T, seed uint64) (st powerCutStats) {
 		Outbox:          rng.IntN(2) == 0,
 		CheckpointDelay: []time.Duration{time.Millisecond, 5 * time.Millisecond, time.Hour}[rng.IntN(3)],
 		boltNoSync:      true,
+		boltNoGrowSync:  true,
 		// Small enough that the log often grows past it, and that a run
 		// is not spent writing megabytes of zeros.
 		logPrealloc: []int{wal.Block, 4 * wal.Block, 16 * wal.Block}[rng.IntN(3)],

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func fileBytes(tb testing.TB, path string) int64 {
 // steady state; bbolt's reuse of the pages deletions free is enough.
 func TestDiskStaysFlatUnderRetention(t *testing.T) {
 	const keep, total = 1000, 8000
-	db := openTest(t)
+	db := openUnsynced(t, filepath.Join(t.TempDir(), "sortie.db"))
 	var steady int64
 	for i := 1; i <= total; i++ {
 		finishMission(t, db, i)
@@ -74,7 +75,7 @@ func TestDiskStaysFlatUnderRetention(t *testing.T) {
 // and writes go on, before and after a reopen.
 func TestReclaimGivesSpaceBackWhileOpen(t *testing.T) {
 	path := t.TempDir() + "/sortie.db"
-	db := openAt(t, path)
+	db := openUnsynced(t, path)
 	for i := 1; i <= 3000; i++ {
 		finishMission(t, db, i)
 	}
@@ -116,7 +117,7 @@ func TestReclaimGivesSpaceBackWhileOpen(t *testing.T) {
 		t.Errorf("counts after Reclaim = %v, %v; want 102 SUCCEEDED", counts, err)
 	}
 	mustClose(t, db)
-	db = openAt(t, path)
+	db = openUnsynced(t, path)
 	sameJSON(t, mustGet(t, db, live.ID), live)
 	tl, err := db.Timeline(t.Context(), live.ID)
 	if err != nil || len(tl) != 3 {
@@ -169,7 +170,7 @@ func TestReclaimWhileWriting(t *testing.T) {
 // TestPruneBytesKeepsTheNewestWithinBudget: the oldest finished missions
 // go until the data fits; live ones stay whatever the budget.
 func TestPruneBytesKeepsTheNewestWithinBudget(t *testing.T) {
-	db := openTest(t)
+	db := openUnsynced(t, filepath.Join(t.TempDir(), "sortie.db"))
 	for i := 1; i <= 2000; i++ {
 		finishMission(t, db, i)
 	}

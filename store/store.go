@@ -93,11 +93,15 @@ type Options struct {
 
 	// logFS is the file system of the write-ahead log; nil means wal.OS.
 	// Power-cut tests put a crashfs.FS here, with a smaller logPrealloc
-	// than wal.Prealloc (zero), and set boltNoSync: they copy the bbolt
-	// file as of the cut rather than rely on its fsyncs.
-	logFS       wal.FS
-	logPrealloc int
-	boltNoSync  bool
+	// than wal.Prealloc (zero), and set boltNoSync and boltNoGrowSync:
+	// they copy the bbolt file as of the cut rather than rely on its
+	// fsyncs. Tests of what the store keeps and how big its file grows
+	// (not of what survives a power cut) put a log without syncs here and
+	// set boltNoSync alone, so that the file grows as on a gateway.
+	logFS          wal.FS
+	logPrealloc    int
+	boltNoSync     bool
+	boltNoGrowSync bool
 }
 
 // DefaultCheckpointDelay lets a checkpoint carry the steps of several
@@ -322,7 +326,7 @@ func openBoltOnce(path string, opts Options) (bdb *bolt.DB, file *os.File, err e
 		Timeout:      opts.Timeout,
 		FreelistType: bolt.FreelistMapType,
 		NoSync:       opts.boltNoSync,
-		NoGrowSync:   opts.boltNoSync,
+		NoGrowSync:   opts.boltNoGrowSync,
 		// NoFreelistSync would save a page per commit, but then Open rebuilds
 		// the freelist in a goroutine of bbolt's whose panic on a damaged
 		// file no recover can catch.

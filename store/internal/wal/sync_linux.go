@@ -16,7 +16,7 @@ func datasync(f *os.File) error {
 	}
 }
 
-// directFlags open the log for writes that bypass the page cache and are
+// DirectFlags open the log for writes that bypass the page cache and are
 // durable on return. File systems without O_DIRECT (tmpfs) refuse them,
 // and the log then uses buffered writes and fdatasync.
-const directFlags = syscall.O_DIRECT | syscall.O_DSYNC
+const DirectFlags = syscall.O_DIRECT | syscall.O_DSYNC

@@ -6,5 +6,5 @@ import "os"
 
 func datasync(f *os.File) error { return f.Sync() }
 
-// directFlags is zero where the log does not write O_DIRECT.
-const directFlags = 0
+// DirectFlags is zero where the log does not write O_DIRECT.
+const DirectFlags = 0

@@ -353,10 +353,10 @@ func (l *Log) writeDirect(n int) error {
 // openDirect opens the log for writes that bypass the page cache and are
 // durable on return, where the platform and the file system allow it.
 func (l *Log) openDirect() (File, error) {
-	if directFlags == 0 {
+	if DirectFlags == 0 {
 		return nil, errors.ErrUnsupported
 	}
-	return l.fs.OpenFile(l.path, os.O_RDWR|directFlags, 0)
+	return l.fs.OpenFile(l.path, os.O_RDWR|DirectFlags, 0)
 }
 
 // alignedBlock returns n bytes starting on a Block boundary, as O_DIRECT
