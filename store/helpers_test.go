@@ -36,17 +36,7 @@ func openUnsynced(tb testing.TB, path string) *DB {
 	tb.Helper()
 	opts := testOptions()
 	opts.logFS, opts.boltNoSync = unsyncedFS{}, true
-	db, err := Open(path, opts)
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	tb.Cleanup(func() {
-		checkInvariants(tb, db)
-		if err := db.Close(); err != nil {
-			tb.Errorf("Close: %v", err)
-		}
-	})
-	return db
+	return openWith(tb, path, opts)
 }
 
 // unsyncedFS is the operating system's file system without syncs: the
@@ -79,7 +69,14 @@ func openTest(tb testing.TB) *DB {
 
 func openAt(tb testing.TB, path string) *DB {
 	tb.Helper()
-	db, err := Open(path, testOptions())
+	return openWith(tb, path, testOptions())
+}
+
+// openWith opens a store at path with opts; Cleanup checks its
+// invariants, then closes it.
+func openWith(tb testing.TB, path string, opts Options) *DB {
+	tb.Helper()
+	db, err := Open(path, opts)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}

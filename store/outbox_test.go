@@ -18,17 +18,7 @@ func openOutboxAt(tb testing.TB, path string, max int) *DB {
 	tb.Helper()
 	opts := testOptions()
 	opts.Outbox, opts.OutboxMax = true, max
-	db, err := Open(path, opts)
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	tb.Cleanup(func() {
-		checkInvariants(tb, db)
-		if err := db.Close(); err != nil {
-			tb.Errorf("Close: %v", err)
-		}
-	})
-	return db
+	return openWith(tb, path, opts)
 }
 
 func openOutboxTest(tb testing.TB, max int) *DB {
