@@ -50,8 +50,9 @@ type Postgres struct {
 	readyTimeout time.Duration
 }
 
-// StartPostgres creates a database cluster (initdb) in a new temporary
-// directory and starts PostgreSQL on it, on a free port of 127.0.0.1
+// StartPostgres copies a database cluster (the machine's template, made
+// once by initdb: postgresTemplate) into a new temporary directory and
+// starts PostgreSQL on it, on a free port of 127.0.0.1
 // with password authentication, and waits until it accepts connections.
 // Run as root, the server runs as the postgres user (initdb and postgres
 // refuse root) in a directory that user owns. The server is stopped and
@@ -82,8 +83,12 @@ func StartPostgres(tb testing.TB, opts PostgresOptions) *Postgres {
 			tb.Fatal(err)
 		}
 	}
+	tmpl, err := postgresTemplate(bin, cred)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	p := &Postgres{
-		User: "postgres", Password: secret(), Database: "postgres",
+		User: "postgres", Password: tmpl.password, Database: "postgres",
 		DataDir:      filepath.Join(dir, "data"),
 		LogFile:      filepath.Join(tb.TempDir(), "postgres.log"),
 		bin:          bin,
@@ -92,8 +97,10 @@ func StartPostgres(tb testing.TB, opts PostgresOptions) *Postgres {
 	if p.readyTimeout <= 0 {
 		p.readyTimeout = 30 * time.Second
 	}
-	if err := p.initdb(dir, cred); err != nil {
-		tb.Fatal(err)
+	// cp -a keeps the postgres user's ownership and the 0700 mode the
+	// postmaster insists on.
+	if out, err := exec.Command("cp", "-a", tmpl.data, p.DataDir).CombinedOutput(); err != nil {
+		tb.Fatalf("copy the database cluster template: %v: %s", err, out)
 	}
 
 	p.proc = &proc{
@@ -242,11 +249,82 @@ func (p *Postgres) portBusy() bool {
 	return strings.Contains(strings.ToLower(p.proc.tail(4<<10)), "address already in use")
 }
 
-// initdb creates the database cluster in dir/data, with the superuser's
+// pgTemplate is a database cluster initdb made, which each server of
+// StartPostgres starts on a copy of.
+type pgTemplate struct{ data, password string }
+
+// postgresTemplate returns the machine's database cluster template for
+// the PostgreSQL in bin, making it the first time: initdb costs 1-2 s of
+// CPU (several seconds under load) at each of the twenty servers the
+// tests start, a copy of its 39 MB a tenth of a second. It is kept, like
+// Go's build cache, in the temporary directory, one per PostgreSQL
+// version and user (remove it to have it made again), made in a
+// directory of its own and renamed into place so that test processes
+// running at once never see half of one.
+func postgresTemplate(bin string, cred *syscall.Credential) (pgTemplate, error) {
+	out, err := exec.Command(filepath.Join(bin, "initdb"), "--version").Output()
+	if err != nil {
+		return pgTemplate{}, fmt.Errorf("initdb --version: %w", err)
+	}
+	// "initdb (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)" -> "15.18"
+	version := "unknown"
+	if f := strings.Fields(string(out)); len(f) >= 3 {
+		version = strings.Map(func(r rune) rune {
+			if r == '.' || r >= '0' && r <= '9' {
+				return r
+			}
+			return '-'
+		}, f[2])
+	}
+	root := filepath.Join(os.TempDir(), fmt.Sprintf("sortie-pg-template-%s-%d", version, os.Geteuid()))
+	if t, err := readTemplate(root); err == nil {
+		return t, nil
+	}
+	tmp, err := os.MkdirTemp(os.TempDir(), "sortie-pg-template-new-")
+	if err != nil {
+		return pgTemplate{}, err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }() // gone once renamed; else a failed attempt's
+	password := secret()
+	if cred != nil {
+		if err := os.Chown(tmp, int(cred.Uid), int(cred.Gid)); err != nil {
+			return pgTemplate{}, err
+		}
+	}
+	if err := initdb(bin, tmp, password, cred); err != nil {
+		return pgTemplate{}, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "password"), []byte(password), 0o600); err != nil {
+		return pgTemplate{}, err
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		// Another test process made it meanwhile: use that one.
+		if t, rerr := readTemplate(root); rerr == nil {
+			return t, nil
+		}
+		return pgTemplate{}, fmt.Errorf("database cluster template: %w", err)
+	}
+	return readTemplate(root)
+}
+
+// readTemplate reads a template postgresTemplate made.
+func readTemplate(root string) (pgTemplate, error) {
+	pw, err := os.ReadFile(filepath.Join(root, "password"))
+	if err != nil {
+		return pgTemplate{}, err
+	}
+	data := filepath.Join(root, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		return pgTemplate{}, err
+	}
+	return pgTemplate{data: data, password: string(pw)}, nil
+}
+
+// initdb creates a database cluster in dir/data, with the superuser's
 // password from a file it removes after.
-func (p *Postgres) initdb(dir string, cred *syscall.Credential) error {
+func initdb(bin, dir, password string, cred *syscall.Credential) error {
 	pwfile := filepath.Join(dir, "pwfile")
-	if err := os.WriteFile(pwfile, []byte(p.Password+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(pwfile, []byte(password+"\n"), 0o600); err != nil {
 		return err
 	}
 	defer func() { _ = os.Remove(pwfile) }() // best effort: the directory goes at cleanup
@@ -255,8 +333,8 @@ func (p *Postgres) initdb(dir string, cred *syscall.Credential) error {
 			return err
 		}
 	}
-	cmd := exec.Command(filepath.Join(p.bin, "initdb"),
-		"-D", p.DataDir, "-U", p.User, "--pwfile="+pwfile,
+	cmd := exec.Command(filepath.Join(bin, "initdb"),
+		"-D", filepath.Join(dir, "data"), "-U", "postgres", "--pwfile="+pwfile,
 		"--auth-local=trust", "--auth-host=scram-sha-256",
 		"-E", "UTF8", "--no-locale",
 		// No fsync of the new files: a test's data directory need not
