@@ -73,6 +73,9 @@ type testEnv struct {
 	home                *simulator.Home
 	app                 paho.Client
 	cfgPath             string
+	// env is added to the agent's environment (a test that sets its own
+	// with t.Setenv cannot run in parallel).
+	env []string
 
 	mu      sync.Mutex
 	replies map[string]chan map[string]any
@@ -240,6 +243,9 @@ func (e *testEnv) start(args ...string) *agentProc {
 func (e *testEnv) launch(args ...string) *agentProc {
 	e.t.Helper()
 	cmd := exec.Command(agentBin, append([]string{"run", "-config", e.cfgPath}, args...)...)
+	if e.env != nil {
+		cmd.Env = append(os.Environ(), e.env...)
+	}
 	p := &agentProc{cmd: cmd, exited: make(chan error, 1), grew: make(chan struct{}), ready: make(chan struct{}), stdout: new(strings.Builder)}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

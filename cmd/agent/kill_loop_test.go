@@ -48,6 +48,7 @@ func TestSIGKILLLoopEveryRestartComesBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs the agent dozens of times")
 	}
+	t.Parallel() // beside the other long loops
 	// Two brokers, two gateways, two agents: nothing shared, and most of
 	// each loop is waiting on its agent.
 	t.Run("embedded", func(t *testing.T) {
@@ -339,10 +340,11 @@ func (a *triggerApp) reply(id string) map[string]any {
 }
 
 // answerAll waits for a reply to each of ids as long as replies keep
-// coming (a restarted agent under load may take many seconds over the
-// backlog its session kept: a trigger sent again meanwhile would look
-// lost), until none has come for 10 s; then it sends the unanswered ones
-// again, every 500 ms for up to 10 s, and returns those it sent again.
+// coming, until none has come for 10 s: a restarted agent under load may
+// take many seconds over the backlog its session kept, and a trigger
+// sent again meanwhile would look lost. Then it sends the unanswered
+// ones again and waits the same way, three times at most, and returns
+// those it sent again.
 func (a *triggerApp) answerAll(ids []string) (resent []string) {
 	unanswered := func() (missing []string) {
 		for _, id := range ids {
@@ -352,26 +354,30 @@ func (a *triggerApp) answerAll(ids []string) (resent []string) {
 		}
 		return missing
 	}
-	heard, heardAt := -1, time.Now()
-	for len(unanswered()) > 0 && time.Since(heardAt) < 10*time.Second {
-		if n := a.replyCount(); n != heard {
-			heard, heardAt = n, time.Now()
+	for round := 0; ; round++ {
+		heard, heardAt := -1, time.Now()
+		for len(unanswered()) > 0 && time.Since(heardAt) < 10*time.Second {
+			if n := a.replyCount(); n != heard {
+				heard, heardAt = n, time.Now()
+			}
+			time.Sleep(100 * time.Millisecond) // replies arrive by subscription
 		}
-		time.Sleep(100 * time.Millisecond) // replies arrive by subscription
-	}
-	resent = unanswered()
-	a.mu.Lock()
-	for _, id := range resent {
-		a.resent[id] = time.Now()
-	}
-	a.mu.Unlock()
-	for round := 0; round < 20 && len(unanswered()) > 0; round++ {
-		for _, id := range unanswered() {
+		missing := unanswered()
+		if len(missing) == 0 || round == 3 {
+			return resent
+		}
+		if round == 0 {
+			resent = missing
+			a.mu.Lock()
+			for _, id := range resent {
+				a.resent[id] = time.Now()
+			}
+			a.mu.Unlock()
+		}
+		for _, id := range missing {
 			a.send(id)
 		}
-		time.Sleep(500 * time.Millisecond) // replies arrive by subscription; this paces the resends
 	}
-	return resent
 }
 
 // missionsByRequest counts the agent's missions by request ID, and

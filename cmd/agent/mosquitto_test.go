@@ -18,6 +18,8 @@ func TestMosquittoRestartsLoseNoTrigger(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a broker 20 times")
 	}
+	// Its own broker, home and agent: it runs beside the other long loops.
+	t.Parallel()
 	mq := brokertest.StartMosquitto(t, true)
 	e := newBareEnv(t, "mq")
 	e.connect(mq.URL())
