@@ -137,7 +137,11 @@ func killLoop(t *testing.T, url string, kills int, h killHome) {
 	elapsed := time.Since(began)
 	ids := app.halt()
 	resent, lost := app.answerAll(ids), 0
+	rejected := map[string]int{} // by reason: a refusal answered is a decision too
 	for _, id := range ids {
+		if r := app.reply(id); r != nil && r["status"] != "accepted" {
+			rejected[fmt.Sprint(r["reason"])]++
+		}
 		switch {
 		case app.reply(id) == nil:
 			t.Errorf("acknowledged trigger %s got no reply, even sent again", id)
@@ -168,8 +172,8 @@ func killLoop(t *testing.T, url string, kills int, h killHome) {
 	if h.trail != nil {
 		redelivered = fmt.Sprintf("; %d triggers delivered again after a kill before their acknowledgement", h.trail.redelivered())
 	}
-	t.Logf("%d SIGKILLs: %d of %d starts came back ready (%d resumed missions a kill left), in %v; %d triggers acked by the broker, %d missions, all ended, none twice; %d lost; %d replies lost with a kill, answered as duplicates when sent again%s",
-		kills, kills+1, kills+1, resumed, elapsed.Round(time.Millisecond), len(ids), len(perRequest), lost, len(resent)-lost, redelivered)
+	t.Logf("%d SIGKILLs: %d of %d starts came back ready (%d resumed missions a kill left), in %v; %d triggers acked by the broker, %d missions, all ended, none twice; rejected %v; %d lost; %d replies lost with a kill, answered as duplicates when sent again%s",
+		kills, kills+1, kills+1, resumed, elapsed.Round(time.Millisecond), len(ids), len(perRequest), rejected, lost, len(resent)-lost, redelivered)
 }
 
 // trail is what the broker's trail and the agents' logs say of request
