@@ -85,6 +85,11 @@ func Start(opts Options) (*Broker, error) {
 	if err := srv.AddHook(newPacketIDs(), nil); err != nil {
 		return nil, fmt.Errorf("broker packet id hook: %w", err)
 	}
+	// A message published while a session changes connection reaches
+	// the new one (handover.go).
+	if err := srv.AddHook(newHandover(srv, log), nil); err != nil {
+		return nil, fmt.Errorf("broker handover hook: %w", err)
+	}
 	b := &Broker{srv: srv, closing: closing}
 	// After the auth hook: mochi checks access before any publish hook.
 	if err := srv.AddHook(&tapHook{b: b}, nil); err != nil {

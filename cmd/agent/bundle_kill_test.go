@@ -44,6 +44,8 @@ func TestSIGKILLDuringApplyLeavesExactlyTheOldOrTheNewBundle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs the agent a hundred times")
 	}
+	// Its own broker, home and agent: it runs beside the other long loops.
+	t.Parallel()
 	hub := startStatusHub(t, "applykill")
 	e := newGatewayEnv(t, "applykill", fmt.Sprintf("[bundles]\nsoak = \"150ms\"\n[hub]\nurl = %q\nheartbeat = \"1s\"\n", hub.url))
 	files, err := bundle.FromFiles(testkit.RepoPath("configs/devices.toml"), testkit.RepoPath("configs/scenes"), bundle.Settings{})

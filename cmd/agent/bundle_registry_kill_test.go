@@ -26,6 +26,8 @@ func TestSIGKILLDuringARegistrySwapLeavesTheOldOrTheNewRegistry(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs the agent in a loop")
 	}
+	// Its own broker, home and agent: it runs beside the other long loops.
+	t.Parallel()
 	e := newGatewayEnv(t, "regkill", "[bundles]\nsoak = \"150ms\"\n")
 	files, err := bundle.FromFiles(testkit.RepoPath("configs/devices.toml"), testkit.RepoPath("configs/scenes"), bundle.Settings{})
 	if err != nil {

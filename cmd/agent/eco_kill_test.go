@@ -26,6 +26,8 @@ func TestSIGKILLLoopWithDevicesOfOtherEcosystems(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs the agent dozens of times")
 	}
+	// Its own broker, home and agent: it runs beside the other long loops.
+	t.Parallel()
 	var home *simulator.Home
 	h := killHome{
 		scenes: []string{"go_home", "leave_home"},

@@ -81,6 +81,9 @@ type testEnv struct {
 	home                *simulator.Home
 	app                 paho.Client
 	cfgPath             string
+	// env is added to the agent's environment (a test that sets its own
+	// with t.Setenv cannot run in parallel).
+	env []string
 
 	mu      sync.Mutex
 	replies map[string]chan map[string]any
@@ -95,6 +98,7 @@ type agentProc struct {
 	exited chan error
 	mu     sync.Mutex
 	lines  []string
+	grew   chan struct{} // closed, and replaced, at each line logged
 	ready  chan struct{}
 	http   string
 	broker string // the embedded broker's address, if it runs one
@@ -247,7 +251,10 @@ func (e *testEnv) start(args ...string) *agentProc {
 func (e *testEnv) launch(args ...string) *agentProc {
 	e.t.Helper()
 	cmd := exec.Command(agentBin, append([]string{"run", "-config", e.cfgPath}, args...)...)
-	p := &agentProc{cmd: cmd, exited: make(chan error, 1), ready: make(chan struct{}), stdout: new(strings.Builder)}
+	if e.env != nil {
+		cmd.Env = append(os.Environ(), e.env...)
+	}
+	p := &agentProc{cmd: cmd, exited: make(chan error, 1), grew: make(chan struct{}), ready: make(chan struct{}), stdout: new(strings.Builder)}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		e.t.Fatal(err)
@@ -266,6 +273,8 @@ func (e *testEnv) launch(args ...string) *agentProc {
 			line := sc.Text()
 			p.mu.Lock()
 			p.lines = append(p.lines, line)
+			close(p.grew)
+			p.grew = make(chan struct{})
 			p.mu.Unlock()
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil {
@@ -331,6 +340,37 @@ func (e *testEnv) awaitRetained() {
 		}
 		return nil
 	})
+}
+
+// awaitLog waits up to within for a log line, after the first skip,
+// whose JSON record match accepts, and reports whether one came.
+func (p *agentProc) awaitLog(skip int, within time.Duration, match func(rec map[string]any) bool) bool {
+	deadline := time.After(within)
+	for {
+		p.mu.Lock()
+		skip = min(skip, len(p.lines))
+		lines, grew := p.lines[skip:], p.grew
+		p.mu.Unlock()
+		for _, l := range lines {
+			var rec map[string]any
+			if json.Unmarshal([]byte(l), &rec) == nil && match(rec) {
+				return true
+			}
+		}
+		skip += len(lines)
+		select {
+		case <-grew:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// logLines is how many lines the agent has logged.
+func (p *agentProc) logLines() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.lines)
 }
 
 func (p *agentProc) log() string {

@@ -37,6 +37,8 @@ func TestSIGKILLAroundScheduledFiringsLosesAndDoublesNone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the agent for ~20 s")
 	}
+	// Its own broker, home and agent: it runs beside the other long loops.
+	t.Parallel()
 	e := newBareEnv(t, "sched")
 	e.scenes = filepath.Join(e.dir, "scenes")
 	if err := os.MkdirAll(e.scenes, 0o700); err != nil {
@@ -53,7 +55,7 @@ func TestSIGKILLAroundScheduledFiringsLosesAndDoublesNone(t *testing.T) {
 
 	const speed = 600
 	simStart := time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC)
-	t.Setenv(agentconf.TestClockEnv, fmt.Sprintf("%s,%d,%d", simStart.Format(time.RFC3339), time.Now().UnixMilli(), speed))
+	e.env = []string{fmt.Sprintf("%s=%s,%d,%d", agentconf.TestClockEnv, simStart.Format(time.RFC3339), time.Now().UnixMilli(), speed)}
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))

@@ -1,0 +1,71 @@
+package broker
+
+import (
+	"sync"
+	"testing"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// publishInTakeover publishes once, from inside mochi's takeover of a
+// session: while it clears the old connection's queue, which it has
+// copied to the new connection, and before it lists the new one under
+// the client ID (the window handover.go closes).
+type publishInTakeover struct {
+	mqtt.HookBase
+	b    *Broker
+	once sync.Once
+	err  error
+}
+
+func (h *publishInTakeover) ID() string { return "test-publish-in-takeover" }
+
+func (h *publishInTakeover) Provides(b byte) bool { return b == mqtt.OnQosDropped }
+
+func (h *publishInTakeover) OnQosDropped(cl *mqtt.Client, _ packets.Packet) {
+	if cl.IsTakenOver() {
+		h.once.Do(func() { h.err = h.b.Publish("triggers", []byte("during"), false, 1) })
+	}
+}
+
+// TestMessagePublishedDuringATakeoverReachesTheNewConnection: a QoS 1
+// message published while a persistent session's new connection takes
+// it over (a restarted agent's trigger link, while apps publish) is
+// delivered on the new connection, like the messages queued before. mochi
+// alone queued it on the old connection after copying that one's queue,
+// and it was never delivered, though its publisher had its PUBACK.
+func TestMessagePublishedDuringATakeoverReachesTheNewConnection(t *testing.T) {
+	b := startTest(t)
+	hook := &publishInTakeover{b: b}
+	if err := b.srv.AddHook(hook, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRaw(t, b, "agent")
+	c.send(subscribe(1, "triggers"))
+	c.expect(packets.Suback, 1)
+	if err := b.Publish("triggers", []byte("before"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.read(); d.FixedHeader.Type != packets.Publish || string(d.Payload) != "before" {
+		t.Fatalf("delivery: %+v", d)
+	}
+	_ = c.nc.Close() // killed before its PUBACK: the session owes "before"
+
+	c = dialRaw(t, b, "agent")
+	if hook.err != nil {
+		t.Fatalf("publish during the takeover: %v", hook.err)
+	}
+	got := map[string]bool{}
+	for len(got) < 2 {
+		d := c.read() // fails the test after 5 s without a packet
+		if d.FixedHeader.Type != packets.Publish {
+			t.Fatalf("got %+v, want the session's deliveries", d)
+		}
+		got[string(d.Payload)] = true
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: d.PacketID})
+	}
+	if !got["before"] || !got["during"] {
+		t.Errorf("the new connection got %v, want before and during", got)
+	}
+}
