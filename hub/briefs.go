@@ -34,7 +34,7 @@ type GatewayBrief struct {
 func briefOf(g *Gateway) GatewayBrief {
 	b := GatewayBrief{ID: g.ID, State: g.State}
 	if g.Heartbeat != nil {
-		b.Backlog = g.Heartbeat.Backlog
+		b.Backlog = min(max(g.Heartbeat.Backlog, 0), 1<<31-1) // as both stores keep it
 	}
 	return b
 }
@@ -48,7 +48,7 @@ var (
 )
 
 func encodeBrief(b GatewayBrief) []byte {
-	v := binary.AppendUvarint(nil, uint64(max(b.Backlog, 0)))
+	v := binary.AppendUvarint(nil, uint64(b.Backlog))
 	return append(v, b.State...)
 }
 

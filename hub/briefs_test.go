@@ -221,3 +221,21 @@ func TestGlanceFollowsGatewaysChangingState(t *testing.T) {
 		t.Errorf("offline page: %+v, want gw-03 (backlog) and gw-04 (1 failed)", offline)
 	}
 }
+
+// FuzzDecodeBrief: a stored brief decodes with an error or a brief,
+// never a panic, and every brief encoded decodes to itself.
+func FuzzDecodeBrief(f *testing.F) {
+	for _, b := range []GatewayBrief{{ID: "a", State: StateOnline, Backlog: 3}, {ID: "b", State: StateUnknown}, {ID: "c", State: "", Backlog: 1 << 20}} {
+		f.Add([]byte(b.ID), encodeBrief(b))
+	}
+	f.Add([]byte("x"), []byte{0xff})
+	f.Fuzz(func(t *testing.T, id, v []byte) {
+		b, err := decodeBrief(id, v)
+		if err != nil {
+			return
+		}
+		if again, err := decodeBrief(id, encodeBrief(b)); err != nil || again != b {
+			t.Errorf("%+v encoded decodes to %+v (%v)", b, again, err)
+		}
+	})
+}

@@ -596,7 +596,7 @@ func pgFlush(ctx context.Context, tx pgx.Tx, a *applier) error {
 				return err
 			}
 			b := briefOf(g)
-			ids[i], docs[i], states[i], backlogs[i] = g.ID, v, pgText(b.State), int32(min(b.Backlog, 1<<31-1))
+			ids[i], docs[i], states[i], backlogs[i] = g.ID, v, pgText(b.State), int32(b.Backlog)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO sortie_gateways (id, doc, state, backlog) SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::integer[])
 			ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, state = excluded.state, backlog = excluded.backlog`, ids, docs, states, backlogs); err != nil {
