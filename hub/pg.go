@@ -149,11 +149,16 @@ var pgMigrations = [][]string{
 		// missions by time, a small index (failures are a few percent).
 		// CONCURRENTLY: built without stopping ingest on a table of
 		// millions of rows (a statement of its own, as every one here).
+		// A concurrent build cut short leaves an invalid index that IF NOT
+		// EXISTS would keep: a migration run again (only when cut short)
+		// drops it first.
+		`DROP INDEX CONCURRENTLY IF EXISTS sortie_missions_failed`,
 		`CREATE INDEX CONCURRENTLY IF NOT EXISTS sortie_missions_failed ON sortie_missions (gateway, finished_ns) WHERE state = 'FAILED'`,
 		// The worst ranking reads one kind of scope ("g/", "s/", "d/")
 		// over a range of hours: the primary key (scope, hour) cannot
 		// serve a prefix of scope in a database whose collation is not
 		// C, and served it only as a scan of every hour of the kind.
+		`DROP INDEX CONCURRENTLY IF EXISTS sortie_outcomes_kind`,
 		`CREATE INDEX CONCURRENTLY IF NOT EXISTS sortie_outcomes_kind ON sortie_outcomes (left(scope, 2), hour)`,
 	},
 }

@@ -483,3 +483,30 @@ func TestPGReadsOfThePagesUseTheirIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestPGMigrationCutShortLeavesNoInvalidIndex: a concurrent index build
+// of version 4 cut short (a replica killed mid-build) leaves an invalid
+// index; the migration, run again by the next replica, builds it anew
+// rather than keep it (IF NOT EXISTS alone would).
+func TestPGMigrationCutShortLeavesNoInvalidIndex(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	st, err := OpenPG(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	// Back to version 3 with the index half built, as a kill leaves it.
+	for _, q := range []string{`UPDATE sortie_schema SET version = 3`,
+		`UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'sortie_outcomes_kind'::regclass`} {
+		if _, err := st.pool.Exec(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := migrate(t.Context(), st.pool, pgMigrations); err != nil {
+		t.Fatal(err)
+	}
+	var valid bool
+	if err := st.pool.QueryRow(t.Context(), `SELECT indisvalid FROM pg_index WHERE indexrelid = 'sortie_outcomes_kind'::regclass`).Scan(&valid); err != nil || !valid {
+		t.Errorf("sortie_outcomes_kind after the migration ran again: valid %v (%v)", valid, err)
+	}
+}
