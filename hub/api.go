@@ -51,7 +51,13 @@ type Reader interface {
 	Gateway(ctx context.Context, id string) (Gateway, error)
 	Missions(ctx context.Context, q Query) ([]Mission, string, error)
 	Mission(ctx context.Context, gw, id string) (Detail, error)
-	FailedSince(ctx context.Context, since time.Time) (map[string]int, error)
+	// GatewayBriefs returns every gateway's brief (briefs.go), by ID;
+	// GatewaysByID the records of some, in the order asked.
+	GatewayBriefs(ctx context.Context) ([]GatewayBrief, error)
+	GatewaysByID(ctx context.Context, ids []string) ([]Gateway, error)
+	// FailedSince counts, for each of gws, the missions that finished
+	// FAILED at or after since.
+	FailedSince(ctx context.Context, since time.Time, gws []string) (map[string]int, error)
 	Trace(ctx context.Context, gw, requestID string) (Trace, error)
 	// OutcomeHours returns one scope's outcome roll-up rows by hour
 	// (hub/outcomes.go).

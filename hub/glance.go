@@ -81,10 +81,10 @@ func (f *Fleet) facts() map[string]gatewayFacts {
 	return out
 }
 
-// conditions lists the conditions of g.
-func conditions(g *Gateway, x gatewayFacts) []string {
+// conditions lists the conditions of a gateway of brief g.
+func conditions(g GatewayBrief, x gatewayFacts) []string {
 	var out []string
-	if g.Heartbeat != nil && g.Heartbeat.Backlog > 0 {
+	if g.Backlog > 0 {
 		out = append(out, CondBacklog)
 	}
 	if x.drifted {
@@ -153,7 +153,7 @@ func (a *API) fleetOverview(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, o)
 		return
 	}
-	gws, err := a.st.Gateways(r.Context())
+	gws, err := a.st.GatewayBriefs(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -166,9 +166,8 @@ func (a *API) fleetOverview(w http.ResponseWriter, r *http.Request) {
 	o := FleetOverview{Gateways: len(gws), States: map[string]int{StateOnline: 0, StateOffline: 0, StateUnknown: 0},
 		Conditions: map[string]int{CondBacklog: 0, CondDrifted: 0, CondRollout: 0, CondRolloutFailed: 0}, Tags: map[string]int{},
 		Rollouts: rollouts, At: a.svc.Now().UTC()}
-	for i := range gws {
-		g := &gws[i]
-		o.States[presenceState(g)]++
+	for _, g := range gws {
+		o.States[presenceState(g.State)]++
 		x := facts[g.ID]
 		for _, c := range conditions(g, x) {
 			o.Conditions[c]++
@@ -181,11 +180,12 @@ func (a *API) fleetOverview(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-// presenceState is online, offline or unknown.
-func presenceState(g *Gateway) string {
-	switch g.State {
+// presenceState is a gateway's state as counted: online, offline or
+// unknown.
+func presenceState(state string) string {
+	switch state {
 	case StateOnline, StateOffline:
-		return g.State
+		return state
 	}
 	return StateUnknown
 }
@@ -216,7 +216,7 @@ func parseGatewayFilter(v url.Values) (gatewayFilter, error) {
 	return f, nil
 }
 
-func (f gatewayFilter) match(g *Gateway, x gatewayFacts) bool {
+func (f gatewayFilter) match(g GatewayBrief, x gatewayFacts) bool {
 	if f.q != "" && !strings.Contains(strings.ToLower(g.ID), strings.ToLower(f.q)) {
 		return false
 	}
@@ -227,7 +227,7 @@ func (f gatewayFilter) match(g *Gateway, x gatewayFacts) bool {
 	case "":
 		return true
 	case StateOnline, StateOffline, StateUnknown:
-		return presenceState(g) == f.state
+		return presenceState(g.State) == f.state
 	}
 	return slices.Contains(conditions(g, x), f.state)
 }
@@ -247,7 +247,9 @@ func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	gws, err := a.st.Gateways(r.Context())
+	// The filter and the count read the briefs; only the page's
+	// gateways are read whole.
+	gws, err := a.st.GatewayBriefs(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -257,13 +259,11 @@ func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	slices.SortFunc(gws, func(x, y Gateway) int { return strings.Compare(x.ID, y.ID) })
+	slices.SortFunc(gws, func(x, y GatewayBrief) int { return strings.Compare(x.ID, y.ID) })
 	p := GatewayPage{Gateways: []GatewayView{}}
-	var page []*Gateway
-	for i := range gws {
-		g := &gws[i]
-		x := facts[g.ID]
-		if !f.match(g, x) {
+	var page []string
+	for _, g := range gws {
+		if !f.match(g, facts[g.ID]) {
 			continue
 		}
 		p.Total++
@@ -271,21 +271,26 @@ func (a *API) gateways(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if f.limit > 0 && len(page) == f.limit {
-			p.Next = page[len(page)-1].ID
+			p.Next = page[len(page)-1]
 			continue
 		}
-		page = append(page, g)
+		page = append(page, g.ID)
 	}
 	if len(page) > 0 {
-		// Missions failed in the last 24 hours, by when they finished.
-		failed, err := a.st.FailedSince(r.Context(), a.svc.Now().Add(-24*time.Hour))
+		recs, err := a.st.GatewaysByID(r.Context(), page)
 		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
-		for _, g := range page {
+		// Missions failed in the last 24 hours, by when they finished.
+		failed, err := a.st.FailedSince(r.Context(), a.svc.Now().Add(-24*time.Hour), page)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		for _, g := range recs {
 			x := facts[g.ID]
-			p.Gateways = append(p.Gateways, GatewayView{Gateway: *g, Failed24h: failed[g.ID], Tags: x.tags, Conditions: conditions(g, x)})
+			p.Gateways = append(p.Gateways, GatewayView{Gateway: g, Failed24h: failed[g.ID], Tags: x.tags, Conditions: conditions(briefOf(&g), x)})
 		}
 	}
 	writeJSON(w, http.StatusOK, p)

@@ -417,7 +417,7 @@ func FuzzGlanceQuery(f *testing.F) {
 	for _, s := range []string{"state=drifted&tag=lab&q=gw&limit=5&after=gw-01", "status=failed,rollback_failed&kind=offered&gateway=x&limit=2&after=3", "limit=-1", "after=%zz", "state=asleep"} {
 		f.Add(s)
 	}
-	gws := []Gateway{{ID: "gw-01", State: StateOnline}, {ID: "gw-02", State: StateOffline}, {ID: "lab-1"}}
+	gws := []GatewayBrief{{ID: "gw-01", State: StateOnline}, {ID: "gw-02", State: StateOffline, Backlog: 3}, {ID: "lab-1"}}
 	targets := []*RolloutGateway{{Gateway: "gw-01", Order: 0, Status: TargetFailed}, {Gateway: "gw-02", Order: 1, Status: TargetPending, Refused: "x"},
 		{Gateway: "gw-03", Order: 2, Status: TargetHealthy, Back: BackRolledBack}}
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -427,7 +427,7 @@ func FuzzGlanceQuery(f *testing.F) {
 		}
 		if g, err := parseGatewayFilter(v); err == nil {
 			for i := range gws {
-				g.match(&gws[i], gatewayFacts{tags: []string{"lab"}})
+				g.match(gws[i], gatewayFacts{tags: []string{"lab"}})
 			}
 		}
 		s, _, err := parseRolloutSelect(v)

@@ -591,7 +591,7 @@ func boltFlush(tx *bolt.Tx, a *applier) error {
 	}
 	gws, missions := a.changes()
 	for _, g := range gws {
-		if err := putJSON(tx.Bucket(bucketGateways), []byte(g.ID), g); err != nil {
+		if err := putGateway(tx, g); err != nil {
 			return err
 		}
 	}
@@ -603,6 +603,11 @@ func boltFlush(tx *bolt.Tx, a *applier) error {
 		}
 		if a.created[string(mk)] {
 			if err := order.Put(timeKey(m.Created, mk), nil); err != nil {
+				return err
+			}
+		}
+		if old := a.finishedOld[string(mk)]; !old.Equal(finishedAt(m)) || a.before[string(mk)].State != m.Summary.State {
+			if err := noteFailed(tx, a.before[string(mk)], old, m); err != nil {
 				return err
 			}
 		}

@@ -97,7 +97,9 @@ func deviceOutcomes(s driver.Summary, o int) map[string]int {
 		return nil
 	}
 	out := map[string]int{}
+	var order []string // the devices in step order, first seen
 	for i, dev := range s.StepTargets {
+		_, had := out[dev]
 		switch st := s.StepStatus[i]; {
 		case dev == "" || driver.CheckID("device", dev) != nil:
 		case st == driver.StepFailed && (o == oFailed || o == oUndone):
@@ -111,9 +113,34 @@ func deviceOutcomes(s driver.Summary, o int) map[string]int {
 				out[dev] = oCancelled
 			}
 		}
+		if _, ok := out[dev]; ok && !had {
+			order = append(order, dev)
+		}
 	}
-	return out
+	if len(out) <= maxMissionDevices {
+		return out
+	}
+	// Over the cap: the devices a failed step commanded first, then the
+	// others, each in step order; the same summary always keeps the same
+	// ones, so a retried mission's correction (counted -1 then +1) takes
+	// back what it added.
+	kept := make(map[string]int, maxMissionDevices)
+	for _, failed := range []bool{true, false} {
+		for _, dev := range order {
+			if d := out[dev]; len(kept) < maxMissionDevices && (d == oFailed || d == oUndone) == failed {
+				kept[dev] = d
+			}
+		}
+	}
+	return kept
 }
+
+// maxMissionDevices caps the device rows one mission adds to the
+// roll-up (docs/hub.md, "Devices"): a step table naming a million
+// device IDs, a gateway's bug or malice, costs at most this many row
+// writes per mission, not one per ID. A scene commanding more devices
+// than this counts the first it commanded, those that failed first.
+const maxMissionDevices = 128
 
 // histBucket is the histogram bucket of a duration.
 func histBucket(d time.Duration) int {

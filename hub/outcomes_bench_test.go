@@ -61,8 +61,8 @@ func fillOutcomes(b *testing.B, st Backing, n int, now time.Time) {
 
 // benchOutcomes times the 30-day chart of every mission against a
 // baseline read over the same window from the missions themselves
-// (FailedSince, which walks the finished index): the roll-up's cost must
-// not grow with the missions.
+// (every page of GET /api/missions in the window): the roll-up's cost
+// must not grow with the missions.
 func benchOutcomes(b *testing.B, st Backing) {
 	now := time.Date(2026, 12, 6, 21, 30, 0, 0, time.UTC)
 	n := benchMissions(b)
@@ -87,8 +87,16 @@ func benchOutcomes(b *testing.B, st Backing) {
 			}
 		})
 		scan = measure(func() {
-			if _, err := st.FailedSince(ctx, now.Add(-30*24*time.Hour)); err != nil {
-				b.Fatal(err)
+			q := Query{Since: now.Add(-31 * 24 * time.Hour), Limit: 1000}
+			for {
+				_, next, err := st.Missions(ctx, q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if next == "" {
+					break
+				}
+				q.Cursor = next
 			}
 		})
 	}

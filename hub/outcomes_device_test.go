@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,5 +92,64 @@ func TestDeviceOutcomesCountTheDeviceAMissionFailedOn(t *testing.T) {
 	}
 	if got := d.Summary.StepTargets; len(got) != 2 || got[1] != "lock" || len(d.Summary.StepNames) != 2 {
 		t.Errorf("m6's step table after an entry without one: targets %q names %q, want kept", got, d.Summary.StepNames)
+	}
+}
+
+// TestDeviceRollupOfAMissionIsCapped: a mission whose step table names
+// a thousand distinct devices (a gateway's bug, or malice) adds rows for
+// maxMissionDevices of them, the one its failed step commanded among
+// them; retried to success, it takes back what it added from the same
+// rows and counts for the same number of devices.
+func TestDeviceRollupOfAMissionIsCapped(t *testing.T) {
+	st := testStore(t)
+	now := time.Date(2026, 12, 6, 21, 30, 0, 0, time.UTC)
+	at := now.Add(-20 * time.Minute)
+	const n = 1000
+	table := func(e uplink.Entry, failedAt int) uplink.Entry {
+		s := &e.Mission
+		s.StepIDs, s.StepNames, s.StepTargets, s.StepStatus = make([]string, n), make([]string, n), make([]string, n), make([]driver.StepStatus, n)
+		for i := range n {
+			s.StepIDs[i], s.StepNames[i], s.StepTargets[i], s.StepStatus[i] = fmt.Sprintf("s%d", i), "turn_on", fmt.Sprintf("dev-%04d", i), driver.StepSucceeded
+		}
+		if failedAt >= 0 {
+			s.StepStatus[failedAt] = driver.StepFailed
+		}
+		s.Created, s.Updated, s.Finished = at.Add(-time.Second), at, at
+		e.Event.Time = at
+		return e
+	}
+	if _, err := ingest(st, now, "a", batch("a", table(entry(1, "m1", 1, driver.StateFailed), 900))); err != nil {
+		t.Fatal(err)
+	}
+	totals := func() map[string]OutcomeTotal {
+		t.Helper()
+		got, err := st.(totalsReader).OutcomeTotals(t.Context(), "d/a/", 0, now.Unix()/3600+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	got := totals()
+	if len(got) != maxMissionDevices || got["dev-0900"][oFailed] != 1 || got["dev-0000"][oSucceeded] != 1 {
+		t.Fatalf("%d device rows (dev-0900 %v, dev-0000 %v), want %d with dev-0900 failed", len(got), got["dev-0900"], got["dev-0000"], maxMissionDevices)
+	}
+	if _, ok := got[fmt.Sprintf("dev-%04d", maxMissionDevices-1)]; ok {
+		t.Errorf("the %dth device counted: the failed one should have taken its place", maxMissionDevices)
+	}
+	// An operator's retry succeeds: the failure is taken back.
+	retry := table(entry(2, "m1", 2, driver.StateRunning), -1)
+	retry.Mission.Finished = time.Time{}
+	if _, err := ingest(st, now, "a", batch("a", retry, table(entry(3, "m1", 3, driver.StateSucceeded), -1))); err != nil {
+		t.Fatal(err)
+	}
+	counted := 0
+	for dev, tot := range totals() {
+		if tot[oFailed] != 0 || tot[oSucceeded] > 1 {
+			t.Errorf("%s after the retry: %v", dev, tot)
+		}
+		counted += int(tot[oSucceeded])
+	}
+	if counted != maxMissionDevices {
+		t.Errorf("%d devices count the retried mission, want %d", counted, maxMissionDevices)
 	}
 }

@@ -131,6 +131,36 @@ var pgMigrations = [][]string{
 			name text PRIMARY KEY,
 			doc  bytea NOT NULL)`,
 	},
+	// 4: what the fleet's counts and the gateway list read without the
+	// records (hub/briefs.go), and the worst ranking's index.
+	{
+		// A gateway's brief: its state and its last heartbeat's backlog,
+		// written with its record by every replica of this version; the
+		// UPDATE fills them for the records already there. A replica of
+		// version 3 still running during a rolling upgrade writes the
+		// record alone: the gateway's brief is then stale until a replica
+		// of this version next writes it (its next heartbeat).
+		`ALTER TABLE sortie_gateways ADD COLUMN IF NOT EXISTS state text NOT NULL DEFAULT ''`,
+		`ALTER TABLE sortie_gateways ADD COLUMN IF NOT EXISTS backlog integer NOT NULL DEFAULT 0`,
+		`UPDATE sortie_gateways SET state = coalesce(convert_from(doc, 'UTF8')::json->>'state', ''),
+			backlog = coalesce((convert_from(doc, 'UTF8')::json->'heartbeat'->>'backlog')::integer, 0)
+			WHERE length(doc) > 0`,
+		// "Failed in the last 24 h" of a page's gateways: their failed
+		// missions by time, a small index (failures are a few percent).
+		// CONCURRENTLY: built without stopping ingest on a table of
+		// millions of rows (a statement of its own, as every one here).
+		// A concurrent build cut short leaves an invalid index that IF NOT
+		// EXISTS would keep: a migration run again (only when cut short)
+		// drops it first.
+		`DROP INDEX CONCURRENTLY IF EXISTS sortie_missions_failed`,
+		`CREATE INDEX CONCURRENTLY IF NOT EXISTS sortie_missions_failed ON sortie_missions (gateway, finished_ns) WHERE state = 'FAILED'`,
+		// The worst ranking reads one kind of scope ("g/", "s/", "d/")
+		// over a range of hours: the primary key (scope, hour) cannot
+		// serve a prefix of scope in a database whose collation is not
+		// C, and served it only as a scan of every hour of the kind.
+		`DROP INDEX CONCURRENTLY IF EXISTS sortie_outcomes_kind`,
+		`CREATE INDEX CONCURRENTLY IF NOT EXISTS sortie_outcomes_kind ON sortie_outcomes (left(scope, 2), hour)`,
+	},
 }
 
 // OpenPG connects to the database at dsn (a pgx connection string) and
@@ -298,7 +328,7 @@ func (s *PGStore) Register(ctx context.Context, now time.Time, ids ...string) er
 		if err != nil {
 			return err
 		}
-		if _, err := s.pool.Exec(ctx, `INSERT INTO sortie_gateways (id, doc) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, doc); err != nil {
+		if _, err := s.pool.Exec(ctx, `INSERT INTO sortie_gateways (id, doc, state) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`, id, doc, StateUnknown); err != nil {
 			return fmt.Errorf("register gateway %s: %w", id, err)
 		}
 	}
@@ -564,15 +594,17 @@ func pgFlush(ctx context.Context, tx pgx.Tx, a *applier) error {
 	gws, missions := a.changes()
 	if len(gws) > 0 {
 		ids, docs := make([]string, len(gws)), make([][]byte, len(gws))
+		states, backlogs := make([]string, len(gws)), make([]int32, len(gws))
 		for i, g := range gws {
 			v, err := json.Marshal(g)
 			if err != nil {
 				return err
 			}
-			ids[i], docs[i] = g.ID, v
+			b := briefOf(g)
+			ids[i], docs[i], states[i], backlogs[i] = g.ID, v, pgText(b.State), int32(b.Backlog)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO sortie_gateways (id, doc) SELECT * FROM unnest($1::text[], $2::bytea[])
-			ON CONFLICT (id) DO UPDATE SET doc = excluded.doc`, ids, docs); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO sortie_gateways (id, doc, state, backlog) SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::integer[])
+			ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, state = excluded.state, backlog = excluded.backlog`, ids, docs, states, backlogs); err != nil {
 			return fmt.Errorf("write gateways: %w", err)
 		}
 	}
@@ -714,27 +746,6 @@ func (s *PGStore) Mission(ctx context.Context, gw, id string) (_ Detail, err err
 	}
 	d.Steps = Timings(d.Summary, d.Timeline)
 	return d, nil
-}
-
-// FailedSince counts, per gateway, the missions that finished FAILED at
-// or after since.
-func (s *PGStore) FailedSince(ctx context.Context, since time.Time) (_ map[string]int, err error) {
-	defer unavailable(&err)
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT gateway, count(*) FROM sortie_missions
-		WHERE finished_ns >= $1 AND state = $2 GROUP BY gateway`, nsKey(since), string(driver.StateFailed))
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int{}
-	var gw string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&gw, &n}, func() error {
-		out[gw] = n
-		return nil
-	})
-	return out, err
 }
 
 // Trace returns the trigger records of one request ID of gateway gw, or

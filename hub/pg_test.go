@@ -304,6 +304,14 @@ func TestPGUpgradesAnUnversionedDatabaseWithItsData(t *testing.T) {
 	if tr, err := st.Trace(t.Context(), "home", "r-1"); err != nil || len(tr.Records) != 1 || tr.Records[0].MissionID != "m1" {
 		t.Errorf("trigger record r-1: %+v (%v)", tr, err)
 	}
+	// Version 4 filled the briefs and indexed the failures.
+	briefs, err := st.GatewayBriefs(t.Context())
+	if err != nil || !slices.Equal(briefs, []GatewayBrief{{ID: "home", State: StateOnline}, {ID: "idle", State: StateUnknown}}) {
+		t.Errorf("briefs after the upgrade: %+v (%v)", briefs, err)
+	}
+	if failed, err := st.FailedSince(t.Context(), time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), []string{"home", "idle"}); err != nil || len(failed) != 1 || failed["home"] != 1 {
+		t.Errorf("failed since the upgraded missions: %v (%v), want home 1 (m2)", failed, err)
+	}
 	// The missing batch (outbox 4..5) arrives: the chain reaches the
 	// pending one, and the ack covers both.
 	res, err := ingest(st, t0, "home", chained("home", 3, 5, 0))
@@ -423,5 +431,82 @@ func TestPGDeadlineReachesTheServer(t *testing.T) {
 	}
 	if waiting != 0 {
 		t.Errorf("%d backends still wait for the lock after the caller's deadline", waiting)
+	}
+}
+
+// TestPGReadsOfThePagesUseTheirIndexes: the worst ranking's read of a
+// scope kind over a range of hours, and a page's failures of the last
+// day, can be served by their indexes in a database whose collation is
+// not C (where the primary key (scope, hour) serves no prefix of
+// scope): with sequential scans off, the plans name the indexes.
+func TestPGReadsOfThePagesUseTheirIndexes(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	conn, err := pgx.Connect(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	// ICU's root collation, as a database created in en_US.UTF-8 has
+	// one that is not C.
+	if _, err := conn.Exec(t.Context(), `CREATE DATABASE icu TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'und' LOCALE 'C'`); err != nil {
+		t.Skipf("no ICU collation on this server: %v", err)
+	}
+	st, err := OpenPG(t.Context(), pg.DSNFor("icu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	tx, err := st.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	for index, query := range map[string]string{
+		"sortie_outcomes_kind": `EXPLAIN SELECT substr(scope, 3), sum(v[1]) FROM sortie_outcomes
+			WHERE left(scope, 2) = left('g/', 2) AND starts_with(scope, 'g/') AND hour >= 100 AND hour < 200 GROUP BY scope`,
+		"sortie_missions_failed": `EXPLAIN SELECT gateway, count(*) FROM sortie_missions
+			WHERE gateway = ANY('{a,b}'::text[]) AND finished_ns >= 5 AND state = 'FAILED' GROUP BY gateway`,
+	} {
+		rows, err := tx.Query(t.Context(), query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(plan, "\n"), index) {
+			t.Errorf("the plan does not use %s:\n%s", index, strings.Join(plan, "\n"))
+		}
+	}
+}
+
+// TestPGMigrationCutShortLeavesNoInvalidIndex: a concurrent index build
+// of version 4 cut short (a replica killed mid-build) leaves an invalid
+// index; the migration, run again by the next replica, builds it anew
+// rather than keep it (IF NOT EXISTS alone would).
+func TestPGMigrationCutShortLeavesNoInvalidIndex(t *testing.T) {
+	pg := clustertest.StartPostgres(t, clustertest.PostgresOptions{Settings: map[string]string{"fsync": "off"}})
+	st, err := OpenPG(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	// Back to version 3 with the index half built, as a kill leaves it.
+	for _, q := range []string{`UPDATE sortie_schema SET version = 3`,
+		`UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'sortie_outcomes_kind'::regclass`} {
+		if _, err := st.pool.Exec(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := migrate(t.Context(), st.pool, pgMigrations); err != nil {
+		t.Fatal(err)
+	}
+	var valid bool
+	if err := st.pool.QueryRow(t.Context(), `SELECT indisvalid FROM pg_index WHERE indexrelid = 'sortie_outcomes_kind'::regclass`).Scan(&valid); err != nil || !valid {
+		t.Errorf("sortie_outcomes_kind after the migration ran again: valid %v (%v)", valid, err)
 	}
 }

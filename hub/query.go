@@ -271,32 +271,6 @@ func indexed(missions *bolt.Bucket, k []byte) (*Mission, error) {
 	return &m, nil
 }
 
-// FailedSince counts, per gateway, the missions that finished FAILED at
-// or after since. It reads the finished index from since on, so its cost
-// is the number of missions finished in that window.
-func (s *Store) FailedSince(ctx context.Context, since time.Time) (map[string]int, error) {
-	out := map[string]int{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		missions := tx.Bucket(bucketMissions)
-		c := tx.Bucket(bucketFinished).Cursor()
-		n := 0
-		for k, _ := c.Seek(timeKey(since, nil)); k != nil; k, _ = c.Next() {
-			if n++; n%scanCheck == 0 && ctx.Err() != nil {
-				return ctx.Err()
-			}
-			m, err := indexed(missions, k)
-			if err != nil {
-				return err
-			}
-			if m != nil && m.Summary.State == driver.StateFailed {
-				out[m.Gateway]++
-			}
-		}
-		return nil
-	})
-	return out, err
-}
-
 // Retention says which finished missions Prune removes: those finished
 // more than MaxAge ago, and the oldest beyond MaxCount. Zero disables a
 // limit. Missions still running are never removed.
@@ -364,6 +338,9 @@ func deleteMission(tx *bolt.Tx, fk []byte) error {
 			return fmt.Errorf("decode mission %q: %w", mk, err)
 		}
 		if err := tx.Bucket(bucketOrder).Delete(timeKey(m.Created, mk)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketFailed).Delete(failedKey(m.Gateway, fk[:8], m.ID)); err != nil {
 			return err
 		}
 	}

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -97,28 +99,42 @@ func (s *Store) OutcomeTotals(ctx context.Context, prefix string, from, to int64
 	return out, err
 }
 
-// OutcomeTotals implements totalsReader with one aggregate query.
+// OutcomeTotals implements totalsReader with one aggregate query. A
+// prefix of a scope kind (two bytes: "g/", "s/", "d/", and longer ones
+// within a kind) reads the range's rows alone through the index on the
+// kind and the hour (schema version 4); a shorter one reads every row.
 func (s *PGStore) OutcomeTotals(ctx context.Context, prefix string, from, to int64) (_ map[string]OutcomeTotal, err error) {
 	defer unavailable(&err)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT substr(scope, $4), sum(v[1]), sum(v[2]), sum(v[3]), sum(v[4]), sum(v[5])
-		FROM sortie_outcomes WHERE starts_with(scope, $1) AND hour >= $2 AND hour < $3 GROUP BY scope`,
-		prefix, from, to, len(prefix)+1)
-	if err != nil {
-		return nil, err
+	kind := ""
+	if utf8.RuneCountInString(prefix) >= 2 {
+		kind = `left(scope, 2) = left($1, 2) AND `
 	}
-	defer rows.Close()
 	out := map[string]OutcomeTotal{}
-	for rows.Next() {
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// One group per scope (10,000 gateways: some 7 MB): with the
+		// default 4 MB the aggregate sorted its rows, whole roll-up rows
+		// of 500 bytes, on disk, a third of its time at 1,000,000
+		// missions.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '32MB'`); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT substr(scope, $4), sum(v[1]), sum(v[2]), sum(v[3]), sum(v[4]), sum(v[5])
+			FROM sortie_outcomes WHERE `+kind+`starts_with(scope, $1) AND hour >= $2 AND hour < $3 GROUP BY scope`,
+			prefix, from, to, len(prefix)+1)
+		if err != nil {
+			return err
+		}
 		var name string
 		var t OutcomeTotal
-		if err := rows.Scan(&name, &t[0], &t[1], &t[2], &t[3], &t[4]); err != nil {
-			return nil, err
-		}
-		out[name] = t
-	}
-	return out, rows.Err()
+		_, err = pgx.ForEachRow(rows, []any{&name, &t[0], &t[1], &t[2], &t[3], &t[4]}, func() error {
+			out[name] = t
+			return nil
+		})
+		return err
+	})
+	return out, err
 }
 
 // WorstEntry is one ranked scope: its missions by outcome in the range,

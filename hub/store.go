@@ -210,9 +210,18 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open hub store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range append([][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces}, fleetBuckets...) {
+		// A store from before the briefs gets them (and the failed index)
+		// filled from its records once.
+		backfill := tx.Bucket(bucketBriefs) == nil
+		for _, name := range append([][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces,
+			bucketBriefs, bucketFailed}, fleetBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		if backfill {
+			if err := backfillBriefs(tx); err != nil {
+				return fmt.Errorf("gateway briefs: %w", err)
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
@@ -254,12 +263,12 @@ func (s *Store) Register(ctx context.Context, now time.Time, ids ...string) erro
 					continue
 				}
 				g.State, g.Since = StateUnknown, now
-				if err := putJSON(b, []byte(id), &g); err != nil {
+				if err := putGateway(tx, &g); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := putJSON(b, []byte(id), &Gateway{ID: id, State: StateUnknown, Since: now}); err != nil {
+			if err := putGateway(tx, &Gateway{ID: id, State: StateUnknown, Since: now}); err != nil {
 				return err
 			}
 		}

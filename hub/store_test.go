@@ -436,7 +436,7 @@ func TestFailedSinceCountsRecentFailuresPerGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := st.FailedSince(t.Context(), now.Add(-24*time.Hour))
+	got, err := st.FailedSince(t.Context(), now.Add(-24*time.Hour), []string{"a", "b", "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,14 +500,16 @@ func TestStoreCallsStopWhenTheirContextIsDone(t *testing.T) {
 			_, err := st.Apply(ctx, []Inbound{{Gateway: "gw", Batch: &b, Received: t0}})
 			return err
 		},
-		"Register":    func() error { return st.Register(ctx, t0, "idle") },
-		"Prune":       func() error { _, err := st.Prune(ctx, t0, Retention{MaxCount: 1}); return err },
-		"Gateways":    func() error { _, err := st.Gateways(ctx); return err },
-		"Gateway":     func() error { _, err := st.Gateway(ctx, "gw"); return err },
-		"Missions":    func() error { _, _, err := st.Missions(ctx, Query{}); return err },
-		"Mission":     func() error { _, err := st.Mission(ctx, "gw", "m1"); return err },
-		"FailedSince": func() error { _, err := st.FailedSince(ctx, t0); return err },
-		"Trace":       func() error { _, err := st.Trace(ctx, "gw", "r-1"); return err },
+		"Register":      func() error { return st.Register(ctx, t0, "idle") },
+		"Prune":         func() error { _, err := st.Prune(ctx, t0, Retention{MaxCount: 1}); return err },
+		"Gateways":      func() error { _, err := st.Gateways(ctx); return err },
+		"Gateway":       func() error { _, err := st.Gateway(ctx, "gw"); return err },
+		"Missions":      func() error { _, _, err := st.Missions(ctx, Query{}); return err },
+		"Mission":       func() error { _, err := st.Mission(ctx, "gw", "m1"); return err },
+		"FailedSince":   func() error { _, err := st.FailedSince(ctx, t0, []string{"gw"}); return err },
+		"GatewayBriefs": func() error { _, err := st.GatewayBriefs(ctx); return err },
+		"GatewaysByID":  func() error { _, err := st.GatewaysByID(ctx, []string{"gw"}); return err },
+		"Trace":         func() error { _, err := st.Trace(ctx, "gw", "r-1"); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, context.Canceled) {
