@@ -45,7 +45,7 @@ var loadPages = []loadPage{
 	{name: "fleet-at-a-glance", path: "/", picture: "#fl-states svg", ready: `document.querySelector("#fl-states svg") && document.querySelector("#fl-worst-gateway .body").children.length > 0`},
 	{name: "gateways", path: "/", picture: ".gw", ready: `document.querySelectorAll(".gw").length >= Math.min(50, {gateways})`},
 	{name: "missions", path: "/", picture: "#missions tbody tr", ready: `document.querySelectorAll("#missions tbody tr").length >= Math.min(100, {missions})`},
-	{name: "mission-500-steps", path: "/#/gateways/{big_gw}/missions/{big}", picture: "#d-waterfall svg", ready: `document.querySelectorAll("#d-waterfall g.bar").length === 500`},
+	{name: "mission-500-steps", path: "/#/gateways/{big_gw}/missions/{big}", picture: "#d-waterfall svg", ready: `document.querySelectorAll("#d-waterfall g.bar").length === 500 && document.querySelectorAll("#d-timeline tbody tr").length > 0`},
 	{name: "outcomes-24h", path: "/", picture: `#o-chart svg[aria-label$="24h"]`, ready: `document.querySelector('#o-chart svg[aria-label$="24h"]')`},
 	{name: "outcomes-7d", path: "/", picture: `#o-chart svg[aria-label$="7d"]`, ready: `document.querySelector('#o-chart svg[aria-label$="7d"]')`, then: pickRange("7d")},
 	{name: "outcomes-30d", path: "/", picture: `#o-chart svg[aria-label$="30d"]`, ready: `document.querySelector('#o-chart svg[aria-label$="30d"]')`, then: pickRange("30d")},
