@@ -528,8 +528,9 @@ function setControls(s) {
 
 // afterFrame resolves in a task after the next frame is drawn: a long
 // piece of drawing split there is two tasks, and what the first added
-// is laid out and painted between them, not all at once at the end.
-const afterFrame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+// is laid out and painted between them, not all at once at the end. A
+// hidden page draws no frames: there it resolves after a timer.
+const afterFrame = () => new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 100); });
 
 // refreshDetail reads the open mission and draws it: the summary and
 // the waterfall, then (after a frame) its tables. A later call (a live
