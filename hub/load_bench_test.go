@@ -88,6 +88,10 @@ func loadScale(b *testing.B) (gws, missions, repeats int, limit time.Duration) {
 //	idle-ms           ... to the last DOM change, long task or response
 //	                  before 500 ms of quiet with nothing in flight
 //	longest-task-ms   the longest main-thread task (a freeze)
+//	longest-task-cpu-ms  the CPU time of the task that took most of it
+//	                  (traced): what the page costs, which the machine's
+//	                  load hardly changes (the trace slows the page a
+//	                  little: its other figures are of a traced load)
 //	KB                bytes received (Network encodedDataLength,
 //	                  headers included; the event stream's so far)
 //	requests          requests made
@@ -331,6 +335,7 @@ func startLoadHub(b *testing.B, st Backing) *loadHub {
 // pageLoad is one load of a page.
 type pageLoad struct {
 	picture, ready, idle, longest float64 // ms
+	longestCPU                    float64 // ms
 	bytes, requests               int
 	slowest                       served // the API response that took longest
 	apiBytes                      int    // the API's response bodies
@@ -435,6 +440,10 @@ func measurePage(b *testing.B, bin string, h *loadHub, p loadPage, fill loadFill
 		ready = emptyReady(p)
 	}
 	h.take()
+	trace, err := page.startTrace(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := page.call(ctx, "Page.navigate", map[string]string{"url": url}, nil); err != nil {
 		b.Fatal(err)
 	}
@@ -474,8 +483,13 @@ func measurePage(b *testing.B, bin string, h *loadHub, p loadPage, fill loadFill
 	if err != nil {
 		b.Fatal(err)
 	}
+	long, err := trace.stop(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	page.mu.Lock()
-	l := pageLoad{picture: probe.Pic - from, ready: readyAt - from, idle: max(last, readyAt) - from, longest: probe.Longest, bytes: net.bytes(), requests: net.requests}
+	l := pageLoad{picture: probe.Pic - from, ready: readyAt - from, idle: max(last, readyAt) - from, longest: probe.Longest,
+		longestCPU: float64(long.CPU.Microseconds()) / 1000, bytes: net.bytes(), requests: net.requests}
 	page.mu.Unlock()
 	for _, s := range h.take() {
 		if strings.HasPrefix(s.path, "/api/") {
@@ -595,6 +609,7 @@ func reportLoads(b *testing.B, loads, empty []pageLoad) {
 		{"ready-ms", func(l pageLoad) float64 { return l.ready }},
 		{"idle-ms", func(l pageLoad) float64 { return l.idle }},
 		{"longest-task-ms", func(l pageLoad) float64 { return l.longest }},
+		{"longest-task-cpu-ms", func(l pageLoad) float64 { return l.longestCPU }},
 		{"KB", func(l pageLoad) float64 { return float64(l.bytes) / 1000 }},
 		{"requests", func(l pageLoad) float64 { return float64(l.requests) }},
 	}
@@ -613,7 +628,7 @@ func reportLoads(b *testing.B, loads, empty []pageLoad) {
 	b.ReportMetric(float64(late), "not-ready")
 	idle, _, _ := fig(figures[2].f, loads)
 	eidle, elo, ehi := fig(figures[2].f, empty)
-	ekb, _, _ := fig(figures[4].f, empty)
+	ekb, _, _ := fig(figures[5].f, empty)
 	if eidle > 0 {
 		b.ReportMetric(idle/eidle, "x-empty")
 	}
