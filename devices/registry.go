@@ -50,6 +50,9 @@ type Param struct {
 	Values []string `toml:"values"`
 	// MaxLen bounds a string's length in bytes; zero means DefaultMaxLen.
 	MaxLen int `toml:"max_len"`
+	// Secret keeps the value out of what the gateway shows and sends
+	// beyond the command itself (Shown): a lock's code as an int.
+	Secret bool `toml:"secret"`
 }
 
 // Action describes one command a device type accepts.
@@ -426,6 +429,20 @@ func (r *Registry) action(deviceID, action string) (*Action, error) {
 			Reason: fmt.Sprintf("no such action for type %s (it has %s)", d.Type, strings.Join(sortedKeys(r.Types[d.Type].Actions), ", "))}
 	}
 	return a, nil
+}
+
+// Shown says whether a parameter's value may be shown in a step's name,
+// which goes to the hub's store, dashboard and CSV: only values of a
+// bounded kind (int, number, bool, enum) the registry does not mark
+// secret. A string can be anything (a code, a URL with its token), and
+// an unknown parameter is not shown either.
+func (r *Registry) Shown(deviceID, action, param string) bool {
+	a, err := r.action(deviceID, action)
+	if err != nil {
+		return false
+	}
+	p := a.Params[param]
+	return p != nil && !p.Secret && p.Type != TypeString
 }
 
 // Check validates a command against the device's type before anything

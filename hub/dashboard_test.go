@@ -99,21 +99,27 @@ func needChromium(t testing.TB) string {
 func openDashboard(t *testing.T, ctx context.Context, bin, url string) *cdpPage {
 	t.Helper()
 	page := startChromium(t, ctx, bin)
+	page.open(t, ctx, url)
+	return page
+}
+
+// open loads url in the page and waits for it to be loaded and live.
+func (p *cdpPage) open(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
 	for _, m := range []string{"Network.enable", "Page.enable"} {
-		if err := page.call(ctx, m, nil, nil); err != nil {
+		if err := p.call(ctx, m, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := page.call(ctx, "Page.navigate", map[string]string{"url": url}, nil); err != nil {
+	if err := p.call(ctx, "Page.navigate", map[string]string{"url": url}, nil); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-page.loaded:
+	case <-p.loaded:
 	case <-ctx.Done():
 		t.Fatal("the dashboard did not load")
 	}
-	page.waitFor(t, ctx, `document.querySelector("#live") && document.querySelector("#live").textContent === "live"`)
-	return page
+	p.waitFor(t, ctx, `document.querySelector("#live") && document.querySelector("#live").textContent === "live"`)
 }
 
 func findChromium() string {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sortie-edge/sortie/devices"
 	"github.com/sortie-edge/sortie/driver"
 )
 
@@ -209,12 +210,57 @@ func TestBuildNamesStepsByCommandAndTarget(t *testing.T) {
 	if d := byID["curtain-settles"]; d.Target != "" || d.Name != "delay 2s" {
 		t.Errorf("delay step: name %q, target %q", d.Name, d.Target)
 	}
-	long := commandName("set", "living-ac", map[string]any{"mode": strings.Repeat("é", 60), "target": 21})
+	all := func(string) bool { return true }
+	long := commandName("set", "living-ac", map[string]any{"mode": strings.Repeat("é", 60), "target": 21}, all)
 	if len(long) > maxName || !strings.HasPrefix(long, "set living-ac mode=é") || !strings.HasSuffix(long, "…") {
 		t.Errorf("a long command's name = %q (%d bytes), want it cut at %d with an ellipsis", long, len(long), maxName)
 	}
-	if got := commandName("set", "living-ac", map[string]any{"target": 21, "mode": "cool"}); got != "set living-ac mode=cool target=21" {
+	if got := commandName("set", "living-ac", map[string]any{"target": 21, "mode": "cool"}, all); got != "set living-ac mode=cool target=21" {
 		t.Errorf("name = %q, want the parameters sorted", got)
+	}
+}
+
+// TestBuildNamesHideSecretsAndFreeText: a step's name, which goes to the
+// hub, shows the values of bounded parameters (int, number, bool, enum)
+// and hides those of strings and of parameters the registry marks
+// secret, constant or from the trigger; the command itself keeps them.
+func TestBuildNamesHideSecretsAndFreeText(t *testing.T) {
+	reg, err := devices.ParseRegistry([]byte(`
+[types.keypad_lock.actions.unlock]
+params.code = { type = "string", max_len = 12 }
+params.pin = { type = "int", min = 0, max = 999999, secret = true }
+params.hold = { type = "int", min = 0, max = 60 }
+params.mode = { type = "enum", values = ["once", "latch"] }
+[types.keypad_lock.actions.set]
+params.locked = { type = "bool" }
+[[devices]]
+id = "front-door"
+type = "keypad_lock"
+`), "secrets.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse([]byte(`
+[[scene]]
+name = "let_in"
+[[scene.step]]
+device = "front-door"
+action = "unlock"
+params = { code = { from = "code" }, pin = 4321, hold = { from = "hold", default = 5 }, mode = "once" }
+`), "secrets.toml", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := c.Build("let_in", map[string]any{"code": "0451", "hold": 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := spec.Steps[0]
+	if want := "unlock front-door code=*** hold=30 mode=once pin=***"; st.Name != want {
+		t.Errorf("name = %q, want %q", st.Name, want)
+	}
+	if p := commandOf(t, st.Params)["params"].(map[string]any); p["code"] != "0451" || p["pin"] != 4321.0 {
+		t.Errorf("the command's params = %v, want the code and the pin as given", p)
 	}
 }
 

@@ -294,7 +294,7 @@ func (c *Catalog) buildStep(st *step, trig map[string]any) (driver.Step, error) 
 		if err != nil {
 			return ds, err
 		}
-		ds.Name = commandName(st.action, st.device, resolved)
+		ds.Name = commandName(st.action, st.device, resolved, func(k string) bool { return c.reg.Shown(st.device, st.action, k) })
 		params = devices.CommandParams{
 			Device: st.device, Action: st.action, Params: resolved, Verify: st.verify,
 			VerifyTimeout: driver.Duration(st.verifyTimeout), AckTimeout: driver.Duration(st.ackTimeout),
@@ -378,12 +378,20 @@ func (c *Catalog) resolve(dev string, cmd command, trig map[string]any) (map[str
 const maxName = 80
 
 // commandName labels a command step: its action, device and parameters
-// ("turn_on living-light brightness=40"), cut at maxName.
-func commandName(action, dev string, params map[string]any) string {
+// ("turn_on living-light brightness=40"), cut at maxName. A parameter
+// whose value is not shown (devices.Registry.Shown: a code, free text)
+// is named with its value hidden ("unlock front-door code=***"): the
+// name goes to the hub, its store, dashboard and CSV, and a trigger's
+// values, a lock's code among them, would go with it.
+func commandName(action, dev string, params map[string]any, shown func(param string) bool) string {
 	var b strings.Builder
 	b.WriteString(action + " " + dev)
 	for _, k := range slices.Sorted(maps.Keys(params)) {
-		fmt.Fprintf(&b, " %s=%v", k, params[k])
+		if shown(k) {
+			fmt.Fprintf(&b, " %s=%v", k, params[k])
+		} else {
+			b.WriteString(" " + k + "=***")
+		}
 	}
 	if b.Len() <= maxName {
 		return b.String()

@@ -37,3 +37,36 @@ func TestWaterfallNamesCommandAndDevice(t *testing.T) {
 		t.Errorf("finished mission's open bar ends at %d µs, want its last event (1 s)", b.EndUS)
 	}
 }
+
+// TestWaterfallNamesStepsAsTheHubDoes: a step's command and device in
+// the agent's chart are those the mission's step table sends the hub
+// (its Name and Target), so `agent missions show` and the dashboard
+// name a step alike; a step stored before steps had a Name keeps its
+// params' action.
+func TestWaterfallNamesStepsAsTheHubDoes(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+	params, _ := json.Marshal(map[string]any{"device": "living-light", "action": "turn_on", "params": map[string]any{"brightness": 40}})
+	old, _ := json.Marshal(map[string]any{"device": "front-door", "action": "lock"})
+	m := &driver.Mission{
+		ID: "m2", State: driver.StateSucceeded, Meta: driver.Metadata{Created: t0},
+		Steps: []driver.Step{
+			{ID: "1-living-light", Kind: "device.command", Name: "turn_on living-light brightness=40", Target: "living-light", Params: params},
+			{ID: "2-delay", Kind: "delay", Name: "delay 1s", Params: json.RawMessage(`{"duration":"1s"}`)},
+			{ID: "3-front-door", Kind: "device.command", Params: old},
+		},
+	}
+	evs := []driver.Event{
+		{Input: driver.InBeginStep, Step: 0, Attempt: 1, Time: t0},
+		{Input: driver.InStepOK, Step: 0, Attempt: 1, Time: t0.Add(time.Millisecond)},
+	}
+	c := Waterfall(m, evs, t0)
+	table := m.Summarize(true)
+	for i, b := range c.Bars[:2] {
+		if b.Command != table.StepNames[i] || b.Device != table.StepTargets[i] {
+			t.Errorf("bar %d: command %q on %q, the hub's step table has %q on %q", i, b.Command, b.Device, table.StepNames[i], table.StepTargets[i])
+		}
+	}
+	if b := c.Bars[2]; b.Command != "lock" || b.Device != "front-door" {
+		t.Errorf("a step with no name: command %q on %q, want its params' lock on front-door", b.Command, b.Device)
+	}
+}

@@ -507,6 +507,7 @@ async function openMission(gw, id, push = true) {
   $("#control-result").textContent = "";
   renderMissions();
   await refreshDetail();
+  await afterFrame();
   $("#detail-panel").scrollIntoView({ block: "nearest" });
 }
 
@@ -525,22 +526,36 @@ function setControls(s) {
   }
 }
 
+// afterFrame resolves in a task after the next frame is drawn: a long
+// piece of drawing split there is two tasks, and what the first added
+// is laid out and painted between them, not all at once at the end. A
+// hidden page draws no frames: there it resolves after a timer.
+const afterFrame = () => new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 100); });
+
+// refreshDetail reads the open mission and draws it: the summary and
+// the waterfall, then (after a frame) its tables. A later call (a live
+// update, another mission) supersedes one still under way.
 async function refreshDetail() {
   if (!state.selected) return;
   const { gw, id } = state.selected;
+  const gen = state.detailGen = (state.detailGen || 0) + 1;
   $("#d-title").textContent = gw + " / " + id;
   $("#d-link").href = missionHash(gw, id);
   let d;
   try {
     d = await api("/api/gateways/" + encodeURIComponent(gw) + "/missions/" + encodeURIComponent(id));
   } catch (e) {
+    if (gen !== state.detailGen) return;
     $("#d-summary").textContent = "Cannot load: " + e.message;
     for (const b of document.querySelectorAll(".controls button[data-action]")) b.disabled = true;
     $("#d-steps tbody").replaceChildren();
     $("#d-timeline tbody").replaceChildren();
+    for (const p of document.querySelectorAll("#detail-panel .pager")) p.remove();
+    state.detail = null;
     $("#d-waterfall").replaceChildren();
     return;
   }
+  if (gen !== state.detailGen) return;
   const s = d.summary;
   setControls(s.state);
   const sum = $("#d-summary");
@@ -562,35 +577,112 @@ async function refreshDetail() {
     sum.append(p);
   }
   renderWaterfall($("#d-waterfall"), d.waterfall);
-  const t0 = new Date(created);
-  $("#d-steps tbody").replaceChildren(...d.steps.map((st) => {
-    const tr = el("tr");
-    tr.dataset.status = st.status;
-    const b = el("td");
-    b.append(badge(st.status));
-    const us = st.duration_us ?? (st.duration_ms || 0) * 1000;
-    const started = el("td", isTime(st.started) ? "+" + fmtDur((new Date(st.started) - t0) * 1000) : "");
-    if (isTime(st.started)) started.title = absTime(st.started);
-    const err = st.error ? st.error + (st.code ? " [" + st.code + "]" : "") : "";
-    tr.append(el("td", st.index + 1), el("td", st.id), b, el("td", st.attempts), started,
-      el("td", isTime(st.finished) ? fmtDur(us) : "", "dur"), el("td", err, st.status === "failed" ? "err" : "note"));
-    return tr;
-  }));
-  $("#d-timeline tbody").replaceChildren(...(d.timeline || []).map((ev) => {
-    const tr = el("tr");
-    tr.dataset.input = ev.input;
-    const when = el("td", isTime(ev.time) ? "+" + fmtDur((new Date(ev.time) - t0) * 1000) : "");
-    if (isTime(ev.time)) when.title = absTime(ev.time);
-    tr.append(el("td", ev.seq), when, el("td", ev.input), el("td", (ev.from || "·") + " → " + ev.to),
-      el("td", ev.step >= 0 ? ev.step + 1 + (ev.step_id ? " " + ev.step_id : "") : ""), el("td", ev.attempt || ""),
-      el("td", [reason(ev.error) === ev.error ? ev.error : reason(ev.error), ev.code && "[" + ev.code + "]", ev.detail !== ev.error && ev.detail].filter(Boolean).join(" · "), eventTone(ev)));
-    return tr;
-  }));
+  await afterFrame();
+  if (gen !== state.detailGen) return;
+  if (!state.detailPages || state.detailPages.key !== key(gw, id)) state.detailPages = { key: key(gw, id), steps: 0, timeline: 0 };
+  state.detail = { d, created };
+  renderDetailTables();
   const gaps = $("#d-gaps");
   gaps.replaceChildren();
   for (const g of d.gaps || []) {
     gaps.append(el("p", "Events " + g.from + "–" + g.to + (g.compacted ? " were compacted by the gateway (expected)." : " are missing."), g.compacted ? "" : "err"));
   }
+}
+
+// ---- the mission's tables ----
+
+// The Steps and Timeline tables show PAGE_ROWS rows at a time: a
+// 500-step mission has 2,002 events, and laying out all their rows at
+// once held the page for most of a second (docs/performance.md). The
+// pager moves through them; the CSV has every row.
+const PAGE_ROWS = 100;
+
+function renderDetailTables() {
+  const { d, created } = state.detail;
+  const t0 = new Date(created);
+  const name = state.selected ? state.selected.id : "mission";
+  pagedTable($("#d-steps"), d.steps || [], "steps", (st) => stepRow(st, t0), () => download("steps-" + name + ".csv", stepsCSV(d.steps || [])));
+  pagedTable($("#d-timeline"), d.timeline || [], "timeline", (ev) => eventRow(ev, t0), () => download("timeline-" + name + ".csv", timelineCSV(d.timeline || [])));
+}
+
+// pagedTable shows the current page (state.detailPages[which]) of items
+// in table's body, drawn by row, and keeps the pager after the table.
+// The pager's controls are made once and kept, so the focus stays on
+// the one pressed.
+function pagedTable(table, items, which, row, csv) {
+  const pages = Math.max(1, Math.ceil(items.length / PAGE_ROWS));
+  const page = Math.max(0, Math.min(state.detailPages[which], pages - 1));
+  state.detailPages[which] = page;
+  const from = page * PAGE_ROWS, to = Math.min(items.length, from + PAGE_ROWS);
+  table.tBodies[0].replaceChildren(...items.slice(from, to).map(row));
+  let pager = table.nextElementSibling;
+  if (!pager || !pager.classList.contains("pager")) {
+    pager = el("p", null, "pager meta");
+    const shown = el("span", null, "shown");
+    shown.setAttribute("aria-live", "polite");
+    const moves = [["first", "« first", () => 0], ["prev", "‹ previous", (p) => p - 1], ["next", "next ›", (p) => p + 1], ["last", "last »", () => Infinity]];
+    const buttons = moves.map(([k, text, to]) => {
+      const b = el("button", text);
+      b.type = "button";
+      b.dataset.page = k;
+      b.addEventListener("click", () => {
+        state.detailPages[which] = to(state.detailPages[which]);
+        if (state.detail) renderDetailTables();
+      });
+      return b;
+    });
+    const a = el("a", "all rows as CSV");
+    a.href = "#";
+    a.addEventListener("click", (ev) => { ev.preventDefault(); pager.csv(); });
+    pager.append(shown, " ", ...buttons, " · ", a);
+    table.after(pager);
+  }
+  pager.csv = csv;
+  pager.querySelector(".shown").textContent = items.length > PAGE_ROWS ? "rows " + (from + 1) + "–" + to + " of " + items.length.toLocaleString() : plural(items.length, "row");
+  // Buttons that lead nowhere say so, but stay focusable: disabling the
+  // one just pressed (last) would drop the keyboard's place.
+  for (const b of pager.querySelectorAll("button")) {
+    b.hidden = pages === 1;
+    const back = b.dataset.page === "first" || b.dataset.page === "prev";
+    b.setAttribute("aria-disabled", String(back ? page === 0 : page === pages - 1));
+  }
+}
+
+function stepRow(st, t0) {
+  const tr = el("tr");
+  tr.dataset.status = st.status;
+  const b = el("td");
+  b.append(badge(st.status));
+  const us = st.duration_us ?? (st.duration_ms || 0) * 1000;
+  const started = el("td", isTime(st.started) ? "+" + fmtDur((new Date(st.started) - t0) * 1000) : "");
+  if (isTime(st.started)) started.title = absTime(st.started);
+  const err = st.error ? st.error + (st.code ? " [" + st.code + "]" : "") : "";
+  tr.append(el("td", st.index + 1), el("td", st.id), b, el("td", st.attempts), started,
+    el("td", isTime(st.finished) ? fmtDur(us) : "", "dur"), el("td", err, st.status === "failed" ? "err" : "note"));
+  return tr;
+}
+
+function eventRow(ev, t0) {
+  const tr = el("tr");
+  tr.dataset.input = ev.input;
+  const when = el("td", isTime(ev.time) ? "+" + fmtDur((new Date(ev.time) - t0) * 1000) : "");
+  if (isTime(ev.time)) when.title = absTime(ev.time);
+  tr.append(el("td", ev.seq), when, el("td", ev.input), el("td", (ev.from || "·") + " → " + ev.to),
+    el("td", ev.step >= 0 ? ev.step + 1 + (ev.step_id ? " " + ev.step_id : "") : ""), el("td", ev.attempt || ""),
+    el("td", [reason(ev.error) === ev.error ? ev.error : reason(ev.error), ev.code && "[" + ev.code + "]", ev.detail !== ev.error && ev.detail].filter(Boolean).join(" · "), eventTone(ev)));
+  return tr;
+}
+
+function stepsCSV(steps) {
+  const rows = [["step", "id", "status", "attempts", "started", "finished", "duration_us", "error", "code"]];
+  for (const st of steps) rows.push([st.index + 1, st.id, st.status, st.attempts, st.started, st.finished, st.duration_us ?? (st.duration_ms || 0) * 1000, st.error, st.code]);
+  return csvOf(rows);
+}
+
+function timelineCSV(evs) {
+  const rows = [["seq", "time", "input", "from", "to", "step", "step_id", "attempt", "error", "code", "detail"]];
+  for (const ev of evs) rows.push([ev.seq, ev.time, ev.input, ev.from, ev.to, ev.step >= 0 ? ev.step + 1 : "", ev.step_id, ev.attempt, ev.error, ev.code, ev.detail]);
+  return csvOf(rows);
 }
 
 // ---- the mission's waterfall ----
@@ -609,6 +701,10 @@ function svg(tag, attrs, text) {
   if (text !== undefined) e.textContent = String(text);
   return e;
 }
+
+// esc makes text safe in markup; attrs writes attributes, escaped.
+const esc = (v) => String(v).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+const attrs = (o) => Object.entries(o).map(([k, v]) => " " + k + '="' + esc(v) + '"').join("");
 
 function tone(outcome) {
   if (FAILURE.has(outcome)) return "bad";
@@ -713,27 +809,26 @@ function renderWaterfall(box, w) {
     root.append(svg("line", { x1: tx, x2: tx, y1: top - 4, y2: height, class: "tick" }),
       svg("text", { x: tx, y: 12, class: "axis", "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" }, "+" + fmtDur(us)));
   }
-  const frag = document.createDocumentFragment();
-  w.bars.forEach((b, i) => {
+  // The bars as one piece of markup, parsed once: 3,000 elements made
+  // one call at a time took most of the chart's time (docs/performance.md).
+  const marks = w.bars.map((b, i) => {
     const y = top + i * rowH;
-    const g = svg("g", { class: "bar " + tone(b.outcome) + (b.undo ? " undo" : ""), tabindex: i === 0 ? 0 : -1, role: "img",
-      "aria-label": barFacts(b).join("; ") });
-    Object.assign(g.dataset, { step: b.step, undo: b.undo ? "true" : "false", outcome: b.outcome, start: b.start_us, end: b.end_us, group: b.group || "" });
-    g.append(svg("rect", { x: 0, y, width, height: rowH, class: "row" }),
-      svg("text", { x: 4, y: y + 13, class: "label" + (b.group ? " branch" : "") }, barLabel(b).slice(0, 28)));
+    let g = "<g" + attrs({ class: "bar " + tone(b.outcome) + (b.undo ? " undo" : ""), tabindex: i === 0 ? 0 : -1, role: "img",
+      "aria-label": barFacts(b).join("; "), "data-step": b.step, "data-undo": b.undo ? "true" : "false", "data-outcome": b.outcome,
+      "data-start": b.start_us, "data-end": b.end_us, "data-group": b.group || "" }) + ">" +
+      "<rect" + attrs({ x: 0, y, width, height: rowH, class: "row" }) + "/>" +
+      "<text" + attrs({ x: 4, y: y + 13, class: "label" + (b.group ? " branch" : "") }) + ">" + esc(barLabel(b).slice(0, 28)) + "</text>";
     for (const s of b.segments) {
       const sx = x(s.start_us), sw = Math.max(3, x(s.end_us) - sx);
-      const cls = "seg " + s.kind + (s.kind === "run" ? " " + tone(s.outcome || b.outcome) : "");
-      g.append(svg("rect", { x: sx, y: y + 4, width: sw, height: rowH - 8, class: cls }));
+      g += "<rect" + attrs({ x: sx, y: y + 4, width: sw, height: rowH - 8, class: "seg " + s.kind + (s.kind === "run" ? " " + tone(s.outcome || b.outcome) : "") }) + "/>";
     }
     if (b.undo && b.segments.length) {
       // Compensation runs backwards: an arrow points left at its start.
-      const ax = x(b.start_us);
-      g.append(svg("path", { d: `M${ax - 7},${y + rowH / 2} l7,-5 v10 z`, class: "arrow" }));
+      g += "<path" + attrs({ d: `M${x(b.start_us) - 7},${y + rowH / 2} l7,-5 v10 z`, class: "arrow" }) + "/>";
     }
-    frag.append(g);
+    return g + "</g>";
   });
-  root.append(frag);
+  root.insertAdjacentHTML("beforeend", marks.join(""));
   if (w.failed_us >= 0) {
     const fx = x(w.failed_us);
     root.append(svg("line", { x1: fx, x2: fx, y1: top - 4, y2: height, class: "failed-at" }),
@@ -767,7 +862,6 @@ function renderWaterfall(box, w) {
 
 // waterfallCSV is the numbers behind the picture: a row per segment.
 function waterfallCSV(w) {
-  const q = (v) => { const s = String(v ?? ""); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
   const rows = [["bar", "step", "id", "undo", "group", "command", "device", "bar_outcome", "taken_by", "segment", "start_us", "end_us", "attempt", "outcome", "why", "reason", "code"]];
   w.bars.forEach((b, i) => {
     const segs = b.segments.length ? b.segments : [{}];
@@ -775,7 +869,7 @@ function waterfallCSV(w) {
       rows.push([i + 1, b.step + 1, b.id, b.undo ? "yes" : "", b.group, b.command, b.device, b.outcome, b.taken_by, s.kind, s.start_us, s.end_us, s.attempt, s.outcome, s.why, s.reason, s.code]);
     }
   });
-  return rows.map((r) => r.map(q).join(",")).join("\n") + "\n";
+  return csvOf(rows);
 }
 
 function downloadCSV(w) {
