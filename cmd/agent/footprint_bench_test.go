@@ -335,7 +335,7 @@ func readStatus(b *testing.B, pid int, field string) float64 {
 // (time to ready, resident set), an idle agent with an empty store, and
 // a restart on 100,000 stored missions.
 func BenchmarkFootprint(b *testing.B) {
-	if raceEnabled {
+	if testkit.Race {
 		b.Skip("memory under -race is not representative")
 	}
 	const n = 10000

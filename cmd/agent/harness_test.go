@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	// Built as `make build` builds them (stripped), so that what the
 	// footprint benchmark measures is what a gateway runs.
 	flags := []string{"-trimpath", "-ldflags=-s -w"}
-	if raceEnabled {
+	if testkit.Race {
 		flags = append(flags, "-race")
 	}
 	for _, b := range []struct{ out, pkg string }{{agentBin, "."}, {hubBin, "../hub"}} {
@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	if raceEnabled {
+	if testkit.Race {
 		// A race-detecting binary sleeps a second at every exit (the
 		// race runtime's atexit_sleep_ms) so that other threads may
 		// finish a report; the agent and hub started here exit hundreds

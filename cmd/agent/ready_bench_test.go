@@ -123,7 +123,7 @@ func processFloor(b *testing.B, bin string) time.Duration {
 //
 //	go test ./cmd/agent -run '^$' -bench TimeToReady -benchtime 1x
 func BenchmarkTimeToReady(b *testing.B) {
-	if raceEnabled {
+	if testkit.Race {
 		b.Skip("start-up under -race is not representative")
 	}
 	runs := 10

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sortie-edge/sortie/agent/api"
 	"github.com/sortie-edge/sortie/broker/brokertest"
+	"github.com/sortie-edge/sortie/internal/testkit"
 	"github.com/sortie-edge/sortie/store"
 )
 
@@ -46,7 +47,7 @@ func TestWhyAnswersTenThousandTriggersAfterARestart(t *testing.T) {
 		t.Skip("10,000 triggers")
 	}
 	n := 10000
-	if raceEnabled {
+	if testkit.Race {
 		n = 2000 // the race detector's pace; `go test -run TestWhyAnswers ./cmd/agent` sends all 10,000
 	}
 	e := newBareEnv(t, "why")
