@@ -462,9 +462,13 @@ func TestBundleBreakingHealthOnThirtyPercentAbortsWithinTheCanaryAndRollsItBack(
 		if g.Status != hub.TargetNotified && g.Status != hub.TargetPending {
 			outcomes[g.Status+" "+g.Reason+" "+g.Back]++
 		}
+		// A silent gateway whose trial the abort's rollback reached before
+		// its soak ended is put back by that rollback (superseded): the
+		// hub's abort raced its own finding, and either is right.
+		overtaken := g.Status == hub.TargetFailed && g.Reason == uplink.ReasonSuperseded && g.Back == hub.BackRolledBack
 		switch silent := gw.Fault()&fleetsim.FaultDevicesSilent != 0; {
-		case silent && (g.Status != hub.TargetFailed || g.Reason != uplink.ReasonDevicesSilent):
-			t.Errorf("%s (silent devices): %s %s, want failed devices_silent", g.Gateway, g.Status, g.Reason)
+		case silent && !overtaken && (g.Status != hub.TargetFailed || g.Reason != uplink.ReasonDevicesSilent):
+			t.Errorf("%s (silent devices): %s %s, want failed devices_silent (or superseded by the rollback)", g.Gateway, g.Status, g.Reason)
 		case !silent && g.Back != hub.BackRolledBack:
 			// It took the bundle (kept it, or was on trial when the abort
 			// came): the hub puts it back.
