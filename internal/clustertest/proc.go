@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -191,15 +193,45 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close() // only held to keep the ports distinct
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, hi := fixedPortRange()
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if hi > lo && tries < 100*n {
+			addr = hostPort(lo + rand.IntN(hi-lo))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if addr != "127.0.0.1:0" {
+				continue // taken: another
+			}
 			return nil, fmt.Errorf("free port: %w", err)
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// fixedPortRange is where freePorts looks first: below the kernel's
+// ephemeral range, which it never hands out by itself. A node killed
+// and started again on its ports found one of them taken by another
+// test process's node (picked with :0) or an outgoing connection, and
+// its cluster routed to a stranger ("duplicate name n1"). Empty when
+// the ephemeral range leaves no room below it.
+func fixedPortRange() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first < 12000 {
+		return 0, 0
+	}
+	return 10000, first
 }
 
 // hostPort is "127.0.0.1:port".
