@@ -1,12 +1,19 @@
 package hub
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/uplink"
@@ -238,4 +245,47 @@ func FuzzDecodeBrief(f *testing.F) {
 			t.Errorf("%+v encoded decodes to %+v (%v)", b, again, err)
 		}
 	})
+}
+
+// TestAStoreFromBeforeTheBriefsGetsThemAtItsFirstOpenAndSaysSo: a hub
+// file written before the briefs (neither briefs nor the failed index)
+// gets both from its records at its first open, and the log says so (a
+// minute for a million missions is not to be taken for a hang); a new
+// file says nothing.
+func TestAStoreFromBeforeTheBriefsGetsThemAtItsFirstOpenAndSaysSo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hub.db")
+	var logs bytes.Buffer
+	st, err := Open(path, Options{NoSync: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("a new store logged %q", logs.String())
+	}
+	failed := entry(1, "f1", 1, driver.StateFailed)
+	if _, err := ingest(st, failed.Mission.Finished, "a", batch("a", failed)); err != nil {
+		t.Fatal(err)
+	}
+	err = st.db.Update(func(tx *bolt.Tx) error { // as a store of before was
+		return errors.Join(tx.DeleteBucket(bucketBriefs), tx.DeleteBucket(bucketFailed))
+	})
+	if err != nil || st.Close() != nil {
+		t.Fatalf("make a store of before: %v", err)
+	}
+	st, err = Open(path, Options{NoSync: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	if !strings.Contains(logs.String(), "upgrading the store") || !strings.Contains(logs.String(), "store upgraded") {
+		t.Errorf("the upgrade's log: %q", logs.String())
+	}
+	briefs, err := st.GatewayBriefs(t.Context())
+	if err != nil || len(briefs) != 1 || briefs[0].ID != "a" {
+		t.Errorf("briefs after the upgrade: %+v, %v; want gateway a's", briefs, err)
+	}
+	n, err := st.FailedSince(t.Context(), failed.Mission.Finished.Add(-time.Hour), []string{"a"})
+	if err != nil || n["a"] != 1 {
+		t.Errorf("failed since an hour before f1: %v, %v; want a 1", n, err)
+	}
 }

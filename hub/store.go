@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -191,6 +192,8 @@ type Options struct {
 	Timeout time.Duration
 	// NoSync skips fsync (tests and benchmarks of everything else only).
 	NoSync bool
+	// Logger says what a long upgrade of the file does; nil is silent.
+	Logger *slog.Logger
 }
 
 // Store keeps gateways and their missions in a bbolt file.
@@ -213,6 +216,7 @@ func Open(path string, opts Options) (*Store, error) {
 		// A store from before the briefs gets them (and the failed index)
 		// filled from its records once.
 		backfill := tx.Bucket(bucketBriefs) == nil
+		upgrade := backfill && tx.Bucket(bucketGateways) != nil && opts.Logger != nil // a store of before, not a new one
 		for _, name := range append([][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces,
 			bucketBriefs, bucketFailed}, fleetBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -220,8 +224,17 @@ func Open(path string, opts Options) (*Store, error) {
 			}
 		}
 		if backfill {
+			// About a minute for a million missions: said, so that an
+			// operator does not take the silent start for a hang.
+			start := time.Now()
+			if upgrade {
+				opts.Logger.Info("upgrading the store: filling the gateway briefs and the index of failed missions, once (about a minute per million missions)", "path", path)
+			}
 			if err := backfillBriefs(tx); err != nil {
 				return fmt.Errorf("gateway briefs: %w", err)
+			}
+			if upgrade {
+				opts.Logger.Info("store upgraded", "path", path, "took", time.Since(start).Round(time.Millisecond))
 			}
 		}
 		meta := tx.Bucket(bucketMeta)

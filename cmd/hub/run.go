@@ -152,7 +152,7 @@ func runHub(ctx context.Context, cfg Config, log *slog.Logger, token string, fro
 	if cfg.Cluster.Enabled {
 		st, err = openPG(ctx, cfg, log, front)
 	} else {
-		st, err = hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{})
+		st, err = hub.Open(filepath.Join(cfg.path(cfg.DataDir), "hub.db"), hub.Options{Logger: log})
 	}
 	if err != nil {
 		if ctx.Err() != nil {
