@@ -61,9 +61,14 @@ func newStartRig(t *testing.T, embedded bool) startRig {
 		Home:          &simulator.HomeConfig{Devices: []simulator.DeviceConfig{{ID: "living-light", Type: simulator.TypeLight}}},
 	}
 	if !embedded {
-		ext := brokertest.Start(t)
+		// Debian's mosquitto, the external broker gateways most often
+		// run: mochi v2.7.9 (ours, the embedded variant's) races on a
+		// topic's retained path when a retained publish meets a wildcard
+		// subscription's scan, which this test's dozen quick starts of
+		// the Home Assistant bridge hit about once in 30 runs
+		// (docs/performance.md, "The suite's time, trimmed").
 		r.mqtt = ""
-		r.opts.Broker = BrokerOptions{URL: ext.URL()}
+		r.opts.Broker = BrokerOptions{URL: brokertest.Mosquitto(t)}
 	}
 	return r
 }

@@ -84,6 +84,9 @@ func (h *handover) reroute(id string, pk packets.Packet) {
 // OnSessionEstablished hands the new connection what was caught while it
 // took the session over.
 func (h *handover) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	if cl.IsTakenOver() {
+		return // a newer connection took it over already: that one is current
+	}
 	h.mu.Lock()
 	h.current[cl.ID] = cl
 	caught := h.pending[cl.ID]
@@ -119,20 +122,23 @@ func (h *handover) deliver(nc *mqtt.Client, pk packets.Packet) {
 	_ = nc.WritePacket(out) // a failed write leaves it queued: the next connection gets it
 }
 
-// OnDisconnect forgets a connection whose session ends with it.
+// OnDisconnect forgets a connection whose session ends with it; a
+// connection taken over hands its session on (as mochi itself checks),
+// with what was caught for it.
 func (h *handover) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if expire {
-		h.forget(cl)
+	if expire && !cl.IsTakenOver() {
+		h.forget(cl, true)
 	}
 }
 
-// OnClientExpired forgets a session that expired.
-func (h *handover) OnClientExpired(cl *mqtt.Client) { h.forget(cl) }
+// OnClientExpired forgets a session that expired, whichever connection
+// was last current (one whose CONNACK failed never became so).
+func (h *handover) OnClientExpired(cl *mqtt.Client) { h.forget(cl, false) }
 
-func (h *handover) forget(cl *mqtt.Client) {
+func (h *handover) forget(cl *mqtt.Client, onlyCurrent bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.current[cl.ID] == cl {
+	if !onlyCurrent || h.current[cl.ID] == cl {
 		delete(h.current, cl.ID)
 		delete(h.pending, cl.ID)
 	}
