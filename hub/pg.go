@@ -143,7 +143,7 @@ var pgMigrations = [][]string{
 		`ALTER TABLE sortie_gateways ADD COLUMN IF NOT EXISTS state text NOT NULL DEFAULT ''`,
 		`ALTER TABLE sortie_gateways ADD COLUMN IF NOT EXISTS backlog integer NOT NULL DEFAULT 0`,
 		`UPDATE sortie_gateways SET state = coalesce(convert_from(doc, 'UTF8')::json->>'state', ''),
-			backlog = coalesce((convert_from(doc, 'UTF8')::json->'heartbeat'->>'backlog')::integer, 0)
+			backlog = least(greatest(coalesce((convert_from(doc, 'UTF8')::json->'heartbeat'->>'backlog')::numeric, 0), 0), 2147483647)::integer
 			WHERE length(doc) > 0`,
 		// "Failed in the last 24 h" of a page's gateways: their failed
 		// missions by time, a small index (failures are a few percent).
@@ -231,8 +231,24 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, migrations [][]string) err
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, schemaLock); err != nil {
-		return err
+	// Polled, not waited for in pg_advisory_lock: a session blocked in
+	// that statement holds a snapshot, which the concurrent index builds
+	// of the replica migrating wait for, and the two would deadlock (a
+	// rolling upgrade of two replicas). Between polls no statement is
+	// open.
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, schemaLock).Scan(&got); err != nil {
+			return err
+		}
+		if got {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	defer func() { _, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, schemaLock) }()
 	if v, err = schemaVersion(ctx, conn); err != nil { // another replica may have migrated meanwhile
