@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sortie-edge/sortie/driver"
 	"github.com/sortie-edge/sortie/uplink"
 )
 
@@ -42,23 +41,7 @@ func TestDashboardShowsARolloutAndAbortsIt(t *testing.T) {
 	base := r.push(testBundle(t, "", ""))
 	r.push(testBundle(t, "v2", ""))
 	r.online(base.Hash, gatewayIDs(250)...)
-	v, err := r.f.StartRollout(ctx, RolloutSpec{Canary: 4, AbortPercent: 50, AbortMin: 3, Soak: driver.Duration(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.step()
-	canary := r.take()
-	if len(canary) != 4 {
-		t.Fatalf("%d canary offers, want 4", len(canary))
-	}
-	for _, o := range canary[:3] {
-		r.clock.add(time.Minute)
-		r.answer(o, uplink.BundleReceived, uplink.BundleApplied, uplink.BundleHealthy)
-	}
-	r.clock.add(time.Minute)
-	r.answer(canary[3], uplink.BundleReceived, uplink.BundleRejected)
-	r.step()
-	v = r.view(v.ID)
+	v, canary := canaryOf4(r, "")
 	if v.State != RolloutRunning || v.Counts[TargetHealthy] != 3 || v.Counts[TargetFailed] != 1 || v.Counts[TargetPending] != 246 {
 		t.Fatalf("rollout %s %v, want running with 3 healthy, 1 failed, 246 pending", v.State, v.Counts)
 	}
