@@ -51,6 +51,7 @@ type Broker struct {
 	// subsAdded counts subscriptions made, each counted once it is in the
 	// topic index (see SubscriptionsAdded).
 	subsAdded atomic.Uint64
+	retained  *retainer
 }
 
 type tap struct {
@@ -95,6 +96,12 @@ func Start(opts Options) (*Broker, error) {
 	if err := srv.AddHook(&tapHook{b: b}, nil); err != nil {
 		return nil, fmt.Errorf("broker tap hook: %w", err)
 	}
+	// The last publish hook: retained messages are kept out of mochi's
+	// topic tree (retain.go).
+	b.retained = newRetainer(srv, hook, log)
+	if err := srv.AddHook(b.retained, nil); err != nil {
+		return nil, fmt.Errorf("broker retain hook: %w", err)
+	}
 	ln := listeners.NewTCP(listeners.Config{ID: "tcp", Address: opts.Addr, TLSConfig: opts.TLS})
 	// AddListener binds in Init, so a taken port fails here, not later.
 	if err := srv.AddListener(ln); err != nil {
@@ -133,6 +140,15 @@ func (b *Broker) Subscribed(topic string) bool {
 // and one taken since may not.
 func (b *Broker) SubscriptionsAdded() uint64 { return b.subsAdded.Load() }
 
+// Retained returns the payload of topic's retained message, if it has
+// one.
+func (b *Broker) Retained(topic string) ([]byte, bool) {
+	b.retained.mu.RLock()
+	defer b.retained.mu.RUnlock()
+	pk, ok := b.retained.msgs[topic]
+	return pk.Payload, ok
+}
+
 // Publish publishes from inside the broker's process (devices.Local),
 // with no client connection in between. Subscribers get the message at
 // the lower of qos and their subscription's QoS.
@@ -150,6 +166,7 @@ func (b *Broker) Subscribe(filter string, handle func(topic string, payload []by
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
 	}
+	b.retained.replayTo(filter, func(pk packets.Packet) { handle(pk.TopicName, pk.Payload) })
 	b.subsAdded.Add(1)
 	return func() { _ = b.srv.Unsubscribe(filter, id) }, nil
 }
@@ -157,23 +174,19 @@ func (b *Broker) Subscribe(filter string, handle func(topic string, payload []by
 // SubscribeRetained is Subscribe with the message's retain flag, as a
 // client over MQTT 3.1.1 would see it: set on the retained messages
 // replayed before it returns, clear on every message forwarded as it is
-// published (mochi hands its in-process subscribers the publisher's flag,
-// which a device adapter must not take for a replay).
+// published (a device adapter must not take a live message for a
+// replay).
 func (b *Broker) SubscribeRetained(filter string, handle func(topic string, payload []byte, retained bool)) (func(), error) {
-	var replaying atomic.Bool
-	replaying.Store(true)
 	id := int(b.subID.Add(1))
 	err := b.srv.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-		// A message published while the replay runs may be marked
-		// retained too: it reports the same state an instant later,
-		// and no command can be waiting before the first subscription
-		// returns.
-		handle(pk.TopicName, pk.Payload, pk.FixedHeader.Retain && replaying.Load())
+		// The retainer clears the flag of every message it keeps, so
+		// a set flag is one of mochi's own $SYS messages.
+		handle(pk.TopicName, pk.Payload, pk.FixedHeader.Retain)
 	})
-	replaying.Store(false)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
 	}
+	b.retained.replayTo(filter, func(pk packets.Packet) { handle(pk.TopicName, pk.Payload, true) })
 	b.subsAdded.Add(1)
 	return func() { _ = b.srv.Unsubscribe(filter, id) }, nil
 }
@@ -186,9 +199,9 @@ func (b *Broker) SubscribeRetained(filter string, handle func(topic string, payl
 // its publish hooks). handle runs on the publishing client's receive
 // goroutine and must not block.
 //
-// The tap is the last publish hook Start adds; a hook added later
-// through Server().AddHook that drops messages would drop them for
-// subscribers only, not for taps.
+// The tap is the last publish hook Start adds but the retainer's; a hook
+// added later through Server().AddHook that drops messages would drop
+// them for subscribers only, not for taps, and would keep them retained.
 func (b *Broker) Tap(filter string, handle func(topic string, payload []byte)) (func(), error) {
 	switch {
 	case handle == nil:

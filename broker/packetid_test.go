@@ -14,23 +14,30 @@ import (
 // rawClient speaks MQTT 3.1.1 over TCP packet by packet, choosing its
 // own packet identifiers, as paho does not let a test do.
 type rawClient struct {
-	t  *testing.T
-	nc net.Conn
-	r  *bufio.Reader
+	t       *testing.T
+	nc      net.Conn
+	r       *bufio.Reader
+	version byte // 4 (MQTT 3.1.1) or 5
 }
 
-// dialRaw connects as clientID with clean session off.
+// dialRaw connects as clientID with clean session off, over MQTT 3.1.1.
 func dialRaw(t *testing.T, b *Broker, clientID string) *rawClient {
+	t.Helper()
+	return dialRawWith(t, b, 4, packets.ConnectParams{ClientIdentifier: clientID})
+}
+
+// dialRawWith connects with the given CONNECT parameters over MQTT
+// version 4 or 5.
+func dialRawWith(t *testing.T, b *Broker, version byte, cp packets.ConnectParams) *rawClient {
 	t.Helper()
 	nc, err := net.Dial("tcp", b.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = nc.Close() }) // closed by the test already, or at its end
-	c := &rawClient{t: t, nc: nc, r: bufio.NewReader(nc)}
-	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, Connect: packets.ConnectParams{
-		ProtocolName: []byte("MQTT"), ClientIdentifier: clientID, Keepalive: 60,
-	}})
+	c := &rawClient{t: t, nc: nc, r: bufio.NewReader(nc), version: version}
+	cp.Keepalive = 60
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, Connect: cp})
 	if pk := c.read(); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
 		t.Fatalf("CONNACK: %+v", pk)
 	}
@@ -39,7 +46,7 @@ func dialRaw(t *testing.T, b *Broker, clientID string) *rawClient {
 
 func (c *rawClient) send(pk packets.Packet) {
 	c.t.Helper()
-	pk.ProtocolVersion = 4
+	pk.ProtocolVersion = c.version
 	if pk.FixedHeader.Type == packets.Connect {
 		pk.Connect.ProtocolName = []byte("MQTT")
 	}
@@ -58,6 +65,8 @@ func (c *rawClient) send(pk packets.Packet) {
 		err = pk.PublishEncode(&buf)
 	case packets.Puback:
 		err = pk.PubackEncode(&buf)
+	case packets.Pingreq:
+		err = pk.PingreqEncode(&buf)
 	default:
 		c.t.Fatalf("rawClient cannot send %d", pk.FixedHeader.Type)
 	}
@@ -78,7 +87,7 @@ func (c *rawClient) read() packets.Packet {
 		c.t.Fatalf("read: %v", err)
 	}
 	var pk packets.Packet
-	pk.ProtocolVersion = 4
+	pk.ProtocolVersion = c.version
 	if err := pk.FixedHeader.Decode(hb); err != nil {
 		c.t.Fatal(err)
 	}
