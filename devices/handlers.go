@@ -507,9 +507,10 @@ func (h *Handlers) verified(req driver.StepRequest, p CommandParams, r *driver.P
 		until = r.Until
 	}
 	if !now.Before(until) {
+		reg := h.reg.Load()
 		return nil, driver.PermanentError(CodeVerifyFailed,
 			fmt.Errorf("device %s acked but reported %s, not %s, by %s (another command, from another mission or an app, may have changed it since)",
-				p.Device, jsonText(got), jsonText(want), until.Format(time.RFC3339)))
+				p.Device, jsonText(reg.Masked(p.Device, p.Action, got)), jsonText(reg.Masked(p.Device, p.Action, want)), until.Format(time.RFC3339)))
 	}
 	return nil, driver.InFlight(p.Device, until, r.Note, out)
 }

@@ -442,7 +442,41 @@ func (r *Registry) Shown(deviceID, action, param string) bool {
 		return false
 	}
 	p := a.Params[param]
-	return p != nil && !p.Secret && p.Type != TypeString
+	return p != nil && p.shown()
+}
+
+func (p *Param) shown() bool { return !p.Secret && p.Type != TypeString }
+
+// Masked returns a copy of state, a device's reported or expected state,
+// with the value of each key that is a parameter of action or of the
+// device's set action and is not Shown replaced by "***": a verify
+// failure quotes both states into the step's error, which goes where
+// step names go.
+func (r *Registry) Masked(deviceID, action string, state map[string]any) map[string]any {
+	if state == nil {
+		return nil
+	}
+	var set *Action
+	if d, ok := r.Device(deviceID); ok {
+		set = r.Types[d.Type].Actions[SetAction]
+	}
+	a, _ := r.action(deviceID, action)
+	hidden := func(k string) bool {
+		for _, act := range []*Action{a, set} {
+			if act != nil && act.Params[k] != nil && !act.Params[k].shown() {
+				return true
+			}
+		}
+		return false
+	}
+	out := make(map[string]any, len(state))
+	for k, v := range state {
+		if hidden(k) {
+			v = "***"
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // Check validates a command against the device's type before anything
@@ -469,7 +503,13 @@ func (r *Registry) Check(deviceID, action string, params map[string]any) error {
 	return nil
 }
 
+// check's errors go into a refused trigger's reason and a step's error,
+// so they quote the value only where a step name would show it.
 func (p *Param) check(v any) error {
+	describe := describe
+	if !p.shown() {
+		describe = func(any) string { return "the value" }
+	}
 	switch p.Type {
 	case TypeInt, TypeNumber:
 		f, ok := asFloat(v)

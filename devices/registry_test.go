@@ -3,6 +3,7 @@ package devices_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -181,5 +182,46 @@ func TestRegistryErrors(t *testing.T) {
 	}
 	if _, err := devices.LoadRegistry("testdata/missing.toml"); err == nil || !strings.Contains(err.Error(), "missing.toml") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestCheckAndMaskedQuoteNoHiddenValue: a refusal quotes the value only
+// of a parameter a step name would show (int, number, bool, enum, not
+// secret); Masked hides the others in a state quoted by a verify
+// failure, whether the action's own parameter or the set action's.
+func TestCheckAndMaskedQuoteNoHiddenValue(t *testing.T) {
+	r, err := devices.ParseRegistry([]byte(`
+[types.keypad_lock.actions.unlock]
+params.pin = { type = "int", min = 0, max = 9999, secret = true }
+params.hold = { type = "int", min = 0, max = 60 }
+params.code = { type = "string", max_len = 8 }
+[types.keypad_lock.actions.set]
+params.locked = { type = "bool" }
+params.greeting = { type = "string" }
+[[devices]]
+id = "front-door"
+type = "keypad_lock"
+`), "hidden.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		params     map[string]any
+		want, hide string
+	}{
+		{map[string]any{"pin": 123456}, "pin: the value is above max 9999", "123456"},
+		{map[string]any{"pin": "4321"}, "pin: the value is not a number", "4321"},
+		{map[string]any{"code": 451}, "code: the value is not a string", "451"},
+		{map[string]any{"hold": 99}, "hold: 99 is above max 60", ""},
+	} {
+		err := r.Check("front-door", "unlock", tc.params)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || tc.hide != "" && strings.Contains(err.Error(), tc.hide) {
+			t.Errorf("Check(%v) = %v, want %q and not %q", tc.params, err, tc.want, tc.hide)
+		}
+	}
+	got := r.Masked("front-door", "unlock", map[string]any{"locked": false, "greeting": "hi Ann", "pin": 4321, "hold": 5, "battery": 80})
+	want := map[string]any{"locked": false, "greeting": "***", "pin": "***", "hold": 5, "battery": 80}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Masked = %v, want %v", got, want)
 	}
 }

@@ -225,6 +225,26 @@ func TestBuildNamesStepsByCommandAndTarget(t *testing.T) {
 // and hides those of strings and of parameters the registry marks
 // secret, constant or from the trigger; the command itself keeps them.
 func TestBuildNamesHideSecretsAndFreeText(t *testing.T) {
+	c := letIn(t, `{ code = { from = "code" }, pin = 4321, hold = { from = "hold", default = 5 }, mode = "once" }`)
+	spec, err := c.Build("let_in", map[string]any{"code": "0451", "hold": 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := spec.Steps[0]
+	if want := "unlock front-door code=*** hold=30 mode=once pin=***"; st.Name != want {
+		t.Errorf("name = %q, want %q", st.Name, want)
+	}
+	if p := commandOf(t, st.Params)["params"].(map[string]any); p["code"] != "0451" || p["pin"] != 4321.0 {
+		t.Errorf("the command's params = %v, want the code and the pin as given", p)
+	}
+}
+
+// letIn is a catalog of one scene, let_in, unlocking a keypad lock with
+// params (a TOML inline table): the lock's unlock takes a code (a
+// string), a pin (a secret int up to 999999), a hold (an int up to 60)
+// and a mode (an enum).
+func letIn(t *testing.T, params string) *Catalog {
+	t.Helper()
 	reg, err := devices.ParseRegistry([]byte(`
 [types.keypad_lock.actions.unlock]
 params.code = { type = "string", max_len = 12 }
@@ -246,22 +266,12 @@ name = "let_in"
 [[scene.step]]
 device = "front-door"
 action = "unlock"
-params = { code = { from = "code" }, pin = 4321, hold = { from = "hold", default = 5 }, mode = "once" }
+params = `+params+`
 `), "secrets.toml", reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := c.Build("let_in", map[string]any{"code": "0451", "hold": 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := spec.Steps[0]
-	if want := "unlock front-door code=*** hold=30 mode=once pin=***"; st.Name != want {
-		t.Errorf("name = %q, want %q", st.Name, want)
-	}
-	if p := commandOf(t, st.Params)["params"].(map[string]any); p["code"] != "0451" || p["pin"] != 4321.0 {
-		t.Errorf("the command's params = %v, want the code and the pin as given", p)
-	}
+	return c
 }
 
 // stepsByID indexes a built scene's steps by their IDs.
@@ -271,4 +281,17 @@ func stepsByID(spec driver.Spec) map[string]driver.Step {
 		byID[s.ID] = s
 	}
 	return byID
+}
+
+// TestRefusedTriggerReasonsQuoteNoHiddenValue: a trigger refused for a
+// parameter's value says why without quoting a value its step name
+// would hide; a bounded value it would show is quoted.
+func TestRefusedTriggerReasonsQuoteNoHiddenValue(t *testing.T) {
+	c := letIn(t, `{ pin = { from = "pin" }, hold = { from = "hold", default = 5 } }`)
+	if _, err := c.Build("let_in", map[string]any{"pin": 2718281}); err == nil || strings.Contains(err.Error(), "2718281") || !strings.Contains(err.Error(), "above max 999999") {
+		t.Errorf("a pin above max: %v, want the reason without the value", err)
+	}
+	if _, err := c.Build("let_in", map[string]any{"pin": 1, "hold": 99}); err == nil || !strings.Contains(err.Error(), "99 is above max 60") {
+		t.Errorf("a hold above max: %v, want the reason with the value", err)
+	}
 }

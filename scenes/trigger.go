@@ -212,7 +212,7 @@ func normalizeScalar(v any) (any, error) {
 		}
 		f, err := strconv.ParseFloat(string(n), 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s is not a finite number", n)
+			return nil, errors.New("is not a finite number") // the text is not quoted: it may be a secret's
 		}
 		return normalizeFloat(f)
 	case int:
@@ -233,7 +233,7 @@ func normalizeScalar(v any) (any, error) {
 // same parameter whichever way they were decoded.
 func normalizeFloat(f float64) (any, error) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return nil, fmt.Errorf("%v is not a finite number", f)
+		return nil, errors.New("is not a finite number")
 	}
 	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
 		return int64(f), nil
