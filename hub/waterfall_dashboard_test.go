@@ -627,4 +627,19 @@ func TestDashboardDrawsFiveHundredSteps(t *testing.T) {
 	// An update of the mission redraws the chart; the focus stays.
 	page.eval(t, ctx, `document.querySelector("#d-waterfall svg").dataset.old = "yes"; refreshDetail()`)
 	page.waitFor(t, ctx, `!document.querySelector("#d-waterfall svg").dataset.old && document.activeElement.dataset.step === "499" && document.querySelectorAll('#d-waterfall g.bar[tabindex="0"]').length === 1`)
+
+	// Live updates faster than the mission is read and drawn (one every
+	// 20 ms for 1.5 s) still get its tables drawn while they come, not
+	// only once they stop: each update used to cancel the draw under way.
+	page.eval(t, ctx, `window.tableDraws = 0;
+	  new MutationObserver(() => window.tableDraws++).observe(document.querySelector("#d-steps tbody"), { childList: true });
+	  window.storm = setInterval(refreshDetail, 20);
+	  setTimeout(() => { clearInterval(window.storm); window.stormDraws = window.tableDraws; }, 1500)`)
+	page.waitFor(t, ctx, `window.stormDraws !== undefined`)
+	if draws := page.str(t, ctx, `String(window.stormDraws)`); draws == "0" {
+		t.Error("the steps table was not drawn once during 1.5 s of live updates")
+	} else {
+		t.Logf("the steps table was drawn %s times during 1.5 s of updates every 20 ms", draws)
+	}
+	page.waitFor(t, ctx, `!state.detailRun`)
 }

@@ -533,19 +533,40 @@ function setControls(s) {
 const afterFrame = () => new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 100); });
 
 // refreshDetail reads the open mission and draws it: the summary and
-// the waterfall, then (after a frame) its tables. A later call (a live
-// update, another mission) supersedes one still under way.
-async function refreshDetail() {
+// the waterfall, then (after a frame) its tables. Calls made while a
+// draw is under way (live updates come faster than a big mission is
+// read and drawn) are coalesced into one more draw after it, so every
+// draw finishes and the last one shows the newest state; a draw of a
+// mission no longer open stops where it is.
+function refreshDetail() {
+  if (state.detailRun) {
+    state.detailAgain = true;
+    return state.detailRun;
+  }
+  state.detailRun = (async () => {
+    try {
+      do {
+        state.detailAgain = false;
+        await drawDetail();
+      } while (state.detailAgain);
+    } finally {
+      state.detailRun = null;
+    }
+  })();
+  return state.detailRun;
+}
+
+async function drawDetail() {
   if (!state.selected) return;
   const { gw, id } = state.selected;
-  const gen = state.detailGen = (state.detailGen || 0) + 1;
+  const stale = () => !state.selected || key(state.selected.gw, state.selected.id) !== key(gw, id);
   $("#d-title").textContent = gw + " / " + id;
   $("#d-link").href = missionHash(gw, id);
   let d;
   try {
     d = await api("/api/gateways/" + encodeURIComponent(gw) + "/missions/" + encodeURIComponent(id));
   } catch (e) {
-    if (gen !== state.detailGen) return;
+    if (stale()) return;
     $("#d-summary").textContent = "Cannot load: " + e.message;
     for (const b of document.querySelectorAll(".controls button[data-action]")) b.disabled = true;
     $("#d-steps tbody").replaceChildren();
@@ -555,7 +576,7 @@ async function refreshDetail() {
     $("#d-waterfall").replaceChildren();
     return;
   }
-  if (gen !== state.detailGen) return;
+  if (stale()) return;
   const s = d.summary;
   setControls(s.state);
   const sum = $("#d-summary");
@@ -578,7 +599,7 @@ async function refreshDetail() {
   }
   renderWaterfall($("#d-waterfall"), d.waterfall);
   await afterFrame();
-  if (gen !== state.detailGen) return;
+  if (stale()) return;
   if (!state.detailPages || state.detailPages.key !== key(gw, id)) state.detailPages = { key: key(gw, id), steps: 0, timeline: 0 };
   state.detail = { d, created };
   renderDetailTables();
