@@ -95,7 +95,7 @@ func noteFailed(tx *bolt.Tx, before driver.Summary, old time.Time, m *Mission) e
 
 // backfillBriefs fills the buckets a store made before them lacks: the
 // briefs from the gateways' records, the failed index from the finished
-// missions. It runs once, in Open, when the buckets are created.
+// missions. It runs in Open, once, when a file is brought to schema 2.
 func backfillBriefs(tx *bolt.Tx) error {
 	briefs := tx.Bucket(bucketBriefs)
 	err := tx.Bucket(bucketGateways).ForEach(func(k, v []byte) error {

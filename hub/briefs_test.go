@@ -267,7 +267,7 @@ func TestAStoreFromBeforeTheBriefsGetsThemAtItsFirstOpenAndSaysSo(t *testing.T) 
 		t.Fatal(err)
 	}
 	err = st.db.Update(func(tx *bolt.Tx) error { // as a store of before was
-		return errors.Join(tx.DeleteBucket(bucketBriefs), tx.DeleteBucket(bucketFailed))
+		return errors.Join(tx.DeleteBucket(bucketBriefs), tx.DeleteBucket(bucketFailed), tx.Bucket(bucketMeta).Put(keySchema, u64(1)))
 	})
 	if err != nil || st.Close() != nil {
 		t.Fatalf("make a store of before: %v", err)
@@ -287,5 +287,71 @@ func TestAStoreFromBeforeTheBriefsGetsThemAtItsFirstOpenAndSaysSo(t *testing.T) 
 	n, err := st.FailedSince(t.Context(), failed.Mission.Finished.Add(-time.Hour), []string{"a"})
 	if err != nil || n["a"] != 1 {
 		t.Errorf("failed since an hour before f1: %v, %v; want a 1", n, err)
+	}
+}
+
+// TestBriefsAreRefilledAfterAnOlderHubWroteTheFile: the first hub with
+// briefs kept them under schema 1, which the hub before them opens too;
+// records that one wrote have no brief and no failed index entry, and
+// entries of what it pruned stay. Such a file is refilled from its
+// records at its next open by this hub, and a hub of schema 1 no longer
+// opens the file (it refuses any other version).
+func TestBriefsAreRefilledAfterAnOlderHubWroteTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hub.db")
+	st, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := entry(1, "f1", 1, driver.StateFailed)
+	for _, gw := range []string{"a", "b"} {
+		if _, err := ingest(st, failed.Mission.Finished, gw, batch(gw, failed)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The older hub at work: schema 1, gateway b's brief and failed
+	// entry never written, and a brief of a gateway it no longer has.
+	err = st.db.Update(func(tx *bolt.Tx) error {
+		var gone error
+		_ = tx.Bucket(bucketFailed).ForEach(func(k, _ []byte) error {
+			if bytes.HasPrefix(k, []byte("b")) {
+				gone = errors.Join(gone, tx.Bucket(bucketFailed).Delete(k))
+			}
+			return nil
+		})
+		return errors.Join(gone, tx.Bucket(bucketBriefs).Delete([]byte("b")),
+			tx.Bucket(bucketBriefs).Put([]byte("ghost"), encodeBrief(GatewayBrief{ID: "ghost", State: StateOnline})),
+			tx.Bucket(bucketMeta).Put(keySchema, u64(1)))
+	})
+	if err != nil || st.Close() != nil {
+		t.Fatalf("make an older hub's file: %v", err)
+	}
+	st, err = Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	briefs, err := st.GatewayBriefs(t.Context())
+	if err != nil || len(briefs) != 2 || briefs[0].ID != "a" || briefs[1].ID != "b" {
+		t.Errorf("briefs after the refill: %+v, %v; want a's and b's", briefs, err)
+	}
+	n, err := st.FailedSince(t.Context(), failed.Mission.Finished.Add(-time.Hour), []string{"a", "b"})
+	if err != nil || n["a"] != 1 || n["b"] != 1 {
+		t.Errorf("failed since an hour before f1: %v, %v; want a 1 and b 1", n, err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A newer hub's file is refused, not read wrong.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchema, u64(schema+1)) }), db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrInvalid) {
+		if st != nil {
+			_ = st.Close()
+		}
+		t.Errorf("a file of schema %d opened: %v, want ErrInvalid", schema+1, err)
 	}
 }

@@ -18,8 +18,14 @@ import (
 	"github.com/sortie-edge/sortie/uplink"
 )
 
-// schema is the bucket layout version recorded in meta.
-const schema = 1
+// schema is the bucket layout version recorded in meta: 1 until the
+// gateway briefs, 2 since. A hub opens a file of its own version only,
+// so once a file is at 2 no hub that does not keep the briefs writes
+// beside them. A file at 1 gets the briefs (and the failed index)
+// filled afresh at its first open: made before them, or by the first hub
+// that kept them under version 1, whose file an older hub may have
+// written since (leaving them stale).
+const schema = 2
 
 var (
 	bucketMeta     = []byte("meta")
@@ -212,45 +218,55 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open hub store %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		// A store from before the briefs gets them (and the failed index)
-		// filled from its records once.
-		backfill := tx.Bucket(bucketBriefs) == nil
-		upgrade := backfill && tx.Bucket(bucketGateways) != nil && opts.Logger != nil // a store of before, not a new one
-		for _, name := range append([][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces,
-			bucketBriefs, bucketFailed}, fleetBuckets...) {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return fmt.Errorf("create bucket %s: %w", name, err)
-			}
-		}
-		if backfill {
-			// About a minute for a million missions: said, so that an
-			// operator does not take the silent start for a hang.
-			start := time.Now()
-			if upgrade {
-				opts.Logger.Info("upgrading the store: filling the gateway briefs and the index of failed missions, once (about a minute per million missions)", "path", path)
-			}
-			if err := backfillBriefs(tx); err != nil {
-				return fmt.Errorf("gateway briefs: %w", err)
-			}
-			if upgrade {
-				opts.Logger.Info("store upgraded", "path", path, "took", time.Since(start).Round(time.Millisecond))
-			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keySchema); v != nil {
-			if len(v) != 8 || binary.BigEndian.Uint64(v) != schema {
-				return fmt.Errorf("%w: hub store schema %x, want %d", ErrInvalid, v, schema)
-			}
-			return nil
-		}
-		return meta.Put(keySchema, u64(schema))
-	})
+	err = db.Update(func(tx *bolt.Tx) error { return migrateBolt(tx, path, opts.Logger) })
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open hub store %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
+}
+
+// migrateBolt creates a new file's buckets, or brings a file of schema 1 (or
+// of before the schema key) to schema.
+func migrateBolt(tx *bolt.Tx, path string, log *slog.Logger) error {
+	existing := tx.Bucket(bucketGateways) != nil
+	for _, name := range append([][]byte{bucketMeta, bucketGateways, bucketMissions, bucketTimeline, bucketOrder, bucketFinished, bucketTraces,
+		bucketBriefs, bucketFailed}, fleetBuckets...) {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	v := meta.Get(keySchema)
+	switch {
+	case v == nil && !existing:
+		return meta.Put(keySchema, u64(schema))
+	case v != nil && (len(v) != 8 || binary.BigEndian.Uint64(v) == 0 || binary.BigEndian.Uint64(v) > schema):
+		return fmt.Errorf("%w: hub store schema %x, want at most %d (a newer hub's file?)", ErrInvalid, v, schema)
+	case v != nil && binary.BigEndian.Uint64(v) == schema:
+		return nil
+	}
+	// About a minute for a million missions: said, so that an operator
+	// does not take the silent start for a hang.
+	start := time.Now()
+	if log != nil {
+		log.Info("upgrading the store: filling the gateway briefs and the index of failed missions, once (about a minute per million missions)", "path", path)
+	}
+	for _, name := range [][]byte{bucketBriefs, bucketFailed} {
+		if err := tx.DeleteBucket(name); err != nil {
+			return fmt.Errorf("refill bucket %s: %w", name, err)
+		}
+		if _, err := tx.CreateBucket(name); err != nil {
+			return fmt.Errorf("refill bucket %s: %w", name, err)
+		}
+	}
+	if err := backfillBriefs(tx); err != nil {
+		return fmt.Errorf("gateway briefs: %w", err)
+	}
+	if log != nil {
+		log.Info("store upgraded", "path", path, "schema", schema, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return meta.Put(keySchema, u64(schema))
 }
 
 // Close releases the file.
