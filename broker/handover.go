@@ -25,6 +25,15 @@ package broker
 // but seen after the mark is delivered twice, which QoS 1 allows (the
 // agent answers a trigger's second delivery as a duplicate). A clean
 // session starts empty, so nothing is handed to it.
+//
+// A delivery caught on the publisher's goroutine is written to the new
+// connection from a goroutine of its own, so that a subscriber slow to
+// read does not hold the publisher (mochi's own deliveries go through
+// each connection's queue). And the broker uses no topic aliases towards
+// clients (MQTT 5 lets a server choose not to): a delivery queued on the
+// old connection may carry that connection's alias in place of its
+// topic name, which the new connection does not know and mochi keeps no
+// way back from.
 
 import (
 	"log/slog"
@@ -55,7 +64,14 @@ func newHandover(srv *mqtt.Server, log *slog.Logger) *handover {
 func (h *handover) ID() string { return "sortie-handover" }
 
 func (h *handover) Provides(b byte) bool {
-	return b == mqtt.OnQosPublish || b == mqtt.OnSessionEstablished || b == mqtt.OnDisconnect || b == mqtt.OnClientExpired
+	return b == mqtt.OnConnect || b == mqtt.OnQosPublish || b == mqtt.OnSessionEstablished || b == mqtt.OnDisconnect || b == mqtt.OnClientExpired
+}
+
+// OnConnect turns off topic aliases towards the client: mochi assigns one
+// only when the client's CONNECT allows any, read from here on.
+func (h *handover) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	cl.Properties.Props.TopicAliasMaximum = 0
+	return nil
 }
 
 // OnQosPublish catches a delivery queued on a connection already taken
@@ -78,7 +94,7 @@ func (h *handover) reroute(id string, pk packets.Packet) {
 		return
 	}
 	h.mu.Unlock()
-	h.deliver(nc, pk)
+	go h.deliver(nc, pk) // on the publisher's goroutine: not held by a slow reader
 }
 
 // OnSessionEstablished hands the new connection what was caught while it

@@ -69,3 +69,22 @@ func TestMessagePublishedDuringATakeoverReachesTheNewConnection(t *testing.T) {
 		t.Errorf("the new connection got %v, want before and during", got)
 	}
 }
+
+// TestNoTopicAliasesTowardsClients: an MQTT 5 client that allows topic
+// aliases gets every delivery with its topic name, so a delivery handed
+// from a taken-over connection to its successor never carries an alias
+// only the old connection knew.
+func TestNoTopicAliasesTowardsClients(t *testing.T) {
+	b := startTest(t)
+	c := dialRawWith(t, b, 5, packets.ConnectParams{ClientIdentifier: "v5-alias"}, packets.Properties{TopicAliasMaximum: 10})
+	c.send(subscribe(1, "triggers"))
+	c.expect(packets.Suback, 1)
+	for range 2 {
+		if err := b.Publish("triggers", []byte("go"), false, 0); err != nil {
+			t.Fatal(err)
+		}
+		if d := c.read(); d.TopicName != "triggers" || d.Properties.TopicAlias != 0 {
+			t.Fatalf("delivery with topic %q, alias %d; want the name, no alias", d.TopicName, d.Properties.TopicAlias)
+		}
+	}
+}

@@ -26,9 +26,9 @@ func dialRaw(t *testing.T, b *Broker, clientID string) *rawClient {
 	return dialRawWith(t, b, 4, packets.ConnectParams{ClientIdentifier: clientID})
 }
 
-// dialRawWith connects with the given CONNECT parameters over MQTT
-// version 4 or 5.
-func dialRawWith(t *testing.T, b *Broker, version byte, cp packets.ConnectParams) *rawClient {
+// dialRawWith connects with the given CONNECT parameters (and, for
+// version 5, properties) over MQTT version 4 or 5.
+func dialRawWith(t *testing.T, b *Broker, version byte, cp packets.ConnectParams, props ...packets.Properties) *rawClient {
 	t.Helper()
 	nc, err := net.Dial("tcp", b.Addr())
 	if err != nil {
@@ -37,7 +37,11 @@ func dialRawWith(t *testing.T, b *Broker, version byte, cp packets.ConnectParams
 	t.Cleanup(func() { _ = nc.Close() }) // closed by the test already, or at its end
 	c := &rawClient{t: t, nc: nc, r: bufio.NewReader(nc), version: version}
 	cp.Keepalive = 60
-	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, Connect: cp})
+	connect := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, Connect: cp}
+	if len(props) > 0 {
+		connect.Properties = props[0]
+	}
+	c.send(connect)
 	if pk := c.read(); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
 		t.Fatalf("CONNACK: %+v", pk)
 	}
