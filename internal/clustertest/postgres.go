@@ -2,8 +2,10 @@ package clustertest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/url"
 	"os"
@@ -258,9 +260,12 @@ type pgTemplate struct{ data, password string }
 // CPU (several seconds under load) at each of the twenty servers the
 // tests start, a copy of its 39 MB a tenth of a second. It is kept, like
 // Go's build cache, in the temporary directory, one per PostgreSQL
-// version and user (remove it to have it made again), made in a
-// directory of its own and renamed into place so that test processes
-// running at once never see half of one.
+// version, set of initdb flags and user (remove it to have it made
+// again), made in a directory of its own and renamed into place so that
+// test processes running at once never see half of one. One not owned
+// by the user the servers run as, or writable by others, is not used:
+// the temporary directory is shared, and its superuser's password file
+// and configuration are in it.
 func postgresTemplate(bin string, cred *syscall.Credential) (pgTemplate, error) {
 	out, err := exec.Command(filepath.Join(bin, "initdb"), "--version").Output()
 	if err != nil {
@@ -276,9 +281,16 @@ func postgresTemplate(bin string, cred *syscall.Credential) (pgTemplate, error) 
 			return '-'
 		}, f[2])
 	}
-	root := filepath.Join(os.TempDir(), fmt.Sprintf("sortie-pg-template-%s-%d", version, os.Geteuid()))
-	if t, err := readTemplate(root); err == nil {
+	flags := sha256.Sum256([]byte(strings.Join(initdbFlags, "\x00")))
+	root := filepath.Join(os.TempDir(), fmt.Sprintf("sortie-pg-template-%s-%x-%d", version, flags[:4], os.Geteuid()))
+	owner := uint32(os.Geteuid())
+	if cred != nil {
+		owner = cred.Uid
+	}
+	if t, err := readTemplate(root, owner); err == nil {
 		return t, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return pgTemplate{}, err
 	}
 	tmp, err := os.MkdirTemp(os.TempDir(), "sortie-pg-template-new-")
 	if err != nil {
@@ -299,16 +311,24 @@ func postgresTemplate(bin string, cred *syscall.Credential) (pgTemplate, error) 
 	}
 	if err := os.Rename(tmp, root); err != nil {
 		// Another test process made it meanwhile: use that one.
-		if t, rerr := readTemplate(root); rerr == nil {
+		if t, rerr := readTemplate(root, owner); rerr == nil {
 			return t, nil
 		}
 		return pgTemplate{}, fmt.Errorf("database cluster template: %w", err)
 	}
-	return readTemplate(root)
+	return readTemplate(root, owner)
 }
 
-// readTemplate reads a template postgresTemplate made.
-func readTemplate(root string) (pgTemplate, error) {
+// readTemplate reads a template postgresTemplate made, owned by owner and
+// writable by no one else.
+func readTemplate(root string, owner uint32) (pgTemplate, error) {
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return pgTemplate{}, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || !ok || st.Uid != owner || fi.Mode().Perm()&0o022 != 0 {
+		return pgTemplate{}, fmt.Errorf("database cluster template %s: not a directory of uid %d writable by it alone (%v); remove it", root, owner, fi.Mode())
+	}
 	pw, err := os.ReadFile(filepath.Join(root, "password"))
 	if err != nil {
 		return pgTemplate{}, err
@@ -319,6 +339,15 @@ func readTemplate(root string) (pgTemplate, error) {
 	}
 	return pgTemplate{data: data, password: string(pw)}, nil
 }
+
+// initdbFlags are initdb's flags but the directory and the password file;
+// the template's name carries their hash, so a change makes a new one.
+var initdbFlags = []string{"-U", "postgres",
+	"--auth-local=trust", "--auth-host=scram-sha-256",
+	"-E", "UTF8", "--no-locale",
+	// No fsync of the new files: a test's data directory need not
+	// survive the machine, and it saves seconds.
+	"--no-sync"}
 
 // initdb creates a database cluster in dir/data, with the superuser's
 // password from a file it removes after.
@@ -333,13 +362,8 @@ func initdb(bin, dir, password string, cred *syscall.Credential) error {
 			return err
 		}
 	}
-	cmd := exec.Command(filepath.Join(bin, "initdb"),
-		"-D", filepath.Join(dir, "data"), "-U", "postgres", "--pwfile="+pwfile,
-		"--auth-local=trust", "--auth-host=scram-sha-256",
-		"-E", "UTF8", "--no-locale",
-		// No fsync of the new files: a test's data directory need not
-		// survive the machine, and it saves seconds.
-		"--no-sync")
+	args := append([]string{"-D", filepath.Join(dir, "data"), "--pwfile=" + pwfile}, initdbFlags...)
+	cmd := exec.Command(filepath.Join(bin, "initdb"), args...)
 	cmd.Dir = dir
 	cmd.Env = postgresEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
