@@ -53,6 +53,10 @@ type Param struct {
 	// Secret keeps the value out of what the gateway shows and sends
 	// beyond the command itself (Shown): a lock's code as an int.
 	Secret bool `toml:"secret"`
+	// Show lets a string's value be shown (a playlist's name, a scene
+	// label): strings are hidden unless the registry says so, since a
+	// string can be anything.
+	Show bool `toml:"show"`
 }
 
 // Action describes one command a device type accepts.
@@ -339,6 +343,12 @@ func (p *Param) validate() error {
 	if p.MaxLen > 0 && p.Type != TypeString {
 		return errors.New("max_len: only string params have a length")
 	}
+	if p.Show && p.Type != TypeString {
+		return errors.New("show: only a string param is hidden unless shown (the others show unless secret)")
+	}
+	if p.Show && p.Secret {
+		return errors.New("show and secret: a param is one or the other")
+	}
 	return nil
 }
 
@@ -434,8 +444,8 @@ func (r *Registry) action(deviceID, action string) (*Action, error) {
 // Shown says whether a parameter's value may be shown in a step's name,
 // which goes to the hub's store, dashboard and CSV: only values of a
 // bounded kind (int, number, bool, enum) the registry does not mark
-// secret. A string can be anything (a code, a URL with its token), and
-// an unknown parameter is not shown either.
+// secret, and strings it marks show. A string can be anything (a code,
+// a URL with its token), and an unknown parameter is not shown either.
 func (r *Registry) Shown(deviceID, action, param string) bool {
 	a, err := r.action(deviceID, action)
 	if err != nil {
@@ -445,7 +455,7 @@ func (r *Registry) Shown(deviceID, action, param string) bool {
 	return p != nil && p.shown()
 }
 
-func (p *Param) shown() bool { return !p.Secret && p.Type != TypeString }
+func (p *Param) shown() bool { return !p.Secret && (p.Type != TypeString || p.Show) }
 
 // Masked returns a copy of state, a device's reported or expected state,
 // with the value of each key that is a parameter of action or of the

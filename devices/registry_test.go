@@ -161,6 +161,8 @@ func TestRegistryErrors(t *testing.T) {
 		{"min above max", minimalType + "params.level = { type = \"int\", min = 5, max = 1 }\n", `param "level": min: 5 is above max 1`},
 		{"bounds on enum", minimalType + "params.mode = { type = \"enum\", values = [\"a\"], min = 1 }\n", `param "mode": min: only int and number params have bounds`},
 		{"empty enum", minimalType + "params.mode = { type = \"enum\" }\n", `param "mode": values: an enum needs at least one value`},
+		{"show on an int", minimalType + "params.level = { type = \"int\", show = true }\n", `param "level": show: only a string param`},
+		{"show and secret", minimalType + "params.label = { type = \"string\", show = true, secret = true }\n", `param "label": show and secret`},
 		{"bad expect", minimalType + "[types.lamp.actions.on]\nexpect = { power = \"dim\" }\n", `action "on": expect.power: "dim" is not one of on, off`},
 		{"expect unknown key", minimalType + "[types.lamp.actions.on]\nexpect = { level = 1 }\n", `action "on": expect.level: not a param of the "set" action`},
 		{"device bad id", minimalType + "[[devices]]\nid = \"a/b\"\ntype = \"lamp\"\n", `home.toml: device "a/b": id: invalid device id`},
@@ -187,7 +189,7 @@ func TestRegistryErrors(t *testing.T) {
 
 // TestCheckAndMaskedQuoteNoHiddenValue: a refusal quotes the value only
 // of a parameter a step name would show (int, number, bool, enum, not
-// secret); Masked hides the others in a state quoted by a verify
+// secret; a string marked show); Masked hides the others in a state quoted by a verify
 // failure, whether the action's own parameter or the set action's.
 func TestCheckAndMaskedQuoteNoHiddenValue(t *testing.T) {
 	r, err := devices.ParseRegistry([]byte(`
@@ -198,6 +200,7 @@ params.code = { type = "string", max_len = 8 }
 [types.keypad_lock.actions.set]
 params.locked = { type = "bool" }
 params.greeting = { type = "string" }
+params.label = { type = "string", show = true }
 [[devices]]
 id = "front-door"
 type = "keypad_lock"
@@ -219,8 +222,8 @@ type = "keypad_lock"
 			t.Errorf("Check(%v) = %v, want %q and not %q", tc.params, err, tc.want, tc.hide)
 		}
 	}
-	got := r.Masked("front-door", "unlock", map[string]any{"locked": false, "greeting": "hi Ann", "pin": 4321, "hold": 5, "battery": 80})
-	want := map[string]any{"locked": false, "greeting": "***", "pin": "***", "hold": 5, "battery": 80}
+	got := r.Masked("front-door", "unlock", map[string]any{"locked": false, "greeting": "hi Ann", "label": "front", "pin": 4321, "hold": 5, "battery": 80})
+	want := map[string]any{"locked": false, "greeting": "***", "label": "front", "pin": "***", "hold": 5, "battery": 80}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Masked = %v, want %v", got, want)
 	}

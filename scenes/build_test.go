@@ -222,16 +222,17 @@ func TestBuildNamesStepsByCommandAndTarget(t *testing.T) {
 
 // TestBuildNamesHideSecretsAndFreeText: a step's name, which goes to the
 // hub, shows the values of bounded parameters (int, number, bool, enum)
-// and hides those of strings and of parameters the registry marks
-// secret, constant or from the trigger; the command itself keeps them.
+// and of strings the registry marks show, and hides those of other
+// strings and of parameters the registry marks secret, constant or from
+// the trigger; the command itself keeps them.
 func TestBuildNamesHideSecretsAndFreeText(t *testing.T) {
-	c := letIn(t, `{ code = { from = "code" }, pin = 4321, hold = { from = "hold", default = 5 }, mode = "once" }`)
+	c := letIn(t, `{ code = { from = "code" }, pin = 4321, hold = { from = "hold", default = 5 }, mode = "once", label = "front" }`)
 	spec, err := c.Build("let_in", map[string]any{"code": "0451", "hold": 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := spec.Steps[0]
-	if want := "unlock front-door code=*** hold=30 mode=once pin=***"; st.Name != want {
+	if want := "unlock front-door code=*** hold=30 label=front mode=once pin=***"; st.Name != want {
 		t.Errorf("name = %q, want %q", st.Name, want)
 	}
 	if p := commandOf(t, st.Params)["params"].(map[string]any); p["code"] != "0451" || p["pin"] != 4321.0 {
@@ -241,8 +242,8 @@ func TestBuildNamesHideSecretsAndFreeText(t *testing.T) {
 
 // letIn is a catalog of one scene, let_in, unlocking a keypad lock with
 // params (a TOML inline table): the lock's unlock takes a code (a
-// string), a pin (a secret int up to 999999), a hold (an int up to 60)
-// and a mode (an enum).
+// string), a pin (a secret int up to 999999), a hold (an int up to 60),
+// a mode (an enum) and a label (a string shown).
 func letIn(t *testing.T, params string) *Catalog {
 	t.Helper()
 	reg, err := devices.ParseRegistry([]byte(`
@@ -251,6 +252,7 @@ params.code = { type = "string", max_len = 12 }
 params.pin = { type = "int", min = 0, max = 999999, secret = true }
 params.hold = { type = "int", min = 0, max = 60 }
 params.mode = { type = "enum", values = ["once", "latch"] }
+params.label = { type = "string", show = true }
 [types.keypad_lock.actions.set]
 params.locked = { type = "bool" }
 [[devices]]
