@@ -43,8 +43,8 @@ type Broker struct {
 	// subID numbers inline subscriptions: mochi merges the handlers of
 	// all filters matching a topic by ID, so IDs must not repeat.
 	subID atomic.Int64
-	// taps are Tap's handlers, read by tapHook on every publish and
-	// replaced whole under tapMu.
+	// taps are Tap's handlers, read by the retainer's hook on every
+	// publish and replaced whole under tapMu.
 	taps  atomic.Pointer[[]tap]
 	tapMu sync.Mutex
 	tls   bool
@@ -92,13 +92,12 @@ func Start(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("broker handover hook: %w", err)
 	}
 	b := &Broker{srv: srv, closing: closing}
-	// After the auth hook: mochi checks access before any publish hook.
-	if err := srv.AddHook(&tapHook{b: b}, nil); err != nil {
-		return nil, fmt.Errorf("broker tap hook: %w", err)
-	}
-	// The last publish hook: retained messages are kept out of mochi's
-	// topic tree (retain.go).
-	b.retained = newRetainer(srv, hook, log)
+	// The last publish hook (after the auth hook: mochi checks access
+	// before any publish hook): the taps, then the retained store, which
+	// keeps retained messages out of mochi's topic tree (retain.go). One
+	// hook for both: each hook type costs the agent's binary a copy of
+	// mochi's whole hook interface.
+	b.retained = newRetainer(b, hook, log)
 	if err := srv.AddHook(b.retained, nil); err != nil {
 		return nil, fmt.Errorf("broker retain hook: %w", err)
 	}
@@ -227,31 +226,6 @@ func (b *Broker) setTaps(change func([]tap) []tap) {
 	}
 	ts = change(ts)
 	b.taps.Store(&ts)
-}
-
-// tapHook hands publishes to the taps, and counts subscriptions for
-// SubscriptionsAdded.
-type tapHook struct {
-	mqtt.HookBase
-	b *Broker
-}
-
-func (h *tapHook) ID() string { return "sortie-tap" }
-
-func (h *tapHook) Provides(b byte) bool { return b == mqtt.OnPublish || b == mqtt.OnSubscribed }
-
-// OnSubscribed runs once mochi has put the subscriptions in its index.
-func (h *tapHook) OnSubscribed(*mqtt.Client, packets.Packet, []byte) { h.b.subsAdded.Add(1) }
-
-func (h *tapHook) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if ts := h.b.taps.Load(); ts != nil {
-		for _, t := range *ts {
-			if matchTopic(t.filter, pk.TopicName) {
-				t.handle(pk.TopicName, pk.Payload)
-			}
-		}
-	}
-	return pk, nil
 }
 
 // matchTopic reports whether an MQTT topic filter matches a topic name:

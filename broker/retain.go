@@ -32,6 +32,11 @@ package broker
 // subscription asked for Retain As Published (not honoured here; no
 // client of Sortie's asks for it). mochi's own $SYS topics still go
 // through its tree, read only by $SYS filters.
+//
+// The same hook hands each publish to the broker's taps first
+// (Broker.Tap) and counts subscriptions (Broker.SubscriptionsAdded):
+// each hook type costs the agent's binary a copy of mochi's hook
+// interface.
 
 import (
 	"log/slog"
@@ -45,6 +50,7 @@ import (
 
 type retainer struct {
 	mqtt.HookBase
+	b   *Broker
 	srv *mqtt.Server
 	// acl is the broker's access hook: a replayed message is checked as
 	// mochi checks a forwarded one.
@@ -71,9 +77,9 @@ type replay struct {
 	existed bool // the session had the filter already (retain handling 1)
 }
 
-func newRetainer(srv *mqtt.Server, acl mqtt.Hook, log *slog.Logger) *retainer {
+func newRetainer(b *Broker, acl mqtt.Hook, log *slog.Logger) *retainer {
 	return &retainer{
-		srv: srv, acl: acl, log: log,
+		b: b, srv: b.srv, acl: acl, log: log,
 		msgs:    map[string]packets.Packet{},
 		pending: map[*mqtt.Client][]replay{},
 		delayed: map[string]bool{},
@@ -90,10 +96,18 @@ func (r *retainer) Provides(b byte) bool {
 	return false
 }
 
-// OnPublish stores a retained message and hands mochi a copy without
-// the flag. It must be the last publish hook: once it returns, mochi
-// forwards the message.
+// OnPublish hands the message to the broker's taps (Broker.Tap), then
+// stores a retained message and hands mochi a copy without the flag. It
+// must be the last publish hook: once it returns, mochi forwards the
+// message.
 func (r *retainer) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if ts := r.b.taps.Load(); ts != nil {
+		for _, t := range *ts {
+			if matchTopic(t.filter, pk.TopicName) {
+				t.handle(pk.TopicName, pk.Payload)
+			}
+		}
+	}
 	if !pk.FixedHeader.Retain || pk.Ignore {
 		return pk, nil
 	}
@@ -208,9 +222,11 @@ func (r *retainer) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packe
 	return pk
 }
 
-// OnSubscribed keeps the filters granted, to replay once the SUBACK is
-// written.
+// OnSubscribed counts the subscription (Broker.SubscriptionsAdded: mochi
+// has put it in its index) and keeps the filters granted, to replay
+// once the SUBACK is written.
 func (r *retainer) OnSubscribed(cl *mqtt.Client, _ packets.Packet, codes []byte) {
+	r.b.subsAdded.Add(1)
 	if cl.Net.Inline {
 		return
 	}

@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"slices"
+	"sort"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -116,10 +115,28 @@ func (e *Encoder) Object(m map[string]any) {
 	}
 	var small [16]member
 	ms := small[:0]
-	for k, v := range m {
-		ms = append(ms, member{k, v})
+	if len(m) > len(small) {
+		// Many keys: sorted by sort.Slice in a slice of their own (ms
+		// given to it would move small to the heap for every call).
+		big := make([]member, 0, len(m))
+		for k, v := range m {
+			big = append(big, member{k, v})
+		}
+		sort.Slice(big, func(i, j int) bool { return big[i].k < big[j].k })
+		ms = big
+	} else {
+		// A handful: an insertion sort, the fastest for so few, written
+		// out because a generic sort made for member (slices.SortFunc)
+		// is 6.6 KB of the agent's code, whose binary has a budget.
+		for k, v := range m {
+			ms = append(ms, member{k, v})
+		}
+		for i := 1; i < len(ms); i++ {
+			for j := i; j > 0 && ms[j].k < ms[j-1].k; j-- {
+				ms[j], ms[j-1] = ms[j-1], ms[j]
+			}
+		}
 	}
-	slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.k, b.k) })
 	e.b = append(e.b, '{')
 	for i, kv := range ms {
 		if i > 0 {

@@ -1,6 +1,7 @@
 package jsonenc_test
 
 import (
+	"fmt"
 	"bytes"
 	"encoding/json"
 	"math"
@@ -54,7 +55,12 @@ func FuzzAppendValueMatchesMarshal(f *testing.F) {
 }
 
 func TestAppendValueGoKinds(t *testing.T) {
+	many := map[string]any{} // past the handful sorted on the stack
+	for i := range 40 {
+		many[fmt.Sprintf("k%02d", (i*17)%40)] = i
+	}
 	for _, v := range []any{
+		many,
 		map[string]any{"int": 7, "int64": int64(-3), "float": 0.25, "big": 1e21, "tiny": 1e-7, "nil map": map[string]any(nil), "nil slice": []any(nil)},
 		json.Number("12.5e3"), json.Number(""), struct{ A int }{1}, []any{true, false, "<&>"},
 	} {
