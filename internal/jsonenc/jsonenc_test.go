@@ -1,9 +1,9 @@
 package jsonenc_test
 
 import (
-	"fmt"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"testing"
 	"time"
