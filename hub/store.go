@@ -131,9 +131,13 @@ type Link struct {
 	Last  uint64 `json:"last"`
 }
 
-// maxPending bounds Gateway.Pending: past it the oldest link is
-// forgotten, which costs only a resend (the gateway sends again what was
-// not acknowledged, and the hub stores nothing twice).
+// maxPending bounds Gateway.Pending: past it the link farthest from the
+// cursor is forgotten (the new one, if it is the farthest), which costs
+// only a resend (the gateway sends again what was not acknowledged, and
+// the hub stores nothing twice). The nearest are kept: they join the
+// chain first once the missing batch comes, and a replica held back on
+// one batch while another stored many more (the cluster mode) is the
+// usual way to get here.
 const maxPending = 64
 
 // advance moves the gateway's cursor along a batch from after to last:
@@ -147,7 +151,16 @@ func (g *Gateway) advance(after, last uint64) {
 			}
 		}
 		if len(g.Pending) == maxPending {
-			g.Pending = g.Pending[1:]
+			far := 0
+			for i, l := range g.Pending {
+				if l.After > g.Pending[far].After {
+					far = i
+				}
+			}
+			if after >= g.Pending[far].After {
+				return
+			}
+			g.Pending = append(g.Pending[:far], g.Pending[far+1:]...)
 		}
 		g.Pending = append(g.Pending, Link{After: after, Last: last})
 		return

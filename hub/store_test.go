@@ -520,3 +520,32 @@ func TestStoreCallsStopWhenTheirContextIsDone(t *testing.T) {
 		t.Errorf("after the cancelled calls the store holds %v (%v), want nothing", gws, err)
 	}
 }
+
+// TestPendingKeepsTheBatchesNearestTheCursor: past maxPending batches
+// stored beyond a missing one, the farthest is forgotten, not the
+// nearest, so once the missing batch comes the cursor runs across all
+// that are kept (a replica held back on one batch while another stored
+// many is the usual way there).
+func TestPendingKeepsTheBatchesNearestTheCursor(t *testing.T) {
+	g := &Gateway{Acked: 3}
+	for i := uint64(1); i <= maxPending+10; i++ {
+		g.advance(3*i+3, 3*i+6) // batches 6..9, 9..12, ...; 3..6 is missing
+	}
+	if len(g.Pending) != maxPending {
+		t.Fatalf("%d pending, want %d", len(g.Pending), maxPending)
+	}
+	g.advance(3, 6)
+	if want := uint64(3*maxPending + 6); g.Acked != want || len(g.Pending) != 0 {
+		t.Errorf("after the missing batch: acked %d, %d pending; want %d, 0", g.Acked, len(g.Pending), want)
+	}
+	// A nearer batch still displaces a farther one when full.
+	g = &Gateway{Acked: 0}
+	for i := uint64(2); i < maxPending+2; i++ {
+		g.advance(10*i, 10*i+10)
+	}
+	g.advance(10, 20)
+	g.advance(0, 10)
+	if want := uint64(10*maxPending + 10); g.Acked != want {
+		t.Errorf("acked %d, want %d: the nearer batch was not kept", g.Acked, want)
+	}
+}
