@@ -51,14 +51,14 @@ lint: fmt-check vet $(GOLANGCI)
 test: lint
 	$(GO) test $(RACE) -count=1 -timeout $(TIMEOUT) $(PKGS)
 
-# The cluster mode (docs/cluster.md) on real NATS nodes and PostgreSQL,
-# the chaos test among them, with their counts printed. make test runs
-# them too.
 # The store's tests in a build that checks the lock order of store.DB at
 # every Lock (store/lockorder.go). CI runs it after make test.
 lockorder:
 	$(GO) test -tags lockorder -count=1 -timeout $(TIMEOUT) ./store/...
 
+# The cluster mode (docs/cluster.md) on real NATS nodes and PostgreSQL,
+# the chaos test among them, with their counts printed. make test runs
+# them too.
 cluster-test:
 	$(GO) test $(RACE) -count=1 -timeout $(TIMEOUT) -v -run 'TestCluster|TestPGStore|TestChain|TestControlRepeated|TestNATS|TestStream|TestMQTT|TestPostgres' ./hub ./internal/clustertest
 
@@ -68,13 +68,16 @@ build:
 
 # The demo: the agent with its embedded broker and a simulated home, then
 # go_home triggered and followed step by step. Ctrl-C stops it cleanly.
+# RUN_FLAGS go to `agent run`: a port taken, for one
+# (RUN_FLAGS='-broker-listen 127.0.0.1:1893 -http 127.0.0.1:8081').
+RUN_FLAGS ?=
 run: build
-	./bin/agent run -config configs/agent.toml -progress -trigger go_home -log-level warn
+	./bin/agent run -config configs/agent.toml -progress -trigger go_home -log-level warn $(RUN_FLAGS)
 
 # The mixed demo: native devices beside Zigbee2MQTT ones (docs/devices.md),
 # go_home triggered and followed step by step.
 run-mixed: build
-	./bin/agent run -config configs/mixed/agent.toml -progress -trigger go_home -log-level warn
+	./bin/agent run -config configs/mixed/agent.toml -progress -trigger go_home -log-level warn $(RUN_FLAGS)
 
 # The hub (its embedded broker on 127.0.0.1:1884, dashboard on
 # http://127.0.0.1:8090/?token=demo-token-change-me) and the demo agent
@@ -85,7 +88,7 @@ demo-hub: build
 	@setsid ./bin/hub run -config configs/hub.toml -log-level warn & hub=$$!; trap "kill $$hub 2>/dev/null" EXIT; trap "" INT; \
 	sleep 1; echo "Hub dashboard: http://127.0.0.1:8090/?token=demo-token-change-me"; \
 	SORTIE_HUB_PASSWORD=home-demo-password ./bin/agent run -config configs/agent.toml \
-	  -hub tcp://127.0.0.1:1884 -progress -trigger go_home -log-level warn
+	  -hub tcp://127.0.0.1:1884 -progress -trigger go_home -log-level warn $(RUN_FLAGS)
 
 # The simulated home alone, against the broker given by BROKER (default:
 # its own embedded broker).

@@ -196,6 +196,8 @@ func TestAPIAuth(t *testing.T) {
 		{"unknown path needs a token too", "/api/nope", "", http.StatusUnauthorized},
 		{"healthz is open", "/healthz", "", http.StatusOK},
 		{"readyz is open", "/readyz", "", http.StatusOK},
+		{"the root says what is here, open", "/", "", http.StatusOK},
+		{"other paths are not found", "/nope", "", http.StatusNotFound},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,10 +210,14 @@ func TestAPIAuth(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = resp.Body.Close() }() // the status is what this checks
+			body, _ := io.ReadAll(resp.Body)
 			var e api.Error
-			_ = json.NewDecoder(resp.Body).Decode(&e)
+			_ = json.Unmarshal(body, &e)
 			if resp.StatusCode != c.want {
 				t.Fatalf("status %d, want %d", resp.StatusCode, c.want)
+			}
+			if c.path == "/" && !strings.Contains(string(body), "/api/missions") {
+				t.Errorf("the root's text lacks the endpoints: %q", body)
 			}
 			if c.want == http.StatusUnauthorized && (e.Error.Code != api.CodeUnauthorized || resp.Header.Get("WWW-Authenticate") == "") {
 				t.Errorf("401 without the error body or challenge: %+v", e)

@@ -378,6 +378,14 @@ func (d *Driver) CancelFor(ctx context.Context, id, reason string) (*Mission, er
 // work, so the mission's goal is reached again as a whole. A mission
 // with a deadline gets the same time budget again from now.
 func (d *Driver) Retry(ctx context.Context, id string) (*Mission, error) {
+	m, err := d.retry(ctx, id)
+	if errors.Is(err, ErrTerminal) || errors.Is(err, ErrIllegalTransition) {
+		err = fmt.Errorf("%w (only a FAILED mission can be retried)", err)
+	}
+	return m, err
+}
+
+func (d *Driver) retry(ctx context.Context, id string) (*Mission, error) {
 	return d.control(ctx, id, func(t *txn, _ *entry, running bool) error {
 		m := t.m
 		if m.State != StateFailed {

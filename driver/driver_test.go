@@ -642,8 +642,8 @@ func TestRetryFailedMission(t *testing.T) {
 	if keys[0] == keys[1] {
 		t.Errorf("retry reused the first run's idempotency key %s", keys[0])
 	}
-	if _, err := d.Retry(context.Background(), m.ID); !errors.Is(err, ErrTerminal) {
-		t.Errorf("retry succeeded mission: %v", err)
+	if _, err := d.Retry(context.Background(), m.ID); !errors.Is(err, ErrTerminal) || !strings.Contains(err.Error(), "only a FAILED mission can be retried") {
+		t.Errorf("retry succeeded mission: %v, want ErrTerminal saying what can be retried", err)
 	}
 }
 

@@ -122,9 +122,10 @@ func (c *Client) Send(ctx context.Context, method, path string, body any) (*http
 const watchPoll = 250 * time.Millisecond
 
 // Watch calls each with the mission's events as they are committed,
-// in order, until the mission is terminal, and returns it as it ended
-// (or as last read, with ctx's error).
-func (c *Client) Watch(ctx context.Context, id string, each func(driver.Event) error) (*driver.Mission, error) {
+// in order, and the mission as last read (its steps' results as of then),
+// until the mission is terminal, and returns it as it ended (or as last
+// read, with ctx's error).
+func (c *Client) Watch(ctx context.Context, id string, each func(driver.Event, *driver.Mission) error) (*driver.Mission, error) {
 	seen := 0
 	for {
 		var d MissionDetail
@@ -135,7 +136,7 @@ func (c *Client) Watch(ctx context.Context, id string, each func(driver.Event) e
 			return nil, fmt.Errorf("mission %s: the answer holds no mission", id)
 		}
 		for _, ev := range d.Timeline[min(seen, len(d.Timeline)):] {
-			if err := each(ev); err != nil {
+			if err := each(ev, d.Mission); err != nil {
 				return nil, err
 			}
 		}

@@ -206,7 +206,24 @@ func (s *Handler) Register(mux *http.ServeMux) {
 	mux.Handle("/api/", s.guard(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	}))
+	// The address the agent prints is opened in a browser: say what is
+	// here rather than a bare 404. It names no mission and needs no token.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, rootText)
+	})
 }
+
+const rootText = `Sortie agent: its management API (docs/api.md).
+
+  GET  /api/missions, /api/missions/{id}   missions (the CLI: agent missions)
+  POST /api/missions                       trigger a scene (agent trigger)
+  GET  /api/scenes, /api/devices, /api/why, /api/schedules, /api/config
+  GET  /healthz, /readyz, /metrics         health and Prometheus metrics
+
+/api/ takes the bearer token when the agent has one. The web dashboard
+is the hub's (make demo-hub; docs/hub.md).
+`
 
 // guard checks the token, refuses work while shutting down and bounds
 // the body. The token is compared in constant time and never logged.

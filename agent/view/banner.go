@@ -35,7 +35,28 @@ func (b Banner) String(now time.Time) string {
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, "Sortie agent %q ready. Broker %s, API %s.\nScenes: %s.\n", b.Gateway, b.BrokerURL, api, strings.Join(b.Scenes, ", "))
-	s.WriteString("Trigger one from another terminal:\n  ./bin/agent trigger movie_night\n")
+	if len(b.Scenes) == 0 {
+		s.WriteString("Ctrl-C stops (in-flight steps finish first).\n\n")
+		return s.String()
+	}
+	// The examples trigger scenes this agent has: the demo's movie_night
+	// and good_night where it has them (they show the most).
+	pick := func(want string, i int) string {
+		for _, sc := range b.Scenes {
+			if sc == want {
+				return sc
+			}
+		}
+		return b.Scenes[min(i, len(b.Scenes)-1)]
+	}
+	s.WriteString("Trigger one from another terminal:\n")
+	if b.API != "" {
+		addr := ""
+		if b.API != "http://127.0.0.1:8080" { // the CLI's default
+			addr = " -addr " + strings.TrimPrefix(b.API, "http://")
+		}
+		fmt.Fprintf(&s, "  ./bin/agent trigger %s%s\n", pick("movie_night", 0), addr)
+	}
 	flags := ""
 	if port != "" && port != "1883" {
 		flags += " -p " + port
@@ -46,7 +67,7 @@ func (b Banner) String(now time.Time) string {
 	if b.BrokerLogin {
 		flags += " -u APP_USER -P PASSWORD"
 	}
-	fmt.Fprintf(&s, "  mosquitto_pub -h %s%s -q 1 -t %s -m '{\"scene\":\"good_night\",\"request_id\":\"night-%d\"}'\n", host, flags, b.TriggerTopic, now.Unix())
+	fmt.Fprintf(&s, "  mosquitto_pub -h %s%s -q 1 -t %s -m '{\"scene\":%q,\"request_id\":\"night-%d\"}'\n", host, flags, b.TriggerTopic, pick("good_night", 1), now.Unix())
 	s.WriteString("Ctrl-C stops (in-flight steps finish first).\n\n")
 	return s.String()
 }

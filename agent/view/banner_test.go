@@ -26,8 +26,28 @@ func TestBannerTellsHowToDriveTheAgent(t *testing.T) {
 			t.Errorf("banner lacks %q:\n%s", want, got)
 		}
 	}
-	plain := Banner{BrokerListen: "127.0.0.1:1883", API: "http://127.0.0.1:8080", TriggerTopic: "t"}.String(time.Unix(0, 0))
+	plain := Banner{BrokerListen: "127.0.0.1:1883", API: "http://127.0.0.1:8080", TriggerTopic: "t", Scenes: []string{"go_home"}}.String(time.Unix(0, 0))
 	if !strings.Contains(plain, "mosquitto_pub -h 127.0.0.1 -q 1 -t t ") || !strings.Contains(plain, "API http://127.0.0.1:8080.") {
 		t.Errorf("plain banner:\n%s", plain)
+	}
+}
+
+// TestBannerExamplesWorkAsPasted: the examples trigger scenes the agent
+// has (the demo's movie_night and good_night where it has them), and
+// the CLI's line names the API's address when it is not the default.
+func TestBannerExamplesWorkAsPasted(t *testing.T) {
+	for _, tc := range []struct {
+		scenes    []string
+		api       string
+		cli, mqtt string
+	}{
+		{[]string{"go_home", "good_night", "movie_night"}, "http://127.0.0.1:8080", "./bin/agent trigger movie_night\n", `"scene":"good_night"`},
+		{[]string{"go_home", "leave_home"}, "http://127.0.0.1:18080", "./bin/agent trigger go_home -addr 127.0.0.1:18080\n", `"scene":"leave_home"`},
+		{[]string{"only"}, "http://127.0.0.1:8080", "./bin/agent trigger only\n", `"scene":"only"`},
+	} {
+		got := Banner{BrokerListen: "127.0.0.1:1883", API: tc.api, TriggerTopic: "t", Scenes: tc.scenes}.String(time.Unix(0, 0))
+		if !strings.Contains(got, tc.cli) || !strings.Contains(got, tc.mqtt) {
+			t.Errorf("scenes %v, API %s: want %q and %q in\n%s", tc.scenes, tc.api, tc.cli, tc.mqtt, got)
+		}
 	}
 }

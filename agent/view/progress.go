@@ -77,8 +77,10 @@ func shortID(id string) string {
 	return id
 }
 
-// line renders one event, or "" for events not worth a line.
-func progressLine(ev driver.Event, m *driver.Mission) string {
+// ProgressLine renders one event of m as the progress view does, its
+// time in loc, or "" for an event not worth a line: the CLI's trigger
+// -wait and missions watch print these.
+func ProgressLine(ev driver.Event, m *driver.Mission, loc *time.Location) string {
 	n := len(m.Steps)
 	step := func(i int) string { return stepOf(m, i) }
 	// A delay step waits by design (begin, wait, begin again, ok): one
@@ -162,7 +164,7 @@ func progressLine(ev driver.Event, m *driver.Mission) string {
 	default:
 		return ""
 	}
-	return fmt.Sprintf("%s  %-12s %s  %s", ev.Time.Local().Format("15:04:05.000"), m.Type, shortID(m.ID), msg)
+	return fmt.Sprintf("%s  %-12s %s  %s", ev.Time.In(loc).Format("15:04:05.000"), m.Type, shortID(m.ID), msg)
 }
 
 func orDash(s string) string {
@@ -174,7 +176,7 @@ func orDash(s string) string {
 
 // Observe implements driver.Observer.
 func (p *Progress) Observe(ev driver.Event, m *driver.Mission) {
-	line := progressLine(ev, m)
+	line := ProgressLine(ev, m, time.Local)
 	if line == "" {
 		return
 	}

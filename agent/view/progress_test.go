@@ -40,7 +40,7 @@ func TestProgressLines(t *testing.T) {
 	}
 	for _, c := range cases {
 		c.ev.Time = t0
-		got := progressLine(c.ev, m)
+		got := ProgressLine(c.ev, m, time.Local)
 		if c.want == "" {
 			if got != "" {
 				t.Errorf("%s: got %q, want no line", c.ev.Input, got)
@@ -56,10 +56,10 @@ func TestProgressLines(t *testing.T) {
 	}
 	// The delay's wait is over: no second "..." line, then how long.
 	m.Results[1] = driver.StepResult{Status: driver.StepSucceeded, Waits: 1, Started: t0, Finished: t0.Add(2001 * time.Millisecond)}
-	if got := progressLine(driver.Event{Input: driver.InBeginStep, Step: 1, Attempt: 1, Time: t0}, m); got != "" {
+	if got := ProgressLine(driver.Event{Input: driver.InBeginStep, Step: 1, Attempt: 1, Time: t0}, m, time.Local); got != "" {
 		t.Errorf("delay begun again: %q, want no line", got)
 	}
-	if got := progressLine(driver.Event{Input: driver.InStepOK, Step: 1, Time: t0}, m); !strings.Contains(got, "step 2/2 wait 2s done (waited 2.001s)") {
+	if got := ProgressLine(driver.Event{Input: driver.InStepOK, Step: 1, Time: t0}, m, time.Local); !strings.Contains(got, "step 2/2 wait 2s done (waited 2.001s)") {
 		t.Errorf("delay over: %q", got)
 	}
 }

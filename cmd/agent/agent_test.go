@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -371,5 +373,40 @@ func TestCompactCommand(t *testing.T) {
 	var m map[string]any
 	if code := e.get("/api/missions/"+id, &m); code != 200 {
 		t.Fatalf("mission after compaction: %d", code)
+	}
+}
+
+// TestRunOnATakenPortSaysWhichFlagMovesIt: an agent whose broker port is
+// taken (another broker, another demo) exits with the bind error and
+// the flags and config keys that choose another port.
+func TestRunOnATakenPortSaysWhichFlagMovesIt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	cmd := exec.Command(agentBin, "run", "-config", testkit.RepoPath("configs/agent.toml"), "-data", t.TempDir(),
+		"-broker-listen", ln.Addr().String(), "-http", "127.0.0.1:0")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the agent ran on a taken port:\n%s", out)
+	}
+	for _, want := range []string{"address already in use", "-broker-listen and -http choose others"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRunWithAnUnknownDemoTriggerExitsAsAUsageError: -trigger names a
+// scene the agent does not have: it says so, with the scenes it has,
+// and exits 2, rather than running on with a warning in its log.
+func TestRunWithAnUnknownDemoTriggerExitsAsAUsageError(t *testing.T) {
+	cmd := exec.Command(agentBin, "run", "-config", testkit.RepoPath("configs/agent.toml"), "-data", t.TempDir(),
+		"-broker-listen", "127.0.0.1:0", "-http", "127.0.0.1:0", "-trigger", "go_hom")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "-trigger go_hom: no such scene (have all_off, go_home,") {
+		t.Errorf("exit %v, output:\n%s\nwant exit 2 naming the scenes", err, out)
 	}
 }

@@ -257,6 +257,7 @@ func cmdTrigger(ctx context.Context, e *cli.Env, args []string) error {
 	requestID := fs.String("request-id", "", "request ID; repeating it returns the same mission (default: a new one)")
 	source := fs.String("source", "cli", "who asks, recorded on the mission")
 	wait := fs.Bool("wait", false, "follow the mission until it ends: exit 0 if it succeeded, 1 if it failed or was cancelled, 2 if the trigger was rejected")
+	events := fs.Bool("events", false, "with -wait: "+eventsUsage)
 	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
@@ -313,7 +314,7 @@ func cmdTrigger(ctx context.Context, e *cli.Env, args []string) error {
 		if _, err := fmt.Fprintf(o.stdout, "mission %s accepted (%s, request %s)\n", rep.MissionID, rep.Scene, rep.RequestID); err != nil {
 			return err
 		}
-		state, err := watch(ctx, c, rep.MissionID, o)
+		state, err := watch(ctx, c, rep.MissionID, o, *events)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sortie-edge/sortie/agent/agentconf"
@@ -164,6 +167,9 @@ func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
 			log.Info("agent stopped while starting", "err", err)
 			return nil
 		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w\n(another program has that port: -broker-listen and -http choose others, as [broker] listen and [http] listen do in the config)", err)
+		}
 		return err
 	}
 	// Start-up's garbage (the config, the catalog, opening the store)
@@ -171,6 +177,9 @@ func cmdRun(ctx context.Context, e *cli.Env, args []string) error {
 	// what an idle gateway holds is what it holds for hours.
 	debug.FreeOSMemory()
 	ad := a.Addrs()
+	if rf.trigger != "" && !slices.Contains(ad.Scenes, rf.trigger) {
+		return &usageError{Msg: fmt.Sprintf("-trigger %s: no such scene (have %s)", rf.trigger, strings.Join(ad.Scenes, ", "))}
+	}
 	if rf.progress {
 		b := view.Banner{
 			Gateway: cfg.GatewayID, BrokerURL: ad.BrokerURL, BrokerListen: ad.BrokerListen, API: ad.API,

@@ -14,9 +14,16 @@ import (
 
 // watch prints a mission's events as they are committed, one line each,
 // until it is terminal, and returns its final state.
-func watch(ctx context.Context, c *api.Client, id string, o cliOut) (driver.State, error) {
-	m, err := c.Watch(ctx, id, func(ev driver.Event) error {
-		_, err := fmt.Fprintln(o.stdout, view.EventLine(ev, o.loc))
+func watch(ctx context.Context, c *api.Client, id string, o cliOut, events bool) (driver.State, error) {
+	m, err := c.Watch(ctx, id, func(ev driver.Event, m *driver.Mission) error {
+		line := view.ProgressLine(ev, m, o.loc)
+		if events {
+			line = view.EventLine(ev, o.loc)
+		}
+		if line == "" {
+			return nil
+		}
+		_, err := fmt.Fprintln(o.stdout, line)
 		return err
 	})
 	if err != nil {
@@ -29,11 +36,14 @@ func watch(ctx context.Context, c *api.Client, id string, o cliOut) (driver.Stat
 	return m.State, err
 }
 
+const eventsUsage = "print the mission's state-machine events (input, from -> to) instead of progress lines"
+
 // cmdWatch follows a mission (by default the newest) until it ends:
 // exit 0 if it succeeded, 1 otherwise.
 func cmdWatch(ctx context.Context, e *cli.Env, args []string) error {
 	o := newCLIOut(e)
 	fs, cf := newAPIFlagSet(e)
+	events := fs.Bool("events", false, eventsUsage)
 	pos, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
@@ -58,7 +68,7 @@ func cmdWatch(ctx context.Context, e *cli.Env, args []string) error {
 		}
 		id = list.Missions[0].ID
 	}
-	state, err := watch(ctx, c, id, o)
+	state, err := watch(ctx, c, id, o, *events)
 	if err != nil {
 		return err
 	}

@@ -116,8 +116,11 @@ func TestTriggerWaitExitsByHowTheMissionEnds(t *testing.T) {
 		code := run(context.Background(), append(args, "-addr", f.url), &out, &errb)
 		return code, out.String() + errb.String()
 	}
-	if code, out := cli("trigger", "many", "-wait"); code != 0 || !strings.Contains(out, "SUCCEEDED") || !strings.Contains(out, "step_ok") {
-		t.Errorf("trigger -wait of a mission that succeeds: exit %d\n%s", code, out)
+	if code, out := cli("trigger", "many", "-wait"); code != 0 || !strings.Contains(out, "SUCCEEDED in ") || !strings.Contains(out, "step 1/") || strings.Contains(out, "step_ok") {
+		t.Errorf("trigger -wait of a mission that succeeds: exit %d, want progress lines\n%s", code, out)
+	}
+	if code, out := cli("trigger", "many", "-wait", "-events"); code != 0 || !strings.Contains(out, "SUCCEEDED") || !strings.Contains(out, "step_ok") {
+		t.Errorf("trigger -wait -events: exit %d, want the state machine's events\n%s", code, out)
 	}
 	if code, out := cli("trigger", "nope", "-wait"); code != 2 || !strings.Contains(out, "unknown_scene") {
 		t.Errorf("trigger -wait of an unknown scene: exit %d\n%s", code, out)

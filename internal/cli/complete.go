@@ -266,7 +266,7 @@ const tables = `# @FN@_subs NODE: the subcommands of NODE ("" is @PROG@ itself),
 // Pass flags given, then completes the word at the cursor: a flag's
 // value, a flag, a subcommand or an argument.
 const bashScript = `# bash completion for @PROG@, written by "@PROG@ completion bash".
-#   @PROG@ completion bash > /etc/bash_completion.d/@PROG@
+#   @PROG@ completion bash > /usr/share/bash-completion/completions/@PROG@
 # or, in ~/.bashrc:
 #   source <(@PROG@ completion bash)
 
