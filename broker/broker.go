@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
@@ -88,7 +89,8 @@ func Start(opts Options) (*Broker, error) {
 	}
 	// A message published while a session changes connection reaches
 	// the new one (handover.go).
-	if err := srv.AddHook(newHandover(srv, log), nil); err != nil {
+	ho := newHandover(srv, log)
+	if err := srv.AddHook(ho, nil); err != nil {
 		return nil, fmt.Errorf("broker handover hook: %w", err)
 	}
 	b := &Broker{srv: srv, closing: closing}
@@ -98,6 +100,7 @@ func Start(opts Options) (*Broker, error) {
 	// hook for both: each hook type costs the agent's binary a copy of
 	// mochi's whole hook interface.
 	b.retained = newRetainer(b, hook, log)
+	b.retained.handover = ho
 	if err := srv.AddHook(b.retained, nil); err != nil {
 		return nil, fmt.Errorf("broker retain hook: %w", err)
 	}
@@ -145,7 +148,10 @@ func (b *Broker) Retained(topic string) ([]byte, bool) {
 	b.retained.mu.RLock()
 	defer b.retained.mu.RUnlock()
 	pk, ok := b.retained.msgs[topic]
-	return pk.Payload, ok
+	if !ok || !live(pk, time.Now().Unix()) {
+		return nil, false
+	}
+	return pk.Payload, true
 }
 
 // Publish publishes from inside the broker's process (devices.Local),

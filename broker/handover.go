@@ -27,9 +27,10 @@ package broker
 // session starts empty, so nothing is handed to it.
 //
 // A delivery caught on the publisher's goroutine is written to the new
-// connection from a goroutine of its own, so that a subscriber slow to
-// read does not hold the publisher (mochi's own deliveries go through
-// each connection's queue). And the broker uses no topic aliases towards
+// connection by a goroutine of that connection's, in the order caught,
+// so that a subscriber slow to read does not hold the publisher (mochi's
+// own deliveries go through each connection's queue) and a topic's
+// messages keep their order. And the broker uses no topic aliases towards
 // clients (MQTT 5 lets a server choose not to): a delivery queued on the
 // old connection may carry that connection's alias in place of its
 // topic name, which the new connection does not know and mochi keeps no
@@ -55,10 +56,13 @@ type handover struct {
 	// pending are deliveries caught on a taken-over connection before
 	// the session's next connection was established.
 	pending map[string][]packets.Packet
+	// out are deliveries for an established connection, written in
+	// order by one goroutine while the connection has any.
+	out map[*mqtt.Client][]packets.Packet
 }
 
 func newHandover(srv *mqtt.Server, log *slog.Logger) *handover {
-	return &handover{srv: srv, log: log, current: map[string]*mqtt.Client{}, pending: map[string][]packets.Packet{}}
+	return &handover{srv: srv, log: log, current: map[string]*mqtt.Client{}, pending: map[string][]packets.Packet{}, out: map[*mqtt.Client][]packets.Packet{}}
 }
 
 func (h *handover) ID() string { return "sortie-handover" }
@@ -93,8 +97,29 @@ func (h *handover) reroute(id string, pk packets.Packet) {
 		h.mu.Unlock()
 		return
 	}
+	q, running := h.out[nc]
+	h.out[nc] = append(q, pk)
 	h.mu.Unlock()
-	go h.deliver(nc, pk) // on the publisher's goroutine: not held by a slow reader
+	if !running {
+		go h.drain(nc) // not on the publisher's goroutine: a slow reader would hold it
+	}
+}
+
+// drain delivers nc's queued deliveries in order until none is left.
+func (h *handover) drain(nc *mqtt.Client) {
+	for {
+		h.mu.Lock()
+		q := h.out[nc]
+		if len(q) == 0 {
+			delete(h.out, nc)
+			h.mu.Unlock()
+			return
+		}
+		pk := q[0]
+		h.out[nc] = q[1:]
+		h.mu.Unlock()
+		h.deliver(nc, pk)
+	}
 }
 
 // OnSessionEstablished hands the new connection what was caught while it

@@ -55,10 +55,15 @@ type retainer struct {
 	// acl is the broker's access hook: a replayed message is checked as
 	// mochi checks a forwarded one.
 	acl mqtt.Hook
-	log *slog.Logger
+	// handover sees each replay queued, as mochi's own deliveries, so
+	// that one queued on a connection taken over meanwhile goes on to
+	// the session's next connection (handover.go).
+	handover *handover
+	log      *slog.Logger
 
-	mu   sync.RWMutex
-	msgs map[string]packets.Packet // by topic
+	mu    sync.RWMutex
+	msgs  map[string]packets.Packet // by topic
+	swept int64                     // unix seconds of the last sweep of expired ones
 
 	// pending are, per client, the subscriptions of the SUBSCRIBE being
 	// answered: mochi reads a client's packets one at a time and writes
@@ -90,7 +95,7 @@ func (r *retainer) ID() string { return "sortie-retain" }
 
 func (r *retainer) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnPublish, mqtt.OnWill, mqtt.OnWillSent, mqtt.OnSubscribe, mqtt.OnSubscribed, mqtt.OnPacketSent, mqtt.OnDisconnect:
+	case mqtt.OnPublish, mqtt.OnWill, mqtt.OnWillSent, mqtt.OnClientExpired, mqtt.OnSubscribe, mqtt.OnSubscribed, mqtt.OnPacketSent, mqtt.OnDisconnect:
 		return true
 	}
 	return false
@@ -119,33 +124,43 @@ func (r *retainer) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet,
 // OnWill stores a retained will as mochi sends it; a delayed one waits
 // for OnWillSent.
 func (r *retainer) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	delayed := will.Retain && will.WillDelayInterval > 0
+	r.pendMu.Lock()
+	if delayed {
+		r.delayed[cl.ID] = true
+	} else {
+		delete(r.delayed, cl.ID) // this will replaces any delayed one
+	}
+	r.pendMu.Unlock()
 	if !will.Retain {
 		return will, nil
 	}
-	r.pendMu.Lock()
-	if will.WillDelayInterval > 0 {
-		r.delayed[cl.ID] = true
-	} else {
-		delete(r.delayed, cl.ID)
-	}
-	r.pendMu.Unlock()
-	if will.WillDelayInterval == 0 {
+	if !delayed {
 		r.store(willPacket(cl, will))
 	}
 	will.Retain = false
 	return will, nil
 }
 
-// OnWillSent stores a delayed retained will once it is sent.
+// OnWillSent stores a delayed retained will once it is sent: mochi calls
+// it for every will, and marks a delayed one's packet with its delay.
 func (r *retainer) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 	r.pendMu.Lock()
 	was := r.delayed[cl.ID]
 	delete(r.delayed, cl.ID)
 	r.pendMu.Unlock()
-	if was {
+	if was && pk.Connect.WillProperties.WillDelayInterval > 0 {
 		pk.FixedHeader.Retain = true
 		r.store(pk)
 	}
+}
+
+// OnClientExpired forgets a delayed will's mark: mochi sends no will of
+// a session gone.
+func (r *retainer) OnClientExpired(cl *mqtt.Client) {
+	r.pendMu.Lock()
+	delete(r.delayed, cl.ID)
+	r.pendMu.Unlock()
 }
 
 // willPacket is the message mochi publishes for a will (Server.sendLWT).
@@ -162,12 +177,32 @@ func willPacket(cl *mqtt.Client, will mqtt.Will) packets.Packet {
 
 // store keeps pk as its topic's retained message, or clears the topic
 // for an empty payload [MQTT-3.3.1-10, 3.3.1-11].
+//
+// A retained message lasts until it is replaced or cleared, or, for one
+// an MQTT 5 client gave a message expiry, until that expiry
+// [MQTT-3.3.2-5]. mochi stamps every publish with its maximum expiry (a
+// day) and dropped every retained message a day old: a device's
+// "online", published once at connect, went from the broker after a
+// day. Expired ones are swept at most once a minute, as messages come.
 func (r *retainer) store(pk packets.Packet) {
+	kept := pk.Copy(false)
+	if pk.ProtocolVersion != 5 || pk.Properties.MessageExpiryInterval == 0 {
+		kept.Expiry = 0
+	}
+	now := time.Now().Unix()
 	r.mu.Lock()
 	if len(pk.Payload) == 0 {
 		delete(r.msgs, pk.TopicName)
 	} else {
-		r.msgs[pk.TopicName] = pk.Copy(false)
+		r.msgs[pk.TopicName] = kept
+	}
+	if now-r.swept >= 60 {
+		r.swept = now
+		for topic, m := range r.msgs {
+			if !live(m, now) {
+				delete(r.msgs, topic)
+			}
+		}
 	}
 	n := len(r.msgs)
 	r.mu.Unlock()
@@ -317,6 +352,9 @@ func (r *retainer) send(cl *mqtt.Client, sub packets.Subscription, pk packets.Pa
 		full := window > 0 && cl.State.Inflight.Len() >= window
 		if cl.State.Inflight.Set(out) {
 			atomic.AddInt64(&r.srv.Info.Inflight, 1)
+			if r.handover != nil {
+				r.handover.OnQosPublish(cl, out, out.Created, 0)
+			}
 			cl.State.Inflight.DecreaseSendQuota()
 		}
 		if full {

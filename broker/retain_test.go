@@ -364,3 +364,84 @@ func TestMochisTopicTreeKeepsNoRetainedPath(t *testing.T) {
 		}
 	}
 }
+
+// TestDelayedRetainedWillIsKeptOnceSentAndOnlyThen: an MQTT 5 client's
+// retained will with a delay is retained when the broker sends it after
+// the delay (and replayed: mochi stamped it with an expiry already past),
+// and a later will without the retain flag from the same client ID is
+// not retained because the earlier one was delayed.
+func TestDelayedRetainedWillIsKeptOnceSentAndOnlyThen(t *testing.T) {
+	b := startTest(t)
+	watch := dialRaw(t, b, "watch")
+	watch.send(subscribe(1, "home/#"))
+	watch.expect(packets.Suback, 1)
+	session := packets.Properties{SessionExpiryInterval: 600, SessionExpiryIntervalFlag: true}
+	dev := dialRawWith(t, b, 5, packets.ConnectParams{
+		ClientIdentifier: "lamp", WillFlag: true, WillRetain: true,
+		WillTopic: "home/lamp/availability", WillPayload: []byte("offline"),
+		WillProperties: packets.Properties{WillDelayInterval: 1},
+	}, session)
+	_ = dev.nc.Close()
+	if will := watch.read(); string(will.Payload) != "offline" {
+		t.Fatalf("will forwarded: %q", will.Payload)
+	}
+	testkit.Eventually(t, 5*time.Second, "the delayed will retained", func() bool { _, ok := b.Retained("home/lamp/availability"); return ok })
+	late := dialRaw(t, b, "late")
+	late.send(subscribe(1, "home/#"))
+	late.expect(packets.Suback, 1)
+	if got := late.ping(); len(got) != 1 || string(got[0].Payload) != "offline" || !got[0].FixedHeader.Retain {
+		t.Fatalf("a later subscriber got %+v, want the delayed will retained", got)
+	}
+
+	// A delayed retained will cancelled by a reconnection, then a will
+	// without the flag: the second is forwarded, not retained.
+	dev = dialRawWith(t, b, 5, packets.ConnectParams{
+		ClientIdentifier: "fan", WillFlag: true, WillRetain: true,
+		WillTopic: "home/fan/availability", WillPayload: []byte("offline"),
+		WillProperties: packets.Properties{WillDelayInterval: 30},
+	}, session)
+	_ = dev.nc.Close()
+	dev = dialRawWith(t, b, 5, packets.ConnectParams{
+		ClientIdentifier: "fan", WillFlag: true,
+		WillTopic: "home/fan/availability", WillPayload: []byte("bye"),
+	}, session)
+	_ = dev.nc.Close()
+	for {
+		if m := watch.read(); string(m.Payload) == "bye" {
+			break
+		}
+	}
+	if p, ok := b.Retained("home/fan/availability"); ok {
+		t.Errorf("a will without the retain flag was retained: %q", p)
+	}
+}
+
+// TestRetainedMessagesLastUntilClearedOrTheirOwnExpiry: a retained
+// message without an MQTT 5 expiry is kept with none (mochi dropped
+// every retained message a day old), and one with an expiry goes once
+// it passes.
+func TestRetainedMessagesLastUntilClearedOrTheirOwnExpiry(t *testing.T) {
+	b := startTest(t)
+	pub := dialRawWith(t, b, 5, packets.ConnectParams{ClientIdentifier: "pub"})
+	pub.send(publishPk("home/lamp/state", "on", 0, 0, true))
+	brief := publishPk("home/door/ring", "ding", 0, 0, true)
+	brief.Properties.MessageExpiryInterval = 1
+	pub.send(brief)
+	pub.ping()
+	b.retained.mu.RLock()
+	kept := b.retained.msgs["home/lamp/state"].Expiry
+	b.retained.mu.RUnlock()
+	if kept != 0 {
+		t.Errorf("a retained message without an expiry is kept until %d, want no expiry", kept)
+	}
+	if _, ok := b.Retained("home/door/ring"); !ok {
+		t.Fatal("the message with an expiry was not retained")
+	}
+	testkit.Eventually(t, 5*time.Second, "the expired message gone", func() bool { _, ok := b.Retained("home/door/ring"); return !ok })
+	c := dialRaw(t, b, "app")
+	c.send(subscribe(1, "home/#"))
+	c.expect(packets.Suback, 1)
+	if got := c.ping(); len(got) != 1 || got[0].TopicName != "home/lamp/state" {
+		t.Errorf("replayed %+v, want only home/lamp/state", got)
+	}
+}

@@ -484,11 +484,13 @@ func (h *Handlers) acked(req driver.StepRequest, p CommandParams, ack wire.Ack, 
 // deduplicated by the device, which re-acks without acting again, so a
 // retry cannot make a device reach a state it did not reach.
 func (h *Handlers) verified(req driver.StepRequest, p CommandParams, r *driver.Parked, now time.Time) (map[string]any, error) {
-	want := h.reg.Load().Expected(p.Device, p.Action, p.Params)
+	reg := h.reg.Load()
+	want := reg.Expected(p.Device, p.Action, p.Params)
 	if want == nil {
 		if prev := h.prev.Load(); prev != nil {
-			// Sent under the registry swapped out since: verified as sent.
-			want = prev.Expected(p.Device, p.Action, p.Params)
+			// Sent under the registry swapped out since: verified (and
+			// its values hidden) as sent.
+			reg, want = prev, prev.Expected(p.Device, p.Action, p.Params)
 		}
 	}
 	got, _ := h.client.State(p.Device)
@@ -507,7 +509,6 @@ func (h *Handlers) verified(req driver.StepRequest, p CommandParams, r *driver.P
 		until = r.Until
 	}
 	if !now.Before(until) {
-		reg := h.reg.Load()
 		return nil, driver.PermanentError(CodeVerifyFailed,
 			fmt.Errorf("device %s acked but reported %s, not %s, by %s (another command, from another mission or an app, may have changed it since)",
 				p.Device, jsonText(reg.Masked(p.Device, p.Action, got)), jsonText(reg.Masked(p.Device, p.Action, want)), until.Format(time.RFC3339)))

@@ -1,6 +1,7 @@
 package devices
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -458,10 +459,13 @@ func (r *Registry) Shown(deviceID, action, param string) bool {
 func (p *Param) shown() bool { return !p.Secret && (p.Type != TypeString || p.Show) }
 
 // Masked returns a copy of state, a device's reported or expected state,
-// with the value of each key that is a parameter of action or of the
-// device's set action and is not Shown replaced by "***": a verify
-// failure quotes both states into the step's error, which goes where
-// step names go.
+// with "***" for every value a step name would not show: a key that is
+// a parameter of action or of the device's set action and is not Shown,
+// and a key that is neither whose value is a string, an object or an
+// array (free text a device reports: a track's title, the last code
+// used); numbers, booleans and null stay. With the device or the action
+// unknown to r, every value is hidden. A verify failure quotes both
+// states into the step's error, which goes where step names go.
 func (r *Registry) Masked(deviceID, action string, state map[string]any) map[string]any {
 	if state == nil {
 		return nil
@@ -470,18 +474,30 @@ func (r *Registry) Masked(deviceID, action string, state map[string]any) map[str
 	if d, ok := r.Device(deviceID); ok {
 		set = r.Types[d.Type].Actions[SetAction]
 	}
-	a, _ := r.action(deviceID, action)
-	hidden := func(k string) bool {
+	a, err := r.action(deviceID, action)
+	hidden := func(k string, v any) bool {
+		if err != nil {
+			return true
+		}
+		known := false
 		for _, act := range []*Action{a, set} {
-			if act != nil && act.Params[k] != nil && !act.Params[k].shown() {
+			if act == nil || act.Params[k] == nil {
+				continue
+			}
+			if !act.Params[k].shown() {
 				return true
 			}
+			known = true
 		}
-		return false
+		switch v.(type) {
+		case nil, bool, float64, float32, int, int64, int32, uint, uint64, uint32, json.Number:
+			return false
+		}
+		return !known
 	}
 	out := make(map[string]any, len(state))
 	for k, v := range state {
-		if hidden(k) {
+		if hidden(k, v) {
 			v = "***"
 		}
 		out[k] = v

@@ -189,8 +189,10 @@ func TestRegistryErrors(t *testing.T) {
 
 // TestCheckAndMaskedQuoteNoHiddenValue: a refusal quotes the value only
 // of a parameter a step name would show (int, number, bool, enum, not
-// secret; a string marked show); Masked hides the others in a state quoted by a verify
-// failure, whether the action's own parameter or the set action's.
+// secret; a string marked show); Masked hides the others in a state
+// quoted by a verify failure, whether the action's own parameter or the
+// set action's, and a reported key that is no parameter when its value
+// is free text (a string, an object, an array).
 func TestCheckAndMaskedQuoteNoHiddenValue(t *testing.T) {
 	r, err := devices.ParseRegistry([]byte(`
 [types.keypad_lock.actions.unlock]
@@ -222,9 +224,16 @@ type = "keypad_lock"
 			t.Errorf("Check(%v) = %v, want %q and not %q", tc.params, err, tc.want, tc.hide)
 		}
 	}
-	got := r.Masked("front-door", "unlock", map[string]any{"locked": false, "greeting": "hi Ann", "label": "front", "pin": 4321, "hold": 5, "battery": 80})
-	want := map[string]any{"locked": false, "greeting": "***", "label": "front", "pin": "***", "hold": 5, "battery": 80}
+	got := r.Masked("front-door", "unlock", map[string]any{"locked": false, "greeting": "hi Ann", "label": "front", "pin": 4321, "hold": 5,
+		"battery": 80, "last_code": "0451", "log": []any{"0451"}})
+	want := map[string]any{"locked": false, "greeting": "***", "label": "front", "pin": "***", "hold": 5,
+		"battery": 80, "last_code": "***", "log": "***"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Masked = %v, want %v", got, want)
+	}
+	// A device or action the registry does not know (a registry swapped
+	// out since the command): nothing is shown.
+	if got := r.Masked("garage", "unlock", map[string]any{"pin": 4321, "battery": 80}); got["pin"] != "***" || got["battery"] != "***" {
+		t.Errorf("Masked for an unknown device = %v, want every value hidden", got)
 	}
 }

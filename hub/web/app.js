@@ -533,27 +533,35 @@ function setControls(s) {
 const afterFrame = () => new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 100); });
 
 // refreshDetail reads the open mission and draws it: the summary and
-// the waterfall, then (after a frame) its tables. Calls made while a
-// draw is under way (live updates come faster than a big mission is
-// read and drawn) are coalesced into one more draw after it, so every
-// draw finishes and the last one shows the newest state; a draw of a
-// mission no longer open stops where it is.
+// the waterfall, then (after a frame) its tables. Calls for the mission
+// being drawn (live updates come faster than a big mission is read and
+// drawn) are coalesced into one more draw after it, so every draw
+// finishes and the last one shows the newest state. Another mission
+// opened starts its draw at once; the old draw stops where it is (a
+// slow read of it must not hold the new one).
 function refreshDetail() {
-  if (state.detailRun) {
+  const k = state.selected ? key(state.selected.gw, state.selected.id) : "";
+  if (state.detailRun && state.detailRunKey === k) {
     state.detailAgain = true;
     return state.detailRun;
   }
-  state.detailRun = (async () => {
+  state.detailRunKey = k;
+  const run = (async () => {
     try {
       do {
         state.detailAgain = false;
-        await drawDetail();
-      } while (state.detailAgain);
+        try {
+          await drawDetail();
+        } catch (e) {
+          notice("Drawing the mission failed: " + e.message);
+        }
+      } while (state.detailAgain && state.detailRun === run);
     } finally {
-      state.detailRun = null;
+      if (state.detailRun === run) state.detailRun = null;
     }
   })();
-  return state.detailRun;
+  state.detailRun = run;
+  return run;
 }
 
 async function drawDetail() {
