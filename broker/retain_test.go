@@ -102,6 +102,7 @@ func TestRetainedWillReplaysToLaterSubscribers(t *testing.T) {
 	watch := dialRaw(t, b, "watch")
 	watch.send(subscribe(1, "home/+/availability"))
 	watch.expect(packets.Suback, 1)
+	watch.ping() // the subscription's replay is over: what comes next is forwarded
 
 	dev := dialRawWith(t, b, 4, packets.ConnectParams{
 		ClientIdentifier: "lamp", WillFlag: true, WillRetain: true, WillQos: 1,
@@ -375,6 +376,7 @@ func TestDelayedRetainedWillIsKeptOnceSentAndOnlyThen(t *testing.T) {
 	watch := dialRaw(t, b, "watch")
 	watch.send(subscribe(1, "home/#"))
 	watch.expect(packets.Suback, 1)
+	watch.ping() // the subscription's replay is over: what comes next is forwarded
 	session := packets.Properties{SessionExpiryInterval: 600, SessionExpiryIntervalFlag: true}
 	dev := dialRawWith(t, b, 5, packets.ConnectParams{
 		ClientIdentifier: "lamp", WillFlag: true, WillRetain: true,
