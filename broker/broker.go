@@ -218,7 +218,13 @@ func (b *Broker) Tap(filter string, handle func(topic string, payload []byte)) (
 	b.setTaps(func(ts []tap) []tap { return append(ts, tap{id, filter, handle}) })
 	return func() {
 		b.setTaps(func(ts []tap) []tap {
-			return slices.DeleteFunc(ts, func(t tap) bool { return t.id == id })
+			kept := ts[:0]
+			for _, t := range ts {
+				if t.id != id {
+					kept = append(kept, t)
+				}
+			}
+			return kept
 		})
 	}, nil
 }

@@ -59,16 +59,23 @@ type handover struct {
 	// out are deliveries for an established connection, written in
 	// order by one goroutine while the connection has any.
 	out map[*mqtt.Client][]packets.Packet
+	// ending and establishing are, by client ID, a connection whose
+	// session ends with it and is not yet unlisted, and a connection
+	// being established (relist.go); onWait is a test's seam, told when a
+	// new connection waits for an old one.
+	ending, establishing map[string]*mqtt.Client
+	onWait               func(id string)
 }
 
 func newHandover(srv *mqtt.Server, log *slog.Logger) *handover {
-	return &handover{srv: srv, log: log, current: map[string]*mqtt.Client{}, pending: map[string][]packets.Packet{}, out: map[*mqtt.Client][]packets.Packet{}}
+	return &handover{srv: srv, log: log, current: map[string]*mqtt.Client{}, pending: map[string][]packets.Packet{}, out: map[*mqtt.Client][]packets.Packet{},
+		ending: map[string]*mqtt.Client{}, establishing: map[string]*mqtt.Client{}}
 }
 
 func (h *handover) ID() string { return "sortie-handover" }
 
 func (h *handover) Provides(b byte) bool {
-	return b == mqtt.OnConnect || b == mqtt.OnQosPublish || b == mqtt.OnSessionEstablished || b == mqtt.OnDisconnect || b == mqtt.OnClientExpired
+	return b == mqtt.OnConnect || b == mqtt.OnQosPublish || b == mqtt.OnSessionEstablish || b == mqtt.OnSessionEstablished || b == mqtt.OnDisconnect || b == mqtt.OnClientExpired
 }
 
 // OnConnect turns off topic aliases towards the client: mochi assigns one
@@ -125,6 +132,7 @@ func (h *handover) drain(nc *mqtt.Client) {
 // OnSessionEstablished hands the new connection what was caught while it
 // took the session over.
 func (h *handover) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	h.established(cl)
 	if cl.IsTakenOver() {
 		return // a newer connection took it over already: that one is current
 	}
@@ -167,8 +175,10 @@ func (h *handover) deliver(nc *mqtt.Client, pk packets.Packet) {
 // connection taken over hands its session on (as mochi itself checks),
 // with what was caught for it.
 func (h *handover) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	h.established(cl)
 	if expire && !cl.IsTakenOver() {
 		h.forget(cl, true)
+		h.ended(cl) // relist.go
 	}
 }
 

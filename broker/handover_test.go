@@ -2,10 +2,14 @@ package broker
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/sortie-edge/sortie/internal/testkit"
 )
 
 // publishInTakeover publishes once, from inside mochi's takeover of a
@@ -86,5 +90,84 @@ func TestNoTopicAliasesTowardsClients(t *testing.T) {
 		if d := c.read(); d.TopicName != "triggers" || d.Properties.TopicAlias != 0 {
 			t.Fatalf("delivery with topic %q, alias %d; want the name, no alias", d.TopicName, d.Properties.TopicAlias)
 		}
+	}
+}
+
+// holdTeardown holds a clean session's connection in mochi's teardown,
+// after its "taken over?" check and before it unlists its client ID
+// (in OnUnsubscribed, which the teardown calls between the two), until
+// release is closed.
+type holdTeardown struct {
+	mqtt.HookBase
+	id      string
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+	freed   sync.Once
+}
+
+func (h *holdTeardown) ID() string { return "test-hold-teardown" }
+
+func (h *holdTeardown) Provides(b byte) bool {
+	return b == mqtt.OnUnsubscribed || b == mqtt.OnSessionEstablished
+}
+
+func (h *holdTeardown) OnUnsubscribed(cl *mqtt.Client, _ packets.Packet) {
+	if cl.ID == h.id {
+		h.once.Do(func() { close(h.held); <-h.release })
+	}
+}
+
+// OnSessionEstablished lets the held teardown go once a new connection
+// of the ID is established (the order mochi alone gets wrong).
+func (h *holdTeardown) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	select {
+	case <-h.held: // a connection of the ID is held in its teardown: this is the next one
+		if cl.ID == h.id {
+			h.let()
+		}
+	default:
+	}
+}
+
+func (h *holdTeardown) let() { h.freed.Do(func() { close(h.release) }) }
+
+// TestReconnectingAtOnceWithTheSameIDStaysListed: a clean session's
+// connection closes and a new one of the same client ID arrives while
+// mochi ends the old one, after its "taken over?" check and before it
+// unlists the ID. The new connection gets what is published to its
+// subscription. mochi alone unlisted the new connection (deleting the
+// ID after the new one had listed itself), which stayed up and deaf: an
+// agent's hub link restarted at once never got a control request.
+func TestReconnectingAtOnceWithTheSameIDStaysListed(t *testing.T) {
+	b := startTest(t)
+	hold := &holdTeardown{id: "gw", held: make(chan struct{}), release: make(chan struct{})}
+	if err := b.srv.AddHook(hold, nil); err != nil {
+		t.Fatal(err)
+	}
+	ho := b.retained.handover
+	ho.mu.Lock()
+	ho.onWait = func(string) { hold.let() } // the new connection waits for the old one: let it end
+	ho.mu.Unlock()
+	defer hold.let()
+
+	old := dialRawWith(t, b, 4, packets.ConnectParams{ClientIdentifier: "gw", Clean: true})
+	old.send(subscribe(1, "ctl"))
+	old.expect(packets.Suback, 1)
+	_ = old.nc.Close()
+	<-hold.held
+
+	c := dialRawWith(t, b, 4, packets.ConnectParams{ClientIdentifier: "gw", Clean: true})
+	c.send(subscribe(1, "ctl"))
+	c.expect(packets.Suback, 1)
+	testkit.Eventually(t, 5*time.Second, "the old connection gone", func() bool { return atomic.LoadInt64(&b.srv.Info.ClientsConnected) == 1 })
+	if err := b.Publish("ctl", []byte("go"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.read(); d.FixedHeader.Type != packets.Publish || string(d.Payload) != "go" {
+		t.Fatalf("the new connection got %+v, want the message", d)
+	}
+	if listed, ok := b.srv.Clients.Get("gw"); !ok || listed.Closed() {
+		t.Errorf("client ID gw listed: %v, want the new connection", ok)
 	}
 }

@@ -139,7 +139,7 @@ func (a *admission) withdraw(key string) {
 		return
 	}
 	d := a.devs[w.device]
-	d.queue = slices.DeleteFunc(d.queue, func(x *waiter) bool { return x == w })
+	d.queue = withoutWaiter(d.queue, w)
 	a.mu.Unlock()
 }
 
@@ -250,7 +250,7 @@ func (a *admission) pumpLocked(g *gate) []string {
 				continue
 			}
 			d.used++
-			d.queue = slices.DeleteFunc(d.queue, func(x *waiter) bool { return x == w })
+			d.queue = withoutWaiter(d.queue, w)
 			if l != nil {
 				l.used++
 				if l.rate > 0 {
@@ -338,4 +338,18 @@ func (a *admission) stats() map[string]LinkStats {
 		out[link] = s
 	}
 	return out
+}
+
+// withoutWaiter removes w from q in place (it is there once at most).
+// Written out, not slices.DeleteFunc: each generic instantiation is half
+// a kilobyte of the agent's binary, which has a budget.
+func withoutWaiter(q []*waiter, w *waiter) []*waiter {
+	for i, x := range q {
+		if x == w {
+			copy(q[i:], q[i+1:])
+			q[len(q)-1] = nil
+			return q[:len(q)-1]
+		}
+	}
+	return q
 }

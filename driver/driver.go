@@ -652,7 +652,7 @@ func (d *Driver) fileLocked(e *entry, keys ...string) {
 		return
 	}
 	for _, k := range e.keys {
-		if rest := slices.DeleteFunc(d.byKey[k], func(x *entry) bool { return x == e }); len(rest) > 0 {
+		if rest := withoutEntry(d.byKey[k], e); len(rest) > 0 {
 			d.byKey[k] = rest
 		} else {
 			delete(d.byKey, k)
@@ -746,4 +746,18 @@ func (d *Driver) jitter(p RetryPolicy, next int) time.Duration {
 	d.randMu.Lock()
 	defer d.randMu.Unlock()
 	return p.Backoff(next, d.rand)
+}
+
+// withoutEntry removes e from s in place (it is there once at most).
+// Written out, not slices.DeleteFunc: each generic instantiation is half
+// a kilobyte of the agent's binary, which has a budget.
+func withoutEntry(s []*entry, e *entry) []*entry {
+	for i, x := range s {
+		if x == e {
+			copy(s[i:], s[i+1:])
+			s[len(s)-1] = nil
+			return s[:len(s)-1]
+		}
+	}
+	return s
 }

@@ -397,7 +397,16 @@ func (c *Client) forget(s *sub) (last bool) {
 	if already || t == nil {
 		return false
 	}
-	subs := slices.DeleteFunc(slices.Clone(t.list()), func(o *sub) bool { return o == s })
+	// A new slice (readers hold the old one), written out rather than
+	// by slices.Clone and DeleteFunc: generic instantiations cost the
+	// agent's binary, which has a budget.
+	old := t.list()
+	subs := make([]*sub, 0, len(old))
+	for _, o := range old {
+		if o != s {
+			subs = append(subs, o)
+		}
+	}
 	if len(subs) > 0 {
 		t.subs.Store(&subs)
 		return false
