@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -265,13 +264,9 @@ func cmdTrigger(ctx context.Context, e *cli.Env, args []string) error {
 	if len(pos) == 0 {
 		return &usageError{Msg: "trigger needs a scene"}
 	}
-	params := map[string]any{}
-	for _, kv := range pos[1:] {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return &usageError{Msg: fmt.Sprintf("parameter %q is not key=value", kv)}
-		}
-		params[k] = paramValue(v)
+	params, err := cli.Params(pos[1:])
+	if err != nil {
+		return err
 	}
 	if *requestID == "" {
 		// Made here rather than by the agent, so that a trigger the agent
@@ -336,26 +331,6 @@ func self() string {
 		return "agent"
 	}
 	return os.Args[0]
-}
-
-// jsonNumber matches JSON's number grammar: such values are sent as
-// numbers, exactly as typed.
-var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
-
-// paramValue reads a command-line parameter value: a number or boolean
-// when it looks like one, a string otherwise ("..." forces a string).
-func paramValue(v string) any {
-	switch {
-	case v == "true":
-		return true
-	case v == "false":
-		return false
-	case jsonNumber.MatchString(v):
-		return json.Number(v)
-	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"':
-		return v[1 : len(v)-1]
-	}
-	return v
 }
 
 // cmdDevices lists the registry's devices with their last known state.

@@ -22,30 +22,6 @@ import (
 	"github.com/sortie-edge/sortie/scenes"
 )
 
-func TestParamValue(t *testing.T) {
-	cases := []struct {
-		in   string
-		want any
-	}{
-		{"23", json.Number("23")},
-		{"-1.5", json.Number("-1.5")},
-		{"1e3", json.Number("1e3")},
-		{"true", true},
-		{"false", false},
-		{"hello", "hello"},
-		{`"42"`, "42"},
-		{"007", "007"},
-		{"NaN", "NaN"},
-		{"", ""},
-		{"1.", "1."},
-	}
-	for _, c := range cases {
-		if got := paramValue(c.in); got != c.want {
-			t.Errorf("paramValue(%q) = %#v, want %#v", c.in, got, c.want)
-		}
-	}
-}
-
 func TestBaseURL(t *testing.T) {
 	cases := []struct{ in, want, err string }{
 		{"127.0.0.1:8080", "http://127.0.0.1:8080", ""},

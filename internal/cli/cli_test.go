@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -95,5 +96,29 @@ func TestCompletionLearnsEachCommandsFlagsFromItsFlagSet(t *testing.T) {
 	p.Commands = append(p.Commands, &Command{Name: "odd", Run: func(context.Context, *Env, []string) error { return nil }})
 	if err := p.Completion(context.Background(), &b, "zsh"); err == nil || !strings.Contains(err.Error(), "toy odd -h") {
 		t.Errorf("a command that ignores -h: %v, want an error naming it", err)
+	}
+}
+
+func TestParamValue(t *testing.T) {
+	cases := []struct {
+		in   string
+		want any
+	}{
+		{"23", json.Number("23")},
+		{"-1.5", json.Number("-1.5")},
+		{"1e3", json.Number("1e3")},
+		{"true", true},
+		{"false", false},
+		{"hello", "hello"},
+		{`"42"`, "42"},
+		{"007", "007"},
+		{"NaN", "NaN"},
+		{"", ""},
+		{"1.", "1."},
+	}
+	for _, c := range cases {
+		if got := paramValue(c.in); got != c.want {
+			t.Errorf("paramValue(%q) = %#v, want %#v", c.in, got, c.want)
+		}
 	}
 }
