@@ -20,7 +20,7 @@ func TestAuthRefusesWhatItsRuleDoesNotAllow(t *testing.T) {
 	book := lampBook(t)
 	var mu sync.Mutex
 	var refused []string
-	a, err := NewAuth(AuthOptions{
+	b := startWithAuth(t, AuthOptions{
 		Users:    book,
 		Internal: "self", InternalPassword: "self-password",
 		Allow: func(user, topic string, write bool) bool { return !write && topic == user+"/cmd" },
@@ -30,14 +30,6 @@ func TestAuthRefusesWhatItsRuleDoesNotAllow(t *testing.T) {
 			mu.Unlock()
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Start(Options{Addr: "127.0.0.1:0", Auth: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() }) // the broker's shutdown is not under test
 
 	connect := func(id, user, pass string) (paho.Client, error) {
 		cl := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID(id).
@@ -117,4 +109,20 @@ func lampBook(t *testing.T) *passwd.Book {
 	book := passwd.NewBook()
 	book.Add("lamp", c)
 	return book
+}
+
+// startWithAuth starts a broker on a free port with the Auth hook opts
+// make, closed when the test ends.
+func startWithAuth(t *testing.T, opts AuthOptions) *Broker {
+	t.Helper()
+	a, err := NewAuth(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(Options{Addr: "127.0.0.1:0", Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() }) // the broker's shutdown is not under test
+	return b
 }

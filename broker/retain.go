@@ -40,6 +40,7 @@ package broker
 
 import (
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,7 +214,7 @@ func (r *retainer) store(pk packets.Packet) {
 func (r *retainer) matching(filter string, now int64) []packets.Packet {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if !hasWildcard(filter) {
+	if !strings.ContainsAny(filter, "+#") {
 		if pk, ok := r.msgs[filter]; ok && live(pk, now) {
 			return []packets.Packet{pk}
 		}
@@ -230,15 +231,6 @@ func (r *retainer) matching(filter string, now int64) []packets.Packet {
 
 // live: a message past its MQTT 5 expiry is not replayed [MQTT-3.3.2-5].
 func live(pk packets.Packet, now int64) bool { return pk.Expiry <= 0 || pk.Expiry > now }
-
-func hasWildcard(filter string) bool {
-	for i := 0; i < len(filter); i++ {
-		if filter[i] == '+' || filter[i] == '#' {
-			return true
-		}
-	}
-	return false
-}
 
 // OnSubscribe notes which of the filters the session had already; mochi
 // adds them to its index next.

@@ -16,6 +16,16 @@ func publishPk(topic, payload string, qos byte, id uint16, retain bool) packets.
 	return packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: retain}, PacketID: id, TopicName: topic, Payload: []byte(payload)}
 }
 
+// subscribeRaw connects as clientID (MQTT 3.1.1), subscribes to filter
+// at QoS 1 and returns the client with what the subscription replayed.
+func subscribeRaw(t *testing.T, b *Broker, clientID, filter string) (*rawClient, []packets.Packet) {
+	t.Helper()
+	c := dialRaw(t, b, clientID)
+	c.send(subscribe(1, filter))
+	c.expect(packets.Suback, 1)
+	return c, c.ping()
+}
+
 // ping sends a PINGREQ and reads up to its PINGRESP, returning what came
 // before it: mochi answers a client's packets in order, so whatever a
 // SUBSCRIBE caused has been written by then.
@@ -99,10 +109,7 @@ func TestRetainedMessagesReplayAfterTheSubackWithTheirFlag(t *testing.T) {
 // retained will leaves it retained, as a device's "offline" must be.
 func TestRetainedWillReplaysToLaterSubscribers(t *testing.T) {
 	b := startTest(t)
-	watch := dialRaw(t, b, "watch")
-	watch.send(subscribe(1, "home/+/availability"))
-	watch.expect(packets.Suback, 1)
-	watch.ping() // the subscription's replay is over: what comes next is forwarded
+	watch, _ := subscribeRaw(t, b, "watch", "home/+/availability") // its replay over, what comes next is forwarded
 
 	dev := dialRawWith(t, b, 4, packets.ConnectParams{
 		ClientIdentifier: "lamp", WillFlag: true, WillRetain: true, WillQos: 1,
@@ -112,11 +119,7 @@ func TestRetainedWillReplaysToLaterSubscribers(t *testing.T) {
 	if will := watch.read(); string(will.Payload) != "offline" || will.FixedHeader.Retain {
 		t.Fatalf("will forwarded: %+v %q, want offline, unflagged", will.FixedHeader, will.Payload)
 	}
-	late := dialRaw(t, b, "late")
-	late.send(subscribe(1, "home/#"))
-	late.expect(packets.Suback, 1)
-	got := late.ping()
-	if len(got) != 1 || string(got[0].Payload) != "offline" || !got[0].FixedHeader.Retain {
+	if _, got := subscribeRaw(t, b, "late", "home/#"); len(got) != 1 || string(got[0].Payload) != "offline" || !got[0].FixedHeader.Retain {
 		t.Fatalf("a later subscriber got %+v, want the will retained", got)
 	}
 }
@@ -155,17 +158,9 @@ func TestRetainHandlingOfMQTT5Subscriptions(t *testing.T) {
 // TestRetainedReplayIsCheckedForAccess: a user whose filter is allowed
 // gets only the retained messages on topics it may read.
 func TestRetainedReplayIsCheckedForAccess(t *testing.T) {
-	a, err := NewAuth(AuthOptions{Users: lampBook(t), Allow: func(user, topic string, write bool) bool {
+	b := startWithAuth(t, AuthOptions{Users: lampBook(t), Allow: func(user, topic string, write bool) bool {
 		return topic == "home/#" || topic == "home/"+user || topic == "home/marker"
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Start(Options{Addr: "127.0.0.1:0", Auth: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() }) // the broker's shutdown is not under test
 	for _, topic := range []string{"home/lamp", "home/safe"} {
 		if err := b.Publish(topic, []byte("x"), true, 0); err != nil {
 			t.Fatal(err)
@@ -373,10 +368,7 @@ func TestMochisTopicTreeKeepsNoRetainedPath(t *testing.T) {
 // not retained because the earlier one was delayed.
 func TestDelayedRetainedWillIsKeptOnceSentAndOnlyThen(t *testing.T) {
 	b := startTest(t)
-	watch := dialRaw(t, b, "watch")
-	watch.send(subscribe(1, "home/#"))
-	watch.expect(packets.Suback, 1)
-	watch.ping() // the subscription's replay is over: what comes next is forwarded
+	watch, _ := subscribeRaw(t, b, "watch", "home/#") // its replay over, what comes next is forwarded
 	session := packets.Properties{SessionExpiryInterval: 600, SessionExpiryIntervalFlag: true}
 	dev := dialRawWith(t, b, 5, packets.ConnectParams{
 		ClientIdentifier: "lamp", WillFlag: true, WillRetain: true,
@@ -388,10 +380,7 @@ func TestDelayedRetainedWillIsKeptOnceSentAndOnlyThen(t *testing.T) {
 		t.Fatalf("will forwarded: %q", will.Payload)
 	}
 	testkit.Eventually(t, 5*time.Second, "the delayed will retained", func() bool { _, ok := b.Retained("home/lamp/availability"); return ok })
-	late := dialRaw(t, b, "late")
-	late.send(subscribe(1, "home/#"))
-	late.expect(packets.Suback, 1)
-	if got := late.ping(); len(got) != 1 || string(got[0].Payload) != "offline" || !got[0].FixedHeader.Retain {
+	if _, got := subscribeRaw(t, b, "late", "home/#"); len(got) != 1 || string(got[0].Payload) != "offline" || !got[0].FixedHeader.Retain {
 		t.Fatalf("a later subscriber got %+v, want the delayed will retained", got)
 	}
 
@@ -440,10 +429,7 @@ func TestRetainedMessagesLastUntilClearedOrTheirOwnExpiry(t *testing.T) {
 		t.Fatal("the message with an expiry was not retained")
 	}
 	testkit.Eventually(t, 5*time.Second, "the expired message gone", func() bool { _, ok := b.Retained("home/door/ring"); return !ok })
-	c := dialRaw(t, b, "app")
-	c.send(subscribe(1, "home/#"))
-	c.expect(packets.Suback, 1)
-	if got := c.ping(); len(got) != 1 || got[0].TopicName != "home/lamp/state" {
+	if _, got := subscribeRaw(t, b, "app", "home/#"); len(got) != 1 || got[0].TopicName != "home/lamp/state" {
 		t.Errorf("replayed %+v, want only home/lamp/state", got)
 	}
 }
